@@ -1,0 +1,97 @@
+"""``grpo`` command line. Exit codes: 0 success, 1 training failed, 2 bad input."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from grpo_core.errors import GRPOError, SpecError
+from grpo_core.specfile import InvalidSpec, load_spec_file
+
+
+def _train(args: argparse.Namespace) -> int:
+    from grpo_core.local_run import run_local
+
+    spec = load_spec_file(args.spec)
+    result = run_local(
+        spec,
+        args.spec.resolve().parent,
+        args.output_dir,
+        args.max_steps,
+        args.resume,
+        args.device,
+        progress=not args.quiet,
+    )
+    print(f"finished at step {result.step}; checkpoint: {result.checkpoint}")
+    return 0
+
+
+def _tiny_model(args: argparse.Namespace) -> int:
+    from grpo_core.tiny import build_tiny_model
+
+    path = build_tiny_model(
+        args.output_dir,
+        family=args.family,
+        hidden_size=args.hidden_size,
+        num_layers=args.num_layers,
+        seed=args.seed,
+    )
+    print(f"wrote a tiny {args.family} model to {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="grpo", description="GRPO fine-tuning: local runs and the job service."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    train = commands.add_parser("train", help="run a job spec on this machine")
+    train.add_argument("spec", type=Path, help="YAML or JSON JobSpec")
+    train.add_argument("--output-dir", type=Path, required=True)
+    train.add_argument("--max-steps", type=int, default=None, help="override grpo.max_steps")
+    train.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in the dir")
+    train.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda when present)")
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.set_defaults(handler=_train)
+
+    tiny = commands.add_parser("tiny-model", help="write a tiny random-init model + tokenizer (no network)")
+    tiny.add_argument("output_dir", type=Path)
+    tiny.add_argument("--family", choices=["llama", "qwen2", "gpt2"], default="llama")
+    tiny.add_argument("--hidden-size", type=int, default=64)
+    tiny.add_argument("--num-layers", type=int, default=2)
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.set_defaults(handler=_tiny_model)
+    return parser
+
+
+def _quiet_library_progress_bars() -> None:
+    """transformers draws a bar for every weight load and save; ours is the one that matters."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _quiet_library_progress_bars()
+    if getattr(args, "max_steps", None) is not None and args.max_steps < 1:
+        print("error: --max-steps: must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        return args.handler(args)
+    except InvalidSpec as exc:
+        for error in exc.errors:
+            print(f"error: {error}", file=sys.stderr)
+        return 2
+    except SpecError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except GRPOError as exc:
+        print(f"training failed [{exc.code}]: {exc.message}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

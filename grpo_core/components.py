@@ -1,0 +1,109 @@
+"""Everything a run needs, built from a ``JobSpec`` and checked before the first step.
+
+Order matters for the user: cheap checks first (dataset, rewards and their columns), the
+model last, so a typo in a reward name fails in milliseconds rather than after a model load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from grpo_core.data import PromptSampler, columns_of, load_rows, render_prompt
+from grpo_core.errors import SpecError
+from grpo_core.models import (
+    PolicyAndReference,
+    build_policy_and_reference,
+    load_tokenizer,
+    resolve_model_location,
+)
+from grpo_core.optim import build_optimizer, build_scheduler
+from grpo_core.rewards import BoundReward, RewardContext, bind_rewards
+from grpo_core.spec import JobSpec
+
+# Reward functions receive these as arguments; a dataset column of the same name would shadow them.
+RESERVED_COLUMNS = frozenset({"completions", "prompts", "raw_completions"})
+
+
+@dataclass
+class RunComponents:
+    spec: JobSpec
+    device: torch.device
+    tokenizer: Any
+    models: PolicyAndReference
+    rows: list[dict[str, Any]]
+    prompt_texts: list[str]  # rows' prompts rendered once (chat template applied)
+    rewards: list[BoundReward]
+    sampler: PromptSampler
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    eos_ids: torch.Tensor
+
+    def autocast(self):
+        """bf16 autocast on CUDA for fp32 weights; nothing on CPU, where it would only slow us."""
+        if self.device.type == "cuda" and self.spec.model.dtype == "float32":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+
+def pick_device(requested: str | None = None) -> torch.device:
+    if requested:
+        return torch.device(requested)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def eos_token_ids(tokenizer, model: torch.nn.Module) -> list[int]:
+    """EOS ids from the tokenizer and the generation config (chat models often have several)."""
+    ids = {tokenizer.eos_token_id}
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(configured if isinstance(configured, list) else [configured])
+    return sorted(i for i in ids if i is not None)
+
+
+def build_components(
+    spec: JobSpec,
+    *,
+    models_root: Path | None = None,
+    data_root: Path | None = None,
+    base_dir: Path | None = None,
+    device: str | None = None,
+) -> RunComponents:
+    rows = load_rows(spec.dataset, data_root=data_root, base_dir=base_dir)
+    clash = RESERVED_COLUMNS & columns_of(rows)
+    if clash:
+        raise SpecError(
+            "dataset", f"column names {sorted(clash)} are reserved for the reward function arguments"
+        )
+    location = resolve_model_location(spec.model, models_root, base_dir)
+    tokenizer = load_tokenizer(location)
+    rewards = bind_rewards(spec.rewards, RewardContext(tokenizer=tokenizer), columns_of(rows))
+    prompt_texts = [render_prompt(row["prompt"], tokenizer) for row in rows]
+    torch.manual_seed(spec.grpo.seed)
+    target = pick_device(device)
+    models = build_policy_and_reference(
+        spec.model, location, spec.grpo.beta, target, spec.grpo.gradient_checkpointing
+    )
+    models.policy.train()
+    optimizer = build_optimizer(models.policy, spec.grpo)
+    eos = eos_token_ids(tokenizer, models.policy)
+    if not eos:
+        raise SpecError("model.source", "neither the tokenizer nor the generation config names an EOS token")
+    return RunComponents(
+        spec=spec,
+        device=target,
+        tokenizer=tokenizer,
+        models=models,
+        rows=rows,
+        prompt_texts=prompt_texts,
+        rewards=rewards,
+        sampler=PromptSampler(
+            len(rows), spec.grpo.prompts_per_step, spec.grpo.seed, shuffle=spec.dataset.shuffle
+        ),
+        optimizer=optimizer,
+        scheduler=build_scheduler(optimizer, spec.grpo),
+        eos_ids=torch.tensor(eos, device=target),
+    )

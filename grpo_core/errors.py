@@ -1,0 +1,46 @@
+"""Errors raised by the core.
+
+Each carries a stable machine-readable ``code`` so callers (the CLI, the worker, the API) can
+map them to exit codes, job error records or HTTP statuses without parsing messages.
+"""
+
+from __future__ import annotations
+
+
+class GRPOError(Exception):
+    """Base class: ``code`` is stable, ``message`` is for people."""
+
+    code = "grpo_error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class SpecError(GRPOError):
+    """Bad user input, found before any training starts.
+
+    ``field`` is the dotted path of the offending field (``grpo.num_generations``,
+    ``rewards.0.args.field``) so a caller can point at it.
+    """
+
+    code = "invalid_spec"
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.reason = message
+
+
+class NonFiniteLossError(GRPOError):
+    """The loss became NaN or inf; the step was not applied."""
+
+    code = "non_finite_loss"
+
+
+class TrainingStopped(GRPOError):  # noqa: N818 - a signal, not a failure
+    """Raised internally when ``should_stop`` asks the loop to end early."""
+
+    code = "stopped"

@@ -1,0 +1,89 @@
+"""``grpo train``: run a JobSpec on this machine, writing JSONL records and checkpoints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from grpo_core.callbacks import CallbackList, TrainerCallback
+from grpo_core.components import build_components
+from grpo_core.spec import JobSpec
+from grpo_core.trainer import GRPOTrainer, TrainResult
+
+
+class JsonlRecorder(TrainerCallback):
+    """Appends metrics, samples and events to ``DIR/*.jsonl``, one JSON object per line."""
+
+    def __init__(self, output_dir: Path) -> None:
+        self.metrics = output_dir / "metrics.jsonl"
+        self.samples = output_dir / "samples.jsonl"
+        self.events = output_dir / "events.jsonl"
+
+    def truncate_after(self, step: int) -> None:
+        """On resume, drop records of steps after the checkpoint: they will be produced again."""
+        for path in (self.metrics, self.samples):
+            if path.exists():
+                kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
+                path.write_text("".join(line + "\n" for line in kept))
+
+    def _append(self, path: Path, obj: dict[str, Any]) -> None:
+        with path.open("a") as handle:
+            handle.write(json.dumps(obj) + "\n")
+
+    def on_step(self, record: dict[str, Any]) -> None:
+        self._append(self.metrics, record)
+
+    def on_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
+        for row in rows:
+            self._append(self.samples, row)
+
+    def on_event(self, type: str, message: str, data: dict[str, Any]) -> None:  # noqa: A002
+        self._append(self.events, {"type": type, "message": message, "data": data})
+
+
+class ProgressBar(TrainerCallback):
+    def __init__(self, total: int, initial: int = 0) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
+
+    def on_step(self, record: dict[str, Any]) -> None:
+        shown = {
+            k: record.get(k) for k in ("reward", "kl", "clip_ratio/region_mean") if record.get(k) is not None
+        }
+        self.bar.set_postfix({k.split("/")[0]: f"{v:.3f}" for k, v in shown.items()}, refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def run_local(
+    spec: JobSpec,
+    spec_dir: Path,
+    output_dir: Path,
+    max_steps: int | None = None,
+    resume: bool = False,
+    device: str | None = None,
+    progress: bool = True,
+) -> TrainResult:
+    """Build (validating everything) before creating ``output_dir``, so a bad spec writes nothing."""
+    components = build_components(spec, base_dir=spec_dir, device=device)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    recorder = JsonlRecorder(output_dir)
+    callbacks = CallbackList([recorder])
+    trainer = GRPOTrainer(components, output_dir / "checkpoints", callbacks, max_steps=max_steps)
+    if resume and trainer.resume():
+        recorder.truncate_after(trainer.state.step)
+    elif not resume:
+        for path in (recorder.metrics, recorder.samples, recorder.events):
+            path.unlink(missing_ok=True)
+    bar = ProgressBar(trainer.max_steps, trainer.state.step) if progress else None
+    if bar is not None:
+        callbacks.callbacks.append(bar)
+    try:
+        return trainer.train()
+    finally:
+        if bar is not None:
+            bar.close()

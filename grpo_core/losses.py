@@ -1,0 +1,125 @@
+"""Clipped surrogate, k3 KL and loss aggregation (GRPO_REFERENCE steps 8–10). Pure functions.
+
+Shapes: ``(N, T)`` per-token tensors for a micro-batch of N rows, ``advantages (N,)``.
+Every aggregator has the same signature and divides by *step-level* totals (rows, tokens),
+so summing the micro-batch losses of one optimizer step gives the full-batch loss whatever the
+split: gradient accumulation never changes the gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class StepTotals:
+    """Normalisers fixed for a whole optimizer step, before it is split into micro-batches."""
+
+    rows: int  # N of the step
+    tokens: float  # Σ completion_mask over the step (the generation batch)
+    max_completion_length: int
+
+
+@dataclass(frozen=True)
+class PolicyLossTerms:
+    per_token_loss: torch.Tensor  # (N, T) before masking
+    ratio: torch.Tensor  # (N, T) importance ratio ρ, after the dual-clip cap (what clip metrics count)
+    kl: torch.Tensor | None  # (N, T) k3 KL, None when beta == 0
+
+
+def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 estimator of KL(π‖π_ref), ≥ 0 per token: ``exp(d) − d − 1``, ``d = ref − logp``."""
+    delta = ref_logprobs - logprobs
+    return torch.exp(delta) - delta - 1.0
+
+
+def policy_loss_terms(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    epsilon_low: float,
+    epsilon_high: float,
+    delta: float | None = None,
+    beta: float = 0.0,
+    ref_logprobs: torch.Tensor | None = None,
+) -> PolicyLossTerms:
+    """Per-token ``ℓ = −min(ρ·A, clip(ρ)·A) + β·ρ·kl``.
+
+    With ``delta`` set the unclipped ratio is capped at ``delta`` (dual clip) so a very negative
+    advantage cannot pull an already-unlikely token without bound. The KL term is multiplied by
+    ρ (TRL's default bias correction; ρ = 1 on-policy but it still carries gradient).
+    """
+    adv = advantages.unsqueeze(1)
+    ratio = torch.exp(logprobs - old_logprobs)
+    clipped = torch.clamp(ratio, 1.0 - epsilon_low, 1.0 + epsilon_high)
+    capped = torch.clamp(ratio, max=delta) if delta is not None else ratio
+    per_token_loss = -torch.min(capped * adv, clipped * adv)
+    kl = None
+    if beta != 0.0:
+        if ref_logprobs is None:
+            raise ValueError("beta != 0 needs ref_logprobs")
+        kl = k3_kl(logprobs, ref_logprobs) * ratio
+        per_token_loss = per_token_loss + beta * kl
+    return PolicyLossTerms(per_token_loss, capped, kl)
+
+
+def _grpo(loss: torch.Tensor, mask: torch.Tensor, totals: StepTotals) -> torch.Tensor:
+    """Sequence mean, then mean over the step's rows."""
+    per_row = (loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+    return per_row.sum() / totals.rows
+
+
+def _token_mean(loss: torch.Tensor, mask: torch.Tensor, totals: StepTotals) -> torch.Tensor:
+    """Token mean over the step (bnpo and dapo: one generation batch is one step here)."""
+    return (loss * mask).sum() / max(totals.tokens, 1.0)
+
+
+def _dr_grpo(loss: torch.Tensor, mask: torch.Tensor, totals: StepTotals) -> torch.Tensor:
+    """Constant normaliser N·L_max: no length bias."""
+    return (loss * mask).sum() / (totals.rows * totals.max_completion_length)
+
+
+Aggregator = Callable[[torch.Tensor, torch.Tensor, StepTotals], torch.Tensor]
+
+AGGREGATORS: dict[str, Aggregator] = {
+    "grpo": _grpo,
+    "bnpo": _token_mean,
+    "dr_grpo": _dr_grpo,
+    "dapo": _token_mean,
+}
+
+
+def aggregate_loss(loss_type: str, per_token_loss: torch.Tensor, mask: torch.Tensor, totals: StepTotals):
+    """This micro-batch's share of the step loss, for ``loss_type`` in :data:`AGGREGATORS`."""
+    try:
+        aggregator = AGGREGATORS[loss_type]
+    except KeyError:
+        raise ValueError(f"unknown loss_type '{loss_type}'; valid: {', '.join(AGGREGATORS)}") from None
+    return aggregator(per_token_loss, mask.to(per_token_loss.dtype), totals)
+
+
+@dataclass(frozen=True)
+class ClipCounts:
+    """Masked token counts of clipped ratios; summed over micro-batches, divided at the end."""
+
+    low: float
+    high: float
+    region: float
+
+
+def clip_counts(
+    ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, epsilon_low: float, epsilon_high: float
+) -> ClipCounts:
+    """Tokens whose ratio left the trust region in the direction the advantage pushes it."""
+    adv = advantages.unsqueeze(1)
+    m = mask.bool()
+    low = (ratio < 1.0 - epsilon_low) & (adv < 0) & m
+    high = (ratio > 1.0 + epsilon_high) & (adv > 0) & m
+    return ClipCounts(float(low.sum()), float(high.sum()), float((low | high).sum()))
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor) -> float:
+    return float((values.detach() * mask).sum())

@@ -1,0 +1,89 @@
+"""Metric records with TRL's names (DESIGN §5), built from an :class:`Experience`."""
+
+from __future__ import annotations
+
+import resource
+import sys
+from typing import Any
+
+import torch
+
+from grpo_core.advantages import nanstd
+from grpo_core.experience import Experience
+
+MAX_SAMPLE_ROWS = 64
+
+
+def _finite_or_none(value: float) -> float | None:
+    """JSON has no NaN: a statistic over zero values is reported as null."""
+    return None if value != value or value in (float("inf"), float("-inf")) else value
+
+
+def experience_metrics(exp: Experience, reward_names: list[str]) -> dict[str, Any]:
+    """Reward, advantage and completion statistics of one generation batch."""
+    out: dict[str, Any] = {
+        "reward": torch.nanmean(exp.rewards).item(),
+        "reward_std": nanstd(exp.rewards).item(),
+        "frac_reward_zero_std": exp.is_std_zero.float().mean().item(),
+    }
+    for i, name in enumerate(reward_names):
+        column = exp.rewards_per_func[:, i]
+        out[f"rewards/{name}/mean"] = torch.nanmean(column).item()
+        out[f"rewards/{name}/std"] = nanstd(column).item()
+    adv = exp.advantages.float()
+    out.update(
+        {
+            "advantages/mean": adv.mean().item(),
+            "advantages/std": adv.std().item(),
+            "advantages/min": adv.min().item(),
+            "advantages/max": adv.max().item(),
+        }
+    )
+    lengths = exp.rollout.completion_mask.sum(dim=1).float()
+    truncated = exp.rollout.is_truncated
+    terminated = lengths[~truncated.to(lengths.device)]
+    out.update(
+        {
+            "completions/mean_length": lengths.mean().item(),
+            "completions/min_length": lengths.min().item(),
+            "completions/max_length": lengths.max().item(),
+            "completions/clipped_ratio": truncated.float().mean().item(),
+            "completions/mean_terminated_length": terminated.mean().item() if terminated.numel() else 0.0,
+            "reasoning/unclosed_ratio": sum(d.unclosed_reasoning for d in exp.decoded)
+            / max(1, len(exp.decoded)),
+        }
+    )
+    out.update(exp.metrics)
+    return {k: _finite_or_none(float(v)) for k, v in out.items()}
+
+
+def tokens_in(exp: Experience) -> int:
+    """Prompt + completion tokens the step processed (padding excluded)."""
+    return int(exp.rollout.prompt_mask.sum() + exp.rollout.completion_mask.sum())
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    """Peak CUDA allocation on GPU; the process's peak RSS on CPU."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
+
+
+def sample_rows(exp: Experience, reward_names: list[str], step: int) -> list[dict[str, Any]]:
+    """The first rows of the batch (whole groups) for the dashboard's completions table."""
+    rows = []
+    for i in range(min(MAX_SAMPLE_ROWS, len(exp.decoded))):
+        per_func = {n: _finite_or_none(exp.rewards_per_func[i, j].item()) for j, n in enumerate(reward_names)}
+        rows.append(
+            {
+                "step": step,
+                "prompt": exp.prompts[i],
+                "completion": exp.decoded[i].text,
+                "answer": exp.decoded[i].answer,
+                "rewards": per_func,
+                "reward": _finite_or_none(exp.rewards[i].item()),
+                "advantage": exp.advantages[i].item(),
+            }
+        )
+    return rows

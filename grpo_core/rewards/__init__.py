@@ -1,0 +1,25 @@
+"""Reward functions: a registry of built-ins and ``grpo.rewards`` plugins, binding and scoring.
+
+Torch-free on purpose, so the API and the CLI can validate reward specs and serve the catalog
+without loading the training stack.
+"""
+
+from grpo_core.rewards.registry import (
+    BoundReward,
+    RewardContext,
+    RewardDefinition,
+    available_rewards,
+    bind_rewards,
+    reward_catalog,
+)
+from grpo_core.rewards.scoring import score_completions
+
+__all__ = [
+    "BoundReward",
+    "RewardContext",
+    "RewardDefinition",
+    "available_rewards",
+    "bind_rewards",
+    "reward_catalog",
+    "score_completions",
+]

@@ -1,0 +1,239 @@
+"""Which reward functions exist, and how a job's ``rewards:`` list becomes callables.
+
+Built-ins live in :mod:`grpo_core.rewards.builtins`. Plugins are installed packages that declare
+an entry point in the ``grpo.rewards`` group; the entry point's name is the reward's name and it
+loads to either a :class:`RewardDefinition` or a plain function
+``(completions, prompts, **columns) -> list[float | None]`` (which then takes no ``args``).
+
+Name clashes are resolved without a warning, because neither side is wrong: a built-in always wins
+over a plugin of the same name (a plugin must not silently change what ``exact_match`` means in an
+existing spec), and between two plugins of one name the first one ``importlib.metadata`` lists
+wins. A plugin that fails to load is skipped and logged so it cannot take the built-ins down with
+it; asking for it by name then says why it is missing.
+
+Nothing in a spec is executed: a spec only picks a registered name and passes ``args``, which are
+validated by that reward's pydantic model before its ``build`` runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from grpo_core.errors import SpecError
+from grpo_core.spec import RewardSpec
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "BoundReward",
+    "RewardContext",
+    "RewardDefinition",
+    "RewardFn",
+    "available_rewards",
+    "bind_rewards",
+    "reward_catalog",
+]
+
+ENTRY_POINT_GROUP = "grpo.rewards"
+logger = logging.getLogger(__name__)
+
+# Called as fn(completions, prompts, **columns); one value per completion, None = not applicable.
+RewardFn = Callable[..., list[float | None]]
+
+
+@dataclass
+class RewardContext:
+    """What a reward may need from the run besides its args (``length_target`` counts tokens)."""
+
+    tokenizer: Any | None = None
+
+
+def _no_columns(args: BaseModel) -> list[str]:
+    return []
+
+
+@dataclass(frozen=True)
+class RewardDefinition:
+    """A named reward: its args model, how to build the function, and the columns it reads.
+
+    ``args_model`` should forbid extra fields and give every field bounds and a description, since
+    its JSON schema is the public catalog. ``build`` may raise :class:`SpecError` with ``field``
+    relative to the args (``"pattern"``) or ``ValueError``; :func:`bind_rewards` adds the
+    ``rewards.N.args`` prefix. ``required_columns`` lets a missing dataset column be reported
+    before training instead of at the first scored batch.
+    """
+
+    name: str
+    description: str
+    args_model: type[BaseModel]
+    build: Callable[[Any, RewardContext], RewardFn]
+    required_columns: Callable[[Any], list[str]] = _no_columns
+
+
+@dataclass
+class BoundReward:
+    """A reward ready to score; ``name`` is unique within a job and used as the metric name."""
+
+    name: str
+    weight: float
+    fn: RewardFn
+    columns: list[str] = field(default_factory=list)
+
+
+class _NoArgs(BaseModel):
+    """Args of a plugin given as a plain function: it has no way to receive any."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject_any(cls, data: Any) -> Any:
+        if data:
+            keys = ", ".join(sorted(map(str, data))) if isinstance(data, dict) else repr(data)
+            raise ValueError(f"this reward is a plain function and takes no args; got {keys}")
+        return data
+
+
+def _wrap_function(name: str, fn: Callable[..., Any]) -> RewardDefinition:
+    """A plain plugin function as a definition with no args and no declared columns."""
+    doc = (getattr(fn, "__doc__", None) or "").strip()
+    origin = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+    description = doc.splitlines()[0] if doc else f"Plugin reward function {origin}."
+    return RewardDefinition(name=name, description=description, args_model=_NoArgs, build=lambda _a, _c: fn)
+
+
+@dataclass(frozen=True)
+class _Registry:
+    definitions: dict[str, RewardDefinition]
+    builtin_names: frozenset[str]
+    broken: dict[str, str]  # plugin name -> why it did not load
+
+
+_state: _Registry | None = None
+
+
+def _load_plugin(entry_point: Any) -> RewardDefinition:
+    obj = entry_point.load()
+    if isinstance(obj, RewardDefinition):
+        # The entry-point name is what the package declared and what users type; it wins.
+        return obj if obj.name == entry_point.name else dataclasses.replace(obj, name=entry_point.name)
+    if callable(obj):
+        return _wrap_function(entry_point.name, obj)
+    raise TypeError(f"loads a {type(obj).__name__}, not a RewardDefinition or a function")
+
+
+def _discover() -> _Registry:
+    # Imported here because builtins imports this module for RewardDefinition.
+    from grpo_core.rewards.builtins import BUILTINS
+
+    definitions = {definition.name: definition for definition in BUILTINS}
+    builtin_names = frozenset(definitions)
+    broken: dict[str, str] = {}
+    for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if entry_point.name in definitions:
+            continue  # built-ins win; so does the first plugin of a name (not loaded at all)
+        try:
+            definitions[entry_point.name] = _load_plugin(entry_point)
+        except Exception as exc:  # a broken plugin must not hide the built-ins or other plugins
+            broken[entry_point.name] = f"{type(exc).__name__}: {exc}"
+            logger.warning("reward plugin %r could not be loaded: %s", entry_point.name, exc)
+    return _Registry(definitions, builtin_names, broken)
+
+
+def _registry(refresh: bool = False) -> _Registry:
+    global _state
+    if _state is None or refresh:
+        _state = _discover()
+    return _state
+
+
+def available_rewards(refresh: bool = False) -> dict[str, RewardDefinition]:
+    """Every known reward by name. Discovery runs once per process; ``refresh`` reruns it."""
+    return dict(_registry(refresh).definitions)
+
+
+def reward_catalog() -> list[dict[str, Any]]:
+    """Name, description and args JSON schema of each reward, sorted by name (for an HTTP catalog)."""
+    state = _registry()
+    return [
+        {
+            "name": name,
+            "description": definition.description,
+            "builtin": name in state.builtin_names,
+            "args_schema": definition.args_model.model_json_schema(),
+        }
+        for name, definition in sorted(state.definitions.items())
+    ]
+
+
+def _lookup(state: _Registry, name: str, index: int) -> RewardDefinition:
+    definition = state.definitions.get(name)
+    if definition is not None:
+        return definition
+    if name in state.broken:
+        reason = state.broken[name]
+        raise SpecError(f"rewards.{index}.name", f"reward plugin '{name}' failed to load: {reason}")
+    available = ", ".join(sorted(state.definitions))
+    raise SpecError(f"rewards.{index}.name", f"unknown reward '{name}'; available: {available}")
+
+
+def _validate_args(definition: RewardDefinition, args: dict[str, Any], index: int) -> BaseModel:
+    """Validate ``args``; the first pydantic error becomes a SpecError at its dotted path."""
+    try:
+        return definition.args_model.model_validate(args)
+    except ValidationError as exc:
+        errors = exc.errors()
+        first = errors[0]
+        path = ".".join([f"rewards.{index}.args", *(str(part) for part in first["loc"])])
+        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+        raise SpecError(path, f"{first['msg']}{more}") from exc
+
+
+def _build(definition: RewardDefinition, args: BaseModel, context: RewardContext, index: int) -> RewardFn:
+    try:
+        return definition.build(args, context)
+    except SpecError as exc:
+        raise SpecError(f"rewards.{index}.args.{exc.field}", exc.reason) from exc
+    except ValueError as exc:
+        raise SpecError(f"rewards.{index}.args", str(exc)) from exc
+
+
+def _unique_name(base: str, used: set[str]) -> str:
+    name, suffix = base, 2
+    while name in used:
+        name, suffix = f"{base}_{suffix}", suffix + 1
+    used.add(name)
+    return name
+
+
+def bind_rewards(
+    specs: list[RewardSpec], context: RewardContext, columns: set[str] | None = None
+) -> list[BoundReward]:
+    """Turn specs into callables, failing with a :class:`SpecError` on the first bad one.
+
+    ``columns`` (the dataset's columns, when known) enables the missing-column check. A name may
+    repeat (two ``regex_match`` rewards); later ones are named ``name_2``, ``name_3``... so that
+    metric names stay unique.
+    """
+    state = _registry()
+    used: set[str] = set()
+    bound: list[BoundReward] = []
+    for index, spec in enumerate(specs):
+        definition = _lookup(state, spec.name, index)
+        args = _validate_args(definition, spec.args, index)
+        needed = list(definition.required_columns(args))
+        missing = [] if columns is None else [column for column in needed if column not in columns]
+        if missing:
+            present = ", ".join(sorted(columns or ())) or "(none)"
+            raise SpecError(
+                f"rewards.{index}.args", f"needs dataset column '{missing[0]}'; columns present: {present}"
+            )
+        fn = _build(definition, args, context, index)
+        bound.append(BoundReward(_unique_name(spec.name, used), spec.weight, fn, needed))
+    return bound

@@ -1,0 +1,185 @@
+"""Rollout: B prompts × G samples in one batched, KV-cached sampling loop (GRPO_REFERENCE step 1).
+
+We run our own loop over the model's forward instead of ``model.generate``: it does only what
+GRPO needs (left-padded batch, temperature/top-k/top-p, stop at EOS), which on small models
+removes most of generate's per-token overhead. Its greedy path is tested token-for-token
+against ``generate``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+
+import torch
+
+from grpo_core.logprobs import position_ids_from_mask
+from grpo_core.sampling import sample_next_token
+
+
+@dataclass
+class PromptBatch:
+    """Left-padded prompt tokens ``(B, P)``; ``num_truncated`` prompts lost tokens on the left."""
+
+    ids: torch.Tensor
+    mask: torch.Tensor
+    num_truncated: int
+
+
+@dataclass
+class Rollout:
+    """One generation batch. Rows are grouped: row ``i`` answers prompt ``i // G``.
+
+    ``completion_mask`` is 1 up to and including the first EOS; ``is_truncated`` marks rows that
+    reached ``max_completion_length`` without an EOS.
+    """
+
+    prompt_ids: torch.Tensor  # (N, P)
+    prompt_mask: torch.Tensor  # (N, P)
+    completion_ids: torch.Tensor  # (N, T)
+    completion_mask: torch.Tensor  # (N, T)
+    is_truncated: torch.Tensor  # (N,) bool
+
+    @property
+    def input_ids(self) -> torch.Tensor:
+        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
+
+    def select(self, rows: torch.Tensor | slice) -> Rollout:
+        return Rollout(
+            self.prompt_ids[rows],
+            self.prompt_mask[rows],
+            self.completion_ids[rows],
+            self.completion_mask[rows],
+            self.is_truncated[rows],
+        )
+
+
+def tokenize_prompts(
+    tokenizer, texts: list[str], max_prompt_length: int, device: torch.device
+) -> PromptBatch:
+    """Tokenize and left-pad; over-long prompts keep their *last* ``max_prompt_length`` tokens,
+    because the end of a prompt (the question, the generation prompt) matters most."""
+    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    num_truncated = sum(len(ids) > max_prompt_length for ids in encoded)
+    encoded = [ids[-max_prompt_length:] for ids in encoded]
+    width = max(1, max(len(ids) for ids in encoded))
+    pad = tokenizer.pad_token_id
+    ids = torch.full((len(encoded), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(encoded), width), dtype=torch.long)
+    for row, tokens in enumerate(encoded):
+        if tokens:
+            ids[row, width - len(tokens) :] = torch.tensor(tokens, dtype=torch.long)
+            mask[row, width - len(tokens) :] = 1
+    return PromptBatch(ids.to(device), mask.to(device), num_truncated)
+
+
+def completion_mask_from_eos(completion_ids: torch.Tensor, eos_ids: torch.Tensor) -> torch.Tensor:
+    """``(N, T)`` → 1 up to and including each row's first EOS, 0 after it."""
+    is_eos = torch.isin(completion_ids, eos_ids)
+    eos_before = is_eos.long().cumsum(dim=1) - is_eos.long()
+    return (eos_before == 0).long()
+
+
+@torch.no_grad()
+def sample_completions(
+    model: torch.nn.Module,
+    prompts: PromptBatch,
+    num_generations: int,
+    max_new_tokens: int,
+    eos_ids: torch.Tensor,
+    pad_id: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    greedy: bool = False,
+) -> Rollout:
+    """Sample ``G`` completions for each prompt in one batch of ``N = B·G`` rows.
+
+    The model is put in eval mode while sampling (no dropout) and restored afterwards.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        prompt_ids = prompts.ids.repeat_interleave(num_generations, dim=0)
+        prompt_mask = prompts.mask.repeat_interleave(num_generations, dim=0)
+        tokens = _decode_loop(
+            model, prompt_ids, prompt_mask, max_new_tokens, eos_ids, pad_id, temperature, top_k, top_p, greedy
+        )
+    finally:
+        model.train(was_training)
+    completion_mask = completion_mask_from_eos(tokens, eos_ids)
+    completion_ids = tokens.masked_fill(completion_mask == 0, pad_id)
+    is_truncated = ~torch.isin(tokens, eos_ids).any(dim=1)
+    return Rollout(prompt_ids, prompt_mask, completion_ids, completion_mask, is_truncated)
+
+
+def _cache_keyword(model: torch.nn.Module) -> str:
+    """transformers 5 renamed ``past_key_values`` to ``cache``; accept both generations."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _returned_cache(outputs):
+    cache = getattr(outputs, "cache", None)
+    return cache if cache is not None else outputs.past_key_values
+
+
+def _decode_loop(
+    model, prompt_ids, prompt_mask, max_new_tokens, eos_ids, pad_id, temperature, top_k, top_p, greedy
+):
+    attention = prompt_mask
+    positions = position_ids_from_mask(prompt_mask)
+    out = model(
+        input_ids=prompt_ids,
+        attention_mask=attention,
+        position_ids=positions,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache_kw = _cache_keyword(model)
+    cache = _returned_cache(out)
+    next_position = positions[:, -1:] + 1
+    finished = torch.zeros(prompt_ids.size(0), dtype=torch.bool, device=prompt_ids.device)
+    ones = torch.ones_like(finished, dtype=attention.dtype).unsqueeze(1)
+    generated = []
+    for step in range(max_new_tokens):
+        token = sample_next_token(out.logits[:, -1, :], temperature, top_k, top_p, greedy)
+        token = token.masked_fill(finished, pad_id)
+        generated.append(token)
+        finished |= torch.isin(token, eos_ids)
+        if step == max_new_tokens - 1 or bool(finished.all()):
+            break
+        attention = torch.cat([attention, ones], dim=1)
+        out = model(
+            input_ids=token.unsqueeze(1),
+            attention_mask=attention,
+            position_ids=next_position,
+            use_cache=True,
+            **{cache_kw: cache},
+        )
+        cache = _returned_cache(out)
+        next_position = next_position + 1
+    return torch.stack(generated, dim=1)
+
+
+def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
+    """Join rollouts of different widths: prompts are left-padded, completions right-padded."""
+    if len(parts) == 1:
+        return parts[0]
+    prompt_width = max(p.prompt_ids.size(1) for p in parts)
+    completion_width = max(p.completion_ids.size(1) for p in parts)
+
+    def pad(t: torch.Tensor, width: int, value: int, left: bool) -> torch.Tensor:
+        extra = width - t.size(1)
+        return torch.nn.functional.pad(t, (extra, 0) if left else (0, extra), value=value)
+
+    return Rollout(
+        torch.cat([pad(p.prompt_ids, prompt_width, pad_id, True) for p in parts]),
+        torch.cat([pad(p.prompt_mask, prompt_width, 0, True) for p in parts]),
+        torch.cat([pad(p.completion_ids, completion_width, pad_id, False) for p in parts]),
+        torch.cat([pad(p.completion_mask, completion_width, 0, False) for p in parts]),
+        torch.cat([p.is_truncated for p in parts]),
+    )

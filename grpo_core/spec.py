@@ -1,0 +1,108 @@
+"""``JobSpec``: the one contract for HTTP, the CLI's YAML files and the worker (DESIGN §3).
+
+Only shape and bounds are checked here; whether a ``path:`` exists, a reward name is known or a
+dataset has the prompt column is checked by :mod:`grpo_core.validation`, which needs the
+filesystem and the reward registry. Nothing in a spec is ever executed as code.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from grpo_core.config import GRPOConfig
+
+SOURCE_PATTERN = re.compile(r"^(path|hf):(.+)$")
+# Hub ids are owner/name (optionally @revision); nothing that could be a URL or a shell word.
+HUB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?(@[\w.\-/]+)?$")
+
+
+def split_source(source: str) -> tuple[str, str]:
+    """``"path:/m"`` -> ``("path", "/m")``; raises ValueError for anything else."""
+    match = SOURCE_PATTERN.match(source)
+    if match is None:
+        raise ValueError("must start with 'path:' or 'hf:'")
+    scheme, rest = match.group(1), match.group(2).strip()
+    if not rest:
+        raise ValueError(f"'{scheme}:' needs a location after it")
+    if scheme == "hf" and not HUB_ID_PATTERN.match(rest):
+        raise ValueError("hf: ids look like 'owner/name' or 'owner/name@revision'")
+    return scheme, rest
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LoraSpec(_Strict):
+    r: int = Field(16, ge=1, le=1024)
+    alpha: float = Field(32.0, gt=0.0, le=4096.0)
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"], min_length=1)
+
+
+class ModelSpec(_Strict):
+    source: str = Field(..., max_length=1024, description="path:FOLDER or hf:owner/name[@revision]")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    lora: LoraSpec | None = None
+
+    @field_validator("source")
+    @classmethod
+    def _known_scheme(cls, value: str) -> str:
+        split_source(value)
+        return value
+
+
+class DatasetSpec(_Strict):
+    prompts: list[dict[str, Any]] | None = Field(None, description="Inline rows.")
+    source: str | None = Field(None, max_length=1024, description="path:FILE or hf:dataset-id")
+    prompt_field: str = Field("prompt", min_length=1, max_length=128)
+    split: str = Field("train", min_length=1, max_length=64)
+    shuffle: bool = True
+
+    @field_validator("source")
+    @classmethod
+    def _known_scheme(cls, value: str | None) -> str | None:
+        if value is not None:
+            split_source(value)
+        return value
+
+    @model_validator(mode="after")
+    def _exactly_one_origin(self) -> DatasetSpec:
+        if (self.prompts is None) == (self.source is None):
+            raise ValueError("give exactly one of 'prompts' (inline rows) or 'source'")
+        return self
+
+
+class RewardSpec(_Strict):
+    name: str = Field(..., min_length=1, max_length=128)
+    weight: float = Field(1.0, ge=-1000.0, le=1000.0)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
+class ReasoningSpec(_Strict):
+    """How ``<think>`` blocks are treated before rewards see a completion."""
+
+    enabled: bool = True
+    open_tag: str = Field("<think>", min_length=1, max_length=64)
+    close_tag: str = Field("</think>", min_length=1, max_length=64)
+
+
+class ResourcesSpec(_Strict):
+    gpus: int = Field(1, ge=1, le=64)
+    pool: str = Field("default", pattern=r"^[a-z0-9][a-z0-9_\-]{0,62}$")
+
+
+class JobSpec(_Strict):
+    name: str = Field(..., min_length=1, max_length=128)
+    model: ModelSpec
+    dataset: DatasetSpec
+    rewards: list[RewardSpec] = Field(..., min_length=1, max_length=32)
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    reasoning: ReasoningSpec = Field(default_factory=ReasoningSpec)
+    checkpoint_every: int = Field(50, ge=1, le=10_000_000, description="Steps between checkpoints.")
+    log_completions_every: int = Field(10, ge=1, le=10_000_000)
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    priority: Literal["low", "normal", "high"] = "normal"

@@ -1,0 +1,56 @@
+"""Reading a JobSpec from YAML/JSON and turning validation failures into per-field messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from grpo_core.errors import SpecError
+from grpo_core.spec import JobSpec
+
+MAX_SPEC_BYTES = 1024 * 1024
+
+
+def field_path(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in loc) or "spec"
+
+
+def validation_messages(exc: ValidationError) -> list[SpecError]:
+    """One :class:`SpecError` per invalid field, with pydantic's reason."""
+    return [SpecError(field_path(err["loc"]), err["msg"]) for err in exc.errors(include_url=False)]
+
+
+class InvalidSpec(Exception):  # noqa: N818 - it names the condition, like FileNotFoundError
+    """A spec with one or more invalid fields."""
+
+    def __init__(self, errors: list[SpecError]) -> None:
+        super().__init__("; ".join(str(e) for e in errors))
+        self.errors = errors
+
+
+def parse_spec(data: Any) -> JobSpec:
+    if not isinstance(data, dict):
+        raise InvalidSpec([SpecError("spec", "must be a mapping of fields")])
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidSpec(validation_messages(exc)) from exc
+
+
+def load_spec_file(path: Path) -> JobSpec:
+    """YAML (a superset of JSON) file → JobSpec; raises :class:`InvalidSpec`."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise InvalidSpec([SpecError("spec", f"cannot read {path}: {exc.strerror}")]) from exc
+    if len(raw) > MAX_SPEC_BYTES:
+        raise InvalidSpec([SpecError("spec", f"{path} is larger than {MAX_SPEC_BYTES} bytes")])
+    try:
+        data = json.loads(raw) if path.suffix == ".json" else yaml.safe_load(raw)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise InvalidSpec([SpecError("spec", f"{path} is not valid YAML/JSON: {exc}")]) from exc
+    return parse_spec(data)

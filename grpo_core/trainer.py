@@ -1,0 +1,124 @@
+"""The training loop: generate → score → advantages → ``num_iterations`` optimizer steps.
+
+It reports only through callbacks and writes nothing but checkpoints, so the same loop serves
+``grpo train`` (JSONL files) and the service's worker (SQL + Redis).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from grpo_core.callbacks import TrainerCallback
+from grpo_core.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
+from grpo_core.components import RunComponents
+from grpo_core.experience import Experience, make_experience
+from grpo_core.metrics import experience_metrics, peak_memory_mb, sample_rows, tokens_in
+from grpo_core.update import optimizer_step
+
+# Phases that happen once per generation batch: later passes over the same batch report 0.
+_GENERATION_TIMINGS = ("timing/generation", "timing/reward", "timing/ref")
+
+
+@dataclass
+class TrainResult:
+    step: int
+    stopped: bool  # True when should_stop ended the run early
+    checkpoint: Path | None
+
+
+class GRPOTrainer:
+    def __init__(
+        self,
+        components: RunComponents,
+        checkpoint_dir: Path,
+        callbacks: TrainerCallback | None = None,
+        max_steps: int | None = None,
+    ) -> None:
+        self.c = components
+        self.checkpoint_dir = Path(checkpoint_dir)
+        self.callbacks = callbacks or TrainerCallback()
+        self.max_steps = max_steps or components.spec.grpo.max_steps
+        self.reward_names = [r.name for r in components.rewards]
+        self.state = TrainerState(step=0, num_tokens=0, sampler={}, iteration=0, has_experience=False)
+        self.pending: Experience | None = None
+        self.last_checkpoint: Path | None = None
+
+    def resume(self, path: Path | None = None) -> bool:
+        """Continue from ``path`` or the newest checkpoint; False when there is none."""
+        path = path or latest_checkpoint(self.checkpoint_dir)
+        if path is None:
+            return False
+        self.state, self.pending = load_checkpoint(path, self.c)
+        self.last_checkpoint = path
+        self.callbacks.on_event(
+            "resumed",
+            f"resumed from step {self.state.step}",
+            {"step": self.state.step, "checkpoint": str(path)},
+        )
+        return True
+
+    def train(self) -> TrainResult:
+        if self.state.step == 0:
+            self.callbacks.on_event("started", "training started", {"max_steps": self.max_steps})
+        while self.state.step < self.max_steps:
+            if self.callbacks.should_stop():
+                path = self._checkpoint()
+                self.callbacks.on_event(
+                    "stopped", f"stopped at step {self.state.step}", {"step": self.state.step}
+                )
+                return TrainResult(self.state.step, True, path)
+            self._one_step()
+        path = self._checkpoint()
+        self.callbacks.on_event("finished", f"finished at step {self.state.step}", {"step": self.state.step})
+        return TrainResult(self.state.step, False, path)
+
+    def _one_step(self) -> None:
+        cfg = self.c.spec.grpo
+        started = time.perf_counter()
+        fresh = self.pending is None
+        exp = make_experience(self.c) if fresh else self.pending
+        if fresh:
+            self.state.num_tokens += tokens_in(exp)
+        update = optimizer_step(self.c, exp)
+        self.state.iteration += 1
+        self.pending = exp if self.state.iteration < cfg.num_iterations else None
+        if self.pending is None:
+            self.state.iteration = 0
+        self.state.step += 1
+        step_time = time.perf_counter() - started
+        record = {"step": self.state.step, **experience_metrics(exp, self.reward_names), **update}
+        if not fresh:
+            record.update(dict.fromkeys(_GENERATION_TIMINGS, 0.0))
+        record.update(
+            {
+                "num_tokens": self.state.num_tokens,
+                "step_time": step_time,
+                "tokens_per_second": (tokens_in(exp) / step_time) if fresh else 0.0,
+                "peak_memory_mb": peak_memory_mb(self.c.device),
+            }
+        )
+        self.callbacks.on_step(record)
+        if self.state.step % self.c.spec.log_completions_every == 0 or self.state.step == 1:
+            self.callbacks.on_samples(self.state.step, sample_rows(exp, self.reward_names, self.state.step))
+        if self.state.step % self.c.spec.checkpoint_every == 0:
+            self._checkpoint()
+
+    def _checkpoint(self) -> Path | None:
+        """Save the current step unless it is already saved (or nothing was trained)."""
+        if self.state.step == 0:
+            return None
+        if self.last_checkpoint is not None and self.last_checkpoint.name == f"step-{self.state.step}":
+            return self.last_checkpoint
+        self.state.sampler = self.c.sampler.state_dict()
+        self.state.has_experience = self.pending is not None
+        path = save_checkpoint(self.checkpoint_dir, self.state, self.c, self.pending)
+        self.last_checkpoint = path
+        self.callbacks.on_checkpoint(self.state.step, path)
+        self.callbacks.on_event(
+            "checkpoint",
+            f"checkpoint at step {self.state.step}",
+            {"step": self.state.step, "path": str(path)},
+        )
+        return path

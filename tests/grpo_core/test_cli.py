@@ -1,0 +1,111 @@
+"""``grpo train`` end to end, as a user runs it: a subprocess on a YAML spec."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from core_specs import spec_dict
+
+GRPO = [sys.executable, "-m", "grpo_core.cli"]
+
+
+def grpo(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*GRPO, *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def write_spec(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_train_writes_metrics_samples_and_checkpoints_then_resumes(tiny_model_dir, tmp_path):
+    data = spec_dict(tiny_model_dir, max_steps=4)
+    data["checkpoint_every"] = 2
+    spec = write_spec(tmp_path / "job.yaml", data)
+    out = tmp_path / "run"
+    done = grpo("train", str(spec), "--output-dir", str(out), "--max-steps", "2", "--quiet")
+    assert done.returncode == 0, done.stderr
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]
+    assert (out / "checkpoints" / "step-2" / "model.safetensors").is_file()
+    assert (out / "checkpoints" / "step-2" / "tokenizer.json").is_file()
+    assert json.loads((out / "samples.jsonl").read_text().splitlines()[0])["completion"] is not None
+
+    resumed = grpo("train", str(spec), "--output-dir", str(out), "--resume", "--quiet")
+    assert resumed.returncode == 0, resumed.stderr
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-2", "step-4"]
+
+
+def test_relative_model_path_is_relative_to_the_spec_file(tiny_model_dir, tmp_path):
+    link = tmp_path / "models" / "tiny"
+    link.parent.mkdir()
+    link.symlink_to(tiny_model_dir)
+    spec = write_spec(
+        tmp_path / "job.yaml", {**spec_dict(tiny_model_dir), "model": {"source": "path:models/tiny"}}
+    )
+    done = grpo(
+        "train",
+        str(spec),
+        "--output-dir",
+        str(tmp_path / "run"),
+        "--max-steps",
+        "1",
+        "--quiet",
+        cwd=Path("/"),
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_bad_spec_exits_2_with_one_message_per_field_and_writes_nothing(tiny_model_dir, tmp_path):
+    data = spec_dict(tiny_model_dir, num_generations=1, temperature=-1)
+    data["surprise"] = True
+    spec = write_spec(tmp_path / "bad.yaml", data)
+    out = tmp_path / "never"
+    done = grpo("train", str(spec), "--output-dir", str(out))
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert any(line.startswith("error: grpo.num_generations:") for line in lines)
+    assert any(line.startswith("error: grpo.temperature:") for line in lines)
+    assert any(line.startswith("error: surprise:") for line in lines)
+    assert not out.exists()
+
+
+def test_errors_found_before_training_exit_2_and_write_nothing(tiny_model_dir, tmp_path):
+    cases = {
+        "unknown reward": ({"rewards": [{"name": "nope"}]}, "rewards.0.name"),
+        "missing model": ({"model": {"source": "path:/does/not/exist"}}, "model.source"),
+        "empty dataset": ({"dataset": {"prompts": []}}, "dataset"),
+        "bad reward args": (
+            {"rewards": [{"name": "length_target", "args": {"target": -3}}]},
+            "rewards.0.args.target",
+        ),
+        "missing column": (
+            {"rewards": [{"name": "numeric_match", "args": {"field": "solution"}}]},
+            "rewards.0.args",
+        ),
+    }
+    for name, (override, field) in cases.items():
+        spec = write_spec(tmp_path / "bad.yaml", {**spec_dict(tiny_model_dir), **override})
+        out = tmp_path / "never"
+        done = grpo("train", str(spec), "--output-dir", str(out))
+        assert done.returncode == 2, (name, done.stderr)
+        assert f"error: {field}" in done.stderr, (name, done.stderr)
+        assert not out.exists(), name
+
+
+def test_model_folder_without_a_causal_lm_is_a_clear_error(tmp_path, tiny_model_dir):
+    folder = tmp_path / "not-a-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    spec = write_spec(
+        tmp_path / "job.yaml", {**spec_dict(tiny_model_dir), "model": {"source": f"path:{folder}"}}
+    )
+    done = grpo("train", str(spec), "--output-dir", str(tmp_path / "never"))
+    assert done.returncode == 2
+    assert "error: model.source" in done.stderr

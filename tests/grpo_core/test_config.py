@@ -1,0 +1,73 @@
+"""JobSpec / GRPOConfig validation: every bad value names its field and the allowed range."""
+
+from __future__ import annotations
+
+import pytest
+from core_specs import spec_dict
+
+from grpo_core.config import GRPOConfig
+from grpo_core.specfile import InvalidSpec, parse_spec
+
+
+def errors_for(data) -> dict[str, str]:
+    with pytest.raises(InvalidSpec) as info:
+        parse_spec(data)
+    return {e.field: e.reason for e in info.value.errors}
+
+
+@pytest.mark.parametrize(
+    ("override", "field", "words"),
+    [
+        ({"num_generations": 1}, "grpo.num_generations", "greater than or equal to 2"),
+        ({"temperature": 0}, "grpo.temperature", "greater than 0"),
+        ({"loss_type": "ppo"}, "grpo.loss_type", "'grpo', 'bnpo', 'dr_grpo' or 'dapo'"),
+        ({"scale_rewards": "sometimes"}, "grpo.scale_rewards", "'group', 'batch' or 'none'"),
+        ({"epsilon": 0.3, "epsilon_high": 0.2}, "grpo.epsilon_high", "must be >= epsilon"),
+        (
+            {"prompts_per_step": 3, "num_generations": 3, "gradient_accumulation_steps": 2},
+            "grpo.gradient_accumulation_steps",
+            "must divide prompts_per_step*num_generations = 9",
+        ),
+        ({"delta": 0.5}, "grpo.delta", "greater than 1"),
+        ({"top_p": 1.5}, "grpo.top_p", "less than or equal to 1"),
+        ({"lr_scheduler": "step"}, "grpo.lr_scheduler", "'constant', 'linear' or 'cosine'"),
+    ],
+)
+def test_bad_grpo_values_name_the_field(tmp_path, override, field, words):
+    found = errors_for(spec_dict(tmp_path, **override))
+    assert field in found, found
+    assert words in found[field]
+
+
+def test_unknown_fields_are_rejected_at_every_level(tmp_path):
+    data = spec_dict(tmp_path, not_a_field=1)
+    data["model"]["quantize"] = True
+    data["extra"] = 1
+    found = errors_for(data)
+    assert {"grpo.not_a_field", "model.quantize", "extra"} <= set(found)
+
+
+def test_sources_must_use_a_known_scheme(tmp_path):
+    data = spec_dict(tmp_path)
+    data["model"]["source"] = "s3://bucket/model"
+    data["dataset"] = {"source": "hf:not a valid id"}
+    found = errors_for(data)
+    assert "model.source" in found and "dataset.source" in found
+
+
+def test_dataset_needs_exactly_one_origin(tmp_path):
+    data = spec_dict(tmp_path)
+    data["dataset"]["source"] = "path:x.jsonl"
+    assert "dataset" in errors_for(data)
+
+
+def test_defaults_follow_design_and_clip_high_falls_back_to_epsilon():
+    config = GRPOConfig()
+    assert (config.num_generations, config.beta, config.loss_type, config.scale_rewards) == (
+        8,
+        0.04,
+        "dapo",
+        "group",
+    )
+    assert config.clip_high == config.epsilon == 0.2
+    assert GRPOConfig(epsilon_high=0.28).clip_high == 0.28

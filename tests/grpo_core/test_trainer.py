@@ -1,0 +1,202 @@
+"""The training loop through real components: tiny model, real rewards, real checkpoints."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from core_specs import make_spec
+
+from grpo_core.callbacks import TrainerCallback
+from grpo_core.components import build_components
+from grpo_core.errors import NonFiniteLossError
+from grpo_core.experience import make_experience
+from grpo_core.trainer import GRPOTrainer
+from grpo_core.update import accumulate_gradients, optimizer_step
+
+TIMING_KEYS = ("step_time", "tokens_per_second", "peak_memory_mb")
+
+
+class Recorder(TrainerCallback):
+    def __init__(self, stop_after: int | None = None) -> None:
+        self.records: list[dict] = []
+        self.events: list[str] = []
+        self.samples: dict[int, list[dict]] = {}
+        self.stop_after = stop_after
+
+    def on_step(self, record):
+        self.records.append(record)
+
+    def on_event(self, type, message, data):  # noqa: A002
+        self.events.append(type)
+
+    def on_samples(self, step, rows):
+        self.samples[step] = rows
+
+    def should_stop(self):
+        return self.stop_after is not None and len(self.records) >= self.stop_after
+
+
+def comparable(record: dict) -> dict:
+    """Drop wall-clock figures, which differ between any two runs."""
+    return {k: v for k, v in record.items() if not k.startswith("timing/") and k not in TIMING_KEYS}
+
+
+def run(spec, checkpoint_dir, stop_after=None, resume=False):
+    components = build_components(spec, device="cpu")
+    recorder = Recorder(stop_after)
+    trainer = GRPOTrainer(components, checkpoint_dir, recorder)
+    if resume:
+        assert trainer.resume()
+    result = trainer.train()
+    return result, recorder, components
+
+
+def test_records_carry_the_design_metric_names(tiny_model_dir, tmp_path):
+    result, rec, _ = run(make_spec(tiny_model_dir, max_steps=2), tmp_path)
+    assert result.step == 2 and not result.stopped
+    assert [r["step"] for r in rec.records] == [1, 2]
+    expected = {
+        "step",
+        "reward",
+        "reward_std",
+        "rewards/contains/mean",
+        "rewards/contains/std",
+        "rewards/length_target/mean",
+        "frac_reward_zero_std",
+        "kl",
+        "entropy",
+        "loss",
+        "policy_loss",
+        "clip_ratio/low_mean",
+        "clip_ratio/high_mean",
+        "clip_ratio/region_mean",
+        "completions/mean_length",
+        "completions/min_length",
+        "completions/max_length",
+        "completions/clipped_ratio",
+        "grad_norm",
+        "learning_rate",
+        "num_tokens",
+        "tokens_per_second",
+        "step_time",
+        "advantages/mean",
+        "advantages/std",
+        "advantages/min",
+        "advantages/max",
+        "timing/generation",
+        "timing/reward",
+        "timing/ref",
+        "timing/update",
+        "peak_memory_mb",
+    }
+    assert expected <= set(rec.records[0])
+    json.dumps(rec.records)  # every value is JSON-serialisable (no NaN objects, no tensors)
+    # On-policy: the ratio is exactly 1, so nothing is clipped.
+    assert rec.records[0]["clip_ratio/region_mean"] == 0.0
+    assert rec.records[1]["num_tokens"] > rec.records[0]["num_tokens"] > 0
+    assert rec.events[0] == "started" and rec.events[-1] == "finished"
+    assert set(rec.samples) == {1, 2} and rec.samples[2][0]["step"] == 2
+    assert (tmp_path / "step-2" / "trainer_state.json").is_file()
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+def test_every_trainable_parameter_changes_after_one_step(tiny_model_dir, beta):
+    c = build_components(
+        make_spec(tiny_model_dir, beta=beta, num_generations=8, prompts_per_step=4, max_completion_length=16),
+        device="cpu",
+    )
+    assert (c.models.reference is None) == (beta == 0.0)
+    before = {n: p.detach().clone() for n, p in c.models.policy.named_parameters() if p.requires_grad}
+    exp = make_experience(c)
+    assert exp.advantages.abs().sum() > 0, "the toy batch must carry some signal"
+    optimizer_step(c, exp)
+    unchanged = [n for n, p in c.models.policy.named_parameters() if torch.equal(before[n], p.detach())]
+    assert unchanged == []
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
+def test_gradient_accumulation_does_not_change_the_gradient(tiny_model_dir, loss_type):
+    spec = make_spec(
+        tiny_model_dir,
+        loss_type=loss_type,
+        num_generations=4,
+        prompts_per_step=4,
+        max_completion_length=12,
+        num_iterations=2,
+    )
+    c = build_components(spec, device="cpu")
+    exp = make_experience(c)
+    # Off-policy old log-probs so clipping and the ratio are exercised, not just ρ = 1.
+    exp.old_logprobs = exp.old_logprobs + 0.3 * torch.randn_like(exp.old_logprobs)
+
+    def grads(accumulation_steps: int) -> list[torch.Tensor]:
+        c.spec.grpo.gradient_accumulation_steps = accumulation_steps
+        c.optimizer.zero_grad(set_to_none=True)
+        accumulate_gradients(c, exp)
+        return [p.grad.detach().clone() for p in c.models.policy.parameters()]
+
+    whole, split = grads(1), grads(4)
+    for a, b in zip(whole, split, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_non_finite_loss_is_an_error_and_the_step_is_not_applied(tiny_model_dir):
+    c = build_components(make_spec(tiny_model_dir), device="cpu")
+    exp = make_experience(c)
+    exp.advantages[0] = float("nan")
+    before = [p.detach().clone() for p in c.models.policy.parameters()]
+    with pytest.raises(NonFiniteLossError) as info:
+        optimizer_step(c, exp)
+    assert info.value.code == "non_finite_loss"
+    assert all(torch.equal(a, p) for a, p in zip(before, c.models.policy.parameters(), strict=True))
+
+
+@pytest.mark.parametrize("num_iterations", [1, 2])
+def test_resume_reproduces_the_uninterrupted_run(tiny_model_dir, tmp_path, num_iterations):
+    spec = make_spec(tiny_model_dir, max_steps=5, num_iterations=num_iterations)
+    _, full, _ = run(spec, tmp_path / "full")
+    # Stop after step 3: with num_iterations=2 that is mid-cycle, so the pending batch is saved too.
+    first, part, _ = run(spec, tmp_path / "split", stop_after=3)
+    assert first.stopped and first.step == 3 and part.events[-1] == "stopped"
+    _, rest, _ = run(spec, tmp_path / "split", resume=True)
+    assert rest.events[0] == "resumed"
+    resumed = [comparable(r) for r in part.records + rest.records]
+    assert [r["step"] for r in resumed] == [1, 2, 3, 4, 5]
+    assert resumed == [comparable(r) for r in full.records]
+
+
+def test_num_iterations_reuses_one_generation_batch(tiny_model_dir, tmp_path):
+    _, rec, _ = run(make_spec(tiny_model_dir, max_steps=4, num_iterations=2), tmp_path)
+    first, second = rec.records[0], rec.records[1]
+    assert first["reward"] == second["reward"] and second["timing/generation"] == 0.0
+    assert second["num_tokens"] == first["num_tokens"] < rec.records[2]["num_tokens"]
+    # The second pass is off-policy: the ratio has moved away from 1.
+    assert second["kl"] >= 0.0 and first["policy_loss"] != second["policy_loss"]
+
+
+def test_dynamic_sampling_prefers_groups_with_signal(tiny_model_dir, tmp_path):
+    spec = make_spec(tiny_model_dir, max_steps=2, drop_zero_std_groups=True, max_resample_batches=3)
+    _, rec, _ = run(spec, tmp_path)
+    for record in rec.records:
+        assert 0 <= record["dynamic_sampling/extra_batches"] <= 3
+        kept = record["dynamic_sampling/informative_groups"]
+        # Zero-variance groups only fill the batch when too few informative ones were found.
+        assert record["frac_reward_zero_std"] <= 1 - min(kept, 2) / 2 + 1e-6
+
+
+@pytest.mark.slow
+def test_mean_reward_rises_on_a_toy_reward(tiny_model_dir, tmp_path):
+    spec = make_spec(
+        tiny_model_dir,
+        max_steps=40,
+        num_generations=8,
+        prompts_per_step=4,
+        max_completion_length=16,
+        learning_rate=3e-3,
+    )
+    _, rec, _ = run(spec, tmp_path)
+    rewards = [r["reward"] for r in rec.records]
+    first, last = sum(rewards[:8]) / 8, sum(rewards[-8:]) / 8
+    assert last > first + 0.3, f"reward did not rise: first {first:.3f}, last {last:.3f}"
