@@ -1,0 +1,44 @@
+"""One settings object for the service, read from ``GRPO_``-prefixed environment variables."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Refused as tokens: a default secret in production is worse than none at all.
+_PLACEHOLDER_TOKENS = {"changeme", "change-me", "secret", "token", "password"}
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GRPO_", extra="ignore")
+
+    database_url: str = Field("sqlite:///./grpo.db", description="SQLAlchemy URL; Postgres in production.")
+    redis_url: str = Field("redis://127.0.0.1:6379/0", description="Broker, live streams and heartbeats.")
+    models_root: Path = Field(Path("./models"), description="`path:NAME` model sources resolve under this.")
+    data_root: Path = Field(Path("./data"), description="`path:NAME` dataset sources resolve under this.")
+    artifacts_root: Path = Field(Path("./artifacts"), description="Checkpoints are written under this.")
+    pool: str = Field("default", description="The GPU pool this worker serves.")
+    worker_gpus: int = Field(1, ge=1, le=64, description="GPUs this worker advertises.")
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(8000, ge=1, le=65535)
+    api_token: SecretStr | None = Field(None, description="Bearer token; unset means no auth (local dev).")
+    stream_maxlen: int = Field(10_000, ge=100, description="Approximate cap of each job's Redis Stream.")
+    heartbeat_seconds: float = Field(2.0, gt=0, description="How often a worker renews its job lease.")
+    lease_seconds: float = Field(30.0, gt=0, description="A job whose lease is older goes back to the queue.")
+    scheduler_interval_seconds: float = Field(0.5, gt=0)
+    max_request_bytes: int = Field(1024 * 1024, ge=1024)
+
+    @field_validator("api_token")
+    @classmethod
+    def _no_placeholder_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and value.get_secret_value().strip().lower() in _PLACEHOLDER_TOKENS:
+            raise ValueError("GRPO_API_TOKEN is a placeholder; set a real secret or leave it unset")
+        return value
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,32 @@
+"""Row → schema conversion and the dialect-neutral idempotent insert."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Insert
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from api.models import Job
+from api.schemas import ErrorInfo, JobRead
+
+
+def job_read(job: Job) -> JobRead:
+    error = ErrorInfo(code=job.error_code, message=job.error_message or "") if job.error_code else None
+    return JobRead(
+        id=job.id, name=job.name, team_id=job.team_id, status=job.status, priority=job.priority, pool=job.pool,
+        gpus=job.gpus, attempt=job.attempt, worker_id=job.worker_id, max_steps=job.max_steps,
+        last_step=job.last_step, cancel_requested=job.cancel_requested, created_at=job.created_at,
+        dispatched_at=job.dispatched_at, started_at=job.started_at, finished_at=job.finished_at,
+        heartbeat_at=job.heartbeat_at, latest_checkpoint=job.latest_checkpoint, error=error, spec=job.spec,
+    )
+
+
+def insert_ignoring_duplicates(session: Session, table, values: dict[str, Any]) -> bool:
+    """INSERT ... ON CONFLICT DO NOTHING; True when a row was written. A retried write of the
+    same (job, step) is harmless, which is what makes worker retries safe."""
+    dialect = session.get_bind().dialect.name
+    module = postgresql if dialect == "postgresql" else sqlite
+    stmt: Insert = module.insert(table).values(**values).on_conflict_do_nothing()
+    return session.execute(stmt).rowcount == 1

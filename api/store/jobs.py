@@ -1,0 +1,178 @@
+"""Jobs and their lifecycle. Every transition is one UPDATE guarded by the expected current
+status, plus a ``job_events`` row in the same transaction: two actors can never both win."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from api.errors import Conflict, NotFound
+from api.models import TERMINAL_STATUSES, Job, utcnow
+from api.schemas import JobRead
+from api.store._rows import job_read
+from api.store.telemetry import add_event
+from grpo_core.spec import JobSpec
+
+ACTIVE_STATUSES = ("running", "cancelling")
+
+
+def request_hash(spec: JobSpec) -> str:
+    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def create_job(session: Session, team_id: int, spec: JobSpec, idempotency_key: str | None = None
+               ) -> tuple[JobRead, bool]:
+    """Insert a queued job; ``(job, created)``. The same idempotency key with the same body
+    returns the first job; with a different body it is a :class:`Conflict`."""
+    digest = request_hash(spec)
+    if idempotency_key is not None:
+        existing = _by_idempotency_key(session, team_id, idempotency_key)
+        if existing is not None:
+            return _replay(existing, digest), False
+    job = Job(team_id=team_id, name=spec.name, spec=spec.model_dump(mode="json"), status="queued",
+              priority=spec.priority, pool=spec.resources.pool, gpus=spec.resources.gpus,
+              max_steps=spec.grpo.max_steps, idempotency_key=idempotency_key, request_hash=digest)
+    try:
+        with session.begin_nested():
+            session.add(job)
+            session.flush()
+    except IntegrityError:
+        # A concurrent request with the same key won the insert: answer as its replay.
+        existing = _by_idempotency_key(session, team_id, idempotency_key)
+        if existing is None:
+            raise
+        return _replay(existing, digest), False
+    add_event(session, job.id, "queued", "job submitted", {"priority": job.priority, "pool": job.pool})
+    return job_read(job), True
+
+
+def _by_idempotency_key(session: Session, team_id: int, key: str | None) -> Job | None:
+    return session.scalar(select(Job).where(Job.team_id == team_id, Job.idempotency_key == key))
+
+
+def _replay(existing: Job, digest: str) -> JobRead:
+    if existing.request_hash != digest:
+        raise Conflict("Idempotency-Key was already used with a different request body", param="Idempotency-Key")
+    return job_read(existing)
+
+
+def get_job(session: Session, job_id: int, team_id: int | None = None) -> JobRead:
+    """``team_id=None`` sees every team (admin); another team's job is reported as not found."""
+    job = session.get(Job, job_id)
+    if job is None or (team_id is not None and job.team_id != team_id):
+        raise NotFound(f"job {job_id} not found", param="job_id")
+    return job_read(job)
+
+
+def list_jobs(session: Session, team_id: int | None, statuses: Iterable[str] | None = None, after: int = 0,
+              limit: int = 50) -> list[JobRead]:
+    """Newest first would break cursors under inserts; ids ascend, so ``after`` is the cursor."""
+    query = select(Job).where(Job.id > after).order_by(Job.id).limit(limit)
+    if team_id is not None:
+        query = query.where(Job.team_id == team_id)
+    if statuses:
+        query = query.where(Job.status.in_(list(statuses)))
+    return [job_read(job) for job in session.scalars(query)]
+
+
+def transition(session: Session, job_id: int, expected: Iterable[str], new_status: str, event_type: str,
+               message: str = "", data: dict[str, Any] | None = None, level: str = "info",
+               **values: Any) -> bool:
+    """Move ``job_id`` to ``new_status`` only if its status is in ``expected``; True if it moved."""
+    stmt = (update(Job).where(Job.id == job_id, Job.status.in_(list(expected)))
+            .values(status=new_status, **values).execution_options(synchronize_session=False))
+    if session.execute(stmt).rowcount != 1:
+        return False
+    add_event(session, job_id, event_type, message, data or {}, level)
+    return True
+
+
+def request_cancel(session: Session, job_id: int, team_id: int | None = None) -> JobRead:
+    """Queued (or dispatched, not yet claimed) jobs end at once; a running job is asked to stop
+    and ends ``cancelled`` after its next checkpoint."""
+    job = get_job(session, job_id, team_id)
+    now = utcnow()
+    if transition(session, job_id, ("queued", "preempted", "dispatched"), "cancelled", "cancelled",
+                  "cancelled before it ran", finished_at=now):
+        return get_job(session, job_id)
+    if transition(session, job_id, ("running",), "cancelling", "cancel_requested", "cancel requested",
+                  cancel_requested=True):
+        return get_job(session, job_id)
+    if job.status in TERMINAL_STATUSES:
+        raise Conflict(f"job {job_id} already {job.status}", param="job_id")
+    return get_job(session, job_id)  # already cancelling
+
+
+def claim(session: Session, job_id: int, worker_id: str) -> JobRead | None:
+    """A worker takes a dispatched job; a duplicate delivery finds it no longer dispatched."""
+    now = utcnow()
+    stmt = (update(Job).where(Job.id == job_id, Job.status == "dispatched")
+            .values(status="running", worker_id=worker_id, attempt=Job.attempt + 1, heartbeat_at=now,
+                    started_at=now, error_code=None, error_message=None, error_traceback=None)
+            .execution_options(synchronize_session=False))
+    if session.execute(stmt).rowcount != 1:
+        return None
+    job = get_job(session, job_id)
+    add_event(session, job_id, "running", f"claimed by {worker_id}", {"worker_id": worker_id,
+                                                                       "attempt": job.attempt})
+    return job
+
+
+def renew_lease(session: Session, job_id: int, worker_id: str) -> tuple[bool, bool]:
+    """``(still_ours, cancel_requested)``; a worker that lost its lease must stop."""
+    stmt = (update(Job).where(Job.id == job_id, Job.worker_id == worker_id, Job.status.in_(ACTIVE_STATUSES))
+            .values(heartbeat_at=utcnow()).returning(Job.cancel_requested)
+            .execution_options(synchronize_session=False))
+    row = session.execute(stmt).first()
+    return (False, False) if row is None else (True, bool(row[0]))
+
+
+def finish(session: Session, job_id: int, worker_id: str, status: str, message: str = "",
+           error_code: str | None = None, error_message: str | None = None, traceback: str | None = None) -> bool:
+    """Record the end of an attempt; only the worker holding the lease may."""
+    level = "error" if status == "failed" else "info"
+    data = {"error_code": error_code} if error_code else {}
+    stmt = (update(Job).where(Job.id == job_id, Job.worker_id == worker_id, Job.status.in_(ACTIVE_STATUSES))
+            .values(status=status, finished_at=utcnow(), error_code=error_code, error_message=error_message,
+                    error_traceback=traceback).execution_options(synchronize_session=False))
+    if session.execute(stmt).rowcount != 1:
+        return False
+    add_event(session, job_id, status, message or status, data, level)
+    return True
+
+
+def requeue_expired(session: Session, lease_seconds: float, now: datetime | None = None) -> list[int]:
+    """Jobs whose worker went silent go back to the queue (they resume from their checkpoint);
+    one that was being cancelled ends cancelled instead."""
+    cutoff = (now or utcnow()) - timedelta(seconds=lease_seconds)
+    stale = select(Job.id, Job.status).where(or_(
+        (Job.status.in_(ACTIVE_STATUSES)) & (Job.heartbeat_at < cutoff),
+        (Job.status == "dispatched") & (Job.dispatched_at < cutoff),
+    ))
+    moved = []
+    for job_id, status in session.execute(stale).all():
+        if status == "cancelling":
+            done = transition(session, job_id, ("cancelling",), "cancelled", "cancelled",
+                              "worker lost while cancelling", finished_at=utcnow())
+        else:
+            done = transition(session, job_id, (status,), "queued", "requeued", "lease expired; back to the queue",
+                              {"previous_status": status}, level="warning", worker_id=None)
+        if done:
+            moved.append(job_id)
+    return moved
+
+
+def set_progress(session: Session, job_id: int, step: int, checkpoint: str | None = None) -> None:
+    values: dict[str, Any] = {"last_step": step}
+    if checkpoint is not None:
+        values["latest_checkpoint"] = checkpoint
+    session.execute(update(Job).where(Job.id == job_id, Job.last_step <= step).values(**values)
+                    .execution_options(synchronize_session=False))
