@@ -84,5 +84,8 @@ def compute_advantages(rewards: torch.Tensor, num_generations: int, scale_reward
     advantages = rewards - mean
     if scale_rewards != "none":
         advantages = advantages / (std + STD_EPSILON)
-    is_std_zero = torch.isclose(std, torch.zeros_like(std))
+    # Zero signal is a property of the group whatever the scaling: with ``batch`` a constant
+    # group still has A = 0. (TRL tests the batch std here, which hides such groups.)
+    own_group_std = std if scale_rewards != "batch" else _group_scale(rewards, num_generations)
+    is_std_zero = torch.isclose(own_group_std, torch.zeros_like(own_group_std))
     return Advantages(torch.nan_to_num(advantages, nan=0.0), std, is_std_zero)
