@@ -33,6 +33,7 @@ def encode(kind: str, data: dict[str, Any]) -> dict[str, str]:
 
 def decode(fields: dict) -> dict[str, Any]:
     """A stream entry's fields (bytes or str) → ``{"type": ..., **data}`` as sent to clients."""
+
     def text(value: Any) -> str:
         return value.decode() if isinstance(value, bytes) else value
 

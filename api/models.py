@@ -25,7 +25,16 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-JOB_STATUSES = ("queued", "dispatched", "running", "cancelling", "succeeded", "failed", "cancelled", "preempted")
+JOB_STATUSES = (
+    "queued",
+    "dispatched",
+    "running",
+    "cancelling",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "preempted",
+)
 TERMINAL_STATUSES = ("succeeded", "failed", "cancelled")
 PRIORITIES = ("low", "normal", "high")
 

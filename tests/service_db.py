@@ -27,8 +27,13 @@ def fresh_postgres_url(prefix: str = "grpo_t") -> Iterator[str]:
 
         get_engine.cache_clear()
         with admin.connect() as conn:
-            conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                              "WHERE datname = :n AND pid <> pg_backend_pid()"), {"n": name})
+            conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = :n AND pid <> pg_backend_pid()"
+                ),
+                {"n": name},
+            )
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
         admin.dispose()
 

@@ -15,11 +15,26 @@ from api.schemas import ErrorInfo, JobRead
 def job_read(job: Job) -> JobRead:
     error = ErrorInfo(code=job.error_code, message=job.error_message or "") if job.error_code else None
     return JobRead(
-        id=job.id, name=job.name, team_id=job.team_id, status=job.status, priority=job.priority, pool=job.pool,
-        gpus=job.gpus, attempt=job.attempt, worker_id=job.worker_id, max_steps=job.max_steps,
-        last_step=job.last_step, cancel_requested=job.cancel_requested, created_at=job.created_at,
-        dispatched_at=job.dispatched_at, started_at=job.started_at, finished_at=job.finished_at,
-        heartbeat_at=job.heartbeat_at, latest_checkpoint=job.latest_checkpoint, error=error, spec=job.spec,
+        id=job.id,
+        name=job.name,
+        team_id=job.team_id,
+        status=job.status,
+        priority=job.priority,
+        pool=job.pool,
+        gpus=job.gpus,
+        attempt=job.attempt,
+        worker_id=job.worker_id,
+        max_steps=job.max_steps,
+        last_step=job.last_step,
+        cancel_requested=job.cancel_requested,
+        created_at=job.created_at,
+        dispatched_at=job.dispatched_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        heartbeat_at=job.heartbeat_at,
+        latest_checkpoint=job.latest_checkpoint,
+        error=error,
+        spec=job.spec,
     )
 
 

@@ -28,8 +28,9 @@ def request_hash(spec: JobSpec) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def create_job(session: Session, team_id: int, spec: JobSpec, idempotency_key: str | None = None
-               ) -> tuple[JobRead, bool]:
+def create_job(
+    session: Session, team_id: int, spec: JobSpec, idempotency_key: str | None = None
+) -> tuple[JobRead, bool]:
     """Insert a queued job; ``(job, created)``. The same idempotency key with the same body
     returns the first job; with a different body it is a :class:`Conflict`."""
     digest = request_hash(spec)
@@ -37,9 +38,18 @@ def create_job(session: Session, team_id: int, spec: JobSpec, idempotency_key: s
         existing = _by_idempotency_key(session, team_id, idempotency_key)
         if existing is not None:
             return _replay(existing, digest), False
-    job = Job(team_id=team_id, name=spec.name, spec=spec.model_dump(mode="json"), status="queued",
-              priority=spec.priority, pool=spec.resources.pool, gpus=spec.resources.gpus,
-              max_steps=spec.grpo.max_steps, idempotency_key=idempotency_key, request_hash=digest)
+    job = Job(
+        team_id=team_id,
+        name=spec.name,
+        spec=spec.model_dump(mode="json"),
+        status="queued",
+        priority=spec.priority,
+        pool=spec.resources.pool,
+        gpus=spec.resources.gpus,
+        max_steps=spec.grpo.max_steps,
+        idempotency_key=idempotency_key,
+        request_hash=digest,
+    )
     try:
         with session.begin_nested():
             session.add(job)
@@ -60,7 +70,9 @@ def _by_idempotency_key(session: Session, team_id: int, key: str | None) -> Job 
 
 def _replay(existing: Job, digest: str) -> JobRead:
     if existing.request_hash != digest:
-        raise Conflict("Idempotency-Key was already used with a different request body", param="Idempotency-Key")
+        raise Conflict(
+            "Idempotency-Key was already used with a different request body", param="Idempotency-Key"
+        )
     return job_read(existing)
 
 
@@ -72,8 +84,13 @@ def get_job(session: Session, job_id: int, team_id: int | None = None) -> JobRea
     return job_read(job)
 
 
-def list_jobs(session: Session, team_id: int | None, statuses: Iterable[str] | None = None, after: int = 0,
-              limit: int = 50) -> list[JobRead]:
+def list_jobs(
+    session: Session,
+    team_id: int | None,
+    statuses: Iterable[str] | None = None,
+    after: int = 0,
+    limit: int = 50,
+) -> list[JobRead]:
     """Newest first would break cursors under inserts; ids ascend, so ``after`` is the cursor."""
     query = select(Job).where(Job.id > after).order_by(Job.id).limit(limit)
     if team_id is not None:
@@ -83,12 +100,24 @@ def list_jobs(session: Session, team_id: int | None, statuses: Iterable[str] | N
     return [job_read(job) for job in session.scalars(query)]
 
 
-def transition(session: Session, job_id: int, expected: Iterable[str], new_status: str, event_type: str,
-               message: str = "", data: dict[str, Any] | None = None, level: str = "info",
-               **values: Any) -> bool:
+def transition(
+    session: Session,
+    job_id: int,
+    expected: Iterable[str],
+    new_status: str,
+    event_type: str,
+    message: str = "",
+    data: dict[str, Any] | None = None,
+    level: str = "info",
+    **values: Any,
+) -> bool:
     """Move ``job_id`` to ``new_status`` only if its status is in ``expected``; True if it moved."""
-    stmt = (update(Job).where(Job.id == job_id, Job.status.in_(list(expected)))
-            .values(status=new_status, **values).execution_options(synchronize_session=False))
+    stmt = (
+        update(Job)
+        .where(Job.id == job_id, Job.status.in_(list(expected)))
+        .values(status=new_status, **values)
+        .execution_options(synchronize_session=False)
+    )
     if session.execute(stmt).rowcount != 1:
         return False
     add_event(session, job_id, event_type, message, data or {}, level)
@@ -100,11 +129,25 @@ def request_cancel(session: Session, job_id: int, team_id: int | None = None) ->
     and ends ``cancelled`` after its next checkpoint."""
     job = get_job(session, job_id, team_id)
     now = utcnow()
-    if transition(session, job_id, ("queued", "preempted", "dispatched"), "cancelled", "cancelled",
-                  "cancelled before it ran", finished_at=now):
+    if transition(
+        session,
+        job_id,
+        ("queued", "preempted", "dispatched"),
+        "cancelled",
+        "cancelled",
+        "cancelled before it ran",
+        finished_at=now,
+    ):
         return get_job(session, job_id)
-    if transition(session, job_id, ("running",), "cancelling", "cancel_requested", "cancel requested",
-                  cancel_requested=True):
+    if transition(
+        session,
+        job_id,
+        ("running",),
+        "cancelling",
+        "cancel_requested",
+        "cancel requested",
+        cancel_requested=True,
+    ):
         return get_job(session, job_id)
     if job.status in TERMINAL_STATUSES:
         raise Conflict(f"job {job_id} already {job.status}", param="job_id")
@@ -114,35 +157,72 @@ def request_cancel(session: Session, job_id: int, team_id: int | None = None) ->
 def claim(session: Session, job_id: int, worker_id: str) -> JobRead | None:
     """A worker takes a dispatched job; a duplicate delivery finds it no longer dispatched."""
     now = utcnow()
-    stmt = (update(Job).where(Job.id == job_id, Job.status == "dispatched")
-            .values(status="running", worker_id=worker_id, attempt=Job.attempt + 1, heartbeat_at=now,
-                    started_at=now, error_code=None, error_message=None, error_traceback=None)
-            .execution_options(synchronize_session=False))
+    stmt = (
+        update(Job)
+        .where(Job.id == job_id, Job.status == "dispatched")
+        .values(
+            status="running",
+            worker_id=worker_id,
+            attempt=Job.attempt + 1,
+            heartbeat_at=now,
+            started_at=now,
+            error_code=None,
+            error_message=None,
+            error_traceback=None,
+        )
+        .execution_options(synchronize_session=False)
+    )
     if session.execute(stmt).rowcount != 1:
         return None
     job = get_job(session, job_id)
-    add_event(session, job_id, "running", f"claimed by {worker_id}", {"worker_id": worker_id,
-                                                                       "attempt": job.attempt})
+    add_event(
+        session,
+        job_id,
+        "running",
+        f"claimed by {worker_id}",
+        {"worker_id": worker_id, "attempt": job.attempt},
+    )
     return job
 
 
 def renew_lease(session: Session, job_id: int, worker_id: str) -> tuple[bool, bool]:
     """``(still_ours, cancel_requested)``; a worker that lost its lease must stop."""
-    stmt = (update(Job).where(Job.id == job_id, Job.worker_id == worker_id, Job.status.in_(ACTIVE_STATUSES))
-            .values(heartbeat_at=utcnow()).returning(Job.cancel_requested)
-            .execution_options(synchronize_session=False))
+    stmt = (
+        update(Job)
+        .where(Job.id == job_id, Job.worker_id == worker_id, Job.status.in_(ACTIVE_STATUSES))
+        .values(heartbeat_at=utcnow())
+        .returning(Job.cancel_requested)
+        .execution_options(synchronize_session=False)
+    )
     row = session.execute(stmt).first()
     return (False, False) if row is None else (True, bool(row[0]))
 
 
-def finish(session: Session, job_id: int, worker_id: str, status: str, message: str = "",
-           error_code: str | None = None, error_message: str | None = None, traceback: str | None = None) -> bool:
+def finish(
+    session: Session,
+    job_id: int,
+    worker_id: str,
+    status: str,
+    message: str = "",
+    error_code: str | None = None,
+    error_message: str | None = None,
+    traceback: str | None = None,
+) -> bool:
     """Record the end of an attempt; only the worker holding the lease may."""
     level = "error" if status == "failed" else "info"
     data = {"error_code": error_code} if error_code else {}
-    stmt = (update(Job).where(Job.id == job_id, Job.worker_id == worker_id, Job.status.in_(ACTIVE_STATUSES))
-            .values(status=status, finished_at=utcnow(), error_code=error_code, error_message=error_message,
-                    error_traceback=traceback).execution_options(synchronize_session=False))
+    stmt = (
+        update(Job)
+        .where(Job.id == job_id, Job.worker_id == worker_id, Job.status.in_(ACTIVE_STATUSES))
+        .values(
+            status=status,
+            finished_at=utcnow(),
+            error_code=error_code,
+            error_message=error_message,
+            error_traceback=traceback,
+        )
+        .execution_options(synchronize_session=False)
+    )
     if session.execute(stmt).rowcount != 1:
         return False
     add_event(session, job_id, status, message or status, data, level)
@@ -153,18 +233,36 @@ def requeue_expired(session: Session, lease_seconds: float, now: datetime | None
     """Jobs whose worker went silent go back to the queue (they resume from their checkpoint);
     one that was being cancelled ends cancelled instead."""
     cutoff = (now or utcnow()) - timedelta(seconds=lease_seconds)
-    stale = select(Job.id, Job.status).where(or_(
-        (Job.status.in_(ACTIVE_STATUSES)) & (Job.heartbeat_at < cutoff),
-        (Job.status == "dispatched") & (Job.dispatched_at < cutoff),
-    ))
+    stale = select(Job.id, Job.status).where(
+        or_(
+            (Job.status.in_(ACTIVE_STATUSES)) & (Job.heartbeat_at < cutoff),
+            (Job.status == "dispatched") & (Job.dispatched_at < cutoff),
+        )
+    )
     moved = []
     for job_id, status in session.execute(stale).all():
         if status == "cancelling":
-            done = transition(session, job_id, ("cancelling",), "cancelled", "cancelled",
-                              "worker lost while cancelling", finished_at=utcnow())
+            done = transition(
+                session,
+                job_id,
+                ("cancelling",),
+                "cancelled",
+                "cancelled",
+                "worker lost while cancelling",
+                finished_at=utcnow(),
+            )
         else:
-            done = transition(session, job_id, (status,), "queued", "requeued", "lease expired; back to the queue",
-                              {"previous_status": status}, level="warning", worker_id=None)
+            done = transition(
+                session,
+                job_id,
+                (status,),
+                "queued",
+                "requeued",
+                "lease expired; back to the queue",
+                {"previous_status": status},
+                level="warning",
+                worker_id=None,
+            )
         if done:
             moved.append(job_id)
     return moved
@@ -174,5 +272,9 @@ def set_progress(session: Session, job_id: int, step: int, checkpoint: str | Non
     values: dict[str, Any] = {"last_step": step}
     if checkpoint is not None:
         values["latest_checkpoint"] = checkpoint
-    session.execute(update(Job).where(Job.id == job_id, Job.last_step <= step).values(**values)
-                    .execution_options(synchronize_session=False))
+    session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.last_step <= step)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )

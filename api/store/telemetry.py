@@ -13,8 +13,14 @@ from api.schemas import CheckpointRead, EventRead, MetricRead, SamplesRead
 from api.store._rows import insert_ignoring_duplicates
 
 
-def add_event(session: Session, job_id: int, type: str, message: str = "",  # noqa: A002
-              data: dict[str, Any] | None = None, level: str = "info") -> EventRead:
+def add_event(
+    session: Session,
+    job_id: int,
+    type: str,
+    message: str = "",  # noqa: A002
+    data: dict[str, Any] | None = None,
+    level: str = "info",
+) -> EventRead:
     event = JobEvent(job_id=job_id, type=type, message=message, data=data or {}, level=level, ts=utcnow())
     session.add(event)
     session.flush()
@@ -22,38 +28,56 @@ def add_event(session: Session, job_id: int, type: str, message: str = "",  # no
 
 
 def record_metrics(session: Session, job_id: int, record: dict[str, Any]) -> bool:
-    return insert_ignoring_duplicates(session, JobMetric.__table__,
-                                      {"job_id": job_id, "step": int(record["step"]), "payload": record,
-                                       "ts": utcnow()})
+    return insert_ignoring_duplicates(
+        session,
+        JobMetric.__table__,
+        {"job_id": job_id, "step": int(record["step"]), "payload": record, "ts": utcnow()},
+    )
 
 
 def record_samples(session: Session, job_id: int, step: int, rows: list[dict[str, Any]]) -> bool:
-    return insert_ignoring_duplicates(session, JobSample.__table__, {"job_id": job_id, "step": step, "rows": rows})
+    return insert_ignoring_duplicates(
+        session, JobSample.__table__, {"job_id": job_id, "step": step, "rows": rows}
+    )
 
 
 def record_checkpoint(session: Session, job_id: int, step: int, path: str) -> bool:
-    return insert_ignoring_duplicates(session, Checkpoint.__table__,
-                                      {"job_id": job_id, "step": step, "path": path, "created_at": utcnow()})
+    return insert_ignoring_duplicates(
+        session, Checkpoint.__table__, {"job_id": job_id, "step": step, "path": path, "created_at": utcnow()}
+    )
 
 
 def list_events(session: Session, job_id: int, after: int = 0, limit: int = 100) -> list[EventRead]:
-    rows = session.scalars(select(JobEvent).where(JobEvent.job_id == job_id, JobEvent.id > after)
-                           .order_by(JobEvent.id).limit(limit))
+    rows = session.scalars(
+        select(JobEvent)
+        .where(JobEvent.job_id == job_id, JobEvent.id > after)
+        .order_by(JobEvent.id)
+        .limit(limit)
+    )
     return [EventRead.model_validate(row, from_attributes=True) for row in rows]
 
 
-def list_metrics(session: Session, job_id: int, after_step: int = 0, limit: int = 1000,
-                 names: set[str] | None = None) -> list[MetricRead]:
-    rows = session.scalars(select(JobMetric).where(JobMetric.job_id == job_id, JobMetric.step > after_step)
-                           .order_by(JobMetric.step).limit(limit))
+def list_metrics(
+    session: Session, job_id: int, after_step: int = 0, limit: int = 1000, names: set[str] | None = None
+) -> list[MetricRead]:
+    rows = session.scalars(
+        select(JobMetric)
+        .where(JobMetric.job_id == job_id, JobMetric.step > after_step)
+        .order_by(JobMetric.step)
+        .limit(limit)
+    )
     out = []
     for row in rows:
-        values = row.payload if not names else {k: v for k, v in row.payload.items() if k in names or k == "step"}
+        values = (
+            row.payload if not names else {k: v for k, v in row.payload.items() if k in names or k == "step"}
+        )
         out.append(MetricRead(step=row.step, ts=row.ts, values=values))
     return out
 
 
-def list_samples(session: Session, job_id: int, step: int | None = None, limit: int = 20) -> list[SamplesRead]:
+def list_samples(
+    session: Session, job_id: int, step: int | None = None, limit: int = 20
+) -> list[SamplesRead]:
     query = select(JobSample).where(JobSample.job_id == job_id)
     query = query.where(JobSample.step == step) if step is not None else query.order_by(JobSample.step.desc())
     return [SamplesRead(step=row.step, rows=row.rows) for row in session.scalars(query.limit(limit))]
