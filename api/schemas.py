@@ -3,12 +3,20 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Generic, TypeVar
+from datetime import UTC, datetime
+from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import BaseModel
+from pydantic import AfterValidator, BaseModel
 
 T = TypeVar("T")
+
+
+def _as_utc(value: datetime) -> datetime:
+    # SQLite hands back naive datetimes (it stores no offset); every stored time is UTC.
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(_as_utc)]
 
 
 class ErrorInfo(BaseModel):
@@ -29,11 +37,11 @@ class JobRead(BaseModel):
     max_steps: int
     last_step: int
     cancel_requested: bool
-    created_at: datetime
-    dispatched_at: datetime | None
-    started_at: datetime | None
-    finished_at: datetime | None
-    heartbeat_at: datetime | None
+    created_at: UtcDatetime
+    dispatched_at: UtcDatetime | None
+    started_at: UtcDatetime | None
+    finished_at: UtcDatetime | None
+    heartbeat_at: UtcDatetime | None
     latest_checkpoint: str | None
     error: ErrorInfo | None
     spec: dict[str, Any]
@@ -42,7 +50,7 @@ class JobRead(BaseModel):
 class EventRead(BaseModel):
     id: int
     job_id: int
-    ts: datetime
+    ts: UtcDatetime
     level: str
     type: str
     message: str
@@ -51,7 +59,7 @@ class EventRead(BaseModel):
 
 class MetricRead(BaseModel):
     step: int
-    ts: datetime
+    ts: UtcDatetime
     values: dict[str, Any]
 
 
@@ -63,7 +71,7 @@ class SamplesRead(BaseModel):
 class CheckpointRead(BaseModel):
     step: int
     path: str
-    created_at: datetime
+    created_at: UtcDatetime
 
 
 class Page(BaseModel, Generic[T]):

@@ -11,6 +11,7 @@ from grpo_core.rewards.registry import (
     available_rewards,
     bind_rewards,
     reward_catalog,
+    validate_reward_specs,
 )
 from grpo_core.rewards.scoring import score_completions
 
@@ -22,4 +23,5 @@ __all__ = [
     "bind_rewards",
     "reward_catalog",
     "score_completions",
+    "validate_reward_specs",
 ]

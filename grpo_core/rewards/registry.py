@@ -38,6 +38,7 @@ __all__ = [
     "available_rewards",
     "bind_rewards",
     "reward_catalog",
+    "validate_reward_specs",
 ]
 
 ENTRY_POINT_GROUP = "grpo.rewards"
@@ -193,6 +194,15 @@ def _validate_args(definition: RewardDefinition, args: dict[str, Any], index: in
         path = ".".join([f"rewards.{index}.args", *(str(part) for part in first["loc"])])
         more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
         raise SpecError(path, f"{first['msg']}{more}") from exc
+
+
+def validate_reward_specs(specs: list[RewardSpec]) -> None:
+    """Check each spec's name and ``args`` as :func:`bind_rewards` would, raising the same
+    :class:`SpecError` (``rewards.N.name``, ``rewards.N.args.FIELD``), but build nothing: building
+    may need the model's tokenizer, which the web service never loads."""
+    state = _registry()
+    for index, spec in enumerate(specs):
+        _validate_args(_lookup(state, spec.name, index), spec.args, index)
 
 
 def _build(definition: RewardDefinition, args: BaseModel, context: RewardContext, index: int) -> RewardFn:

@@ -48,3 +48,254 @@ def fresh_postgres_url() -> Iterator[str]:
 def fresh_sqlite_url(tmp_path: Path) -> str:
     """URL of a SQLite file that does not exist yet (SQLite creates it on first connect)."""
     return f"sqlite:///{tmp_path / 'grpo.db'}"
+
+
+# ==== HTTP API and WebSocket stream (tests/api/test_jobs_api.py, test_stream.py, test_meta.py) ====
+# A real uvicorn server per test module and database backend, real httpx / websockets clients,
+# and a scripted worker that drives jobs through the real store functions and Redis stream.
+
+API_TOKEN = "api-test-token-7c1e"
+API_REDIS_URL = "redis://127.0.0.1:6379/11"  # its own Redis database: stream keys start clean
+
+
+@pytest.fixture(scope="module", params=["postgres", "sqlite"])
+def api_database_url(request: pytest.FixtureRequest,
+                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A migrated database shared by one test module's tests, on each backend in turn."""
+    import service_db  # tests/ is on sys.path (pytest's rootdir conftest)
+
+    if request.param == "sqlite":
+        with service_db.migrated(service_db.sqlite_url(tmp_path_factory.mktemp("api-db"))) as url:
+            yield url
+        return
+    with service_db.fresh_postgres_url("grpo_api") as url, service_db.migrated(url):
+        yield url
+
+
+@pytest.fixture(scope="session")
+def service_roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """models/ and data/ roots holding one valid model folder and data file, plus an outside
+    folder and symlinks from inside the roots that lead out to it."""
+    base = tmp_path_factory.mktemp("roots")
+    models, data, outside = base / "models", base / "data", base / "outside"
+    for folder in (models / "tiny", data, outside):
+        folder.mkdir(parents=True)
+    (models / "tiny" / "config.json").write_text("{}")
+    (data / "prompts.jsonl").write_text('{"prompt": "2+3?", "answer": "5"}\n')
+    (outside / "config.json").write_text("{}")
+    (outside / "secret.jsonl").write_text('{"prompt": "x"}\n')
+    (models / "escape").symlink_to(outside, target_is_directory=True)
+    (data / "leak.jsonl").symlink_to(outside / "secret.jsonl")
+    return {"models": models, "data": data, "outside": outside}
+
+
+@pytest.fixture(scope="session")
+def api_settings_factory(service_roots: dict[str, Path]):
+    """``factory(database_url, **overrides) -> Settings`` for a test server."""
+    from api.settings import Settings
+
+    def factory(database_url: str, **overrides) -> Settings:
+        values = {"database_url": database_url, "redis_url": API_REDIS_URL, "api_token": API_TOKEN,
+                  "models_root": service_roots["models"], "data_root": service_roots["data"],
+                  "stream_maxlen": 100_000}
+        return Settings(**{**values, **overrides})
+
+    return factory
+
+
+class LiveServer:
+    """A running test server: its base URLs and the settings it was built with."""
+
+    def __init__(self, port: int, settings) -> None:
+        self.http_url = f"http://127.0.0.1:{port}"
+        self.ws_url = f"ws://127.0.0.1:{port}"
+        self.settings = settings
+
+
+def _serve(settings) -> Iterator[LiveServer]:
+    """``create_app(settings)`` under uvicorn, in a thread, on a port the OS picked (a
+    generator: use it through ``serve_api`` or ``contextlib.contextmanager``)."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from api.main import create_app
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            pytest.fail("the API server did not start")
+        time.sleep(0.01)
+    try:
+        yield LiveServer(sock.getsockname()[1], settings)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def api_server(api_database_url: str, api_settings_factory) -> Iterator[LiveServer]:
+    """The app under uvicorn for one test module and backend, with the token required."""
+    import redis
+
+    def drop_streams() -> None:  # job ids restart at 1 in each fresh database
+        with redis.Redis.from_url(API_REDIS_URL) as client:
+            stale = list(client.scan_iter(match="grpo:job:*"))
+            if stale:
+                client.delete(*stale)
+
+    drop_streams()
+    yield from _serve(api_settings_factory(api_database_url))
+    drop_streams()
+
+
+@pytest.fixture(scope="session")
+def serve_api():
+    """``with serve_api(settings) as server:`` for a test that needs its own settings."""
+    import contextlib
+
+    return contextlib.contextmanager(_serve)
+
+
+@pytest.fixture
+def api(api_server: LiveServer):
+    """An httpx client for the module's server, sending the bearer token."""
+    import httpx
+
+    with httpx.Client(base_url=api_server.http_url, headers={"Authorization": f"Bearer {API_TOKEN}"},
+                      timeout=10, trust_env=False) as client:
+        yield client
+
+
+@pytest.fixture
+def job_spec(service_roots: dict[str, Path]):
+    """``job_spec(**overrides) -> dict``: a valid JobSpec body (tiny model, inline prompts)."""
+
+    def factory(**overrides) -> dict:
+        spec = {"name": "tiny-run", "model": {"source": "path:tiny"},
+                "dataset": {"prompts": [{"prompt": "What is 2+3?", "answer": "5"}]},
+                "rewards": [{"name": "exact_match", "args": {"field": "answer"}}],
+                "grpo": {"num_generations": 2, "prompts_per_step": 1, "max_steps": 20}}
+        spec.update(overrides)
+        return spec
+
+    return factory
+
+
+class ScriptedWorker:
+    """Plays the worker's part (the Celery worker is tested on its own): the real store
+    functions write SQL, then ``api.bus.publish`` tells live readers, in that order, as the
+    real worker does."""
+
+    def __init__(self, database_url: str, maxlen: int = 100_000) -> None:
+        import redis
+
+        self.database_url = database_url
+        self.redis = redis.Redis.from_url(API_REDIS_URL)
+        self.maxlen = maxlen
+
+    def publish(self, job_id: int, kind: str, data: dict) -> None:
+        from api import bus
+
+        bus.publish(self.redis, job_id, kind, data, self.maxlen)
+
+    def start(self, job_id: int, worker_id: str = "scripted") -> None:
+        from api.db import session_scope
+        from api.models import utcnow
+        from api.store import jobs
+
+        with session_scope(self.database_url) as session:
+            assert jobs.transition(session, job_id, ("queued",), "dispatched", "dispatched",
+                                   dispatched_at=utcnow())
+            assert jobs.claim(session, job_id, worker_id) is not None
+        self.publish(job_id, "status", {"status": "running"})
+
+    def step(self, job_id: int, step: int, padding: int = 0) -> dict:
+        """One optimizer step's record (TRL metric names), in SQL, then on the stream."""
+        from api.db import session_scope
+        from api.store import jobs, telemetry
+
+        record = {"step": step, "reward": 0.01 * step, "reward_std": 0.5, "kl": 0.001 * step,
+                  "loss": 0.0, "clip_ratio/region_mean": 0.02, "rewards/exact_match/mean": 0.01 * step}
+        if padding:
+            record["note"] = "x" * padding
+        with session_scope(self.database_url) as session:
+            telemetry.record_metrics(session, job_id, record)
+            jobs.set_progress(session, job_id, step)
+        self.publish(job_id, "metrics", record)
+        return record
+
+    def burst(self, job_id: int, steps: range, padding: int = 0, chunk: int = 50) -> list[dict]:
+        """Many steps fast: one SQL transaction, then pipelined publishes in chunks."""
+        import time
+
+        from api import bus
+        from api.db import session_scope
+        from api.store import jobs, telemetry
+
+        records = [{"step": step, "reward": 0.01 * step, "note": "x" * padding} for step in steps]
+        with session_scope(self.database_url) as session:
+            for record in records:
+                telemetry.record_metrics(session, job_id, record)
+            jobs.set_progress(session, job_id, steps[-1])
+        for start in range(0, len(records), chunk):
+            pipe = self.redis.pipeline(transaction=False)
+            for record in records[start:start + chunk]:
+                pipe.xadd(bus.stream_key(job_id), bus.encode("metrics", record), maxlen=self.maxlen,
+                          approximate=True)
+            pipe.execute()
+            time.sleep(0.005)
+        return records
+
+    def samples(self, job_id: int, step: int, rows: list[dict]) -> None:
+        from api.db import session_scope
+        from api.store import telemetry
+
+        with session_scope(self.database_url) as session:
+            telemetry.record_samples(session, job_id, step, rows)
+        self.publish(job_id, "samples", {"step": step, "rows": rows})
+
+    def event(self, job_id: int, type_: str, message: str = "", data: dict | None = None) -> dict:
+        from api.db import session_scope
+        from api.store import telemetry
+
+        with session_scope(self.database_url) as session:
+            event = telemetry.add_event(session, job_id, type_, message, data).model_dump(mode="json")
+        self.publish(job_id, "event", event)
+        return event
+
+    def finish(self, job_id: int, status: str = "succeeded", worker_id: str = "scripted",
+               publish: bool = True) -> None:
+        from api.db import session_scope
+        from api.store import jobs
+
+        with session_scope(self.database_url) as session:
+            assert jobs.finish(session, job_id, worker_id, status, f"{status} (scripted)")
+        if publish:
+            self.publish(job_id, "status", {"status": status})
+
+    def close(self) -> None:
+        self.redis.close()
+
+
+@pytest.fixture
+def worker(api_server: LiveServer) -> Iterator[ScriptedWorker]:
+    scripted = ScriptedWorker(api_server.settings.database_url)
+    yield scripted
+    scripted.close()
+
+
+@pytest.fixture(scope="session")
+def api_token() -> str:
+    return API_TOKEN
+
+# ==== end of the HTTP API and WebSocket stream section ====

@@ -1,0 +1,59 @@
+"""The web process's entrypoint and composition root.
+
+``create_app(settings)`` builds an app (tests build several with different settings); the
+module attribute ``app`` is built on first access, so ``uvicorn api.main:app`` works while a
+bare import still builds nothing. ``uvicorn --factory api.main:create_app`` works too.
+Nothing here imports torch: the web process stays small and starts fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import lru_cache
+from typing import Any
+
+import redis.asyncio as aioredis
+from fastapi import FastAPI
+
+from api.http_errors import BodySizeLimit, install_error_handlers
+from api.routes import build_router
+from api.settings import Settings, get_settings
+
+# Above the stream's XREAD BLOCK (1 s), so a blocked read is never mistaken for a dead socket.
+REDIS_SOCKET_TIMEOUT_S = 10.0
+REDIS_CONNECT_TIMEOUT_S = 2.0
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    app.state.redis = aioredis.Redis.from_url(settings.redis_url, socket_timeout=REDIS_SOCKET_TIMEOUT_S,
+                                              socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S)
+    try:
+        yield
+    finally:
+        await app.state.redis.aclose()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    app = FastAPI(title="GRPO job service", version="0.1.0", lifespan=_lifespan,
+                  description="Submit GRPO fine-tuning jobs and follow their training signals. "
+                              "Errors are `{\"error\": {\"code\", \"message\", \"param\"}}`.")
+    app.state.settings = settings
+    install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    app.include_router(build_router())
+    return app
+
+
+@lru_cache
+def _default_app() -> FastAPI:
+    return create_app()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        return _default_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,19 @@
+"""The HTTP surface: probes at the root, everything else under ``/v1`` behind auth."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+
+from api.deps import get_principal
+from api.routes import jobs, meta, stream, telemetry
+
+
+def build_router() -> APIRouter:
+    root = APIRouter()
+    root.include_router(meta.probes)
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(get_principal)],
+                   responses={401: {"description": "Missing or wrong bearer token"}})
+    for module_router in (meta.catalog, jobs.router, telemetry.router, stream.router):
+        v1.include_router(module_router)
+    root.include_router(v1)
+    return root

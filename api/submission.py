@@ -1,0 +1,68 @@
+"""What a JobSpec must satisfy before the service accepts it, beyond its own shape (which
+pydantic checks while parsing the body): ``path:`` sources stay inside the configured roots and
+exist, and every reward is a known one with valid args. All of it is checked before anything is
+written, so a rejected request leaves no row behind. Torch-free, like everything the web
+process imports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from api.settings import Settings
+from grpo_core.errors import SpecError
+from grpo_core.paths import resolve_under_root
+from grpo_core.rewards import validate_reward_specs
+from grpo_core.spec import JobSpec, split_source
+from grpo_core.specfile import InvalidSpec
+
+
+def check_submission(spec: JobSpec, settings: Settings) -> None:
+    """Raise :class:`InvalidSpec` listing every problem found (``model.source``,
+    ``dataset.source``, ``rewards.N.name``, ``rewards.N.args.FIELD``)."""
+    problems = [
+        _check_path_source(spec.model.source, settings.models_root, "model.source"),
+        _check_path_source(spec.dataset.source, settings.data_root, "dataset.source"),
+    ]
+    try:
+        validate_reward_specs(spec.rewards)
+    except SpecError as exc:
+        problems.append(exc)
+    errors = [problem for problem in problems if problem is not None]
+    if errors:
+        raise InvalidSpec(errors)
+
+
+def _is_model_folder(path: Path) -> bool:
+    # The worker loads Hugging Face folders; one without config.json would fail there instead.
+    return path.is_dir() and (path / "config.json").is_file()
+
+
+# field -> (the root's name in messages, what must be there, how to tell it is there)
+_SOURCES: dict[str, tuple[str, str, Callable[[Path], bool]]] = {
+    "model.source": ("models", "model folder (with a config.json)", _is_model_folder),
+    "dataset.source": ("data", "file", Path.is_file),
+}
+
+
+def _check_path_source(source: str | None, root: Path, field: str) -> SpecError | None:
+    """``None`` when ``source`` is absent, ``hf:``, or a ``path:`` that resolves (after ``..``
+    and symlinks) to something inside ``root`` that exists. Messages never show the server's
+    own paths."""
+    if source is None:
+        return None
+    root_name, what, exists = _SOURCES[field]
+    scheme, location = split_source(source)
+    if scheme != "path":
+        return None
+    try:
+        resolved = resolve_under_root(location, root, None, field)
+    except SpecError:
+        return SpecError(field, f"'{location}' is outside the {root_name} root: name it relative to that "
+                                "root, without '..' or links that lead out of it")
+    except (OSError, RuntimeError):  # a symlink loop, or a name the filesystem refuses
+        return SpecError(field, f"'{location}' cannot be resolved")
+    if not exists(resolved):
+        return SpecError(field, f"no {what} '{location}' under the {root_name} root")
+    return None

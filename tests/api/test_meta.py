@@ -1,0 +1,99 @@
+"""Probes, the reward catalog, the OpenAPI page, local no-auth mode and the torch-free import."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+
+def closed_port() -> int:
+    """A port nothing listens on (the OS just handed it out and it was released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_healthz_and_readyz(api) -> None:
+    assert api.get("/healthz").json() == {"status": "ok"}
+    ready = api.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json() == {"status": "ready", "checks": {"database": "ok", "redis": "ok"}}
+
+
+def test_readyz_is_503_when_redis_is_unreachable(api_database_url, api_settings_factory, serve_api) -> None:
+    settings = api_settings_factory(api_database_url, redis_url=f"redis://127.0.0.1:{closed_port()}/0",
+                                    api_token=None)
+    with serve_api(settings) as server, httpx.Client(base_url=server.http_url, trust_env=False) as client:
+        assert client.get("/healthz").status_code == 200  # alive, just not ready
+        response = client.get("/readyz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["error"]["code"] == "not_ready" and body["error"]["message"].startswith("redis: ")
+    assert body["checks"]["database"] == "ok" and body["checks"]["redis"] != "ok"
+
+
+def test_readyz_is_503_when_the_database_is_unreachable(api_settings_factory, serve_api) -> None:
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{closed_port()}/nothing"
+    with serve_api(api_settings_factory(url)) as server, \
+            httpx.Client(base_url=server.http_url, trust_env=False) as client:
+        response = client.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["checks"]["redis"] == "ok"
+    assert response.json()["error"]["message"].startswith("database: ")
+
+
+def test_reward_catalog_lists_argument_schemas(api) -> None:
+    items = api.get("/v1/rewards").json()["items"]
+    by_name = {item["name"]: item for item in items}
+    assert {"exact_match", "numeric_match", "think_answer_format"} <= set(by_name)
+    exact = by_name["exact_match"]
+    assert exact["builtin"] is True and exact["description"]
+    assert exact["args_schema"]["properties"]["field"]["default"] == "answer"
+    assert exact["args_schema"]["additionalProperties"] is False
+
+
+def test_openapi_documents_the_v1_api(api) -> None:
+    assert api.get("/docs").status_code == 200
+    paths = api.get("/openapi.json").json()["paths"]
+    assert {"/v1/jobs", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/cancel", "/v1/jobs/{job_id}/events",
+            "/v1/jobs/{job_id}/metrics", "/v1/jobs/{job_id}/samples", "/v1/jobs/{job_id}/checkpoints",
+            "/v1/rewards", "/healthz", "/readyz"} <= set(paths)
+    assert "JobSpec" in str(paths["/v1/jobs"]["post"]["requestBody"])
+
+
+def test_without_a_configured_token_there_is_no_auth(api_database_url, api_settings_factory, serve_api,
+                                                     job_spec) -> None:
+    with serve_api(api_settings_factory(api_database_url, api_token=None)) as server, \
+            httpx.Client(base_url=server.http_url, trust_env=False) as client:
+        created = client.post("/v1/jobs", json=job_spec(name="local"))
+        assert created.status_code == 201, created.text
+        assert client.get(f"/v1/jobs/{created.json()['id']}").json()["name"] == "local"
+
+
+def test_unknown_route_uses_the_error_shape(api) -> None:
+    response = api.get("/v1/nothing-here")
+    assert response.status_code == 404
+    assert response.json() == {"error": {"code": "not_found", "message": "Not Found", "param": None}}
+    wrong_method = api.delete("/v1/jobs")
+    assert wrong_method.status_code == 405 and wrong_method.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_web_process_imports_without_torch() -> None:
+    code = (
+        "import sys\n"
+        "import api.main\n"
+        "assert 'app' not in vars(api.main)  # nothing is built at import time\n"
+        "from api.settings import Settings\n"
+        "app = api.main.create_app(Settings())\n"
+        "app.openapi()\n"
+        "from grpo_core.rewards import reward_catalog; reward_catalog()\n"
+        "heavy = sorted(m for m in ('torch', 'transformers') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                            cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode == 0, result.stderr

@@ -1,0 +1,138 @@
+"""The whole service as a user runs it: ``grpo dev`` (API, scheduler, one Celery worker, and a
+private ``redis-server`` it starts itself) driven over real HTTP and WebSocket connections.
+
+The stack runs once per database: on the embedded default (a SQLite file in the working
+directory, the URL left unset) and on a fresh Postgres database. Helpers reach the tests as
+fixtures (``stack``, ``tiny_spec``), never by importing this file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+from service_db import fresh_postgres_url
+
+from api.client import TERMINAL, ApiClient
+from api.dev import free_port
+
+TOKEN = "e2e-secret-token-0123456789"
+PROMPTS = [{"prompt": "Is it yes?"}, {"prompt": "What is 2+3?"}, {"prompt": "hello world"},
+           {"prompt": "Think about the number seven."}]
+
+
+def make_spec(name: str = "tiny", max_steps: int = 4, **overrides: Any) -> dict[str, Any]:
+    spec = {"name": name, "model": {"source": "path:tiny"}, "dataset": {"prompts": PROMPTS},
+            "rewards": [{"name": "contains", "args": {"text": "yes"}}],
+            "grpo": {"num_generations": 2, "prompts_per_step": 2, "max_completion_length": 8,
+                     "max_steps": max_steps, "learning_rate": 1e-3},
+            "checkpoint_every": 2, "log_completions_every": 2}
+    spec.update(overrides)
+    return spec
+
+
+@pytest.fixture
+def tiny_spec():
+    """``tiny_spec(name, max_steps, **fields)``: a job of a few seconds on one CPU core."""
+    return make_spec
+
+
+@dataclass
+class Stack:
+    url: str
+    api: ApiClient
+    token: str
+    root: Path
+    log: Path
+
+    def wait_for_job(self, job_id: int, predicate, timeout: float = 120, interval: float = 0.05
+                     ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            job = self.api.job(job_id)
+            if predicate(job):
+                return job
+            time.sleep(interval)
+        raise AssertionError(f"job {job_id} never got there: {job}\n{self.log.read_text()[-6000:]}")
+
+    def wait_until_done(self, job_id: int) -> dict[str, Any]:
+        return self.wait_for_job(job_id, lambda job: job["status"] in TERMINAL)
+
+
+def _database_env(backend: str) -> Iterator[dict[str, str]]:
+    if backend == "sqlite":
+        yield {}  # the embedded default: sqlite:///./grpo.db in the working directory
+        return
+    with fresh_postgres_url("grpo_e2e") as url:
+        yield {"GRPO_DATABASE_URL": url}
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """``grpo dev`` stops its children on SIGTERM; anything it leaves behind is a bug, but is
+    still killed here so a failing run cannot leak processes."""
+    try:
+        family = psutil.Process(process.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        family = []
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    for leftover in family:
+        if leftover.is_running():
+            leftover.kill()
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def stack(request, tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Iterator[Stack]:
+    root = tmp_path_factory.mktemp(f"dev-{request.param}")
+    for name in ("models", "data", "artifacts"):
+        (root / name).mkdir()
+    shutil.copytree(tiny_model_dir, root / "models" / "tiny")  # `path:` may not link out of the root
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPO_")}
+    env.update(GRPO_MODELS_ROOT=str(root / "models"), GRPO_DATA_ROOT=str(root / "data"),
+               GRPO_ARTIFACTS_ROOT=str(root / "artifacts"), GRPO_API_TOKEN=TOKEN,
+               # Nothing listens there, so `grpo dev` starts its own redis-server.
+               GRPO_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0",
+               GRPO_HEARTBEAT_SECONDS="0.5", GRPO_SCHEDULER_INTERVAL_SECONDS="0.2",
+               OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    for database in _database_env(request.param):
+        log = root / "dev.log"
+        with log.open("w") as handle:
+            command = [sys.executable, "-m", "api.cli", "dev", "--port", str(port)]
+            process = subprocess.Popen(command, cwd=root, env={**env, **database}, stdout=handle,
+                                       stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            _wait_ready(url, process, log)
+            yield Stack(url, ApiClient(url, TOKEN), TOKEN, root, log)
+        finally:
+            _stop(process)
+
+
+def _wait_ready(url: str, process: subprocess.Popen, log: Path, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"grpo dev exited with {process.returncode}:\n{log.read_text()}"
+        try:  # jobs wait queued until the worker's heartbeat appears, so the API is enough
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise AssertionError(f"grpo dev did not come up:\n{log.read_text()}")

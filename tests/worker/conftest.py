@@ -1,0 +1,229 @@
+"""Real components for the worker and scheduler tests: a migrated Postgres database and a
+private ``redis-server`` per module, a real Celery worker process, a real scheduler process.
+
+Helpers reach the tests as fixtures (``tiny_spec``, ``job_of``, ``wait_for``, ...), never by
+importing this file: ``conftest`` is a different module in every test folder.
+
+Each module gets its own Redis server, so heartbeats, the leader lock and queues never leak
+between modules (or into a Redis others use); each test uses its own pool name, so its queue
+and capacity are its own within the module.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from service_db import fresh_postgres_url, migrated
+
+from api.db import session_scope
+from api.dev import start_redis, stop_process
+from api.settings import Settings
+from api.store.jobs import create_job, get_job
+from api.store.teams import DEFAULT_TEAM, team_id_by_name
+from grpo_core.spec import JobSpec
+
+REPO = Path(__file__).resolve().parents[2]
+PROMPTS = [{"prompt": "Is it yes?"}, {"prompt": "What is 2+3?"}, {"prompt": "hello world"},
+           {"prompt": "Think about the number seven."}]
+
+
+def make_spec(name: str = "tiny", pool: str = "default", **overrides: Any) -> dict[str, Any]:
+    """A few seconds of CPU training: two prompts x two completions of at most 8 tokens."""
+    grpo = {"num_generations": 2, "prompts_per_step": 2, "max_completion_length": 8, "max_steps": 4,
+            "learning_rate": 1e-3, "seed": 0, **overrides.pop("grpo", {})}
+    spec = {"name": name, "model": {"source": "path:tiny"}, "dataset": {"prompts": PROMPTS},
+            "rewards": [{"name": "contains", "args": {"text": "yes"}}], "grpo": grpo,
+            "checkpoint_every": 2, "log_completions_every": 2, "resources": {"pool": pool}}
+    spec.update(overrides)
+    return spec
+
+
+@pytest.fixture(scope="module")
+def redis_url() -> Iterator[str]:
+    url, process = start_redis()
+    try:
+        yield url
+    finally:
+        stop_process(process)
+
+
+@pytest.fixture(scope="module")
+def database_url() -> Iterator[str]:
+    with fresh_postgres_url("grpo_w") as url, migrated(url):
+        yield url
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("service")
+    paths = {name: base / name for name in ("models", "data", "artifacts", "logs")}
+    for path in paths.values():
+        path.mkdir()
+    # A copy, not a link: `path:` sources must resolve inside the root, links included.
+    shutil.copytree(tiny_model_dir, paths["models"] / "tiny")
+    return paths
+
+
+@pytest.fixture(scope="module")
+def service_env(database_url: str, redis_url: str, roots: dict[str, Path]) -> dict[str, str]:
+    """What every service process of this module reads (one thread each: 2 CPU cores)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPO_")}
+    env.update(GRPO_DATABASE_URL=database_url, GRPO_REDIS_URL=redis_url,
+               GRPO_MODELS_ROOT=str(roots["models"]), GRPO_DATA_ROOT=str(roots["data"]),
+               GRPO_ARTIFACTS_ROOT=str(roots["artifacts"]), GRPO_HEARTBEAT_SECONDS="0.5",
+               GRPO_SCHEDULER_INTERVAL_SECONDS="0.2", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1",
+               PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+    return env
+
+
+def settings_of(env: dict[str, str]) -> Settings:
+    fields = {k.removeprefix("GRPO_").lower(): v for k, v in env.items() if k.startswith("GRPO_")}
+    return Settings(**fields)
+
+
+@pytest.fixture(scope="module")
+def settings(service_env: dict[str, str]) -> Settings:
+    return settings_of(service_env)
+
+
+@pytest.fixture
+def pool() -> str:
+    return f"p{uuid.uuid4().hex[:8]}"
+
+
+class Processes:
+    """Service processes of one test, each in its own process group, logs kept for failures."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
+        self.env, self.log_dir = env, log_dir
+        self.started: list[tuple[subprocess.Popen, Path]] = []
+
+    def start(self, args: list[str], name: str, **env: str) -> subprocess.Popen:
+        log = self.log_dir / f"{name}-{uuid.uuid4().hex[:6]}.log"
+        with log.open("w") as handle:
+            process = subprocess.Popen([sys.executable, *args], cwd=REPO, env={**self.env, **env},
+                                       stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+        self.started.append((process, log))
+        return process
+
+    def worker(self, pool: str, **env: str) -> subprocess.Popen:
+        from api.task_names import pool_queue
+
+        return self.start(["-m", "celery", "-A", "worker.celery_app", "worker", "-Q", pool_queue(pool),
+                           "-c", "1", "--pool", "prefork", "--without-gossip", "--without-mingle",
+                           "--loglevel", "INFO", "-n", f"{pool}-{uuid.uuid4().hex[:4]}@%h"],
+                          "worker", GRPO_POOL=pool, **env)
+
+    def scheduler(self, **env: str) -> subprocess.Popen:
+        return self.start(["-m", "api.cli", "scheduler"], "scheduler", **env)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {log.name}\n{log.read_text()[-4000:]}" for _, log in self.started)
+
+    def stop_all(self) -> None:
+        for process, _ in reversed(self.started):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process, _ in self.started:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()
+
+
+@pytest.fixture
+def processes(service_env: dict[str, str], roots: dict[str, Path], request) -> Iterator[Processes]:
+    procs = Processes(service_env, roots["logs"])
+    yield procs
+    procs.stop_all()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        print(procs.logs())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
+@pytest.fixture(scope="module")
+def team_id(database_url: str) -> int:
+    with session_scope(database_url) as session:
+        found = team_id_by_name(session, DEFAULT_TEAM)
+    assert found is not None, "the initial migration seeds the default team"
+    return found
+
+
+@pytest.fixture
+def submit(database_url: str, team_id: int) -> Callable[[dict[str, Any]], int]:
+    """Queue a job straight through the store (these tests are about what happens after)."""
+    def submit_(spec: dict[str, Any]) -> int:
+        with session_scope(database_url) as session:
+            job, _ = create_job(session, team_id, JobSpec.model_validate(spec))
+        return job.id
+
+    return submit_
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, what: str, procs: Processes | None = None,
+               interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{procs.logs() if procs else ''}")
+
+
+@pytest.fixture
+def tiny_spec() -> Callable[..., dict[str, Any]]:
+    return make_spec
+
+
+@pytest.fixture
+def wait_for() -> Callable[..., Any]:
+    """``wait_for(predicate, timeout, what, processes=None, interval=0.1)``: the predicate's
+    first truthy value, or an AssertionError with the service logs."""
+    return wait_until
+
+
+@pytest.fixture
+def job_of(database_url: str) -> Callable[[int], Any]:
+    """The job as the store reads it now."""
+    def read(job_id: int):
+        with session_scope(database_url) as session:
+            return get_job(session, job_id)
+
+    return read
+
+
+@pytest.fixture
+def wait_worker_ready(redis_url: str) -> Callable[[str, Processes], None]:
+    from api.bus import live_workers
+
+    client = redis.Redis.from_url(redis_url)
+
+    def wait(pool: str, procs: Processes) -> None:
+        wait_until(lambda: [w for w in live_workers(client) if w["pool"] == pool], 60,
+                   f"a worker of pool {pool} to advertise", procs)
+
+    return wait

@@ -1,0 +1,98 @@
+"""The claim is the one guarded UPDATE that makes delivery at-least-once safe: of two
+concurrent claims exactly one wins, and a delivery that finds its job no longer ``dispatched``
+(a duplicate, or a stale message) leaves no trace at all."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import redis
+
+from api import bus
+from api.db import session_scope
+from api.models import utcnow
+from api.settings import get_settings
+from api.store.jobs import claim, request_cancel, transition
+from api.store.telemetry import list_events
+
+
+def dispatched(database_url: str, job_id: int) -> None:
+    with session_scope(database_url) as session:
+        assert transition(session, job_id, ("queued",), "dispatched", "dispatched", dispatched_at=utcnow())
+
+
+def test_of_two_concurrent_claims_exactly_one_wins(submit, tiny_spec, job_of, database_url):
+    job_id = submit(tiny_spec())
+    dispatched(database_url, job_id)
+    barrier = threading.Barrier(2)
+
+    def attempt(worker_id: str):
+        barrier.wait()
+        with session_scope(database_url) as session:
+            return claim(session, job_id, worker_id)
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(attempt, ["worker-a", "worker-b"]))
+    winners = [job for job in results if job is not None]
+    assert len(winners) == 1
+    job = job_of(job_id)
+    assert (job.status, job.worker_id, job.attempt) == ("running", winners[0].worker_id, 1)
+    with session_scope(database_url) as session:
+        assert [e.type for e in list_events(session, job_id)].count("running") == 1
+
+
+@pytest.fixture
+def task_settings(monkeypatch, service_env):
+    """The task reads the settings from the environment, as in a worker's child."""
+    for key, value in service_env.items():
+        if key.startswith("GRPO_"):
+            monkeypatch.setenv(key, value)
+    monkeypatch.setenv("GRPO_WORKER_ID", "late-worker")
+    get_settings.cache_clear()
+    yield get_settings()
+    get_settings.cache_clear()
+
+
+def test_a_delivery_of_a_job_that_is_not_dispatched_has_no_effect(task_settings, submit, tiny_spec, job_of,
+                                                                  database_url, redis_url):
+    from worker.tasks import run_job
+
+    job_id = submit(tiny_spec())
+    dispatched(database_url, job_id)
+    with session_scope(database_url) as session:
+        assert claim(session, job_id, "first-worker") is not None
+    before = job_of(job_id)
+    with session_scope(database_url) as session:
+        events_before = list_events(session, job_id)
+
+    assert run_job(job_id) == "not_claimed"  # the task body, in this process, as a child runs it
+
+    assert job_of(job_id) == before
+    with session_scope(database_url) as session:
+        assert list_events(session, job_id) == events_before
+    assert redis.Redis.from_url(redis_url).xlen(bus.stream_key(job_id)) == 0
+
+
+def test_the_lease_reports_a_cancel_and_refuses_a_worker_that_lost_the_job(submit, tiny_spec, settings,
+                                                                          database_url, redis_url):
+    from worker.heartbeat import JobLease, LeaseLost, busy_key
+
+    job_id = submit(tiny_spec())
+    dispatched(database_url, job_id)
+    with session_scope(database_url) as session:
+        claim(session, job_id, "owner")
+    client = redis.Redis.from_url(redis_url)
+    owner = JobLease(settings, job_id, "owner", client)
+    stranger = JobLease(settings, job_id, "stranger", client)
+
+    assert owner.should_stop() is False
+    assert client.get(busy_key("owner")) == str(job_id).encode()  # what the worker's heartbeat reports
+    with session_scope(database_url) as session:
+        assert request_cancel(session, job_id).status == "cancelling"
+    assert owner.should_stop() is True  # the trainer checkpoints and ends the run
+    with pytest.raises(LeaseLost):
+        stranger.should_stop()  # e.g. requeued and claimed by another worker meanwhile
+    owner.stop()
+    assert client.get(busy_key("owner")) is None

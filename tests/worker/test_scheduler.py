@@ -1,0 +1,147 @@
+"""The scheduler dispatches queued jobs only into free worker capacity, in priority-then-age
+order, and only one scheduler (the leader) dispatches at a time.
+
+Capacity here is advertised by hand (``api.bus.advertise_worker``, as a worker's heartbeat
+does), so these tests need no worker process; the broker is a real Redis and the messages are
+checked in its queues.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+
+import pytest
+import redis
+from celery import Celery
+from sqlalchemy import func, select
+
+from api import bus
+from api.db import session_scope
+from api.dev import free_port
+from api.models import JobEvent
+from api.scheduler import LEADER_KEY, LeaderLock, Scheduler
+from api.store.jobs import claim, finish
+from api.task_names import pool_queue
+
+
+@pytest.fixture
+def client(redis_url: str) -> redis.Redis:
+    return redis.Redis.from_url(redis_url)
+
+
+@pytest.fixture
+def scheduler(settings) -> Scheduler:
+    return Scheduler(settings)
+
+
+def advertise(client: redis.Redis, pool: str, gpus: int = 1, ttl: float = 60) -> str:
+    worker_id = f"fake-{uuid.uuid4().hex[:6]}"
+    info = {"worker_id": worker_id, "pool": pool, "gpus": gpus, "busy_gpus": 0, "running_job": None,
+            "gpu_model": "cpu", "hostname": "test"}
+    bus.advertise_worker(client, worker_id, info, ttl)
+    return worker_id
+
+
+def dispatched_events(database_url: str, job_id: int) -> int:
+    with session_scope(database_url) as session:
+        return session.scalar(select(func.count()).select_from(JobEvent)
+                              .where(JobEvent.job_id == job_id, JobEvent.type == "dispatched"))
+
+
+def test_a_job_without_a_live_worker_of_its_pool_stays_queued(scheduler, client, submit, tiny_spec, job_of,
+                                                              pool):
+    job_id = submit(tiny_spec(pool=pool))
+    advertise(client, f"{pool}-other")  # capacity in another pool does not count
+    assert job_id not in scheduler.tick()
+    assert job_of(job_id).status == "queued"
+    assert client.llen(pool_queue(pool)) == 0
+
+
+def test_dispatch_fills_free_slots_only_by_priority_then_age(scheduler, client, submit, tiny_spec, job_of,
+                                                             pool, database_url):
+    low, normal, high, normal2 = (submit(tiny_spec(f"j{i}", pool=pool, priority=p))
+                                  for i, p in enumerate(("low", "normal", "high", "normal")))
+    ours = {low, normal, high, normal2}
+
+    def tick() -> list[int]:
+        return [job_id for job_id in scheduler.tick() if job_id in ours]
+
+    first = advertise(client, pool)
+    assert tick() == [high]
+    assert tick() == []  # the only slot is promised to the dispatched, not yet claimed job
+    with session_scope(database_url) as session:
+        assert claim(session, high, first) is not None
+    assert tick() == []  # now it is busy running
+    with session_scope(database_url) as session:
+        assert finish(session, high, first, "succeeded")
+    assert tick() == [normal]
+    with session_scope(database_url) as session:
+        claim(session, normal, first)
+    advertise(client, pool)
+    assert tick() == [normal2]  # normal before low, and older normal first
+    assert job_of(low).status == "queued"
+    assert client.llen(pool_queue(pool)) == 3  # one message per dispatch, nothing else
+    assert [dispatched_events(database_url, j) for j in (high, normal, normal2, low)] == [1, 1, 1, 0]
+
+
+def test_a_job_waits_for_a_worker_with_enough_gpus(scheduler, client, submit, tiny_spec, pool):
+    big = submit(tiny_spec("big", pool=pool, resources={"pool": pool, "gpus": 2}))
+    small = submit(tiny_spec("small", pool=pool))
+    advertise(client, pool, gpus=1)
+    assert [j for j in scheduler.tick() if j in (big, small)] == [small]
+    advertise(client, pool, gpus=2)
+    assert [j for j in scheduler.tick() if j in (big, small)] == [big]
+
+
+def test_a_failed_send_puts_the_job_back_in_the_queue(settings, client, submit, tiny_spec, job_of, pool):
+    dead_broker = Celery("dead", broker=f"redis://127.0.0.1:{free_port()}/0", set_as_current=False)
+    dead_broker.conf.update(broker_connection_retry=False, broker_connection_timeout=1,
+                            task_publish_retry=False)
+    scheduler = Scheduler(settings, sender=dead_broker)
+    job_id = submit(tiny_spec(pool=pool))
+    advertise(client, pool)
+    assert job_id not in scheduler.tick()
+    job = job_of(job_id)
+    assert job.status == "queued" and job.dispatched_at is None
+
+
+def test_the_leader_lock_has_one_holder_and_only_it_renews_or_releases(client):
+    client.delete(LEADER_KEY)
+    first, second = LeaderLock(client, "a", 5), LeaderLock(client, "b", 5)
+    assert first.hold() and not second.hold()
+    second.release()  # not its lock: nothing happens
+    assert first.hold() and client.get(LEADER_KEY) == b"a"
+    first.release()
+    assert second.hold() and not first.hold()
+    second.release()
+
+
+def test_two_scheduler_processes_never_dispatch_a_job_twice(processes, client, submit, tiny_spec, job_of,
+                                                            wait_for, pool, database_url):
+    jobs = [submit(tiny_spec(f"j{i}", pool=pool)) for i in range(5)]
+    for _ in range(3):
+        advertise(client, pool)
+    schedulers = [processes.scheduler(), processes.scheduler()]
+
+    def dispatched() -> list[int]:
+        return [j for j in jobs if job_of(j).status == "dispatched"]
+
+    wait_for(lambda: len(dispatched()) == 3, 30, "three dispatches", processes)
+    leader = client.get(LEADER_KEY).decode()
+    time.sleep(1.5)  # both keep ticking; neither may send more
+    assert dispatched() == jobs[:3]
+    assert client.llen(pool_queue(pool)) == 3
+    assert [dispatched_events(database_url, j) for j in jobs] == [1, 1, 1, 0, 0]
+
+    # The leader dies without releasing: the other takes over once the lock expires.
+    pid = int(leader.split(":")[-2])  # holder id: host:pid:nonce
+    victim = next(p for p in schedulers if p.pid == pid)
+    os.killpg(victim.pid, signal.SIGKILL)
+    advertise(client, pool)
+    # SQL says dispatched just before the message is sent, so wait for both.
+    wait_for(lambda: len(dispatched()) == 4 and client.llen(pool_queue(pool)) == 4, 30,
+             "the survivor to dispatch", processes)
+    assert client.get(LEADER_KEY).decode() != leader

@@ -1,0 +1,67 @@
+"""The worker's entrypoint: ``celery -A worker.celery_app worker -Q grpo.pool.<pool>`` (or
+``grpo worker``, which passes the same options).
+
+One job at a time per process and a fresh child per job (``worker_max_tasks_per_child=1``): a
+job's CUDA context, memory fragmentation and any leaked threads die with its child, and the main
+process, which forks the children, never imports torch, so CUDA is only ever touched in a child.
+Late acks with ``task_reject_on_worker_lost`` put the message back when a child is killed; the
+claim makes that redelivery harmless (it finds the job no longer ``dispatched``).
+"""
+
+from __future__ import annotations
+
+from celery import Celery, signals
+
+from api.settings import Settings, get_settings
+from api.task_names import pool_queue
+from worker.heartbeat import WorkerHeartbeat, current_worker_id
+
+
+def create_celery(settings: Settings) -> Celery:
+    app = Celery("grpo_worker", broker=settings.redis_url, include=["worker.tasks"])
+    app.conf.update(
+        broker_connection_retry_on_startup=True,
+        task_default_queue=pool_queue(settings.pool),
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_ignore_result=True,
+        worker_prefetch_multiplier=1,
+        worker_concurrency=1,
+        worker_pool="prefork",
+        worker_max_tasks_per_child=1,
+        # Jobs run for hours: a message must not be redelivered to another worker while its job
+        # runs. A real duplicate would only lose the claim, but it would hold a slot meanwhile.
+        broker_transport_options={"visibility_timeout": 7 * 24 * 3600},
+        worker_hijack_root_logger=False,
+    )
+    return app
+
+
+app = create_celery(get_settings())
+_heartbeat: WorkerHeartbeat | None = None
+
+
+@signals.worker_init.connect
+def _name_this_worker(**_: object) -> None:
+    """Fix the worker id in the environment before the pool forks, so job children report it."""
+    current_worker_id()
+
+
+@signals.worker_ready.connect
+def _start_heartbeat(**_: object) -> None:
+    """Advertise capacity only once the consumer is ready: the scheduler dispatches on it."""
+    global _heartbeat
+    _heartbeat = WorkerHeartbeat(get_settings(), current_worker_id())
+    _heartbeat.start()
+
+
+@signals.worker_shutting_down.connect
+def _stop_heartbeat(**_: object) -> None:
+    """Withdraw at the start of a (warm) shutdown so no new job is dispatched to a leaving worker."""
+    if _heartbeat is not None:
+        _heartbeat.stop()
+
+
+@signals.worker_shutdown.connect
+def _stop_heartbeat_late(**_: object) -> None:
+    _stop_heartbeat()

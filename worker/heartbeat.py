@@ -1,0 +1,162 @@
+"""Liveness, two kinds.
+
+* :class:`WorkerHeartbeat` runs in the Celery main process and advertises the worker's pool and
+  capacity (``api.bus.advertise_worker``) with a TTL, so a dead worker drops out of the
+  scheduler's view on its own. It never touches CUDA: the GPU model comes from ``nvidia-smi``.
+* :class:`JobLease` runs in the job's child process and renews the job's SQL lease; the answer
+  also says whether a cancel was requested or the lease was lost (the job was requeued).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import threading
+
+import redis
+from redis.exceptions import RedisError
+from sqlalchemy.exc import SQLAlchemyError
+
+from api import bus
+from api.db import session_scope
+from api.settings import Settings
+from api.store.jobs import renew_lease
+
+WORKER_ID_ENV = "GRPO_WORKER_ID"
+log = logging.getLogger(__name__)
+
+
+class LeaseLost(Exception):  # noqa: N818 - a signal, like TrainingStopped
+    """Another attempt owns the job now: stop at once, write no checkpoint, record no outcome."""
+
+
+def busy_key(worker_id: str) -> str:
+    """Set by the job's child while it runs; outside ``bus.WORKER_PREFIX`` so it is no heartbeat."""
+    return f"grpo:busy:{worker_id}"
+
+
+def current_worker_id() -> str:
+    """One id per worker process, kept in the environment so forked job children share it.
+    Set ``GRPO_WORKER_ID`` yourself only to give a worker a stable name: two live workers must
+    never share one (each would see the other's job as its own)."""
+    worker_id = os.environ.get(WORKER_ID_ENV)
+    if not worker_id:
+        worker_id = f"{socket.gethostname()}:{os.getpid()}"
+        os.environ[WORKER_ID_ENV] = worker_id
+    return worker_id
+
+
+def detect_gpu_model() -> str:
+    """Ask the driver, not CUDA: initialising CUDA in the main process would break forked children."""
+    if shutil.which("nvidia-smi") is None:
+        return "cpu"
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    names = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    return names[0] if names else "cpu"
+
+
+class _Ticker:
+    """A daemon thread calling ``beat`` every ``interval`` seconds until stopped."""
+
+    def __init__(self, interval: float, name: str) -> None:
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def beat(self) -> None:
+        raise NotImplementedError
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.beat()
+
+    def start(self) -> None:
+        self.beat()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self.interval + 5)
+
+
+class WorkerHeartbeat(_Ticker):
+    def __init__(self, settings: Settings, worker_id: str) -> None:
+        super().__init__(settings.heartbeat_seconds, "grpo-worker-heartbeat")
+        self.client = redis.Redis.from_url(settings.redis_url)
+        self.worker_id = worker_id
+        self.ttl = 3 * settings.heartbeat_seconds
+        self.static = {"worker_id": worker_id, "pool": settings.pool, "gpus": settings.worker_gpus,
+                       "gpu_model": detect_gpu_model(), "hostname": socket.gethostname()}
+        self._withdrawn = threading.Event()
+
+    def beat(self) -> None:
+        if self._withdrawn.is_set():
+            return
+        try:
+            running = self.client.get(busy_key(self.worker_id))
+            job = json.loads(running) if running else None
+            info = {**self.static, "running_job": job, "busy_gpus": self.static["gpus"] if job else 0}
+            bus.advertise_worker(self.client, self.worker_id, info, self.ttl)
+        except RedisError as exc:  # the key expires meanwhile: the scheduler sees no capacity here
+            log.warning("heartbeat failed: %s", exc)
+
+    def stop(self) -> None:
+        self._withdrawn.set()
+        super().stop()
+        try:
+            self.client.delete(bus.worker_key(self.worker_id))
+        except RedisError:
+            pass
+
+
+class JobLease(_Ticker):
+    """Renews the lease from a thread (model loading can take minutes) and on every step."""
+
+    def __init__(self, settings: Settings, job_id: int, worker_id: str, client: redis.Redis) -> None:
+        super().__init__(settings.heartbeat_seconds, f"grpo-lease-{job_id}")
+        self.database_url = settings.database_url
+        self.job_id, self.worker_id, self.client = job_id, worker_id, client
+        # Short, so a killed child's mark vanishes about as fast as a dead worker's heartbeat.
+        self.busy_ttl_ms = int(3 * settings.heartbeat_seconds * 1000)
+        self._lock = threading.Lock()
+        self.lost = False
+        self.cancel_requested = False
+
+    def beat(self) -> None:
+        try:
+            with session_scope(self.database_url) as session:
+                still_ours, cancel = renew_lease(session, self.job_id, self.worker_id)
+        except SQLAlchemyError as exc:  # if this lasts, the lease expires and the answer is "lost"
+            log.warning("lease renewal of job %s failed: %s", self.job_id, exc)
+            return
+        with self._lock:
+            self.lost = self.lost or not still_ours
+            self.cancel_requested = self.cancel_requested or cancel
+        if still_ours:
+            try:
+                self.client.set(busy_key(self.worker_id), json.dumps(self.job_id), px=self.busy_ttl_ms)
+            except RedisError as exc:
+                log.warning("could not mark worker busy: %s", exc)
+
+    def should_stop(self) -> bool:
+        """Checked before every step; raising on a lost lease skips the trainer's final checkpoint."""
+        self.beat()
+        if self.lost:
+            raise LeaseLost(f"job {self.job_id} is no longer leased to {self.worker_id}")
+        return self.cancel_requested
+
+    def stop(self) -> None:
+        super().stop()
+        try:
+            self.client.delete(busy_key(self.worker_id))
+        except RedisError:
+            pass

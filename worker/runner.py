@@ -1,0 +1,102 @@
+"""One attempt at a claimed job, inside the job's child process: build, (resume,) train, record
+the outcome. This is the only worker module that imports torch (through ``grpo_core``), and it is
+imported only by the task body, so the Celery main process never loads it.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+from pydantic import ValidationError
+
+from api.db import session_scope
+from api.schemas import JobRead
+from api.settings import Settings
+from api.store.jobs import finish
+from grpo_core.components import build_components
+from grpo_core.errors import GRPOError
+from grpo_core.spec import JobSpec
+from grpo_core.trainer import GRPOTrainer
+from worker.heartbeat import JobLease, LeaseLost
+from worker.reporting import JobReporter, Publisher
+
+TRACEBACK_LINES = 30
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Outcome:
+    status: str  # succeeded | failed | cancelled
+    message: str
+    error_code: str | None = None
+    traceback: str | None = None
+
+
+def checkpoint_dir(settings: Settings, job_id: int) -> Path:
+    return Path(settings.artifacts_root) / "jobs" / str(job_id) / "checkpoints"
+
+
+def _failure(code: str, message: str) -> Outcome:
+    lines = traceback.format_exc().rstrip().splitlines()
+    return Outcome("failed", message, code, "\n".join(lines[-TRACEBACK_LINES:]))
+
+
+def _quiet_library_progress_bars() -> None:
+    """transformers draws a bar per weight load and checkpoint save; in a worker log it is noise."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
+def train(job: JobRead, settings: Settings, reporter: JobReporter, lease: JobLease) -> Outcome:
+    """Every failure becomes an Outcome with a stable code; only a lost lease propagates."""
+    _quiet_library_progress_bars()
+    try:
+        spec = JobSpec.model_validate(job.spec)
+        components = build_components(spec, models_root=Path(settings.models_root),
+                                      data_root=Path(settings.data_root), device=None)
+        trainer = GRPOTrainer(components, checkpoint_dir(settings, job.id), reporter, spec.grpo.max_steps)
+        # A requeued or preempted job continues from its newest complete checkpoint.
+        trainer.resume()
+        result = trainer.train()
+    except LeaseLost:
+        raise
+    except ValidationError as exc:
+        return _failure("invalid_spec", f"stored spec no longer validates: {exc}")
+    except GRPOError as exc:
+        return _failure(exc.code, exc.message)
+    except Exception as exc:  # noqa: BLE001 - any crash must still end the job with a record
+        return _failure("internal_error", f"{type(exc).__name__}: {exc}")
+    if result.stopped and lease.cancel_requested:
+        return Outcome("cancelled", f"cancelled at step {result.step}")
+    return Outcome("succeeded", f"finished at step {result.step}")
+
+
+def run_claimed_job(job: JobRead, worker_id: str, settings: Settings, lease: JobLease,
+                    client: redis.Redis) -> str:
+    """Run ``job`` (claimed by ``worker_id``, lease renewing) and return its final status, or
+    ``lost`` when another attempt owns it now."""
+    publish = Publisher(client, job.id, settings.stream_maxlen)
+    try:
+        outcome = train(job, settings, JobReporter(settings.database_url, job.id, publish, lease), lease)
+    except LeaseLost as exc:
+        log.warning("%s; leaving the job to its new attempt", exc)
+        return "lost"
+    lease.stop()  # no renewal may race the outcome: finish() is the attempt's last write
+    with session_scope(settings.database_url) as session:
+        recorded = finish(session, job.id, worker_id, outcome.status, outcome.message, outcome.error_code,
+                          outcome.message if outcome.error_code else None, outcome.traceback)
+    if not recorded:
+        log.warning("job %s: lease lost before its outcome (%s) was recorded", job.id, outcome.status)
+        return "lost"
+    # After the commit: a reader that sees the final status finds it (and every step) in SQL.
+    message = {"status": outcome.status}
+    if outcome.error_code:
+        message["error"] = {"code": outcome.error_code, "message": outcome.message}
+    publish("status", message)
+    log.info("job %s %s: %s", job.id, outcome.status, outcome.message)
+    return outcome.status
