@@ -130,6 +130,14 @@ def _returned_cache(outputs):
 def _decode_loop(
     model, prompt_ids, prompt_mask, max_new_tokens, eos_ids, pad_id, temperature, top_k, top_p, greedy
 ):
+    """Prefill, then one token per step for the rows still generating.
+
+    A row that emits EOS leaves the batch (its KV cache rows are dropped), so the long tail of
+    a group costs only the rows still running: GRPO batches finish at very different lengths.
+    """
+    n = prompt_ids.size(0)
+    tokens = torch.full((n, max_new_tokens), pad_id, dtype=torch.long, device=prompt_ids.device)
+    active = torch.arange(n, device=prompt_ids.device)
     attention = prompt_mask
     positions = position_ids_from_mask(prompt_mask)
     out = model(
@@ -141,18 +149,32 @@ def _decode_loop(
     )
     cache_kw = _cache_keyword(model)
     cache = _returned_cache(out)
+    can_shrink = hasattr(cache, "batch_select_indices")
     next_position = positions[:, -1:] + 1
-    finished = torch.zeros(prompt_ids.size(0), dtype=torch.bool, device=prompt_ids.device)
-    ones = torch.ones_like(finished, dtype=attention.dtype).unsqueeze(1)
-    generated = []
+    finished = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)
+    width = 0
     for step in range(max_new_tokens):
         token = sample_next_token(out.logits[:, -1, :], temperature, top_k, top_p, greedy)
-        token = token.masked_fill(finished, pad_id)
-        generated.append(token)
-        finished |= torch.isin(token, eos_ids)
-        if step == max_new_tokens - 1 or bool(finished.all()):
+        if not can_shrink:
+            token = token.masked_fill(finished, pad_id)
+        tokens[active, step] = token
+        width = step + 1
+        done = torch.isin(token, eos_ids)
+        if not can_shrink:
+            finished |= done
+            done = finished
+        if step == max_new_tokens - 1 or bool(done.all()):
             break
-        attention = torch.cat([attention, ones], dim=1)
+        if can_shrink and bool(done.any()):
+            keep = (~done).nonzero().squeeze(1)
+            active, token, attention, next_position = (
+                active[keep],
+                token[keep],
+                attention[keep],
+                next_position[keep],
+            )
+            cache.batch_select_indices(keep)
+        attention = torch.cat([attention, attention.new_ones(attention.size(0), 1)], dim=1)
         out = model(
             input_ids=token.unsqueeze(1),
             attention_mask=attention,
@@ -162,7 +184,7 @@ def _decode_loop(
         )
         cache = _returned_cache(out)
         next_position = next_position + 1
-    return torch.stack(generated, dim=1)
+    return tokens[:, :width]
 
 
 def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:

@@ -60,13 +60,14 @@ def test_chunking_actually_splits(monkeypatch: pytest.MonkeyPatch) -> None:
     real_logsumexp = torch.logsumexp
 
     def spy(x: torch.Tensor, dim: int) -> torch.Tensor:
-        seen.append(x.shape[0])
+        seen.append(x.numel() // x.shape[-1])  # tokens in this chunk
         return real_logsumexp(x, dim=dim)
 
     monkeypatch.setattr(logprobs_module.torch, "logsumexp", spy)
     logits, index = _logits_and_index(0, (2, 5, vocab))
     selective_log_softmax(logits, index)
-    assert seen == [3, 3, 3, 1]
+    # 5 positions per row, at most 3 tokens per chunk: each row splits into 3 + 2.
+    assert seen == [3, 2, 3, 2]
 
 
 def test_bf16_upcast_per_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -182,3 +183,20 @@ def test_completion_logprobs_left_padded_batch_matches_unpadded_rows(
             expected = torch.log_softmax(predicting, dim=-1).gather(-1, completion.unsqueeze(-1)).squeeze(-1)
             torch.testing.assert_close(batched[i, : len(completion)], expected, atol=1e-5, rtol=0)
     assert (batched[0] < 0).all()
+
+
+def test_a_sliced_view_is_chunked_without_copying_the_whole_tensor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The training path passes ``logits[:, :-1]`` (non-contiguous); gradients must still match."""
+    vocab = 13
+    monkeypatch.setattr(logprobs_module, "CHUNK_ELEMENTS", 2 * vocab)
+    full, index = _logits_and_index(4, (3, 6, vocab))
+    full = full.clone().requires_grad_(True)
+    view = full[:, :-1, :]
+    ours = selective_log_softmax(view, index[:, :-1], temperature=0.7)
+    (ours * torch.arange(ours.numel()).view_as(ours)).sum().backward()
+    grad_ours = full.grad.clone()
+    full.grad = None
+    naive = naive_logprobs(full[:, :-1, :], index[:, :-1], 0.7)
+    (naive * torch.arange(naive.numel()).view_as(naive)).sum().backward()
+    torch.testing.assert_close(ours, naive, atol=1e-5, rtol=0)
+    torch.testing.assert_close(grad_ours, full.grad, atol=1e-5, rtol=1e-5)

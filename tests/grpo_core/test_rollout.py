@@ -97,3 +97,38 @@ def test_concat_rollouts_pads_prompts_left_and_completions_right(tiny_model_dir)
     assert torch.equal(joined.prompt_ids[0, -a.prompt_ids.size(1) :], a.prompt_ids[0])
     assert torch.equal(joined.completion_ids[0, : a.completion_ids.size(1)], a.completion_ids[0])
     assert joined.completion_mask[:2, a.completion_ids.size(1) :].sum() == 0
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_rows_that_finish_early_leave_the_batch_without_changing_the_others(tiny_model_factory, family):
+    """Pick as EOS a token row 0 emits early, so rows finish at different steps and the loop
+    drops them from the KV cache; the survivors must still match ``generate`` exactly."""
+    folder = tiny_model_factory(family)
+    tokenizer = load_tokenizer(str(folder))
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    prompts = tokenize_prompts(tokenizer, PROMPTS, 64, torch.device("cpu"))
+    free_run = model.generate(
+        input_ids=prompts.ids,
+        attention_mask=prompts.mask,
+        max_new_tokens=12,
+        do_sample=False,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=None,
+    )
+    early = int(free_run[0, prompts.ids.size(1) + 1])
+    ours = sample_completions(
+        model, prompts, 1, 12, torch.tensor([early]), tokenizer.pad_token_id, greedy=True
+    )
+    theirs = model.generate(
+        input_ids=prompts.ids,
+        attention_mask=prompts.mask,
+        max_new_tokens=12,
+        do_sample=False,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=early,
+    )[:, prompts.ids.size(1) :]
+    lengths = ours.completion_mask.sum(1)
+    assert lengths[0] <= 2 and lengths.max() > lengths[0], "rows must finish at different steps"
+    width = theirs.size(1)
+    expected = theirs.masked_fill(ours.completion_mask[:, :width] == 0, tokenizer.pad_token_id)
+    assert torch.equal(ours.completion_ids[:, :width], expected)
