@@ -12,7 +12,8 @@ each step arrives exactly once and in order. Whenever the stream is quiet for a 
 server re-reads SQL, which catches a job that finished in between and anything the stream
 missed; a busy stream re-reads the job and its events every few seconds (the API and the
 scheduler write events without publishing them). When the job is terminal the last message is
-its ``status``, then a close with 1000.
+its ``status``, then a close with 1000. One reader per job per process (``api.stream_hub``)
+tails the stream and re-reads SQL for all of a job's connections; each keeps its own cursor.
 
 Messages (JSON text frames)::
 
@@ -29,6 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
+import json
 import logging
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -44,6 +48,7 @@ from api.models import TERMINAL_STATUSES
 from api.schemas import JobRead
 from api.store import jobs as job_store
 from api.store import telemetry
+from api.stream_hub import Cursor, Hubs, JobHub, SlowClient, Subscriber, parse_id
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["stream"])
@@ -60,10 +65,6 @@ EVENT_FIELDS = ("id", "ts", "level", "type", "message", "data")
 _END = None  # queued after the final status: the sender closes with 1000
 
 
-class SlowClient(Exception):  # noqa: N818 - names the condition
-    """The client's queue is full: it reads slower than the job publishes."""
-
-
 def to_client(kind: str, data: dict[str, Any], job: JobRead | None = None) -> dict[str, Any]:
     """A stream entry (``api.bus`` shapes, which the SQL backlog reuses) → the client message."""
     if kind == "metrics":
@@ -73,55 +74,43 @@ def to_client(kind: str, data: dict[str, Any], job: JobRead | None = None) -> di
     if kind == "event":
         return {"type": "event", "event": {name: data.get(name) for name in EVENT_FIELDS}}
     if kind == "status":
-        return {"type": "status", "status": data["status"],
-                "job": job.model_dump(mode="json") if job is not None else None}
+        return {
+            "type": "status",
+            "status": data["status"],
+            "job": job.model_dump(mode="json") if job is not None else None,
+        }
     raise ValueError(f"unknown message type '{kind}'; valid: {', '.join(bus.MESSAGE_TYPES)}")
-
-
-@dataclass
-class Cursor:
-    """What this client has been sent; everything at or before it is a duplicate."""
-
-    step: int = 0
-    sample_step: int = 0
-    event_id: int = 0
-    status: str | None = None
-
-    def admit(self, kind: str, data: dict[str, Any]) -> bool:
-        """True (and move past it) the first time a step, sample step, event or status is seen."""
-        if kind == "status":
-            fresh = data["status"] != self.status
-            self.status = data["status"]
-            return fresh
-        field = _CURSOR_FIELDS[kind]
-        number = int(data["id"] if kind == "event" else data["step"])
-        if number <= getattr(self, field):
-            return False
-        setattr(self, field, number)
-        return True
-
-
-_CURSOR_FIELDS = {"metrics": "step", "samples": "sample_step", "event": "event_id"}
 
 
 @dataclass
 class _Connection:
     job_id: int
-    team_id: int | None
+    team_id: int | None  # None: any team's job (the hub's re-checks; the handshake checked the team)
     database_url: str
     redis: Any
     cursor: Cursor
 
 
 @router.websocket("/jobs/{job_id}/stream")
-async def stream_job(websocket: WebSocket, job_id: int, principal: PrincipalDep, settings: SettingsDep,
-                     redis: RedisDep, after: Annotated[int, Query(ge=0)] = 0,
-                     after_event: Annotated[int, Query(ge=0)] = 0) -> None:
+async def stream_job(
+    websocket: WebSocket,
+    job_id: int,
+    principal: PrincipalDep,
+    settings: SettingsDep,
+    redis: RedisDep,
+    after: Annotated[int, Query(ge=0)] = 0,
+    after_event: Annotated[int, Query(ge=0)] = 0,
+) -> None:
     await run_in_threadpool(_job_or_404, settings.database_url, job_id, principal.team_id)
     await websocket.accept()
-    conn = _Connection(job_id, principal.team_id, settings.database_url, redis,
-                       Cursor(step=after, sample_step=after, event_id=after_event))
-    code = await _serve(websocket, conn)
+    conn = _Connection(
+        job_id,
+        principal.team_id,
+        settings.database_url,
+        redis,
+        Cursor(step=after, sample_step=after, event_id=after_event),
+    )
+    code = await _serve(websocket, conn, _hubs(websocket, conn))
     if code is not None:
         with contextlib.suppress(Exception):  # the client may already be gone
             await asyncio.wait_for(websocket.close(code), CLOSE_GRACE_S)
@@ -132,10 +121,20 @@ def _job_or_404(url: str, job_id: int, team_id: int | None) -> JobRead:
         return job_store.get_job(session, job_id, team_id)
 
 
-async def _serve(websocket: WebSocket, conn: _Connection) -> int | None:
+def _hubs(websocket: WebSocket, conn: _Connection) -> Hubs:
+    """The app's job hubs, made with (and for the lifetime of) its Redis client."""
+    state = websocket.app.state
+    hubs = getattr(state, "stream_hubs", None)
+    if hubs is None or hubs.redis is not conn.redis:
+        check = functools.partial(_recheck, conn.database_url)
+        hubs = state.stream_hubs = Hubs(conn.redis, _translate, check, BLOCK_MS, STREAM_BATCH, SQL_RECHECK_S)
+    return hubs
+
+
+async def _serve(websocket: WebSocket, conn: _Connection, hubs: Hubs) -> int | None:
     """Run reader, sender and disconnect watcher; the close code to send, None if the client left."""
-    queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize=QUEUE_SIZE)
-    producer = asyncio.create_task(_produce(conn, queue))
+    queue: asyncio.Queue[str | None] = asyncio.Queue(maxsize=QUEUE_SIZE)
+    producer = asyncio.create_task(_produce(conn, queue, hubs))
     sender = asyncio.create_task(_send_all(websocket, queue))
     watcher = asyncio.create_task(_until_disconnect(websocket))
     tasks = {producer, sender, watcher}
@@ -161,10 +160,11 @@ async def _serve(websocket: WebSocket, conn: _Connection) -> int | None:
 
 
 async def _send_all(websocket: WebSocket, queue: asyncio.Queue) -> bool:
-    """Send until the end marker (True) or until the client is gone (False)."""
+    """Send until the end marker (True) or until the client is gone (False). Messages come
+    JSON-encoded (once for every subscriber), as ``send_json`` would encode them."""
     try:
         while (message := await queue.get()) is not _END:
-            await websocket.send_json(message)
+            await websocket.send_text(message)
     except WebSocketDisconnect:
         return False
     return True
@@ -175,77 +175,95 @@ async def _until_disconnect(websocket: WebSocket) -> None:
         pass  # the client has nothing to say; reading only notices when it leaves
 
 
-async def _produce(conn: _Connection, queue: asyncio.Queue) -> None:
-    """SQL backlog, then the stream, until the job is terminal. Only the first backlog may wait
-    for room in the queue; after it, a full queue raises :class:`SlowClient`."""
-    key = bus.stream_key(conn.job_id)
-    newest = await conn.redis.xrevrange(key, "+", "-", count=1)
-    last_id = newest[0][0] if newest else "0-0"  # taken before the SQL read, so no gap
-    if await _catch_up(conn, queue, backlog=True):
-        return
-    loop = asyncio.get_running_loop()
-    checked_at = loop.time()
-    while True:
-        reply = await conn.redis.xread({key: last_id}, count=STREAM_BATCH, block=BLOCK_MS)
-        entries = reply[0][1] if reply else []
-        quiet, asked = not entries, False
-        for entry_id, fields in entries:
-            last_id = entry_id
-            message = bus.decode(fields)
-            if _needs_sql(message):
-                asked = True
-            elif conn.cursor.admit(message["type"], message["data"]):
-                await _put(queue, to_client(message["type"], message["data"]), wait=False)
-        # A quiet second re-reads everything (the job may have ended unannounced, or a publish
-        # failed); a busy stream re-reads only the row and events, as its steps come through it.
-        if quiet or asked or loop.time() - checked_at > SQL_RECHECK_S:
-            if await _catch_up(conn, queue, backlog=False, steps=quiet):
-                return
-            checked_at = loop.time()
+async def _produce(conn: _Connection, queue: asyncio.Queue, hubs: Hubs) -> None:
+    """SQL backlog, then the job's hub, until the job is terminal. The backlog waits for room in
+    the queue; after it, a full queue raises :class:`SlowClient`. The stream id noted before
+    each SQL read is where the live tail starts, so nothing published meanwhile is lost; if the
+    hub no longer holds the entries after it, the backlog is read again from a fresh id."""
+    subscriber = Subscriber(conn.cursor, queue, BACKLOG_PUT_TIMEOUT_S)
+    hub: JobHub | None = None
+    try:
+        while hub is None and not subscriber.ended.is_set():
+            newest = await conn.redis.xrevrange(bus.stream_key(conn.job_id), "+", "-", count=1)
+            subscriber.start = parse_id(newest[0][0]) if newest else (0, 0)  # before the SQL read
+            await _catch_up(conn, [subscriber], dataclasses.replace(conn.cursor), wait=True)
+            if not subscriber.ended.is_set():
+                hub = hubs.attach(conn.job_id, subscriber)
+        await subscriber.ended.wait()
+    finally:
+        if hub is not None:
+            hub.detach(subscriber)
+    if subscriber.error is not None:
+        raise subscriber.error
+
+
+def _translate(message: dict[str, Any]) -> str | None:
+    """A decoded stream entry → its client message as JSON, or None when SQL must send it."""
+    return None if _needs_sql(message) else _encode(to_client(message["type"], message["data"]))
+
+
+def _encode(message: dict[str, Any]) -> str:
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False)  # as send_json does
 
 
 def _needs_sql(message: dict[str, Any]) -> bool:
     """A status is sent from the job's row (the truth, and it carries the JobRead); an event
     published without its row id cannot be de-duplicated, so the row is fetched instead."""
     return message["type"] == "status" or (
-        message["type"] == "event" and not isinstance(message["data"].get("id"), int))
+        message["type"] == "event" and not isinstance(message["data"].get("id"), int)
+    )
 
 
-async def _catch_up(conn: _Connection, queue: asyncio.Queue, backlog: bool, steps: bool = True) -> bool:
-    """Send what SQL has beyond the cursor (events; metrics and samples too with ``steps`` or
-    once the job is terminal), then the job's status if it changed. True when the job is
-    terminal: its final status and the end marker are queued. Reads in pages, so a long
-    backlog never sits in memory whole; only the ``backlog`` waits for room in the queue."""
-    cursor, more = conn.cursor, True
+async def _recheck(
+    database_url: str, job_id: int, subscribers: list[Subscriber], floor: Cursor, steps: bool
+) -> bool:
+    """A hub's SQL re-check: one read for all its subscribers, from the lowest of their cursors
+    (``floor``). A quiet stream re-reads everything (the job may have ended unannounced, or a
+    publish failed); a busy one re-reads only the row and events, as its steps come through it."""
+    conn = _Connection(job_id, None, database_url, None, floor)
+    return await _catch_up(conn, subscribers, floor, wait=False, steps=steps)
+
+
+async def _catch_up(
+    conn: _Connection, subscribers: list[Subscriber], floor: Cursor, wait: bool, steps: bool = True
+) -> bool:
+    """Send what SQL has beyond ``floor`` (events; metrics and samples too with ``steps`` or
+    once the job is terminal) to each subscriber past its own cursor, then the job's status to
+    each it is news to. True when the job is terminal: its final status and the end marker are
+    queued. Reads in pages (``floor`` moves past each), so a long backlog never sits in memory
+    whole; only with ``wait`` (a connection's backlog) does a put wait for room in a queue."""
+    more = True
     while more:
-        job, news, more = await run_in_threadpool(_read_news, conn, steps)
+        job, news, more = await run_in_threadpool(_read_news, conn, floor, steps)
+        subscribers = [s for s in subscribers if not s.ended.is_set()]
+        if not subscribers:
+            return False
         for kind, data in news:
-            if cursor.admit(kind, data):
-                await _put(queue, to_client(kind, data), backlog)
-    if cursor.admit("status", {"status": job.status}):
-        await _put(queue, to_client("status", {"status": job.status}, job), backlog)
+            floor.admit(kind, data)
+            text = None
+            for subscriber in subscribers:
+                if subscriber.cursor.admit(kind, data):
+                    text = text or _encode(to_client(kind, data))
+                    await subscriber.put(text, wait)
+    status, text = {"status": job.status}, _encode(to_client("status", {"status": job.status}, job))
+    for subscriber in subscribers:
+        if subscriber.cursor.admit("status", status):
+            await subscriber.put(text, wait)
     if job.status not in TERMINAL_STATUSES:
         return False
-    await _put(queue, _END, backlog)
+    for subscriber in subscribers:
+        await subscriber.put(_END, wait)
+        subscriber.finish()
     return True
 
 
-async def _put(queue: asyncio.Queue, message: dict[str, Any] | None, wait: bool) -> None:
-    """Queue ``message``; a full queue is a :class:`SlowClient` at once, or after a wait."""
-    try:
-        if wait:
-            await asyncio.wait_for(queue.put(message), BACKLOG_PUT_TIMEOUT_S)
-        else:
-            queue.put_nowait(message)
-    except (asyncio.QueueFull, TimeoutError):
-        raise SlowClient from None
-
-
-def _read_news(conn: _Connection, steps: bool) -> tuple[JobRead, list[tuple[str, dict[str, Any]]], bool]:
-    """The job, then one page of what it has past the cursor in ``api.bus`` shapes, and whether
+def _read_news(
+    conn: _Connection, cursor: Cursor, steps: bool
+) -> tuple[JobRead, list[tuple[str, dict[str, Any]]], bool]:
+    """The job, then one page of what it has past ``cursor`` in ``api.bus`` shapes, and whether
     more pages follow. The job is read first: the worker writes telemetry before it ends a job,
     so a terminal status read here means the telemetry read after it is complete."""
-    cursor, metrics, samples = conn.cursor, [], []
+    metrics, samples = [], []
     with session_scope(conn.database_url) as session:
         job = job_store.get_job(session, conn.job_id, conn.team_id)
         events = telemetry.list_events(session, conn.job_id, after=cursor.event_id, limit=BACKLOG_PAGE)
@@ -254,6 +272,9 @@ def _read_news(conn: _Connection, steps: bool) -> tuple[JobRead, list[tuple[str,
             samples = telemetry.list_samples(session, conn.job_id, limit=SAMPLES_BACKLOG)
     news = [("event", event.model_dump(mode="json")) for event in events]
     news += [("metrics", metric.values) for metric in metrics]
-    news += [("samples", {"step": row.step, "rows": row.rows})
-             for row in reversed(samples) if row.step > cursor.sample_step]
+    news += [
+        ("samples", {"step": row.step, "rows": row.rows})
+        for row in reversed(samples)
+        if row.step > cursor.sample_step
+    ]
     return job, news, BACKLOG_PAGE in (len(events), len(metrics))

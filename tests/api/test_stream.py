@@ -3,6 +3,7 @@ Postgres and SQLite, fed by a scripted worker through SQL and the real Redis str
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -12,8 +13,10 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
+from api import bus
 from api.routes.stream import Cursor, to_client
 from api.schemas import JobRead
+from api.stream_hub import Hubs, Subscriber
 
 
 def open_stream(server, job_id: int, token: str | None, *, after: int | None = None,
@@ -87,6 +90,60 @@ def test_cursor_admits_each_step_event_and_status_once() -> None:
     assert [cursor.admit("event", {"id": i}) for i in (4, 4, 2, 9)] == [True, False, False, True]
     statuses = ("queued", "queued", "running")
     assert [cursor.admit("status", {"status": s}) for s in statuses] == [True, False, True]
+
+
+def test_a_job_hub_fans_out_once_and_late_joiners_replay_from_their_start() -> None:
+    """One hub per job: a joiner replays the ring's entries after its start (none twice), one
+    whose start fell out of the ring is refused, a full queue ends only its subscriber, and the
+    hub stops when its last subscriber leaves."""
+
+    async def scenario() -> None:
+        batches = [[(f"{n}-0", bus.encode("metrics", {"step": n})) for n in range(2, 6)]]
+        arrived = asyncio.Event()
+
+        class FakeRedis:
+            async def xread(self, streams: dict, count: int, block: int) -> list:
+                if batches:
+                    return [(b"grpo:job:7", batches.pop(0))]
+                arrived.set()
+                await asyncio.Event().wait()  # then a silent stream: block until cancelled
+
+        async def never_terminal(*_: object) -> bool:
+            return False
+
+        translated: list[int] = []
+
+        def translate(message: dict) -> str:
+            translated.append(message["data"]["step"])
+            return json.dumps(message["data"]["step"])
+
+        hubs = Hubs(FakeRedis(), translate, never_terminal, 1000, 10, 5.0, ring_size=3)
+
+        def subscriber(start: tuple[int, int], size: int = 10) -> Subscriber:
+            joiner = Subscriber(Cursor(), asyncio.Queue(size), 1.0)
+            joiner.start = start
+            return joiner
+
+        def queued(joiner: Subscriber) -> list[int]:
+            return [json.loads(joiner.queue.get_nowait()) for _ in range(joiner.queue.qsize())]
+
+        first, tiny = subscriber((1, 0)), subscriber((1, 0), size=2)
+        hub = hubs.attach(7, first)
+        assert hub is not None and hubs.attach(7, tiny) is hub
+        await asyncio.wait_for(arrived.wait(), 5)
+        assert translated == [2, 3, 4, 5]  # once, however many subscribers
+        assert queued(first) == [2, 3, 4, 5]
+        assert tiny.ended.is_set() and isinstance(tiny.error, Exception) and queued(tiny) == [2, 3]
+        late, too_late = subscriber((3, 0)), subscriber((1, 0))
+        assert hubs.attach(7, late) is hub and queued(late) == [4, 5]
+        assert hubs.attach(7, too_late) is None  # the ring holds 3..5: entry 2 is gone
+        for joiner in (first, tiny, late):
+            hub.detach(joiner)
+        assert hubs.jobs == {}
+        await asyncio.gather(hub.task, return_exceptions=True)
+        assert hub.task.cancelled()
+
+    asyncio.run(scenario())
 
 
 # ---- against the server ----
@@ -270,3 +327,39 @@ def test_slow_client_is_cut_off_and_fast_client_gets_everything(api, api_server,
     assert slow_code == 1013  # "try again later"
     assert len(steps_of(slow_messages)) < last
     assert "succeeded" not in [m.get("status") for m in slow_messages]
+
+
+def test_subscribers_joining_at_different_times_each_get_every_step_once(api, api_server, api_token, worker,
+                                                                         job_spec) -> None:
+    """They share the job's one reader; each still starts where its own backlog ends."""
+    job_id = submit(api, job_spec)
+    worker.start(job_id)
+    last, results = 150, {}
+
+    def follow(name: str, after: int) -> None:
+        with open_stream(api_server, job_id, api_token, after=after) as ws:
+            results[name] = read_until_closed(ws)
+
+    def run() -> None:
+        for step in range(1, last + 1):
+            worker.step(job_id, step)
+            time.sleep(0.003)
+        worker.finish(job_id, "succeeded")
+
+    readers = [threading.Thread(target=follow, args=("early", 0))]
+    readers[0].start()
+    publisher = threading.Thread(target=run)
+    publisher.start()
+    for name, after, at_step in (("mid", 5, 30), ("late", 0, 90)):
+        while api.get(f"/v1/jobs/{job_id}").json()["last_step"] < at_step:
+            time.sleep(0.005)
+        readers.append(threading.Thread(target=follow, args=(name, after)))
+        readers[-1].start()
+    publisher.join()
+    for reader in readers:
+        reader.join(timeout=20)
+    for name, after in (("early", 0), ("mid", 5), ("late", 0)):
+        messages, code = results[name]
+        assert code == 1000, name
+        assert steps_of(messages) == list(range(after + 1, last + 1)), name
+        assert messages[-1]["type"] == "status" and messages[-1]["status"] == "succeeded", name
