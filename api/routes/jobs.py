@@ -11,9 +11,11 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from api import bus
+from api.db import session_scope
 from api.deps import PrincipalDep, RedisDep, SessionDep, SettingsDep
 from api.models import JOB_STATUSES
 from api.schemas import JobRead, Page
+from api.settings import Settings
 from api.store import jobs as job_store
 from api.submission import check_submission
 from grpo_core.spec import JobSpec
@@ -25,29 +27,53 @@ JobStatus = Literal[JOB_STATUSES]  # type: ignore[valid-type]
 _ERRORS = {401: {"description": "Missing or wrong bearer token"}, 404: {"description": "No such job"}}
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobRead, responses={
-    200: {"model": JobRead, "description": "Replay: this Idempotency-Key was used with this same body"},
-    409: {"description": "This Idempotency-Key was used with a different body"},
-    413: {"description": "Body over the configured limit"},
-    422: {"description": "Invalid spec; `param` names the first bad field, `errors` lists all"},
-})
-def submit_job(spec: JobSpec, session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
-               response: Response,
-               idempotency_key: Annotated[str | None, Header(min_length=1, max_length=255)] = None,
-               ) -> JobRead:
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=JobRead,
+    responses={
+        200: {"model": JobRead, "description": "Replay: this Idempotency-Key was used with this same body"},
+        409: {"description": "This Idempotency-Key was used with a different body"},
+        413: {"description": "Body over the configured limit"},
+        422: {"description": "Invalid spec; `param` names the first bad field, `errors` lists all"},
+    },
+)
+async def submit_job(
+    spec: JobSpec,
+    principal: PrincipalDep,
+    settings: SettingsDep,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header(min_length=1, max_length=255)] = None,
+) -> JobRead:
     """Queue a job. Retrying with the same ``Idempotency-Key`` and body returns the first job (200)."""
-    check_submission(spec, settings)
-    job, created = job_store.create_job(session, principal.team_id, spec, idempotency_key)
+    job, created = await run_in_threadpool(
+        _check_and_create, settings, principal.team_id, spec, idempotency_key
+    )
     if not created:
         response.status_code = status.HTTP_200_OK
     return job
 
 
+def _check_and_create(
+    settings: Settings,
+    team_id: int,
+    spec: JobSpec,
+    idempotency_key: str | None,
+) -> tuple[JobRead, bool]:
+    # One threadpool hop for everything that blocks: the filesystem checks, then one transaction.
+    check_submission(spec, settings)
+    with session_scope(settings.database_url) as session:
+        return job_store.create_job(session, team_id, spec, idempotency_key)
+
+
 @router.get("", response_model=Page[JobRead], responses=_ERRORS)
-def list_jobs(session: SessionDep, principal: PrincipalDep,
-              status_in: Annotated[list[JobStatus] | None, Query(alias="status")] = None,
-              after: Annotated[int, Query(ge=0, description="Cursor: `next_after` of the previous page")] = 0,
-              limit: Annotated[int, Query(ge=1, le=100)] = 50) -> Page[JobRead]:
+def list_jobs(
+    session: SessionDep,
+    principal: PrincipalDep,
+    status_in: Annotated[list[JobStatus] | None, Query(alias="status")] = None,
+    after: Annotated[int, Query(ge=0, description="Cursor: `next_after` of the previous page")] = 0,
+    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+) -> Page[JobRead]:
     """Jobs in id order, optionally only those in the given statuses (repeat ``status=``)."""
     items = job_store.list_jobs(session, principal.team_id, status_in, after, limit + 1)
     return Page[JobRead](items=items[:limit], next_after=items[limit - 1].id if len(items) > limit else None)
@@ -58,10 +84,14 @@ def get_job(job_id: int, session: SessionDep, principal: PrincipalDep) -> JobRea
     return job_store.get_job(session, job_id, principal.team_id)
 
 
-@router.post("/{job_id}/cancel", response_model=JobRead, responses={
-    **_ERRORS, 409: {"description": "The job already finished"}})
-async def cancel_job(job_id: int, session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
-                     redis: RedisDep) -> JobRead:
+@router.post(
+    "/{job_id}/cancel",
+    response_model=JobRead,
+    responses={**_ERRORS, 409: {"description": "The job already finished"}},
+)
+async def cancel_job(
+    job_id: int, session: SessionDep, principal: PrincipalDep, settings: SettingsDep, redis: RedisDep
+) -> JobRead:
     """A queued job ends ``cancelled`` at once; a running one becomes ``cancelling`` and stops at
     its next step, after a checkpoint. A finished job is a 409."""
     job = await run_in_threadpool(_cancel_and_commit, session, job_id, principal.team_id)
@@ -80,7 +110,11 @@ async def _announce_status(redis: RedisDep, job: JobRead, maxlen: int) -> None:
     """Tell live stream readers at once; they also re-check SQL every second, so a Redis
     outage only delays them and must not fail a cancel that is already committed."""
     try:
-        await redis.xadd(bus.stream_key(job.id), bus.encode("status", {"status": job.status}),
-                         maxlen=maxlen, approximate=True)
+        await redis.xadd(
+            bus.stream_key(job.id),
+            bus.encode("status", {"status": job.status}),
+            maxlen=maxlen,
+            approximate=True,
+        )
     except (RedisError, OSError) as exc:
         log.warning("could not publish status of job %s: %s", job.id, exc)

@@ -1,10 +1,11 @@
-"""Row → schema conversion and the dialect-neutral idempotent insert."""
+"""Row → schema conversion and the dialect-neutral ``INSERT ... ON CONFLICT`` statement."""
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
-from sqlalchemy import Insert
+from sqlalchemy import Executable, Row, Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -12,7 +13,8 @@ from api.models import Job
 from api.schemas import ErrorInfo, JobRead
 
 
-def job_read(job: Job) -> JobRead:
+def job_read(job: Job | Row[Any]) -> JobRead:
+    """From an ORM ``Job`` or a Core row of every ``jobs`` column (``RETURNING``)."""
     error = ErrorInfo(code=job.error_code, message=job.error_message or "") if job.error_code else None
     return JobRead(
         id=job.id,
@@ -38,10 +40,23 @@ def job_read(job: Job) -> JobRead:
     )
 
 
-def insert_ignoring_duplicates(session: Session, table, values: dict[str, Any]) -> bool:
+def dialect_insert(dialect: str, table: Table) -> postgresql.Insert | sqlite.Insert:
+    """``table``'s INSERT for ``dialect`` (a ``Dialect.name``); it offers ``on_conflict_do_nothing``."""
+    return (postgresql if dialect == "postgresql" else sqlite).insert(table)
+
+
+@cache
+def insert_returning(dialect: str, table: Table, arbiter: tuple[str, ...] = ()) -> Executable:
+    """``INSERT ... [ON CONFLICT (arbiter) DO NOTHING] RETURNING`` every column, built once per
+    dialect: a hot path only binds its values (no statement to build, no cache key to compute)."""
+    stmt = dialect_insert(dialect, table)
+    if arbiter:
+        stmt = stmt.on_conflict_do_nothing(index_elements=list(arbiter))
+    return stmt.returning(*table.c)
+
+
+def insert_ignoring_duplicates(session: Session, table: Table, values: dict[str, Any]) -> bool:
     """INSERT ... ON CONFLICT DO NOTHING; True when a row was written. A retried write of the
     same (job, step) is harmless, which is what makes worker retries safe."""
-    dialect = session.get_bind().dialect.name
-    module = postgresql if dialect == "postgresql" else sqlite
-    stmt: Insert = module.insert(table).values(**values).on_conflict_do_nothing()
+    stmt = dialect_insert(session.get_bind().dialect.name, table).values(**values).on_conflict_do_nothing()
     return session.execute(stmt).rowcount == 1

@@ -9,66 +9,70 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import or_, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Row, bindparam, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from api.errors import Conflict, NotFound
-from api.models import TERMINAL_STATUSES, Job, utcnow
+from api.models import TERMINAL_STATUSES, Job, JobEvent, utcnow
 from api.schemas import JobRead
-from api.store._rows import job_read
+from api.store._rows import insert_returning, job_read
 from api.store.telemetry import add_event
 from grpo_core.spec import JobSpec
 
 ACTIVE_STATUSES = ("running", "cancelling")
 
 
-def request_hash(spec: JobSpec) -> str:
-    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+def request_hash(spec: JobSpec, body: dict[str, Any] | None = None) -> str:
+    """``body``: ``spec.model_dump(mode="json")`` when the caller already has it."""
+    canonical = json.dumps(body or spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+_JOBS = Job.__table__
+_INSERT_EVENT = insert(JobEvent.__table__)
+_QUEUED = {"type": "queued", "message": "job submitted", "level": "info"}
+_BY_KEY = select(*_JOBS.c).where(_JOBS.c.team_id == bindparam("t"), _JOBS.c.idempotency_key == bindparam("k"))
 
 
 def create_job(
     session: Session, team_id: int, spec: JobSpec, idempotency_key: str | None = None
 ) -> tuple[JobRead, bool]:
-    """Insert a queued job; ``(job, created)``. The same idempotency key with the same body
-    returns the first job; with a different body it is a :class:`Conflict`."""
-    digest = request_hash(spec)
-    if idempotency_key is not None:
-        existing = _by_idempotency_key(session, team_id, idempotency_key)
-        if existing is not None:
-            return _replay(existing, digest), False
-    job = Job(
-        team_id=team_id,
-        name=spec.name,
-        spec=spec.model_dump(mode="json"),
-        status="queued",
-        priority=spec.priority,
-        pool=spec.resources.pool,
-        gpus=spec.resources.gpus,
-        max_steps=spec.grpo.max_steps,
-        idempotency_key=idempotency_key,
-        request_hash=digest,
-    )
-    try:
-        with session.begin_nested():
-            session.add(job)
-            session.flush()
-    except IntegrityError:
-        # A concurrent request with the same key won the insert: answer as its replay.
-        existing = _by_idempotency_key(session, team_id, idempotency_key)
-        if existing is None:
-            raise
+    """Insert a queued job and its ``queued`` event; ``(job, created)``. The same idempotency
+    key with the same body returns the first job; with a different body it is a :class:`Conflict`.
+    Core statements, no ORM unit of work: this is the submit hot path. A used key makes the
+    insert do nothing (``ON CONFLICT``), then the row holding it is read, also when a concurrent
+    request inserted it (Postgres waits for that transaction; SQLite serialises writers)."""
+    body = spec.model_dump(mode="json")
+    digest = request_hash(spec, body)
+    now = utcnow()
+    values = {
+        "team_id": team_id,
+        "name": spec.name,
+        "spec": body,
+        "status": "queued",
+        "priority": spec.priority,
+        "pool": spec.resources.pool,
+        "gpus": spec.resources.gpus,
+        "max_steps": spec.grpo.max_steps,
+        "idempotency_key": idempotency_key,
+        "request_hash": digest,
+        "created_at": now,
+    }
+    # NULL keys never conflict, so only a keyed insert needs the arbiter.
+    arbiter = ("team_id", "idempotency_key") if idempotency_key is not None else ()
+    stmt = insert_returning(session.get_bind().dialect.name, _JOBS, arbiter)
+    row = session.execute(stmt, values).first()
+    if row is None:
+        existing = session.execute(_BY_KEY, {"t": team_id, "k": idempotency_key}).first()
+        if existing is None:  # the row holding the key was deleted between the two statements
+            raise Conflict("Idempotency-Key is in use; retry", param="Idempotency-Key")
         return _replay(existing, digest), False
-    add_event(session, job.id, "queued", "job submitted", {"priority": job.priority, "pool": job.pool})
-    return job_read(job), True
+    event = {"priority": spec.priority, "pool": spec.resources.pool}
+    session.execute(_INSERT_EVENT, {**_QUEUED, "job_id": row.id, "data": event, "ts": now})
+    return job_read(row), True
 
 
-def _by_idempotency_key(session: Session, team_id: int, key: str | None) -> Job | None:
-    return session.scalar(select(Job).where(Job.team_id == team_id, Job.idempotency_key == key))
-
-
-def _replay(existing: Job, digest: str) -> JobRead:
+def _replay(existing: Row[Any], digest: str) -> JobRead:
     if existing.request_hash != digest:
         raise Conflict(
             "Idempotency-Key was already used with a different request body", param="Idempotency-Key"

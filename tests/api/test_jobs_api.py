@@ -12,8 +12,10 @@ def row_counts(database_url: str) -> tuple[int, int]:
     engine = create_engine(database_url, poolclass=pool.NullPool)
     try:
         with engine.connect() as conn:
-            return (conn.scalar(select(func.count()).select_from(Job)),
-                    conn.scalar(select(func.count()).select_from(JobEvent)))
+            return (
+                conn.scalar(select(func.count()).select_from(Job)),
+                conn.scalar(select(func.count()).select_from(JobEvent)),
+            )
     finally:
         engine.dispose()
 
@@ -59,11 +61,50 @@ def test_concurrent_retries_with_one_key_make_one_job(api, api_server, job_spec)
 
     before = row_counts(api_server.settings.database_url)
     with ThreadPoolExecutor(8) as pool:
-        responses = list(pool.map(lambda _: api.post("/v1/jobs", json=job_spec(name="race"),
-                                                     headers={"Idempotency-Key": "race"}), range(8)))
+        responses = list(
+            pool.map(
+                lambda _: api.post(
+                    "/v1/jobs", json=job_spec(name="race"), headers={"Idempotency-Key": "race"}
+                ),
+                range(8),
+            )
+        )
     assert sorted(r.status_code for r in responses) == [200] * 7 + [201]
     assert len({r.json()["id"] for r in responses}) == 1
     assert row_counts(api_server.settings.database_url) == (before[0] + 1, before[1] + 1)
+
+
+def test_concurrent_retries_with_one_key_and_two_bodies_make_one_job(api, api_server, job_spec) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    before = row_counts(api_server.settings.database_url)
+    names = ["race-a", "race-b"] * 4
+    with ThreadPoolExecutor(8) as pool:
+        responses = list(
+            pool.map(
+                lambda name: api.post(
+                    "/v1/jobs", json=job_spec(name=name), headers={"Idempotency-Key": "race-2"}
+                ),
+                names,
+            )
+        )
+    winner = next(r.json() for r in responses if r.status_code == 201)
+    assert sorted(r.status_code for r in responses) == [200] * 3 + [201] + [409] * 4
+    for name, response in zip(names, responses, strict=True):
+        if name == winner["name"]:
+            assert response.json() == winner
+        else:
+            assert response.json()["error"]["param"] == "Idempotency-Key"
+    assert row_counts(api_server.settings.database_url) == (before[0] + 1, before[1] + 1)
+
+
+def test_the_same_body_without_a_key_makes_a_new_job_each_time(api, api_server, job_spec) -> None:
+    before = row_counts(api_server.settings.database_url)
+    first, second = (submit(api, job_spec(name="no-key")) for _ in range(2))
+    assert first["id"] != second["id"] and first["spec"] == second["spec"]
+    assert row_counts(api_server.settings.database_url) == (before[0] + 2, before[1] + 2)
+    events = api.get(f"/v1/jobs/{second['id']}/events").json()["items"]
+    assert [(e["type"], e["data"]) for e in events] == [("queued", {"priority": "normal", "pool": "default"})]
 
 
 def test_list_filters_by_status_and_pages_by_cursor(api, worker, job_spec) -> None:
@@ -89,8 +130,16 @@ def test_list_filters_by_status_and_pages_by_cursor(api, worker, job_spec) -> No
     assert too_many.json()["error"]["param"] == "limit"
 
 
-@pytest.mark.parametrize("path", ["/v1/jobs/999999", "/v1/jobs/999999/events", "/v1/jobs/999999/metrics",
-                                  "/v1/jobs/999999/samples", "/v1/jobs/999999/checkpoints"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/jobs/999999",
+        "/v1/jobs/999999/events",
+        "/v1/jobs/999999/metrics",
+        "/v1/jobs/999999/samples",
+        "/v1/jobs/999999/checkpoints",
+    ],
+)
 def test_unknown_job_is_404(api, path: str) -> None:
     response = api.get(path)
     assert response.status_code == 404
@@ -113,8 +162,11 @@ def test_cancel_queued_running_and_finished(api, worker, job_spec) -> None:
     for job_id, status in ((done, "succeeded"), (queued, "cancelled")):
         again = api.post(f"/v1/jobs/{job_id}/cancel")
         assert again.status_code == 409, again.text
-        assert again.json()["error"] == {"code": "conflict", "message": f"job {job_id} already {status}",
-                                         "param": "job_id"}
+        assert again.json()["error"] == {
+            "code": "conflict",
+            "message": f"job {job_id} already {status}",
+            "param": "job_id",
+        }
 
 
 def test_events_page_by_cursor(api, worker, job_spec) -> None:
@@ -142,8 +194,12 @@ def test_metrics_filter_by_step_limit_and_names(api, worker, job_spec) -> None:
     assert [m["step"] for m in rest["items"]] == [6, 7] and rest["next_after"] is None
     names = [("names", "reward,kl"), ("names", "clip_ratio/region_mean")]
     named = api.get(f"/v1/jobs/{job_id}/metrics", params=[*names, ("after_step", 6)]).json()
-    assert named["items"][0]["values"] == {"step": 7, "reward": records[6]["reward"], "kl": records[6]["kl"],
-                                           "clip_ratio/region_mean": 0.02}
+    assert named["items"][0]["values"] == {
+        "step": 7,
+        "reward": records[6]["reward"],
+        "kl": records[6]["kl"],
+        "clip_ratio/region_mean": 0.02,
+    }
     assert api.get(f"/v1/jobs/{job_id}").json()["last_step"] == 7
 
 
@@ -163,8 +219,10 @@ def test_samples_and_checkpoints(api, worker, job_spec) -> None:
     one = api.get(f"/v1/jobs/{job_id}/samples", params={"step": 10}).json()["items"]
     assert [s["step"] for s in one] == [10]
     checkpoints = api.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]
-    assert [(c["step"], c["path"]) for c in checkpoints] == [(10, "/artifacts/1/step-10"),
-                                                            (20, "/artifacts/1/step-20")]
+    assert [(c["step"], c["path"]) for c in checkpoints] == [
+        (10, "/artifacts/1/step-10"),
+        (20, "/artifacts/1/step-20"),
+    ]
 
 
 BAD_SPECS = [
@@ -175,8 +233,10 @@ BAD_SPECS = [
     ({"model": {"source": "path:tiny", "dtype": "int3"}}, "model.dtype"),
     ({"model": {"source": "ftp://example.com/model"}}, "model.source"),
     ({"rewards": [{"name": "no_such_reward"}]}, "rewards.0.name"),
-    ({"rewards": [{"name": "exact_match"}, {"name": "exact_match", "args": {"strip": "maybe"}}]},
-     "rewards.1.args.strip"),
+    (
+        {"rewards": [{"name": "exact_match"}, {"name": "exact_match", "args": {"strip": "maybe"}}]},
+        "rewards.1.args.strip",
+    ),
     ({"rewards": [{"name": "exact_match", "args": {"colour": "red"}}]}, "rewards.0.args.colour"),
     ({"model": {"source": "path:../outside"}}, "model.source"),
     ({"model": {"source": "path:/etc"}}, "model.source"),
@@ -190,8 +250,9 @@ BAD_SPECS = [
 
 
 @pytest.mark.parametrize(("change", "param"), BAD_SPECS, ids=[param for _, param in BAD_SPECS])
-def test_bad_spec_is_422_naming_the_field_and_writes_nothing(api, api_server, job_spec, change, param
-                                                            ) -> None:
+def test_bad_spec_is_422_naming_the_field_and_writes_nothing(
+    api, api_server, job_spec, change, param
+) -> None:
     before = row_counts(api_server.settings.database_url)
     response = api.post("/v1/jobs", json=job_spec(**change), headers={"Idempotency-Key": f"bad-{param}"})
     assert response.status_code == 422, response.text
