@@ -39,6 +39,17 @@ READY_TIMEOUT_S = 30.0
 APP = "api.main:create_app"
 
 
+def bench_spec(name: str, max_steps: int) -> dict[str, Any]:
+    """The smallest valid JobSpec: the model ``tiny`` must exist under the server's models root."""
+    return {
+        "name": name,
+        "model": {"source": "path:tiny"},
+        "dataset": {"prompts": [{"prompt": "What is 2+3?", "answer": "5"}]},
+        "rewards": [{"name": "exact_match", "args": {"field": "answer"}}],
+        "grpo": {"num_generations": 2, "prompts_per_step": 1, "max_steps": max_steps},
+    }
+
+
 def loadavg() -> str:
     one, five, fifteen = os.getloadavg()
     return f"{one:.2f}/{five:.2f}/{fifteen:.2f}"

@@ -58,6 +58,7 @@ from _service_stack import (  # noqa: E402
     APP,
     TOKEN,
     Role,
+    bench_spec,
     cpu_seconds,
     fmt_ms,
     loadavg,
@@ -69,13 +70,7 @@ from _service_stack import (  # noqa: E402
 
 TARGET_P99_S = 0.050
 WARMUP_S = 2.0
-SPEC = {
-    "name": "throughput-bench",
-    "model": {"source": "path:tiny"},
-    "dataset": {"prompts": [{"prompt": "What is 2+3?", "answer": "5"}]},
-    "rewards": [{"name": "exact_match", "args": {"field": "answer"}}],
-    "grpo": {"num_generations": 2, "prompts_per_step": 1, "max_steps": 20},
-}
+SPEC = bench_spec("throughput-bench", max_steps=20)
 BODY = json.dumps(SPEC).encode()
 PHASES = {
     "post": ("POST closed", "POST", "/v1/jobs"),

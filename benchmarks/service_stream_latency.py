@@ -59,6 +59,7 @@ from _service_stack import (  # noqa: E402
     TOKEN,
     LoopProbe,
     Role,
+    bench_spec,
     cpu_seconds,
     drop_streams,
     fmt_ms,
@@ -72,13 +73,7 @@ from _service_stack import (  # noqa: E402
 TARGET_P99_S = 0.050
 TARGET_K = 100
 STREAM_MAXLEN = 100_000
-SPEC = {
-    "name": "stream-bench",
-    "model": {"source": "path:tiny"},
-    "dataset": {"prompts": [{"prompt": "What is 2+3?", "answer": "5"}]},
-    "rewards": [{"name": "exact_match", "args": {"field": "answer"}}],
-    "grpo": {"num_generations": 2, "prompts_per_step": 1, "max_steps": 100_000},
-}
+SPEC = bench_spec("stream-bench", max_steps=100_000)
 
 
 # ---- subscriber side (its own process) ----
