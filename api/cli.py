@@ -153,14 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command not in SERVICE_COMMANDS:
         return core_cli.main(argv)
-    from grpo_core.specfile import InvalidSpec
-
-    try:
-        return args.handler(args)
-    except InvalidSpec as exc:
-        for error in exc.errors:
-            print(f"error: {error}", file=sys.stderr)
-        return 2
+    return core_cli.run_handler(args)
 
 
 if __name__ == "__main__":

@@ -79,6 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "max_steps", None) is not None and args.max_steps < 1:
         print("error: --max-steps: must be >= 1", file=sys.stderr)
         return 2
+    return run_handler(args)
+
+
+def run_handler(args: argparse.Namespace) -> int:
+    """Run a subcommand, mapping errors to exit codes: 2 bad input, 1 training failure.
+    Shared with the service CLI, whose commands take the same specs."""
     try:
         return args.handler(args)
     except InvalidSpec as exc:
