@@ -36,6 +36,9 @@ JOB_STATUSES = (
     "preempted",
 )
 TERMINAL_STATUSES = ("succeeded", "failed", "cancelled")
+# A job holds its GPUs from dispatch until it leaves these (quotas and fair share count them).
+HOLDING_STATUSES = ("dispatched", "running", "cancelling")
+WAITING_STATUSES = ("queued", "preempted")
 PRIORITIES = ("low", "normal", "high")
 
 # Deterministic constraint names so Alembic revisions are reproducible on every database.
@@ -62,11 +65,57 @@ class Base(DeclarativeBase):
 
 class Team(Base):
     __tablename__ = "teams"
+    __table_args__ = (CheckConstraint("weight > 0", name="weight_positive"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     weight: Mapped[float] = mapped_column(Float, default=1.0)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Pool(Base):
+    """A named set of workers. Workers register their pool; ``max_worker_gpus`` is the largest
+    GPU count a live worker of the pool advertised when the scheduler last saw one (None: never),
+    which is what a submission is checked against. ``held`` stops dispatch into the pool."""
+
+    __tablename__ = "pools"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    held: Mapped[bool] = mapped_column(Boolean, default=False)
+    max_worker_gpus: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class TeamQuota(Base):
+    """The most GPUs a team may hold at once in a pool. No row: no limit beyond capacity."""
+
+    __tablename__ = "team_quotas"
+    __table_args__ = (
+        UniqueConstraint("team_id", "pool", name="uq_team_quotas_team_id_pool"),
+        CheckConstraint("gpus >= 0", name="gpus_not_negative"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"))
+    pool: Mapped[str] = mapped_column(ForeignKey("pools.name", ondelete="CASCADE"))
+    gpus: Mapped[int] = mapped_column(Integer)
+
+
+class Allocation(Base):
+    """One stretch of GPUs held by a job: opened at dispatch, closed when the job stops holding
+    them. The fair-share usage of a team is computed from these (decayed by a half-life), so it
+    needs no periodic bookkeeping and survives scheduler restarts."""
+
+    __tablename__ = "allocations"
+    __table_args__ = (Index("ix_allocations_pool_ended_at", "pool", "ended_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"))
+    pool: Mapped[str] = mapped_column(String(64))
+    gpus: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class ApiKey(Base):
@@ -77,6 +126,7 @@ class ApiKey(Base):
     prefix: Mapped[str] = mapped_column(String(16), index=True)
     key_hash: Mapped[str] = mapped_column(String(128), unique=True)
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    label: Mapped[str | None] = mapped_column(String(128))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
@@ -103,6 +153,8 @@ class Job(Base):
     worker_id: Mapped[str | None] = mapped_column(String(128))
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    preempt_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    pending_reason: Mapped[str | None] = mapped_column(String(32))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     dispatched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
