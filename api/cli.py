@@ -1,5 +1,6 @@
 """``grpo``: the console entry. It reuses ``grpo_core.cli``'s parser (``train``, ``tiny-model``)
-and adds the service's commands: ``api``, ``scheduler``, ``worker``, ``dev`` and ``submit``.
+and adds the service's commands: ``api``, ``scheduler``, ``worker``, ``dev``, ``submit`` and
+``admin`` (teams, API keys, quotas and pools, straight on the database: ``api.admin_cli``).
 
 Exit codes as ``grpo_core.cli``: 0 ok, 1 failed (``submit --watch``: the job failed or was
 cancelled), 2 bad input. Nothing heavy is imported until a command runs (never torch here).
@@ -15,9 +16,10 @@ import sys
 import threading
 from pathlib import Path
 
+from api.admin_cli import add_admin_commands
 from grpo_core import cli as core_cli
 
-SERVICE_COMMANDS = ("api", "scheduler", "worker", "dev", "submit")
+SERVICE_COMMANDS = ("api", "scheduler", "worker", "dev", "submit", "admin")
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
 
 
@@ -51,11 +53,10 @@ def _worker(args: argparse.Namespace) -> int:
     if args.gpus:
         os.environ["GRPO_WORKER_GPUS"] = str(args.gpus)
     from api.settings import get_settings
-    from api.task_names import pool_queue
     from worker.celery_app import app
 
     pool = get_settings().pool
-    app.worker_main(["worker", "-Q", pool_queue(pool), "-c", "1", "--pool", "prefork", "--without-gossip",
+    app.worker_main(["worker", "-c", "1", "--pool", "prefork", "--without-gossip",
                      "--without-mingle", "-n", f"grpo-{pool}-{os.getpid()}@%h", "--loglevel", args.loglevel])
     return 0
 
@@ -145,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--api-key", default=os.environ.get("GRPO_API_KEY"))
     submit.add_argument("--idempotency-key", default=None)
     submit.set_defaults(handler=_submit)
+    add_admin_commands(commands)
     return parser
 
 

@@ -12,10 +12,12 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
-from api.auth import NotReady, Principal, check_token, presented_token
+from api import keys
+from api.auth import KeyCache, NotReady, Principal, is_operator_token, presented_token, principal_for_grant
 from api.db import session_scope
+from api.errors import Forbidden, Unauthorized
 from api.settings import Settings
-from api.store.teams import DEFAULT_TEAM, team_id_by_name
+from api.store.teams import DEFAULT_TEAM, KeyGrant, principal_for_key_hash, team_id_by_name
 
 
 async def get_settings(conn: HTTPConnection) -> Settings:
@@ -61,9 +63,55 @@ async def default_team_id(conn: HTTPConnection, settings: Settings) -> int:
     return cached
 
 
-async def get_principal(conn: HTTPConnection, settings: SettingsDep) -> Principal:
-    check_token(settings, presented_token(conn))
-    return Principal(team_id=await default_team_id(conn, settings), is_admin=False)
+async def get_key_cache(conn: HTTPConnection) -> KeyCache:
+    """The app's cache of verified keys, made on first use with the app's settings."""
+    state = conn.app.state
+    cache = getattr(state, "key_cache", None)
+    if cache is None:
+        cache = state.key_cache = KeyCache(state.settings.auth_cache_seconds)
+    return cache
+
+
+KeyCacheDep = Annotated[KeyCache, Depends(get_key_cache)]
+
+
+def _lookup_key(database_url: str, key_hash: str) -> KeyGrant:
+    with session_scope(database_url) as session:
+        grant = principal_for_key_hash(session, key_hash)
+    if grant is None:
+        raise Unauthorized("invalid API key", param="Authorization")
+    return grant
+
+
+async def get_principal(conn: HTTPConnection, settings: SettingsDep, cache: KeyCacheDep) -> Principal:
+    """The caller (see ``api.auth``). Everything up to the cache runs inline; only a cache miss
+    takes a threadpool hop for its one SQL lookup."""
+    if settings.auth == "none":
+        return Principal(team_id=await default_team_id(conn, settings), is_admin=True)
+    token = presented_token(conn)
+    if token is None:
+        raise Unauthorized("missing bearer token", param="Authorization")
+    if is_operator_token(settings, token):
+        return Principal(team_id=await default_team_id(conn, settings), is_admin=True)
+    if not keys.is_well_formed(token):
+        raise Unauthorized("malformed API key", param="Authorization")
+    key_hash = keys.hash_key(token)
+    principal = cache.get(key_hash)
+    if principal is None:
+        generation = cache.generation
+        grant = await run_in_threadpool(_lookup_key, settings.database_url, key_hash)
+        principal = principal_for_grant(grant)
+        cache.put(key_hash, grant.key_id, principal, generation)
+    return principal
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+async def require_admin(principal: PrincipalDep) -> Principal:
+    if not principal.is_admin:
+        raise Forbidden("admin key required", param="Authorization")
+    return principal
+
+
+AdminDep = Annotated[Principal, Depends(require_admin)]

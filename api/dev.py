@@ -73,6 +73,8 @@ def dev_environment(base: dict[str, str], port: int | None, spec: Path | None,
     roots; with ``--submit`` they default to the spec's folder, as for ``grpo train``."""
     env = dict(base)
     env.setdefault("GRPO_DATABASE_URL", DEV_DATABASE_URL)
+    # One person on their own machine, on 127.0.0.1: no keys to create first (GRPO_AUTH=keys overrides).
+    env.setdefault("GRPO_AUTH", "none")
     if port is not None:
         env["GRPO_API_PORT"] = str(port)
     folder = spec.resolve().parent if spec is not None else None

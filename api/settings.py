@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -20,15 +21,26 @@ class Settings(BaseSettings):
     models_root: Path = Field(Path("./models"), description="`path:NAME` model sources resolve under this.")
     data_root: Path = Field(Path("./data"), description="`path:NAME` dataset sources resolve under this.")
     artifacts_root: Path = Field(Path("./artifacts"), description="Checkpoints are written under this.")
-    pool: str = Field("default", description="The GPU pool this worker serves.")
+    # The JobSpec's pool pattern: a worker must serve a pool that a job can name.
+    pool: str = Field("default", pattern=r"^[a-z0-9][a-z0-9_\-]{0,62}$",
+                      description="The GPU pool this worker serves.")
     worker_gpus: int = Field(1, ge=1, le=64, description="GPUs this worker advertises.")
     api_host: str = "127.0.0.1"
     api_port: int = Field(8000, ge=1, le=65535)
-    api_token: SecretStr | None = Field(None, description="Bearer token; unset means no auth (local dev).")
+    auth: Literal["keys", "none"] = Field(
+        "keys", description="`keys`: every /v1 call needs a team API key (or the operator token); "
+        "`none`: no auth, every caller is an admin of team `default` (local development only).")
+    api_token: SecretStr | None = Field(
+        None, description="Optional operator token: acts as an admin key of team `default` (bootstrap).")
+    auth_cache_seconds: float = Field(
+        5.0, ge=0, description="How long a verified API key is trusted before it is looked up again; "
+        "a revocation through another process takes effect within this.")
     stream_maxlen: int = Field(10_000, ge=100, description="Approximate cap of each job's Redis Stream.")
     heartbeat_seconds: float = Field(2.0, gt=0, description="How often a worker renews its job lease.")
     lease_seconds: float = Field(30.0, gt=0, description="A job whose lease is older goes back to the queue.")
     scheduler_interval_seconds: float = Field(0.5, gt=0)
+    fair_share_half_life_seconds: float = Field(
+        3600.0, gt=0, description="Half-life of a team's past GPU usage in the fair-share order.")
     max_request_bytes: int = Field(1024 * 1024, ge=1024)
 
     @field_validator("api_token")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -148,10 +149,12 @@ def api_server(api_database_url: str, api_settings_factory) -> Iterator[LiveServ
     import redis
 
     def drop_streams() -> None:  # job ids restart at 1 in each fresh database
+        from api import bus
+
         with redis.Redis.from_url(API_REDIS_URL) as client:
-            stale = list(client.scan_iter(match="grpo:job:*"))
-            if stale:
-                client.delete(*stale)
+            stale = [*client.scan_iter(match="grpo:job:*"), *client.scan_iter(match=f"{bus.WORKER_PREFIX}*"),
+                     bus.QUEUE_KEY, bus.QUEUE_POSITIONS_KEY, bus.SCHEDULER_PASS_KEY]
+            client.delete(*stale)
 
     drop_streams()
     yield from _serve(api_settings_factory(api_database_url))
@@ -299,3 +302,66 @@ def api_token() -> str:
     return API_TOKEN
 
 # ==== end of the HTTP API and WebSocket stream section ====
+
+
+# ==== Teams and API keys (tests/api/test_auth.py, test_admin.py, test_isolation.py) ====
+
+
+@dataclass(frozen=True)
+class TeamKeys:
+    """Keys made through the store for one module's database: members of ``alpha`` and
+    ``beta`` and an admin of ``default``."""
+
+    alpha: str
+    beta: str
+    admin: str
+    alpha_id: int
+    beta_id: int
+
+
+def _make_key(database_url: str, team: str, admin: bool = False, label: str | None = None) -> str:
+    """A new API key of ``team`` (which must exist), through the store as ``grpo admin`` does."""
+    from api.db import session_scope
+    from api.store import teams
+
+    with session_scope(database_url) as session:
+        return teams.create_key(session, team, admin, label)[1]
+
+
+@pytest.fixture(scope="module")
+def team_keys(api_server: LiveServer) -> TeamKeys:
+    from api.db import session_scope
+    from api.store import teams
+
+    url = api_server.settings.database_url
+    with session_scope(url) as session:
+        alpha, beta = teams.create_team(session, "alpha"), teams.create_team(session, "beta")
+    return TeamKeys(alpha=_make_key(url, "alpha", label="alpha member"),
+                    beta=_make_key(url, "beta", label="beta member"),
+                    admin=_make_key(url, "default", admin=True, label="test admin"),
+                    alpha_id=alpha.id, beta_id=beta.id)
+
+
+@pytest.fixture(scope="session")
+def make_key():
+    """``make_key(database_url, team, admin=False, label=None) -> key``."""
+    return _make_key
+
+
+@pytest.fixture
+def client_for(api_server: LiveServer):
+    """``client_for(key)``: an httpx client of the module's server sending ``key`` as the
+    bearer token (None: no Authorization header); all are closed after the test."""
+    import contextlib
+
+    import httpx
+
+    with contextlib.ExitStack() as stack:
+        def factory(key: str | None, server: LiveServer | None = None) -> httpx.Client:
+            headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+            return stack.enter_context(httpx.Client(base_url=(server or api_server).http_url, headers=headers,
+                                                    timeout=10, trust_env=False))
+
+        yield factory
+
+# ==== end of the teams and API keys section ====

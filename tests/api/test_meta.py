@@ -65,9 +65,8 @@ def test_openapi_documents_the_v1_api(api) -> None:
     assert "JobSpec" in str(paths["/v1/jobs"]["post"]["requestBody"])
 
 
-def test_without_a_configured_token_there_is_no_auth(api_database_url, api_settings_factory, serve_api,
-                                                     job_spec) -> None:
-    with serve_api(api_settings_factory(api_database_url, api_token=None)) as server, \
+def test_auth_none_means_no_auth(api_database_url, api_settings_factory, serve_api, job_spec) -> None:
+    with serve_api(api_settings_factory(api_database_url, api_token=None, auth="none")) as server, \
             httpx.Client(base_url=server.http_url, trust_env=False) as client:
         created = client.post("/v1/jobs", json=job_spec(name="local"))
         assert created.status_code == 201, created.text

@@ -1,0 +1,70 @@
+"""GPU pools: named sets of workers. Workers register theirs (:func:`ensure_pool`); operators
+create pools ahead of their workers and hold one to stop dispatch into it."""
+
+from __future__ import annotations
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from api.admin_schemas import PoolRead
+from api.errors import Conflict, NotFound
+from api.models import Pool, utcnow
+from api.store._checks import check_name
+from api.store._rows import dialect_insert
+
+_POOLS = Pool.__table__
+
+
+def _read(pool: Pool) -> PoolRead:
+    return PoolRead(name=pool.name, held=pool.held, max_worker_gpus=pool.max_worker_gpus,
+                    created_at=pool.created_at)
+
+
+def _insert(session: Session, name: str) -> bool:
+    """INSERT ... ON CONFLICT DO NOTHING: two processes registering one pool at once both
+    succeed (one inserts), where a check-then-insert would fail one of them. True if inserted."""
+    stmt = dialect_insert(session.get_bind().dialect.name, _POOLS).values(
+        name=check_name(name, "pool"), held=False, max_worker_gpus=None, created_at=utcnow())
+    # RETURNING, not rowcount: psycopg reports -1 for this statement.
+    stmt = stmt.on_conflict_do_nothing(index_elements=["name"]).returning(_POOLS.c.name)
+    return session.execute(stmt).first() is not None
+
+
+def ensure_pool(session: Session, name: str) -> None:
+    """The pool ``name`` exists afterwards (idempotent)."""
+    _insert(session, name)
+
+
+def create_pool(session: Session, name: str) -> PoolRead:
+    if not _insert(session, name):
+        raise Conflict(f"pool '{name}' already exists", param="name")
+    return get_pool(session, name)
+
+
+def get_pool(session: Session, name: str) -> PoolRead:
+    # populate_existing: an UPDATE above bypassed the identity map, which may hold the old row.
+    pool = session.get(Pool, name, populate_existing=True)
+    if pool is None:
+        raise NotFound(f"pool '{name}' not found", param="pool")
+    return _read(pool)
+
+
+def list_pools(session: Session) -> list[PoolRead]:
+    return [_read(pool) for pool in session.scalars(select(Pool).order_by(Pool.name))]
+
+
+def _update(session: Session, name: str, **values: object) -> None:
+    stmt = update(Pool).where(Pool.name == name).values(**values).execution_options(synchronize_session=False)
+    if session.execute(stmt).rowcount != 1:
+        raise NotFound(f"pool '{name}' not found", param="pool")
+
+
+def set_held(session: Session, name: str, held: bool) -> PoolRead:
+    """Hold (True) stops dispatch into the pool; running jobs go on. Resume (False) undoes it."""
+    _update(session, name, held=held)
+    return get_pool(session, name)
+
+
+def set_max_worker_gpus(session: Session, name: str, gpus: int | None) -> None:
+    """The largest GPU count a live worker of the pool advertises (None: no live worker)."""
+    _update(session, name, max_worker_gpus=gpus)

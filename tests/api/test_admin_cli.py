@@ -1,0 +1,134 @@
+"""``grpo admin ...`` through ``api.cli.main`` against a migrated SQLite database: the same
+store as ``/v1/admin``, reachable without a key (that is how the first admin key is made)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import service_db
+
+from api.cli import main
+from api.keys import is_well_formed
+from api.settings import get_settings
+
+
+class Grpo:
+    """Runs ``grpo admin ARGS`` in-process: ``(exit code, stdout, stderr)``."""
+
+    def __init__(self, capsys: pytest.CaptureFixture[str], database_url: str) -> None:
+        self.capsys = capsys
+        self.database_url = database_url
+
+    def __call__(self, *argv: str) -> tuple[int, str, str]:
+        code = main(["admin", *argv])
+        out, err = self.capsys.readouterr()
+        return code, out, err
+
+    def json(self, *argv: str):
+        code, out, err = self(*argv, "--json")
+        assert code == 0, err
+        return json.loads(out)
+
+
+@pytest.fixture
+def grpo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> Iterator[Grpo]:
+    with service_db.migrated(service_db.sqlite_url(tmp_path)) as url:
+        monkeypatch.setenv("GRPO_DATABASE_URL", url)
+        get_settings.cache_clear()
+        yield Grpo(capsys, url)
+    get_settings.cache_clear()
+
+
+def test_create_and_list_teams(grpo) -> None:
+    code, out, err = grpo("create-team", "alpha", "--weight", "2")
+    assert code == 0 and out.startswith("alpha\t") and "weight=2" in out and err == ""
+    teams = {t["name"]: t for t in grpo.json("list-teams")}
+    assert set(teams) == {"default", "alpha"}
+    assert teams["alpha"]["weight"] == 2.0 and teams["alpha"]["quotas"] == {}
+    assert grpo("set-weight", "alpha", "0.5")[0] == 0
+    assert {t["name"]: t["weight"] for t in grpo.json("list-teams")}["alpha"] == 0.5
+
+
+def test_create_key_prints_a_working_key_once(grpo, api_settings_factory, serve_api) -> None:
+    assert grpo("create-team", "alpha")[0] == 0
+    code, out, err = grpo("create-key", "alpha", "--admin", "--label", "bootstrap")
+    key = out.strip()
+    assert code == 0 and out == f"{key}\n" and is_well_formed(key)
+    assert "shown only this once" in err and key not in err
+    listed = grpo.json("list-keys", "--team", "alpha")
+    assert [(k["prefix"], k["is_admin"], k["label"]) for k in listed] == [(key[:12], True, "bootstrap")]
+    assert key not in json.dumps(listed)
+
+    settings = api_settings_factory(grpo.database_url, api_token=None)
+    with serve_api(settings) as server, httpx.Client(base_url=server.http_url, trust_env=False,
+                                                     headers={"Authorization": f"Bearer {key}"}) as client:
+        me = client.get("/v1/me").json()
+        assert me["team"] == "alpha" and me["is_admin"] is True
+        assert client.get("/v1/admin/teams").status_code == 200
+        assert grpo("revoke-key", str(listed[0]["id"]))[0] == 0
+        assert grpo.json("list-keys")[0]["revoked_at"] is not None
+
+
+def test_set_quota_absolute_and_relative(grpo) -> None:
+    grpo("create-team", "alpha")
+
+    def quotas() -> dict[str, int]:
+        return {t["name"]: t["quotas"] for t in grpo.json("list-teams")}["alpha"]
+
+    assert grpo("set-quota", "alpha", "default", "4")[0] == 0 and quotas() == {"default": 4}
+    assert grpo("set-quota", "alpha", "default", "+2")[0] == 0 and quotas() == {"default": 6}
+    code, _, err = grpo("set-quota", "alpha", "default", "-7")
+    assert code == 2 and "would make it -1" in err and quotas() == {"default": 6}
+    assert grpo("set-quota", "alpha", "default", "-6")[0] == 0 and quotas() == {"default": 0}
+    assert grpo("clear-quota", "alpha", "default")[0] == 0 and quotas() == {}
+    assert grpo("set-quota", "alpha", "default", "-1")[0] == 2 and quotas() == {}
+    assert grpo.json("set-quota", "alpha", "default", "+3")["quotas"] == {"default": 3}
+
+
+def test_pools(grpo) -> None:
+    assert grpo.json("create-pool", "a100")["held"] is False
+    assert grpo("hold", "a100")[1].startswith("a100\theld")
+    assert {p["name"]: p["held"] for p in grpo.json("list-pools")} == {"a100": True, "default": False}
+    assert grpo.json("resume", "a100")["held"] is False
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("create-team", "alpha"), "already exists"),
+    (("create-team", "Not-Lower"), "must match"),
+    (("create-team", "gamma", "--weight", "0"), "weight must be"),
+    (("create-key", "nobody"), "team 'nobody' not found"),
+    (("set-quota", "alpha", "nowhere", "1"), "pool 'nowhere' not found"),
+    (("set-weight", "alpha", "-1"), "weight must be"),
+    (("revoke-key", "42"), "API key 42 not found"),
+    (("create-pool", "default"), "already exists"),
+    (("hold", "nowhere"), "pool 'nowhere' not found"),
+    (("list-keys", "--team", "nobody"), "team 'nobody' not found"),
+])
+def test_bad_input_exits_2_and_changes_nothing(grpo, argv, message) -> None:
+    grpo("create-team", "alpha")
+    before = grpo.json("list-teams"), grpo.json("list-pools"), grpo.json("list-keys")
+    code, out, err = grpo(*argv)
+    assert code == 2 and out == "" and err.startswith("error: ") and message in err, err
+    assert (grpo.json("list-teams"), grpo.json("list-pools"), grpo.json("list-keys")) == before
+
+
+def test_unparsable_arguments_exit_2(grpo) -> None:
+    for argv in (("set-quota", "alpha", "default", "many"), ("set-weight", "alpha", "heavy"),
+                 ("frobnicate",)):
+        with pytest.raises(SystemExit) as exited:
+            grpo(*argv)
+        assert exited.value.code == 2
+
+
+def test_an_unmigrated_database_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setenv("GRPO_DATABASE_URL", service_db.sqlite_url(tmp_path))
+    get_settings.cache_clear()
+    try:
+        assert main(["admin", "list-teams"]) == 1
+    finally:
+        get_settings.cache_clear()
+    assert "python -m api.migrate" in capsys.readouterr().err
