@@ -1,0 +1,211 @@
+"""A deliberately naive scheduling policy, and seeded synthetic cluster states to run it on.
+
+``reference_plan`` follows the rules of ``api.policy`` word for word, with no heap, no bisect and
+no incremental bookkeeping: after every pop it re-sorts all remaining jobs of the class by the
+fair-share key, and every total (GPUs held, quota use, fair share) is summed again from the raw
+lists when it is needed. It is O(N^2 log N) per pool, so it is only for cross-checks
+(``tests/api/test_policy.py``) and as the baseline of ``benchmarks/scheduler_decision.py``.
+Preemption is included, in the same naive style.
+
+``random_state`` builds the states both of them use. Not a package: import it by file path
+(the test) or with ``benchmarks/`` on ``sys.path`` (the benchmark).
+"""
+
+from __future__ import annotations
+
+import random
+
+from api.policy import (
+    PRIORITY_ORDER,
+    ClusterState,
+    Dispatch,
+    HoldingJob,
+    Plan,
+    Preemption,
+    Team,
+    WaitingJob,
+    Worker,
+)
+
+WANTS_A_WORKER = ("lower_priority", "fair_share", "no_capacity")
+
+
+def rank(priority: str) -> int:
+    return PRIORITY_ORDER.index(priority) if priority in PRIORITY_ORDER else len(PRIORITY_ORDER)
+
+
+def weight(state: ClusterState, team_id: int) -> float:
+    return state.teams[team_id].weight if team_id in state.teams else 1.0
+
+
+def quota(state: ClusterState, team_id: int, pool: str) -> int | None:
+    return state.teams[team_id].quotas.get(pool) if team_id in state.teams else None
+
+
+def holding_gpus(state: ClusterState, team_id: int, pool: str) -> int:
+    return sum(h.gpus for h in state.holding if h.pool == pool and h.team_id == team_id)
+
+
+def naive_order(state: ClusterState, pool: str) -> list[WaitingJob]:
+    order: list[WaitingJob] = []
+    for cls in sorted({rank(j.priority) for j in state.waiting if j.pool == pool}):
+        remaining = [j for j in state.waiting if j.pool == pool and rank(j.priority) == cls]
+        while remaining:
+            counted = {}  # team -> GPUs held plus GPUs of every job already taken in the order
+            for job in remaining:
+                taken = sum(j.gpus for j in order if j.team_id == job.team_id)
+                counted[job.team_id] = holding_gpus(state, job.team_id, pool) + taken
+
+            def key(job: WaitingJob, counted: dict[int, int] = counted) -> tuple[float, int]:
+                usage = state.recent_usage.get((job.team_id, pool), 0.0)
+                return (counted[job.team_id] + usage) / weight(state, job.team_id), job.id
+
+            remaining.sort(key=key)
+            order.append(remaining.pop(0))
+    return order
+
+
+def reference_plan(state: ClusterState) -> Plan:
+    result = Plan()
+    busy = [h.worker_id for h in state.holding]
+    pools = {x.pool for x in (*state.workers, *state.waiting, *state.holding)}
+    for pool in sorted(pools):
+        workers = [w for w in state.workers if w.pool == pool]
+        free = [w for w in workers if w.worker_id not in busy]
+        given: list[tuple[Worker, WaitingJob]] = []
+        order = naive_order(state, pool)
+        for job in order:
+            limit = quota(state, job.team_id, pool)
+            after = holding_gpus(state, job.team_id, pool) + job.gpus
+            after += sum(j.gpus for _, j in given if j.team_id == job.team_id)
+            fits = [w for w in free if w.gpus >= job.gpus]
+            if pool in state.held_pools:
+                reason = "pool_held"
+            elif not workers:
+                reason = "no_workers"
+            elif all(w.gpus < job.gpus for w in workers):
+                reason = "too_large"
+            elif limit is not None and after > limit:
+                reason = "quota_exceeded"
+            elif fits:
+                best = min(fits, key=lambda w: (w.gpus, w.worker_id))
+                free.remove(best)
+                given.append((best, job))
+                result.dispatch.append(Dispatch(job.id, best.worker_id))
+                continue
+            elif any(w.gpus >= job.gpus and rank(j.priority) < rank(job.priority) for w, j in given):
+                reason = "lower_priority"
+            elif any(w.gpus >= job.gpus and rank(j.priority) == rank(job.priority) for w, j in given):
+                reason = "fair_share"
+            else:
+                reason = "no_capacity"
+            result.pending[job.id] = reason
+        left = [j for j in order if j.id in result.pending]
+        result.position.update({j.id: place for place, j in enumerate(left, start=1)})
+        _reference_preempt(state, pool, workers, [j for _, j in given], left, result)
+    return result
+
+
+def _reference_preempt(
+    state: ClusterState,
+    pool: str,
+    workers: list[Worker],
+    placed: list[WaitingJob],
+    left: list[WaitingJob],
+    result: Plan,
+) -> None:
+    teams = {j.team_id for j in state.waiting if j.pool == pool} | {
+        h.team_id for h in state.holding if h.pool == pool
+    }
+    pool_gpus = sum(w.gpus for w in workers)
+    fair = {t: pool_gpus * weight(state, t) / sum(weight(state, u) for u in teams) for t in teams}
+    for team in teams:
+        result.fair_share[(team, pool)] = fair[team]
+    live = {w.worker_id: w for w in workers}
+    claimed: list[WaitingJob] = []
+    victims: list[HoldingJob] = []
+
+    def within_quota(job: WaitingJob) -> bool:
+        limit = quota(state, job.team_id, pool)
+        after = sum(j.gpus for j in placed + claimed if j.team_id == job.team_id) + job.gpus
+        return limit is None or holding_gpus(state, job.team_id, pool) + after <= limit
+
+    high = [j for j in left if j.priority == "high" and result.pending[j.id] in WANTS_A_WORKER]
+    freeing = [
+        live[h.worker_id]
+        for h in state.holding
+        if h.pool == pool and h.status == "running" and h.preempt_requested and h.worker_id in live
+    ]
+    remaining = []
+    for job in high:
+        if not within_quota(job):
+            continue
+        fits = [w for w in freeing if w.gpus >= job.gpus]
+        if not fits:
+            remaining.append(job)
+            continue
+        freeing.remove(min(fits, key=lambda w: (w.gpus, w.worker_id)))
+        claimed.append(job)
+        result.pending[job.id] = "preempting"
+    for job in remaining:
+        if not within_quota(job):
+            continue
+        candidates = [
+            h
+            for h in state.holding
+            if h.pool == pool and h.status == "running" and not h.preempt_requested
+            and rank(h.priority) > 0 and h.team_id != job.team_id and h not in victims
+            and h.worker_id in live and live[h.worker_id].gpus >= job.gpus
+            and holding_gpus(state, h.team_id, pool)
+            - sum(v.gpus for v in victims if v.team_id == h.team_id) > fair[h.team_id]
+        ]
+        if candidates:
+            victim = max(candidates, key=lambda h: (rank(h.priority), h.since, h.id))
+            victims.append(victim)
+            claimed.append(job)
+            result.pending[job.id] = "preempting"
+            result.preempt.append(Preemption(victim.id, job.id))
+
+
+def random_state(
+    rng: random.Random, jobs: int, teams: int, workers: int, pools: tuple[str, ...] = ("a", "b"),
+    busy: float = 0.5, edge_cases: bool = True,
+) -> ClusterState:
+    """A seeded synthetic state: a ``busy`` fraction of the workers busy (on average), weights
+    0.5-4, some quotas (0 included), mixed priorities, jobs mostly of 1 GPU, some 2 or 4. Values
+    come from short lists so that fair-share keys tie often. ``edge_cases`` adds what a benchmark
+    does not need: a held pool now and then, jobs for a pool with no workers or too large for any
+    worker, holders on workers that stopped heartbeating, and teams missing from ``state.teams``."""
+    live = tuple(
+        Worker(f"w{i:03d}", rng.choice(pools), rng.choice((1, 1, 2, 4, 8))) for i in range(workers)
+    )
+    team_map = {
+        t: Team(t, rng.choice((0.5, 1.0, 1.0, 2.0, 3.0, 4.0)),
+                {p: rng.choice((0, 2, 4, 8, 16)) for p in pools if rng.random() < 0.3})
+        for t in range(teams)
+    }
+    team_ids = list(range(teams + (max(1, teams // 5) if edge_cases else 0)))
+    job_pools = (*pools, "nowhere") if edge_cases else pools
+    job_gpus = (1, 1, 1, 1, 2, 4, 16) if edge_cases else (1, 1, 1, 1, 1, 2, 4)
+    ids = iter(rng.sample(range(1, 10 * (jobs + workers + 10)), jobs + workers + 10))  # unique, unordered
+    holders = [
+        HoldingJob(next(ids), rng.choice(team_ids), w.pool, rng.randint(1, w.gpus),
+                   rng.choice(PRIORITY_ORDER), w.worker_id,
+                   rng.choice(("running", "running", "running", "dispatched", "cancelling")),
+                   float(rng.randint(0, 5)), preempt_requested=rng.random() < 0.1)
+        for w in live if rng.random() < busy
+    ]
+    if edge_cases:  # holders whose worker is gone: they count for quota and fair share only
+        holders += [
+            HoldingJob(next(ids), rng.choice(team_ids), rng.choice(pools), rng.choice((1, 2)), "normal",
+                       rng.choice((None, "gone")), "running", 0.0)
+            for _ in range(rng.randint(0, 2))
+        ]
+    waiting = tuple(
+        WaitingJob(next(ids), rng.choice(team_ids), rng.choice(job_pools), rng.choice(job_gpus),
+                   rng.choice(PRIORITY_ORDER))
+        for _ in range(jobs)
+    )
+    usage = {(t, p): rng.choice((0.0, 0.5, 1.0, 3.0)) for t in team_ids for p in pools if rng.random() < 0.5}
+    held_pools = frozenset(p for p in pools if edge_cases and rng.random() < 0.05)
+    return ClusterState(live, waiting, tuple(holders), team_map, held_pools, usage)
