@@ -6,6 +6,11 @@ what happens after a reader connects.
 
 Worker capacity: key ``grpo:worker:{worker_id}`` holds a JSON heartbeat with a TTL, so a worker
 that dies simply disappears from the capacity view when its key expires.
+
+The queue as the scheduler last ordered it: ``grpo:queue`` (JSON: ``updated_at`` and the waiting
+jobs in dispatch order per pool) and ``grpo:queue:positions`` (hash: job id -> position), both
+replaced in one transaction whenever the order changes; ``grpo:scheduler:pass`` holds the time
+of the leader's latest pass, so a reader can tell a quiet queue from a stopped scheduler.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ from typing import Any
 
 MESSAGE_TYPES = ("metrics", "event", "samples", "status")
 WORKER_PREFIX = "grpo:worker:"
+QUEUE_KEY = "grpo:queue"
+QUEUE_POSITIONS_KEY = "grpo:queue:positions"
+SCHEDULER_PASS_KEY = "grpo:scheduler:pass"
 
 
 def stream_key(job_id: int) -> str:
@@ -54,5 +62,29 @@ def advertise_worker(client, worker_id: str, info: dict[str, Any], ttl_seconds: 
 def live_workers(client) -> list[dict[str, Any]]:
     """Heartbeats of every worker whose key has not expired."""
     keys = list(client.scan_iter(match=f"{WORKER_PREFIX}*", count=500))
-    values = client.mget(keys) if keys else []
+    return _heartbeats(client.mget(keys) if keys else [])
+
+
+async def live_workers_async(client) -> list[dict[str, Any]]:
+    """:func:`live_workers` with an asyncio client (the web process)."""
+    keys = [key async for key in client.scan_iter(match=f"{WORKER_PREFIX}*", count=500)]
+    return _heartbeats(await client.mget(keys) if keys else [])
+
+
+def _heartbeats(values: list[Any]) -> list[dict[str, Any]]:
+    # A key that expired between SCAN and MGET reads None: that worker just left.
     return [json.loads(v) for v in values if v is not None]
+
+
+def publish_queue(client, entries: list[dict[str, Any]], updated_at: str) -> None:
+    """Replace the queue snapshot (sync client: the scheduler)."""
+    pipe = client.pipeline(transaction=True)
+    pipe.set(QUEUE_KEY, json.dumps({"updated_at": updated_at, "entries": entries}, separators=(",", ":")))
+    pipe.delete(QUEUE_POSITIONS_KEY)
+    if entries:
+        pipe.hset(QUEUE_POSITIONS_KEY, mapping={entry["job_id"]: entry["position"] for entry in entries})
+    pipe.execute()
+
+
+def mark_scheduler_pass(client, at: str) -> None:
+    client.set(SCHEDULER_PASS_KEY, at)

@@ -18,7 +18,8 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.sync.client import connect
 
 TERMINAL = ("succeeded", "failed", "cancelled")
-NOTABLE_EVENTS = ("running", "requeued", "resumed", "checkpoint", "stopped", "cancel_requested")
+NOTABLE_EVENTS = ("running", "requeued", "resumed", "checkpoint", "stopped", "cancel_requested",
+                  "preempt_requested", "preempted", "priority_changed")
 SHOWN = (("reward", "reward"), ("kl", "kl"), ("clip_ratio/region_mean", "clip"), ("loss", "loss"))
 
 

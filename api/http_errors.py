@@ -70,12 +70,23 @@ async def _spec_error(_conn: HTTPConnection, exc: SpecError) -> JSONResponse:
     return _field_errors("invalid_spec", [(exc.field, exc.reason)])
 
 
-async def _validation_error(_conn: HTTPConnection, exc: Exception) -> JSONResponse:
-    """Pydantic's errors, located without FastAPI's ``body``/``query`` prefix: the body is the
-    JobSpec itself, so its paths read like the spec (``grpo.num_generations``)."""
+_SPEC_BODY_ENDPOINTS: set[Any] = set()
+
+
+def spec_body(endpoint: Any) -> Any:
+    """Mark a route whose request body is a JobSpec: its body errors are ``invalid_spec``, as
+    the same spec's errors are from ``grpo submit``; any other body's are ``invalid_request``."""
+    _SPEC_BODY_ENDPOINTS.add(endpoint)
+    return endpoint
+
+
+async def _validation_error(conn: HTTPConnection, exc: Exception) -> JSONResponse:
+    """Pydantic's errors, located without FastAPI's ``body``/``query`` prefix: a JobSpec body's
+    paths read like the spec (``grpo.num_generations``)."""
     found = list(exc.errors())  # type: ignore[attr-defined]
-    in_body = any(err["loc"][:1] == ("body",) for err in found)
-    return _field_errors("invalid_spec" if in_body else "invalid_request",
+    in_spec = conn.scope.get("endpoint") in _SPEC_BODY_ENDPOINTS and any(
+        err["loc"][:1] == ("body",) for err in found)
+    return _field_errors("invalid_spec" if in_spec else "invalid_request",
                          [(_param(err), err["msg"]) for err in found])
 
 

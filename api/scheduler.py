@@ -1,12 +1,15 @@
-"""``grpo scheduler``: moves queued jobs onto Celery only when a worker of the job's pool is free.
+"""``grpo scheduler``: each tick, reap expired leases, ask :func:`api.policy.plan` what to do with
+the cluster as it is now, and do it: dispatch jobs onto the workers the plan chose, ask victims
+of preemption to yield, record why every other waiting job waits, and publish the queue.
 
-Order is ours, not the broker's FIFO: priority (high > normal > low), then age (id). Capacity is
-what live workers advertise (``api.bus.live_workers``); a worker runs one job at a time, so a free
-worker is one with no job running on it (per SQL) and not already promised to a dispatched job.
+The order is ours, not the broker's: each worker consumes a queue of its own, and a job is sent
+only to the worker whose GPUs the plan gave it. Capacity is what live workers advertise
+(``api.bus.live_workers``); pools are registered, and their largest worker recorded, from the
+same heartbeats, which is what a submission is checked against.
 
 One leader at a time: a Redis lock (``SET NX PX``, renewed and released by compare-and-set), so
 it works whatever the SQL database is. Two leaders overlapping for a moment still cannot both
-dispatch a job: the ``queued → dispatched`` transition is guarded. This module never imports the
+dispatch a job: the ``queued -> dispatched`` transition is guarded. This module never imports the
 worker's task modules; it sends by name.
 """
 
@@ -17,27 +20,29 @@ import os
 import socket
 import threading
 import uuid
-from collections import defaultdict
 from typing import Any
 
 import redis
 from celery import Celery
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import Session
 
-from api import bus
+from api import bus, policy
 from api.db import session_scope
 from api.models import utcnow
-from api.schemas import JobRead
 from api.settings import Settings
-from api.store.jobs import list_jobs, requeue_expired, transition
-from api.task_names import RUN_JOB, pool_queue
+from api.store.jobs import requeue_expired, transition
+from api.store.pools import ensure_pool, set_max_worker_gpus
+from api.store.scheduling import (
+    SchedulingState,
+    dispatch_job,
+    load_state,
+    request_preempt,
+    set_pending_reasons,
+)
+from api.task_names import RUN_JOB, worker_queue
 
 LEADER_KEY = "grpo:scheduler:leader"
-PRIORITY_RANK = {"high": 0, "normal": 1, "low": 2}
-WAITING_STATUSES = ("queued", "preempted")
-PAGE = 500
 log = logging.getLogger(__name__)
 
 _RENEW = ("if redis.call('get', KEYS[1]) == ARGV[1] then "
@@ -68,39 +73,19 @@ def celery_client(settings: Settings) -> Celery:
     return app
 
 
-def all_jobs(session: Session, statuses: tuple[str, ...]) -> list[JobRead]:
-    """Every job in ``statuses``, id order, read page by page through the store."""
-    jobs: list[JobRead] = []
-    while True:
-        page = list_jobs(session, None, statuses, after=jobs[-1].id if jobs else 0, limit=PAGE)
-        jobs.extend(page)
-        if len(page) < PAGE:
-            return jobs
-
-
-def free_workers(workers: list[dict[str, Any]], active: list[JobRead]) -> dict[str, list[int]]:
-    """Per pool, the GPU counts of idle workers, smallest first, less those promised to jobs
-    already dispatched but not yet claimed."""
-    busy = {job.worker_id for job in active if job.status != "dispatched"}
-    free: dict[str, list[int]] = defaultdict(list)
-    for worker in workers:
-        if worker.get("worker_id") not in busy and not worker.get("running_job"):
-            free[worker.get("pool", "default")].append(int(worker.get("gpus", 1)))
-    for gpus in free.values():
-        gpus.sort()
-    for job in active:
-        if job.status == "dispatched":
-            take_worker(free[job.pool], job.gpus)
-    return free
-
-
-def take_worker(free_gpus: list[int], needed: int) -> bool:
-    """Take the smallest free worker with at least ``needed`` GPUs (big workers stay for big jobs)."""
-    for index, gpus in enumerate(free_gpus):
-        if gpus >= needed:
-            del free_gpus[index]
-            return True
-    return False
+def queue_snapshot(state: SchedulingState, decision: policy.Plan) -> list[dict[str, Any]]:
+    """The waiting jobs in dispatch order per pool, as ``GET /v1/queue`` shows them."""
+    entries = []
+    for job in state.cluster.waiting:
+        position = decision.position.get(job.id)
+        if position is None:  # dispatched in this tick
+            continue
+        entries.append({"job_id": job.id, "name": state.waiting_info[job.id].name, "team_id": job.team_id,
+                        "team": state.team_names.get(job.team_id), "pool": job.pool, "gpus": job.gpus,
+                        "priority": job.priority, "position": position,
+                        "pending_reason": decision.pending.get(job.id)})
+    entries.sort(key=lambda entry: (entry["pool"], entry["position"]))
+    return entries
 
 
 class Scheduler:
@@ -111,42 +96,72 @@ class Scheduler:
         self.sender = sender or celery_client(settings)
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.lock = LeaderLock(self.client, self.holder, max(5.0, 10 * settings.scheduler_interval_seconds))
+        self._published_queue: list[dict[str, Any]] | None = None
 
     def tick(self) -> list[int]:
-        """Reap expired leases, then dispatch what fits; the ids dispatched, in order."""
+        """One pass; the ids dispatched, in order."""
         url = self.settings.database_url
         with session_scope(url) as session:
             for job_id in requeue_expired(session, self.settings.lease_seconds):
                 log.warning("job %s: lease expired, back to the queue", job_id)
-        workers = bus.live_workers(self.client)
+        heartbeats = bus.live_workers(self.client)
         with session_scope(url) as session:
-            active = all_jobs(session, ("dispatched", "running", "cancelling"))
-            waiting = all_jobs(session, WAITING_STATUSES)
-        free = free_workers(workers, active)
-        waiting.sort(key=lambda job: (PRIORITY_RANK.get(job.priority, 1), job.id))
-        sent = []
-        for job in waiting:
-            if take_worker(free[job.pool], job.gpus) and self.dispatch(job):
-                sent.append(job.id)
+            state = load_state(session, heartbeats, utcnow(), self.settings.fair_share_half_life_seconds)
+        decision = policy.plan(state.cluster)
+        sent = [item.job_id for item in decision.dispatch if self.dispatch(item)]
+        for item in decision.preempt:
+            self.preempt(item)
+        self.record(state, decision, set(sent))
+        self.register_pools(state, heartbeats)
         return sent
 
-    def dispatch(self, job: JobRead) -> bool:
+    def dispatch(self, item: policy.Dispatch) -> bool:
         """Commit ``dispatched`` first, then send: a worker never sees a job SQL does not know."""
         with session_scope(self.settings.database_url) as session:
-            moved = transition(session, job.id, WAITING_STATUSES, "dispatched", "dispatched",
-                               f"dispatched to pool {job.pool}", {"pool": job.pool}, dispatched_at=utcnow())
-        if not moved:
-            return False
+            if not dispatch_job(session, item.job_id, item.worker_id):
+                return False
+        queue = worker_queue(item.worker_id)
         try:
-            self.sender.send_task(RUN_JOB, args=[job.id], queue=pool_queue(job.pool))
+            self.sender.send_task(RUN_JOB, args=[item.job_id], queue=queue)
         except Exception as exc:  # noqa: BLE001 - any broker failure: undo, retry next tick
-            log.error("job %s: send failed, back to the queue: %s", job.id, exc)
+            log.error("job %s: send failed, back to the queue: %s", item.job_id, exc)
             with session_scope(self.settings.database_url) as session:
-                transition(session, job.id, ("dispatched",), "queued", "dispatch_failed", str(exc),
-                           level="warning", dispatched_at=None)
+                transition(session, item.job_id, ("dispatched",), "queued", "dispatch_failed", str(exc),
+                           level="warning", dispatched_at=None, worker_id=None)
             return False
-        log.info("job %s dispatched to %s", job.id, pool_queue(job.pool))
+        log.info("job %s dispatched to %s", item.job_id, queue)
         return True
+
+    def preempt(self, item: policy.Preemption) -> None:
+        with session_scope(self.settings.database_url) as session:
+            if request_preempt(session, item.victim_id, item.for_job_id):
+                log.info("job %s asked to yield its worker to job %s", item.victim_id, item.for_job_id)
+
+    def record(self, state: SchedulingState, decision: policy.Plan, sent: set[int]) -> None:
+        """Pending reasons into SQL (only those that changed), the queue into Redis."""
+        changed = {job_id: decision.pending.get(job_id) for job_id, info in state.waiting_info.items()
+                   if job_id not in sent and decision.pending.get(job_id) != info.pending_reason}
+        with session_scope(self.settings.database_url) as session:
+            set_pending_reasons(session, changed)
+        entries = queue_snapshot(state, decision)
+        if entries != self._published_queue:
+            bus.publish_queue(self.client, entries, utcnow().isoformat())
+            self._published_queue = entries
+        bus.mark_scheduler_pass(self.client, utcnow().isoformat())
+
+    def register_pools(self, state: SchedulingState, heartbeats: list[dict[str, Any]]) -> None:
+        """Pools live workers serve exist; each records its largest live worker's GPU count."""
+        largest: dict[str, int] = {}
+        for beat in heartbeats:
+            pool = beat.get("pool", "default")
+            largest[pool] = max(largest.get(pool, 0), int(beat.get("gpus", 1)))
+        stale = {pool: gpus for pool, gpus in largest.items()
+                 if pool not in state.pools or state.pools[pool][1] != gpus}
+        if stale:
+            with session_scope(self.settings.database_url) as session:
+                for pool, gpus in stale.items():
+                    ensure_pool(session, pool)
+                    set_max_worker_gpus(session, pool, gpus)
 
     def run(self, stop: threading.Event) -> None:
         """Tick every interval while leader; errors are logged and retried, never fatal."""
@@ -163,6 +178,8 @@ class Scheduler:
                         self.tick()
                 except (RedisError, SQLAlchemyError) as exc:
                     log.warning("scheduler tick failed: %s", exc)
+                except Exception:  # noqa: BLE001 - a bug in one tick must not stop scheduling
+                    log.exception("scheduler tick failed")
                 stop.wait(self.settings.scheduler_interval_seconds)
         finally:
             try:

@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
 T = TypeVar("T")
 
@@ -37,6 +37,9 @@ class JobRead(BaseModel):
     max_steps: int
     last_step: int
     cancel_requested: bool
+    preempt_requested: bool = False
+    pending_reason: str | None = None  # why a waiting job waits (api.policy.PENDING_REASONS)
+    queue_position: int | None = None  # 1-based place in its pool's order, from the scheduler's last pass
     created_at: UtcDatetime
     dispatched_at: UtcDatetime | None
     started_at: UtcDatetime | None
@@ -45,6 +48,13 @@ class JobRead(BaseModel):
     latest_checkpoint: str | None
     error: ErrorInfo | None
     spec: dict[str, Any]
+
+
+class JobUpdate(BaseModel):
+    """``PATCH /v1/jobs/{id}``: what may change while a job waits or runs."""
+
+    model_config = ConfigDict(extra="forbid")
+    priority: Literal["low", "normal", "high"]
 
 
 class EventRead(BaseModel):

@@ -1,8 +1,8 @@
 """What a JobSpec must satisfy before the service accepts it, beyond its own shape (which
 pydantic checks while parsing the body): ``path:`` sources stay inside the configured roots and
-exist, and every reward is a known one with valid args. All of it is checked before anything is
-written, so a rejected request leaves no row behind. Torch-free, like everything the web
-process imports.
+exist, every reward is a known one with valid args, and the pool exists with a worker big enough
+for the job. All of it is checked before anything is written, so a rejected request leaves no
+row behind. Torch-free, like everything the web process imports.
 """
 
 from __future__ import annotations
@@ -10,7 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from sqlalchemy.orm import Session
+
+from api.errors import NotFound
 from api.settings import Settings
+from api.store.pools import get_pool, list_pools
 from grpo_core.errors import SpecError
 from grpo_core.paths import resolve_under_root
 from grpo_core.rewards import validate_reward_specs
@@ -66,3 +70,20 @@ def _check_path_source(source: str | None, root: Path, field: str) -> SpecError 
     if not exists(resolved):
         return SpecError(field, f"no {what} '{location}' under the {root_name} root")
     return None
+
+
+def check_placement(session: Session, spec: JobSpec) -> None:
+    """Raise :class:`InvalidSpec` for a pool nobody registered (a typo would wait forever) or a
+    job asking for more GPUs than the pool's largest worker advertised (gang: one worker holds
+    all of a job's GPUs). A pool whose workers were never seen accepts any size."""
+    try:
+        pool = get_pool(session, spec.resources.pool)
+    except NotFound:
+        known = ", ".join(sorted(p.name for p in list_pools(session))) or "none"
+        raise InvalidSpec([SpecError("resources.pool", f"unknown pool '{spec.resources.pool}'; "
+                                                       f"known pools: {known}")]) from None
+    if pool.max_worker_gpus is not None and spec.resources.gpus > pool.max_worker_gpus:
+        raise InvalidSpec([SpecError(
+            "resources.gpus", f"asks for {spec.resources.gpus} GPUs but the largest worker of pool "
+                              f"'{pool.name}' has {pool.max_worker_gpus}; a job's GPUs must all be on "
+                              "one worker")])

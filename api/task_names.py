@@ -6,6 +6,7 @@ from __future__ import annotations
 RUN_JOB = "grpo.run_job"
 
 
-def pool_queue(pool: str) -> str:
-    """One Celery queue per GPU pool."""
-    return f"grpo.pool.{pool}"
+def worker_queue(worker_id: str) -> str:
+    """Each worker consumes a queue of its own: the scheduler places a job on one worker (the
+    one whose GPUs it counted), so the broker must not pick another one of the pool."""
+    return f"grpo.worker.{worker_id}"

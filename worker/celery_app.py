@@ -1,5 +1,9 @@
-"""The worker's entrypoint: ``celery -A worker.celery_app worker -Q grpo.pool.<pool>`` (or
-``grpo worker``, which passes the same options).
+"""The worker's entrypoint: ``celery -A worker.celery_app worker`` (or ``grpo worker``, which
+passes the same options); ``GRPO_POOL`` and ``GRPO_WORKER_GPUS`` say what it serves.
+
+Each worker consumes its own queue (``api.task_names.worker_queue``): the scheduler places every
+job on one worker, so no other worker of the pool may take the message. The queue is added at
+setup whatever ``-Q`` says, and is the default queue when ``-Q`` is not given.
 
 One job at a time per process and a fresh child per job (``worker_max_tasks_per_child=1``): a
 job's CUDA context, memory fragmentation and any leaked threads die with its child, and the main
@@ -13,7 +17,7 @@ from __future__ import annotations
 from celery import Celery, signals
 
 from api.settings import Settings, get_settings
-from api.task_names import pool_queue
+from api.task_names import worker_queue
 from worker.heartbeat import WorkerHeartbeat, current_worker_id
 
 
@@ -21,7 +25,7 @@ def create_celery(settings: Settings) -> Celery:
     app = Celery("grpo_worker", broker=settings.redis_url, include=["worker.tasks"])
     app.conf.update(
         broker_connection_retry_on_startup=True,
-        task_default_queue=pool_queue(settings.pool),
+        task_default_queue=worker_queue(current_worker_id()),
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         task_ignore_result=True,
@@ -45,6 +49,12 @@ _heartbeat: WorkerHeartbeat | None = None
 def _name_this_worker(**_: object) -> None:
     """Fix the worker id in the environment before the pool forks, so job children report it."""
     current_worker_id()
+
+
+@signals.celeryd_after_setup.connect
+def _consume_own_queue(sender: object, instance: object, **_: object) -> None:
+    """Also when started with ``-Q``: the scheduler only ever sends to this queue."""
+    instance.app.amqp.queues.select_add(worker_queue(current_worker_id()))
 
 
 @signals.worker_ready.connect

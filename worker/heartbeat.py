@@ -50,17 +50,28 @@ def current_worker_id() -> str:
     return worker_id
 
 
-def detect_gpu_model() -> str:
-    """Ask the driver, not CUDA: initialising CUDA in the main process would break forked children."""
+def detect_gpus() -> dict[str, object]:
+    """The GPU model and memory per GPU, from the driver, not CUDA: initialising CUDA in the main
+    process would break forked children. ``cpu`` / None where there is no NVIDIA driver."""
     if shutil.which("nvidia-smi") is None:
-        return "cpu"
+        return {"gpu_model": "cpu", "gpu_memory_mb": None}
     try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=10, check=True)
+        query = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader,nounits"]
+        done = subprocess.run(query, capture_output=True, text=True, timeout=10, check=True)
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    names = [line.strip() for line in done.stdout.splitlines() if line.strip()]
-    return names[0] if names else "cpu"
+        return {"gpu_model": "unknown", "gpu_memory_mb": None}
+    rows = [line.split(",") for line in done.stdout.splitlines() if line.strip()]
+    if not rows:
+        return {"gpu_model": "cpu", "gpu_memory_mb": None}
+    name, _, memory = (part.strip() for part in (rows[0] + ["", ""])[:3])
+    return {"gpu_model": name, "gpu_memory_mb": int(memory) if memory.isdigit() else None}
+
+
+def host_memory_mb() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
+    except (OSError, ValueError):
+        return None
 
 
 class _Ticker:
@@ -95,7 +106,7 @@ class WorkerHeartbeat(_Ticker):
         self.worker_id = worker_id
         self.ttl = 3 * settings.heartbeat_seconds
         self.static = {"worker_id": worker_id, "pool": settings.pool, "gpus": settings.worker_gpus,
-                       "gpu_model": detect_gpu_model(), "hostname": socket.gethostname()}
+                       **detect_gpus(), "memory_mb": host_memory_mb(), "hostname": socket.gethostname()}
         self._withdrawn = threading.Event()
 
     def beat(self) -> None:
@@ -130,17 +141,19 @@ class JobLease(_Ticker):
         self._lock = threading.Lock()
         self.lost = False
         self.cancel_requested = False
+        self.preempt_requested = False
 
     def beat(self) -> None:
         try:
             with session_scope(self.database_url) as session:
-                still_ours, cancel = renew_lease(session, self.job_id, self.worker_id)
+                still_ours, cancel, preempt = renew_lease(session, self.job_id, self.worker_id)
         except SQLAlchemyError as exc:  # if this lasts, the lease expires and the answer is "lost"
             log.warning("lease renewal of job %s failed: %s", self.job_id, exc)
             return
         with self._lock:
             self.lost = self.lost or not still_ours
             self.cancel_requested = self.cancel_requested or cancel
+            self.preempt_requested = self.preempt_requested or preempt
         if still_ours:
             try:
                 self.client.set(busy_key(self.worker_id), json.dumps(self.job_id), px=self.busy_ttl_ms)
@@ -148,11 +161,12 @@ class JobLease(_Ticker):
                 log.warning("could not mark worker busy: %s", exc)
 
     def should_stop(self) -> bool:
-        """Checked before every step; raising on a lost lease skips the trainer's final checkpoint."""
+        """Checked before every step: a cancel or a preemption stops the trainer, which then
+        checkpoints; raising on a lost lease skips that checkpoint."""
         self.beat()
         if self.lost:
             raise LeaseLost(f"job {self.job_id} is no longer leased to {self.worker_id}")
-        return self.cancel_requested
+        return self.cancel_requested or self.preempt_requested
 
     def stop(self) -> None:
         super().stop()

@@ -17,6 +17,7 @@ from api.db import session_scope
 from api.schemas import JobRead
 from api.settings import Settings
 from api.store.jobs import finish
+from api.store.scheduling import yield_preempted
 from grpo_core.components import build_components
 from grpo_core.errors import GRPOError
 from grpo_core.spec import JobSpec
@@ -30,10 +31,11 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Outcome:
-    status: str  # succeeded | failed | cancelled
+    status: str  # succeeded | failed | cancelled | preempted
     message: str
     error_code: str | None = None
     traceback: str | None = None
+    step: int = 0
 
 
 def checkpoint_dir(settings: Settings, job_id: int) -> Path:
@@ -71,9 +73,11 @@ def train(job: JobRead, settings: Settings, reporter: JobReporter, lease: JobLea
         return _failure(exc.code, exc.message)
     except Exception as exc:  # noqa: BLE001 - any crash must still end the job with a record
         return _failure("internal_error", f"{type(exc).__name__}: {exc}")
-    if result.stopped and lease.cancel_requested:
-        return Outcome("cancelled", f"cancelled at step {result.step}")
-    return Outcome("succeeded", f"finished at step {result.step}")
+    if result.stopped and lease.cancel_requested:  # a cancel wins over a preemption
+        return Outcome("cancelled", f"cancelled at step {result.step}", step=result.step)
+    if result.stopped and lease.preempt_requested:
+        return Outcome("preempted", f"preempted at step {result.step}", step=result.step)
+    return Outcome("succeeded", f"finished at step {result.step}", step=result.step)
 
 
 def run_claimed_job(job: JobRead, worker_id: str, settings: Settings, lease: JobLease,
@@ -86,10 +90,13 @@ def run_claimed_job(job: JobRead, worker_id: str, settings: Settings, lease: Job
     except LeaseLost as exc:
         log.warning("%s; leaving the job to its new attempt", exc)
         return "lost"
-    lease.stop()  # no renewal may race the outcome: finish() is the attempt's last write
+    lease.stop()  # no renewal may race the outcome: it is the attempt's last write
     with session_scope(settings.database_url) as session:
-        recorded = finish(session, job.id, worker_id, outcome.status, outcome.message, outcome.error_code,
-                          outcome.message if outcome.error_code else None, outcome.traceback)
+        if outcome.status == "preempted":  # checkpointed: back to the queue, to resume from it
+            recorded = yield_preempted(session, job.id, worker_id, outcome.step)
+        else:
+            recorded = finish(session, job.id, worker_id, outcome.status, outcome.message, outcome.error_code,
+                              outcome.message if outcome.error_code else None, outcome.traceback)
     if not recorded:
         log.warning("job %s: lease lost before its outcome (%s) was recorded", job.id, outcome.status)
         return "lost"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 
 from api.deps import get_principal
-from api.routes import jobs, meta, stream, telemetry
+from api.routes import admin, cluster, jobs, meta, stream, telemetry
 
 
 def build_router() -> APIRouter:
@@ -13,7 +13,8 @@ def build_router() -> APIRouter:
     root.include_router(meta.probes)
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(get_principal)],
                    responses={401: {"description": "Missing or wrong bearer token"}})
-    for module_router in (meta.catalog, jobs.router, telemetry.router, stream.router):
+    for module_router in (meta.catalog, jobs.router, telemetry.router, stream.router, cluster.router,
+                          admin.me, admin.router):
         v1.include_router(module_router)
     root.include_router(v1)
     return root

@@ -13,11 +13,12 @@ from starlette.concurrency import run_in_threadpool
 from api import bus
 from api.db import session_scope
 from api.deps import PrincipalDep, RedisDep, SessionDep, SettingsDep
-from api.models import JOB_STATUSES
-from api.schemas import JobRead, Page
+from api.models import JOB_STATUSES, WAITING_STATUSES
+from api.schemas import JobRead, JobUpdate, Page
+from api.http_errors import spec_body
 from api.settings import Settings
 from api.store import jobs as job_store
-from api.submission import check_submission
+from api.submission import check_placement, check_submission
 from grpo_core.spec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ _ERRORS = {401: {"description": "Missing or wrong bearer token"}, 404: {"descrip
         422: {"description": "Invalid spec; `param` names the first bad field, `errors` lists all"},
     },
 )
+@spec_body
 async def submit_job(
     spec: JobSpec,
     principal: PrincipalDep,
@@ -63,25 +65,55 @@ def _check_and_create(
     # One threadpool hop for everything that blocks: the filesystem checks, then one transaction.
     check_submission(spec, settings)
     with session_scope(settings.database_url) as session:
+        check_placement(session, spec)
         return job_store.create_job(session, team_id, spec, idempotency_key)
 
 
 @router.get("", response_model=Page[JobRead], responses=_ERRORS)
-def list_jobs(
+async def list_jobs(
     session: SessionDep,
     principal: PrincipalDep,
+    redis: RedisDep,
     status_in: Annotated[list[JobStatus] | None, Query(alias="status")] = None,
     after: Annotated[int, Query(ge=0, description="Cursor: `next_after` of the previous page")] = 0,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
 ) -> Page[JobRead]:
-    """Jobs in id order, optionally only those in the given statuses (repeat ``status=``)."""
-    items = job_store.list_jobs(session, principal.team_id, status_in, after, limit + 1)
-    return Page[JobRead](items=items[:limit], next_after=items[limit - 1].id if len(items) > limit else None)
+    """Jobs in id order, optionally only those in the given statuses (repeat ``status=``). A
+    waiting job carries its ``pending_reason`` and ``queue_position``."""
+    items = await run_in_threadpool(job_store.list_jobs, session, principal.scope, status_in, after,
+                                    limit + 1)
+    page = await with_queue_positions(redis, items[:limit])
+    return Page[JobRead](items=page, next_after=items[limit - 1].id if len(items) > limit else None)
 
 
 @router.get("/{job_id}", response_model=JobRead, responses=_ERRORS)
-def get_job(job_id: int, session: SessionDep, principal: PrincipalDep) -> JobRead:
-    return job_store.get_job(session, job_id, principal.team_id)
+async def get_job(job_id: int, session: SessionDep, principal: PrincipalDep, redis: RedisDep) -> JobRead:
+    job = await run_in_threadpool(job_store.get_job, session, job_id, principal.scope)
+    return (await with_queue_positions(redis, [job]))[0]
+
+
+@router.patch("/{job_id}", response_model=JobRead,
+              responses={**_ERRORS, 409: {"description": "The job already finished"}})
+def update_job(job_id: int, update: JobUpdate, session: SessionDep, principal: PrincipalDep) -> JobRead:
+    """Change a job's ``priority`` while it waits (its place in the queue moves at the
+    scheduler's next pass) or runs (which decides whether it may be preempted)."""
+    return job_store.set_priority(session, job_id, update.priority, principal.scope)
+
+
+async def with_queue_positions(redis: RedisDep, jobs: list[JobRead]) -> list[JobRead]:
+    """Fill ``queue_position`` of waiting jobs from the scheduler's last published order; a
+    Redis outage leaves it empty rather than failing the read."""
+    waiting = [job for job in jobs if job.status in WAITING_STATUSES]
+    if not waiting:
+        return jobs
+    try:
+        positions = await redis.hmget(bus.QUEUE_POSITIONS_KEY, [job.id for job in waiting])
+    except (RedisError, OSError) as exc:
+        log.warning("could not read queue positions: %s", exc)
+        return jobs
+    found = {job.id: int(value) for job, value in zip(waiting, positions, strict=True) if value is not None}
+    return [job.model_copy(update={"queue_position": found[job.id]}) if job.id in found else job
+            for job in jobs]
 
 
 @router.post(
@@ -94,7 +126,7 @@ async def cancel_job(
 ) -> JobRead:
     """A queued job ends ``cancelled`` at once; a running one becomes ``cancelling`` and stops at
     its next step, after a checkpoint. A finished job is a 409."""
-    job = await run_in_threadpool(_cancel_and_commit, session, job_id, principal.team_id)
+    job = await run_in_threadpool(_cancel_and_commit, session, job_id, principal.scope)
     await _announce_status(redis, job, settings.stream_maxlen)
     return job
 

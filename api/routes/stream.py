@@ -101,11 +101,11 @@ async def stream_job(
     after: Annotated[int, Query(ge=0)] = 0,
     after_event: Annotated[int, Query(ge=0)] = 0,
 ) -> None:
-    await run_in_threadpool(_job_or_404, settings.database_url, job_id, principal.team_id)
+    await run_in_threadpool(_job_or_404, settings.database_url, job_id, principal.scope)
     await websocket.accept()
     conn = _Connection(
         job_id,
-        principal.team_id,
+        principal.scope,
         settings.database_url,
         redis,
         Cursor(step=after, sample_step=after, event_id=after_event),

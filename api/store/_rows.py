@@ -29,6 +29,8 @@ def job_read(job: Job | Row[Any]) -> JobRead:
         max_steps=job.max_steps,
         last_step=job.last_step,
         cancel_requested=job.cancel_requested,
+        preempt_requested=job.preempt_requested,
+        pending_reason=job.pending_reason,
         created_at=job.created_at,
         dispatched_at=job.dispatched_at,
         started_at=job.started_at,
@@ -59,4 +61,5 @@ def insert_ignoring_duplicates(session: Session, table: Table, values: dict[str,
     """INSERT ... ON CONFLICT DO NOTHING; True when a row was written. A retried write of the
     same (job, step) is harmless, which is what makes worker retries safe."""
     stmt = dialect_insert(session.get_bind().dialect.name, table).values(**values).on_conflict_do_nothing()
-    return session.execute(stmt).rowcount == 1
+    # RETURNING, not rowcount: psycopg reports -1 for a Core INSERT run through the ORM session.
+    return session.execute(stmt.returning(*table.primary_key.columns)).first() is not None

@@ -12,8 +12,16 @@ from typing import Any
 from sqlalchemy import Row, bindparam, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from api.errors import Conflict, NotFound
-from api.models import TERMINAL_STATUSES, Job, JobEvent, utcnow
+from api.errors import Conflict, InvalidInput, NotFound
+from api.models import (
+    HOLDING_STATUSES,
+    PRIORITIES,
+    TERMINAL_STATUSES,
+    Allocation,
+    Job,
+    JobEvent,
+    utcnow,
+)
 from api.schemas import JobRead
 from api.store._rows import insert_returning, job_read
 from api.store.telemetry import add_event
@@ -124,8 +132,43 @@ def transition(
     )
     if session.execute(stmt).rowcount != 1:
         return False
+    if new_status not in HOLDING_STATUSES:
+        close_allocation(session, job_id)
     add_event(session, job_id, event_type, message, data or {}, level)
     return True
+
+
+def close_allocation(session: Session, job_id: int) -> None:
+    """The job stopped holding GPUs: end its open allocation (a no-op when none is open)."""
+    session.execute(
+        update(Allocation)
+        .where(Allocation.job_id == job_id, Allocation.ended_at.is_(None))
+        .values(ended_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+
+
+def set_priority(session: Session, job_id: int, priority: str, team_id: int | None = None) -> JobRead:
+    """Change a job's priority class while it waits or runs (a running job's class decides
+    whether it can be preempted); a finished job is a :class:`Conflict`."""
+    job = get_job(session, job_id, team_id)
+    if priority not in PRIORITIES:  # the HTTP schema refuses it first; the CLI may not
+        raise InvalidInput(f"priority must be one of {', '.join(PRIORITIES)}", param="priority")
+    if job.status in TERMINAL_STATUSES:
+        raise Conflict(f"job {job_id} already {job.status}", param="job_id")
+    if priority == job.priority:
+        return job
+    stmt = (
+        update(Job)
+        .where(Job.id == job_id, Job.status.not_in(TERMINAL_STATUSES))
+        .values(priority=priority)
+        .execution_options(synchronize_session=False)
+    )
+    if session.execute(stmt).rowcount != 1:
+        raise Conflict(f"job {job_id} finished meanwhile", param="job_id")
+    add_event(session, job_id, "priority_changed", f"priority {job.priority} -> {priority}",
+              {"from": job.priority, "to": priority})
+    return get_job(session, job_id)
 
 
 def request_cancel(session: Session, job_id: int, team_id: int | None = None) -> JobRead:
@@ -163,7 +206,8 @@ def claim(session: Session, job_id: int, worker_id: str) -> JobRead | None:
     now = utcnow()
     stmt = (
         update(Job)
-        .where(Job.id == job_id, Job.status == "dispatched")
+        .where(Job.id == job_id, Job.status == "dispatched",
+               or_(Job.worker_id == worker_id, Job.worker_id.is_(None)))
         .values(
             status="running",
             worker_id=worker_id,
@@ -189,17 +233,17 @@ def claim(session: Session, job_id: int, worker_id: str) -> JobRead | None:
     return job
 
 
-def renew_lease(session: Session, job_id: int, worker_id: str) -> tuple[bool, bool]:
-    """``(still_ours, cancel_requested)``; a worker that lost its lease must stop."""
+def renew_lease(session: Session, job_id: int, worker_id: str) -> tuple[bool, bool, bool]:
+    """``(still_ours, cancel_requested, preempt_requested)``; a worker that lost its lease must stop."""
     stmt = (
         update(Job)
         .where(Job.id == job_id, Job.worker_id == worker_id, Job.status.in_(ACTIVE_STATUSES))
         .values(heartbeat_at=utcnow())
-        .returning(Job.cancel_requested)
+        .returning(Job.cancel_requested, Job.preempt_requested)
         .execution_options(synchronize_session=False)
     )
     row = session.execute(stmt).first()
-    return (False, False) if row is None else (True, bool(row[0]))
+    return (False, False, False) if row is None else (True, bool(row[0]), bool(row[1]))
 
 
 def finish(
@@ -229,6 +273,7 @@ def finish(
     )
     if session.execute(stmt).rowcount != 1:
         return False
+    close_allocation(session, job_id)
     add_event(session, job_id, status, message or status, data, level)
     return True
 
@@ -266,6 +311,7 @@ def requeue_expired(session: Session, lease_seconds: float, now: datetime | None
                 {"previous_status": status},
                 level="warning",
                 worker_id=None,
+                preempt_requested=False,
             )
         if done:
             moved.append(job_id)

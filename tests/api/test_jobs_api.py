@@ -26,7 +26,12 @@ def submit(api, spec: dict, **headers) -> dict:
     return response.json()
 
 
-def test_submit_queues_the_job(api, job_spec) -> None:
+def test_submit_queues_the_job(api, job_spec, api_server) -> None:
+    from api.db import session_scope
+    from api.store.pools import ensure_pool
+
+    with session_scope(api_server.settings.database_url) as session:
+        ensure_pool(session, "a100")  # a pool its workers have not registered yet: any size fits
     spec = job_spec(name="first", priority="high", resources={"gpus": 2, "pool": "a100"})
     response = api.post("/v1/jobs", json=spec)
     assert response.status_code == 201, response.text

@@ -118,9 +118,8 @@ class Processes:
         return process
 
     def worker(self, pool: str, **env: str) -> subprocess.Popen:
-        from api.task_names import pool_queue
-
-        return self.start(["-m", "celery", "-A", "worker.celery_app", "worker", "-Q", pool_queue(pool),
+        # No -Q: a worker consumes its own queue (api.task_names.worker_queue).
+        return self.start(["-m", "celery", "-A", "worker.celery_app", "worker",
                            "-c", "1", "--pool", "prefork", "--without-gossip", "--without-mingle",
                            "--loglevel", "INFO", "-n", f"{pool}-{uuid.uuid4().hex[:4]}@%h"],
                           "worker", GRPO_POOL=pool, **env)
@@ -217,13 +216,17 @@ def job_of(database_url: str) -> Callable[[int], Any]:
 
 
 @pytest.fixture
-def wait_worker_ready(redis_url: str) -> Callable[[str, Processes], None]:
+def wait_worker_ready(redis_url: str) -> Callable[..., list[str]]:
+    """``wait(pool, procs, count=1)``: the ids of the pool's live workers once ``count`` advertise."""
     from api.bus import live_workers
 
     client = redis.Redis.from_url(redis_url)
 
-    def wait(pool: str, procs: Processes) -> None:
-        wait_until(lambda: [w for w in live_workers(client) if w["pool"] == pool], 60,
-                   f"a worker of pool {pool} to advertise", procs)
+    def wait(pool: str, procs: Processes, count: int = 1) -> list[str]:
+        def ready() -> list[str]:
+            ids = sorted(w["worker_id"] for w in live_workers(client) if w["pool"] == pool)
+            return ids if len(ids) >= count else []
+
+        return wait_until(ready, 60, f"{count} worker(s) of pool {pool} to advertise", procs)
 
     return wait

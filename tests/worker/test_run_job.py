@@ -18,16 +18,16 @@ from api.models import TERMINAL_STATUSES, utcnow
 from api.scheduler import celery_client
 from api.store.jobs import transition
 from api.store.telemetry import list_checkpoints, list_events, list_metrics
-from api.task_names import RUN_JOB, pool_queue
+from api.task_names import RUN_JOB, worker_queue
 
 pytestmark = pytest.mark.slow
 
 
-def dispatch_by_hand(database_url: str, sender: Celery, job_id: int, pool: str, copies: int) -> None:
+def dispatch_by_hand(database_url: str, sender: Celery, job_id: int, worker_id: str, copies: int) -> None:
     with session_scope(database_url) as session:
         assert transition(session, job_id, ("queued",), "dispatched", "dispatched", dispatched_at=utcnow())
     for _ in range(copies):
-        sender.send_task(RUN_JOB, args=[job_id], queue=pool_queue(pool))
+        sender.send_task(RUN_JOB, args=[job_id], queue=worker_queue(worker_id))
 
 
 @pytest.fixture
@@ -52,10 +52,12 @@ def events(database_url: str, job_id: int, kind: str) -> list:
 
 def test_a_job_delivered_twice_runs_once_and_reports_every_step(processes, submit, tiny_spec, job_of,
                                                                 finished, wait_for, pool, settings,
-                                                                database_url, redis_url, roots):
+                                                                database_url, redis_url, roots,
+                                                                wait_worker_ready):
     job_id = submit(tiny_spec(pool=pool))
-    dispatch_by_hand(database_url, celery_client(settings), job_id, pool, copies=2)
     processes.worker(pool)
+    [worker_id] = wait_worker_ready(pool, processes)
+    dispatch_by_hand(database_url, celery_client(settings), job_id, worker_id, copies=2)
     client = redis.Redis.from_url(redis_url)
     beat = wait_for(lambda: [w for w in bus.live_workers(client) if w["pool"] == pool and w["running_job"]],
                     60, "the worker to advertise its running job", processes)[0]
@@ -87,11 +89,12 @@ def test_a_job_delivered_twice_runs_once_and_reports_every_step(processes, submi
 
 
 def test_a_failing_job_records_its_error_code(processes, submit, tiny_spec, finished, wait_for, pool,
-                                              settings, database_url, redis_url, roots):
+                                              settings, database_url, redis_url, roots, wait_worker_ready):
     (roots["data"] / "no-prompts.jsonl").write_text(json.dumps({"question": "what?"}) + "\n")
     job_id = submit(tiny_spec(pool=pool, dataset={"source": "path:no-prompts.jsonl"}))
-    dispatch_by_hand(database_url, celery_client(settings), job_id, pool, copies=1)
     processes.worker(pool)
+    [worker_id] = wait_worker_ready(pool, processes)
+    dispatch_by_hand(database_url, celery_client(settings), job_id, worker_id, copies=1)
     job = wait_for(lambda: finished(job_id), 120, "the job to end", processes)
     assert job.status == "failed"
     assert job.error.code == "invalid_spec" and "prompt" in job.error.message

@@ -1,5 +1,6 @@
-"""The scheduler dispatches queued jobs only into free worker capacity, in priority-then-age
-order, and only one scheduler (the leader) dispatches at a time.
+"""The scheduler dispatches queued jobs only into free worker capacity, onto the worker the
+policy chose (its own queue), in priority-then-age order, and only one scheduler (the leader)
+dispatches at a time.
 
 Capacity here is advertised by hand (``api.bus.advertise_worker``, as a worker's heartbeat
 does), so these tests need no worker process; the broker is a real Redis and the messages are
@@ -24,7 +25,7 @@ from api.dev import free_port
 from api.models import JobEvent
 from api.scheduler import LEADER_KEY, LeaderLock, Scheduler
 from api.store.jobs import claim, finish
-from api.task_names import pool_queue
+from api.task_names import worker_queue
 
 
 @pytest.fixture
@@ -45,6 +46,10 @@ def advertise(client: redis.Redis, pool: str, gpus: int = 1, ttl: float = 60) ->
     return worker_id
 
 
+def queued_messages(client: redis.Redis, *worker_ids: str) -> int:
+    return sum(client.llen(worker_queue(worker_id)) for worker_id in worker_ids)
+
+
 def dispatched_events(database_url: str, job_id: int) -> int:
     with session_scope(database_url) as session:
         return session.scalar(select(func.count()).select_from(JobEvent)
@@ -54,10 +59,11 @@ def dispatched_events(database_url: str, job_id: int) -> int:
 def test_a_job_without_a_live_worker_of_its_pool_stays_queued(scheduler, client, submit, tiny_spec, job_of,
                                                               pool):
     job_id = submit(tiny_spec(pool=pool))
-    advertise(client, f"{pool}-other")  # capacity in another pool does not count
+    other = advertise(client, f"{pool}-other")  # capacity in another pool does not count
     assert job_id not in scheduler.tick()
-    assert job_of(job_id).status == "queued"
-    assert client.llen(pool_queue(pool)) == 0
+    job = job_of(job_id)
+    assert job.status == "queued" and job.pending_reason == "no_workers"
+    assert queued_messages(client, other) == 0
 
 
 def test_dispatch_fills_free_slots_only_by_priority_then_age(scheduler, client, submit, tiny_spec, job_of,
@@ -80,10 +86,12 @@ def test_dispatch_fills_free_slots_only_by_priority_then_age(scheduler, client, 
     assert tick() == [normal]
     with session_scope(database_url) as session:
         claim(session, normal, first)
-    advertise(client, pool)
+    second = advertise(client, pool)
     assert tick() == [normal2]  # normal before low, and older normal first
     assert job_of(low).status == "queued"
-    assert client.llen(pool_queue(pool)) == 3  # one message per dispatch, nothing else
+    assert job_of(normal2).worker_id == second
+    # One message per dispatch, each on the queue of the worker the job was placed on.
+    assert (queued_messages(client, first), queued_messages(client, second)) == (2, 1)
     assert [dispatched_events(database_url, j) for j in (high, normal, normal2, low)] == [1, 1, 1, 0]
 
 
@@ -122,8 +130,7 @@ def test_the_leader_lock_has_one_holder_and_only_it_renews_or_releases(client):
 def test_two_scheduler_processes_never_dispatch_a_job_twice(processes, client, submit, tiny_spec, job_of,
                                                             wait_for, pool, database_url):
     jobs = [submit(tiny_spec(f"j{i}", pool=pool)) for i in range(5)]
-    for _ in range(3):
-        advertise(client, pool)
+    workers = [advertise(client, pool) for _ in range(3)]
     schedulers = [processes.scheduler(), processes.scheduler()]
 
     def dispatched() -> list[int]:
@@ -133,15 +140,15 @@ def test_two_scheduler_processes_never_dispatch_a_job_twice(processes, client, s
     leader = client.get(LEADER_KEY).decode()
     time.sleep(1.5)  # both keep ticking; neither may send more
     assert dispatched() == jobs[:3]
-    assert client.llen(pool_queue(pool)) == 3
+    assert queued_messages(client, *workers) == 3
     assert [dispatched_events(database_url, j) for j in jobs] == [1, 1, 1, 0, 0]
 
     # The leader dies without releasing: the other takes over once the lock expires.
     pid = int(leader.split(":")[-2])  # holder id: host:pid:nonce
     victim = next(p for p in schedulers if p.pid == pid)
     os.killpg(victim.pid, signal.SIGKILL)
-    advertise(client, pool)
+    workers.append(advertise(client, pool))
     # SQL says dispatched just before the message is sent, so wait for both.
-    wait_for(lambda: len(dispatched()) == 4 and client.llen(pool_queue(pool)) == 4, 30,
+    wait_for(lambda: len(dispatched()) == 4 and queued_messages(client, *workers) == 4, 30,
              "the survivor to dispatch", processes)
     assert client.get(LEADER_KEY).decode() != leader

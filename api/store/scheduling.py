@@ -1,0 +1,175 @@
+"""The scheduler's side of the store: the cluster's state as :mod:`api.policy` sees it, and the
+writes that carry out a plan (dispatch to a worker, ask a job to yield, pending reasons).
+
+Reads select only the columns the policy needs (never a job's spec): a tick reads every waiting
+and holding job, and 10,000 of them must stay cheap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import bindparam, or_, select, update
+from sqlalchemy.orm import Session
+
+from api import policy
+from api.models import HOLDING_STATUSES, WAITING_STATUSES, Allocation, Job, Pool, Team, utcnow
+from api.store.jobs import close_allocation
+from api.store.teams import quotas_by_team
+from api.store.telemetry import add_event
+
+_JOBS = Job.__table__
+# Older allocations weigh under 2**-12 of a fresh one: not worth reading.
+USAGE_HORIZON_HALF_LIVES = 12
+
+
+def epoch(value: datetime) -> float:
+    # SQLite hands back naive datetimes; every stored time is UTC.
+    return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+
+
+@dataclass(frozen=True)
+class WaitingInfo:
+    """What the queue view shows of a waiting job beyond what the policy needs."""
+
+    name: str
+    pending_reason: str | None
+
+
+@dataclass
+class SchedulingState:
+    cluster: policy.ClusterState
+    pools: dict[str, tuple[bool, int | None]]  # name -> (held, max_worker_gpus)
+    team_names: dict[int, str]
+    waiting_info: dict[int, WaitingInfo] = field(default_factory=dict)
+
+
+def schedulable_workers(heartbeats: list[dict[str, Any]], holding: list[policy.HoldingJob],
+                        ) -> list[policy.Worker]:
+    """Live workers as the policy sees them. One still running a job SQL no longer gives it (its
+    lease was lost; the child is stopping) is left out until it reports itself idle."""
+    assigned = {job.worker_id for job in holding}
+    workers = []
+    for beat in heartbeats:
+        worker_id = beat.get("worker_id")
+        if not worker_id or (beat.get("running_job") and worker_id not in assigned):
+            continue
+        workers.append(policy.Worker(worker_id, beat.get("pool", "default"), int(beat.get("gpus", 1))))
+    return workers
+
+
+def load_state(session: Session, heartbeats: list[dict[str, Any]], now: datetime, half_life: float,
+               ) -> SchedulingState:
+    """Everything :func:`api.policy.plan` needs: SQL read in one transaction, plus the live
+    workers' heartbeats (``api.bus.live_workers``)."""
+    # Core on the session's connection: the ORM's per-row bookkeeping was most of a 10k-job read.
+    conn = session.connection()
+    waiting, info = [], {}
+    c = _JOBS.c
+    waiting_rows = conn.execute(select(c.id, c.team_id, c.pool, c.gpus, c.priority, c.name, c.pending_reason)
+                                .where(c.status.in_(WAITING_STATUSES)))
+    for job_id, team_id, pool, gpus, priority, name, reason in waiting_rows:
+        waiting.append(policy.WaitingJob(job_id, team_id, pool, gpus, priority))
+        info[job_id] = WaitingInfo(name, reason)
+    holding = [
+        policy.HoldingJob(row.id, row.team_id, row.pool, row.gpus, row.priority, row.worker_id, row.status,
+                          epoch(row.dispatched_at) if row.dispatched_at else 0.0, bool(row.preempt_requested))
+        for row in conn.execute(
+            select(c.id, c.team_id, c.pool, c.gpus, c.priority, c.worker_id, c.status, c.dispatched_at,
+                   c.preempt_requested).where(c.status.in_(HOLDING_STATUSES))
+        )
+    ]
+    quotas = quotas_by_team(session)
+    teams, names = {}, {}
+    for team_id, name, weight in session.execute(select(Team.id, Team.name, Team.weight)):
+        teams[team_id] = policy.Team(team_id, weight, quotas.get(team_id, {}))
+        names[team_id] = name
+    pools = {name: (bool(held), most) for name, held, most in
+             session.execute(select(Pool.name, Pool.held, Pool.max_worker_gpus))}
+    horizon = now - timedelta(seconds=USAGE_HORIZON_HALF_LIVES * half_life)
+    recent = or_(Allocation.ended_at.is_(None), Allocation.ended_at > horizon)
+    intervals = [
+        policy.Interval(row.team_id, row.pool, row.gpus, epoch(row.started_at),
+                        epoch(row.ended_at) if row.ended_at else None)
+        for row in session.execute(
+            select(Allocation.team_id, Allocation.pool, Allocation.gpus, Allocation.started_at,
+                   Allocation.ended_at).where(recent)
+        )
+    ]
+    cluster = policy.ClusterState(
+        workers=tuple(schedulable_workers(heartbeats, holding)), waiting=tuple(waiting),
+        holding=tuple(holding), teams=teams,
+        held_pools=frozenset(name for name, (held, _) in pools.items() if held),
+        recent_usage=policy.decayed_usage(intervals, now.timestamp(), half_life),
+    )
+    return SchedulingState(cluster, pools, names, info)
+
+
+def dispatch_job(session: Session, job_id: int, worker_id: str) -> bool:
+    """A waiting job is promised to ``worker_id``: it holds its GPUs from now (an allocation
+    opens, which quotas and fair share count) until it leaves the holding statuses. Only that
+    worker may claim it."""
+    now = utcnow()
+    stmt = (
+        update(Job)
+        .where(Job.id == job_id, Job.status.in_(WAITING_STATUSES))
+        .values(status="dispatched", worker_id=worker_id, dispatched_at=now, pending_reason=None,
+                preempt_requested=False)
+        .returning(Job.team_id, Job.pool, Job.gpus)
+        .execution_options(synchronize_session=False)
+    )
+    row = session.execute(stmt).first()
+    if row is None:
+        return False
+    session.add(Allocation(job_id=job_id, team_id=row.team_id, pool=row.pool, gpus=row.gpus, started_at=now))
+    add_event(session, job_id, "dispatched", f"dispatched to {worker_id}",
+              {"pool": row.pool, "worker_id": worker_id, "gpus": row.gpus})
+    return True
+
+
+def request_preempt(session: Session, job_id: int, for_job_id: int) -> bool:
+    """Ask a running job to checkpoint and give its worker up to ``for_job_id``; False when it is
+    no longer running (it finished, or is being cancelled, which frees the worker anyway)."""
+    stmt = (
+        update(Job)
+        .where(Job.id == job_id, Job.status == "running", Job.preempt_requested.is_(False))
+        .values(preempt_requested=True)
+        .execution_options(synchronize_session=False)
+    )
+    if session.execute(stmt).rowcount != 1:
+        return False
+    add_event(session, job_id, "preempt_requested", f"preempted for job {for_job_id}; checkpointing",
+              {"for_job_id": for_job_id}, "warning")
+    return True
+
+
+def yield_preempted(session: Session, job_id: int, worker_id: str, step: int) -> bool:
+    """The preempted job checkpointed at ``step``: back to the queue (status ``preempted``),
+    where it keeps its place by age and later resumes from that checkpoint."""
+    stmt = (
+        update(Job)
+        .where(Job.id == job_id, Job.worker_id == worker_id, Job.status == "running")
+        .values(status="preempted", worker_id=None, preempt_requested=False, heartbeat_at=None)
+        .execution_options(synchronize_session=False)
+    )
+    if session.execute(stmt).rowcount != 1:
+        return False
+    close_allocation(session, job_id)
+    add_event(session, job_id, "preempted", f"preempted at step {step}; back in the queue",
+              {"step": step}, "warning")
+    return True
+
+
+def set_pending_reasons(session: Session, reasons: dict[int, str | None]) -> None:
+    """The scheduler's verdict for waiting jobs, written only where it changed (one statement)."""
+    if not reasons:
+        return
+    stmt = (
+        update(_JOBS)
+        # OR, not IN: executemany cannot expand an IN list.
+        .where(_JOBS.c.id == bindparam("job_id"), or_(*(_JOBS.c.status == s for s in WAITING_STATUSES)))
+        .values(pending_reason=bindparam("reason"))
+    )
+    session.connection().execute(stmt, [{"job_id": k, "reason": v} for k, v in reasons.items()])

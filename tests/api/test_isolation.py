@@ -1,0 +1,158 @@
+"""The isolation matrix: every ``/v1`` route of the app (HTTP and WebSocket), enumerated from
+``create_app(...).routes``, must be classified in :data:`ROUTES`; then, for each class, every
+route present is called with no key, another team's member key, the owner's key and an admin
+key. A route nobody classified fails :func:`test_every_v1_route_is_classified`."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.routing import APIWebSocketRoute
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+
+from api.main import create_app
+
+try:  # FastAPI >= 0.16x keeps included routers nested in app.routes; this walks them
+    from fastapi.routing import iter_route_contexts
+except ImportError:  # older ones flattened them into app.routes
+    iter_route_contexts = iter
+
+ANY = "any"  # no team's data: any valid key gets 200
+TEAM = "team"  # the caller's own team (list, submit): any valid key, results scoped to its team
+JOB = "job"  # one job: another team's member key gets 404 (as if it did not exist); admins see it
+ADMIN = "admin"  # /v1/admin: admin keys only; a member key gets 403
+
+WS = "WS"  # the "method" of a WebSocket route
+_JOB = "/v1/jobs/{job_id}"
+ROUTES: dict[tuple[str, str], str] = {
+    ("GET", "/v1/rewards"): ANY,
+    ("GET", "/v1/me"): ANY,
+    ("GET", "/v1/queue"): ANY,
+    ("GET", "/v1/cluster"): ANY,
+    ("GET", "/v1/jobs"): TEAM,
+    ("POST", "/v1/jobs"): TEAM,
+    ("GET", _JOB): JOB,
+    ("PATCH", _JOB): JOB,
+    ("POST", f"{_JOB}/cancel"): JOB,
+    ("GET", f"{_JOB}/events"): JOB,
+    ("GET", f"{_JOB}/metrics"): JOB,
+    ("GET", f"{_JOB}/samples"): JOB,
+    ("GET", f"{_JOB}/checkpoints"): JOB,
+    (WS, f"{_JOB}/stream"): JOB,
+    ("POST", "/v1/admin/teams"): ADMIN,
+    ("GET", "/v1/admin/teams"): ADMIN,
+    ("PATCH", "/v1/admin/teams/{team}"): ADMIN,
+    ("PUT", "/v1/admin/teams/{team}/quotas/{pool}"): ADMIN,
+    ("PATCH", "/v1/admin/teams/{team}/quotas/{pool}"): ADMIN,
+    ("DELETE", "/v1/admin/teams/{team}/quotas/{pool}"): ADMIN,
+    ("POST", "/v1/admin/teams/{team}/keys"): ADMIN,
+    ("GET", "/v1/admin/keys"): ADMIN,
+    ("POST", "/v1/admin/keys/{key_id}/revoke"): ADMIN,
+    ("POST", "/v1/admin/pools"): ADMIN,
+    ("GET", "/v1/admin/pools"): ADMIN,
+    ("POST", "/v1/admin/pools/{pool}/hold"): ADMIN,
+    ("POST", "/v1/admin/pools/{pool}/resume"): ADMIN,
+}
+# Valid bodies where a route reads one, so the team check, not validation, decides the answer.
+BODIES = {("PATCH", _JOB): {"priority": "low"}}
+
+
+def v1_routes(settings) -> set[tuple[str, str]]:
+    """``(method, path)`` of every /v1 route the app serves; ``WS`` for WebSockets."""
+    found: set[tuple[str, str]] = set()
+    for route in iter_route_contexts(create_app(settings).routes):
+        if isinstance(getattr(route, "original_route", route), APIWebSocketRoute):
+            found.add((WS, route.path))
+        else:
+            found.update((method, route.path) for method in route.methods or ())
+    return {(method, path) for method, path in found if path.startswith("/v1/")}
+
+
+@pytest.fixture(scope="module")
+def present(api_server) -> dict[tuple[str, str], str]:
+    """The classified routes this app has (the table may name routes not built yet)."""
+    return {route: kind for route, kind in ROUTES.items() if route in v1_routes(api_server.settings)}
+
+
+@pytest.fixture
+def alpha_job(client_for, team_keys, job_spec) -> int:
+    response = client_for(team_keys.alpha).post("/v1/jobs", json=job_spec(name="alpha-only"))
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+def status_of(server, client_for, key: str | None, method: str, path: str, job_id: int) -> int:
+    """The status a call answers with; for a WebSocket, the handshake's (101: accepted)."""
+    url = path.format(job_id=job_id, team="alpha", pool="default", key_id=1)
+    if method != WS:
+        return client_for(key).request(method, url, json=BODIES.get((method, path), {})).status_code
+    headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
+    try:
+        with connect(server.ws_url + url, additional_headers=headers, proxy=None, open_timeout=5):
+            return 101
+    except InvalidStatus as refused:
+        return refused.response.status_code
+
+
+def check(present, kinds: tuple[str, ...], expected: int, call) -> None:
+    """``call(method, path)`` for every present route of ``kinds``; all must answer ``expected``
+    (a WebSocket handshake that lets the caller in answers 101 where HTTP answers 200)."""
+    routes = sorted(route for route, kind in present.items() if kind in kinds)
+    assert routes, f"no route of {kinds} in the app: is the table stale?"
+    let_in = {200, 101} if expected == 200 else {expected}
+    wrong = {f"{m} {p}": got for m, p in routes if (got := call(m, p)) not in let_in}
+    assert not wrong, f"expected {expected} from each of these, got: {wrong}"
+
+
+def test_every_v1_route_is_classified(api_server) -> None:
+    served = v1_routes(api_server.settings)
+    unclassified = sorted(served - set(ROUTES))
+    assert not unclassified, (f"classify these routes in ROUTES of {__file__} (one of {ANY}, {TEAM}, {JOB}, "
+                              f"{ADMIN}) so their isolation is tested: {unclassified}")
+    assert {("GET", _JOB), (WS, f"{_JOB}/stream"), ("GET", "/v1/admin/teams")} <= served
+
+
+def test_no_key_is_401_everywhere(api_server, client_for, present, alpha_job) -> None:
+    check(present, (ANY, TEAM, JOB, ADMIN), 401,
+          lambda m, p: status_of(api_server, client_for, None, m, p, alpha_job))
+
+
+def test_a_member_key_is_403_on_every_admin_route(api_server, client_for, team_keys, present,
+                                                  alpha_job) -> None:
+    member = team_keys.alpha
+    check(present, (ADMIN,), 403, lambda m, p: status_of(api_server, client_for, member, m, p, alpha_job))
+
+
+def test_another_teams_job_is_404_on_every_job_route(api_server, client_for, team_keys, present, alpha_job,
+                                                     api) -> None:
+    other = team_keys.beta
+    check(present, (JOB,), 404, lambda m, p: status_of(api_server, client_for, other, m, p, alpha_job))
+    after = api.get(f"/v1/jobs/{alpha_job}").json()
+    assert (after["status"], after["priority"]) == ("queued", "normal")  # no cancel, no PATCH got through
+
+
+def test_the_owner_and_admins_see_the_job(api_server, client_for, team_keys, present, alpha_job) -> None:
+    readers = {route: kind for route, kind in present.items() if route[0] in ("GET", WS)}
+    for key in (team_keys.alpha, team_keys.admin):
+        check(readers, (JOB,), 200,
+              lambda m, p, key=key: status_of(api_server, client_for, key, m, p, alpha_job))
+
+
+def test_team_routes_are_scoped_to_the_callers_team(client_for, team_keys, alpha_job, job_spec) -> None:
+    def listed(key: str) -> set[int]:
+        response = client_for(key).get("/v1/jobs", params={"limit": 100})
+        assert response.status_code == 200
+        return {job["id"] for job in response.json()["items"]}
+
+    beta_job = client_for(team_keys.beta).post("/v1/jobs", json=job_spec(name="beta-only")).json()
+    assert beta_job["team_id"] == team_keys.beta_id
+    assert alpha_job in listed(team_keys.alpha) and beta_job["id"] not in listed(team_keys.alpha)
+    assert beta_job["id"] in listed(team_keys.beta) and alpha_job not in listed(team_keys.beta)
+    assert {alpha_job, beta_job["id"]} <= listed(team_keys.admin)
+
+
+def test_any_valid_key_may_call_the_shared_routes(api_server, client_for, team_keys, present,
+                                                  alpha_job) -> None:
+    for key in (team_keys.alpha, team_keys.beta, team_keys.admin):
+        check({r: k for r, k in present.items() if r[0] == "GET"}, (ANY,), 200,
+              lambda m, p, key=key: status_of(api_server, client_for, key, m, p, alpha_job))

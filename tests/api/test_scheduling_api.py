@@ -1,0 +1,147 @@
+"""The scheduling surface of the API: submit-time placement checks, ``PATCH /v1/jobs/{id}``,
+``GET /v1/queue`` and ``GET /v1/cluster``, each scoped to the caller's team.
+
+The queue and cluster views are fed by a real scheduler pass (``Scheduler.tick``) over the test
+database, with worker heartbeats advertised the way a worker does (``api.bus.advertise_worker``).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from api import bus
+from api.db import session_scope
+from api.scheduler import Scheduler
+from api.store.pools import ensure_pool, set_max_worker_gpus
+from api.task_names import worker_queue
+
+
+def error_of(response) -> dict:
+    return response.json()["error"]
+
+
+@pytest.fixture
+def pool(api_server) -> str:
+    name = f"q{uuid.uuid4().hex[:8]}"
+    with session_scope(api_server.settings.database_url) as session:
+        ensure_pool(session, name)
+    return name
+
+
+@pytest.fixture
+def advertise(api_server) -> Iterator:
+    """``advertise(pool, gpus=1) -> worker_id``: a live worker heartbeat; removed after the test."""
+    client = redis.Redis.from_url(api_server.settings.redis_url)
+    made: list[str] = []
+
+    def add(pool: str, gpus: int = 1) -> str:
+        worker_id = f"w-{uuid.uuid4().hex[:6]}"
+        bus.advertise_worker(client, worker_id, {"worker_id": worker_id, "pool": pool, "gpus": gpus,
+                                                 "gpu_model": "H200", "gpu_memory_mb": 143771,
+                                                 "memory_mb": 1024, "hostname": "node-1",
+                                                 "running_job": None}, 60)
+        made.append(worker_id)
+        return worker_id
+
+    yield add
+    for worker_id in made:
+        client.delete(bus.worker_key(worker_id), worker_queue(worker_id))
+    client.close()
+
+
+def test_a_submission_must_fit_a_known_pool(client_for, team_keys, job_spec, api_server) -> None:
+    alpha = client_for(team_keys.alpha)
+    before = alpha.get("/v1/jobs").json()["items"]
+    unknown = alpha.post("/v1/jobs", json=job_spec(resources={"pool": "nosuchpool"}))
+    assert unknown.status_code == 422
+    assert error_of(unknown)["param"] == "resources.pool" and "default" in error_of(unknown)["message"]
+    with session_scope(api_server.settings.database_url) as session:
+        ensure_pool(session, "twogpu")
+        set_max_worker_gpus(session, "twogpu", 2)
+    too_big = alpha.post("/v1/jobs", json=job_spec(resources={"pool": "twogpu", "gpus": 3}))
+    assert too_big.status_code == 422 and error_of(too_big)["param"] == "resources.gpus"
+    for bad, param in (({"pool": "twogpu", "gpus": 0}, "resources.gpus"),):
+        response = alpha.post("/v1/jobs", json=job_spec(resources=bad))
+        assert response.status_code == 422 and error_of(response)["param"] == param
+    wrong_class = alpha.post("/v1/jobs", json=job_spec(priority="urgent"))
+    assert wrong_class.status_code == 422 and error_of(wrong_class)["param"] == "priority"
+    assert alpha.get("/v1/jobs").json()["items"] == before  # nothing was written
+    fits = alpha.post("/v1/jobs", json=job_spec(resources={"pool": "twogpu", "gpus": 2}))
+    assert fits.status_code == 201 and fits.json()["gpus"] == 2
+
+
+def test_priority_changes_live_and_only_while_the_job_is_not_finished(client_for, team_keys, job_spec,
+                                                                       worker) -> None:
+    alpha = client_for(team_keys.alpha)
+    job = alpha.post("/v1/jobs", json=job_spec()).json()
+    changed = alpha.patch(f"/v1/jobs/{job['id']}", json={"priority": "high"})
+    assert changed.status_code == 200 and changed.json()["priority"] == "high"
+    events = alpha.get(f"/v1/jobs/{job['id']}/events").json()["items"]
+    assert events[-1]["type"] == "priority_changed" and events[-1]["data"] == {"from": "normal", "to": "high"}
+    for body, param in (({"priority": "urgent"}, "priority"), ({"priority": "low", "gpus": 2}, "gpus"),
+                        ({}, None)):
+        refused = alpha.patch(f"/v1/jobs/{job['id']}", json=body)
+        assert refused.status_code == 422
+        if param:
+            assert error_of(refused)["param"] == param
+    assert alpha.get(f"/v1/jobs/{job['id']}").json()["priority"] == "high"  # nothing changed
+    worker.start(job["id"])
+    worker.finish(job["id"])
+    finished = alpha.patch(f"/v1/jobs/{job['id']}", json={"priority": "low"})
+    assert finished.status_code == 409
+
+
+def test_queue_and_cluster_show_the_schedulers_order_scoped_to_the_team(
+        client_for, team_keys, job_spec, api_server, pool, advertise) -> None:
+    alpha, beta, admin = (client_for(key) for key in (team_keys.alpha, team_keys.beta, team_keys.admin))
+    spec = job_spec(resources={"pool": pool})
+    a1, a2 = (alpha.post("/v1/jobs", json=spec).json()["id"] for _ in range(2))
+    b1 = beta.post("/v1/jobs", json=spec).json()["id"]
+    worker_id = advertise(pool)
+    scheduler = Scheduler(api_server.settings)
+    assert [j for j in scheduler.tick() if j in (a1, a2, b1)] == [a1]  # oldest of the tied teams
+
+    everyone = admin.get("/v1/queue", params={"pool": pool}).json()
+    assert [(e["job_id"], e["position"]) for e in everyone["items"]] == [(b1, 1), (a2, 2)]  # beta's turn
+    assert [e["pending_reason"] for e in everyone["items"]] == ["fair_share", "fair_share"]
+    assert everyone["waiting"] == {pool: 2} and everyone["scheduler_pass_at"]
+    mine = alpha.get("/v1/queue", params={"pool": pool}).json()
+    assert [e["job_id"] for e in mine["items"]] == [a2] and mine["waiting"] == {pool: 2}
+    assert [e["job_id"] for e in beta.get("/v1/queue", params={"pool": pool}).json()["items"]] == [b1]
+    waiting = alpha.get(f"/v1/jobs/{a2}").json()
+    assert (waiting["pending_reason"], waiting["queue_position"]) == ("fair_share", 2)
+    running = alpha.get(f"/v1/jobs/{a1}").json()
+    assert running["status"] == "dispatched" and running["worker_id"] == worker_id
+    assert running["pending_reason"] is None and running["queue_position"] is None
+
+    cluster = alpha.get("/v1/cluster").json()
+    ours = next(p for p in cluster["pools"] if p["name"] == pool)
+    assert (ours["gpus_total"], ours["gpus_busy"], ours["gpus_free"], ours["waiting"]) == (1, 1, 0, 2)
+    [seen] = ours["workers"]
+    assert (seen["worker_id"], seen["gpu_model"], seen["gpu_memory_mb"], seen["running_job"]) == (
+        worker_id, "H200", 143771, a1)
+    assert [r["job_id"] for r in cluster["running"] if r["pool"] == pool] == [a1]
+    usage = {t["team"]: t["pools"].get(pool) for t in cluster["teams"]}
+    assert usage["alpha"]["held_gpus"] == 1 and usage["alpha"]["fair_share"] == pytest.approx(0.5)
+    assert usage["beta"]["held_gpus"] == 0 and usage["beta"]["waiting"] == 1
+
+    # Beta sees the pool and every team's usage, but not alpha's job.
+    theirs = beta.get("/v1/cluster").json()
+    [seen] = next(p for p in theirs["pools"] if p["name"] == pool)["workers"]
+    assert seen["running_job"] is None and seen["busy"]
+    assert all(r["job_id"] != a1 for r in theirs["running"])
+
+
+def test_a_retried_telemetry_write_is_reported_as_a_duplicate(api, api_server, job_spec) -> None:
+    """Each (job, step) is written once; the store says which write took (on both backends)."""
+    from api.store.telemetry import record_checkpoint, record_metrics, record_samples
+
+    job_id = api.post("/v1/jobs", json=job_spec()).json()["id"]
+    writes = (lambda s: record_metrics(s, job_id, {"step": 1}), lambda s: record_samples(s, job_id, 1, []),
+              lambda s: record_checkpoint(s, job_id, 1, "/c"))
+    with session_scope(api_server.settings.database_url) as session:
+        assert [(write(session), write(session)) for write in writes] == [(True, False)] * 3
