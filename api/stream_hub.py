@@ -101,8 +101,11 @@ class Subscriber:
         if not wait or self.ended.is_set():
             self.put_nowait(item)
             return
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that
+        # arrives as the put completes, and a disconnected client's task then never ends.
         try:
-            await asyncio.wait_for(self.queue.put(item), self.put_timeout_s)
+            async with asyncio.timeout(self.put_timeout_s):
+                await self.queue.put(item)
         except TimeoutError:
             self.finish(SlowClient())
 
