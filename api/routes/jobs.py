@@ -13,9 +13,9 @@ from starlette.concurrency import run_in_threadpool
 from api import bus
 from api.db import session_scope
 from api.deps import PrincipalDep, RedisDep, SessionDep, SettingsDep
+from api.http_errors import spec_body
 from api.models import JOB_STATUSES, WAITING_STATUSES
 from api.schemas import JobRead, JobUpdate, Page
-from api.http_errors import spec_body
 from api.settings import Settings
 from api.store import jobs as job_store
 from api.submission import check_placement, check_submission
