@@ -7,6 +7,9 @@ what happens after a reader connects.
 Worker capacity: key ``grpo:worker:{worker_id}`` holds a JSON heartbeat with a TTL, so a worker
 that dies simply disappears from the capacity view when its key expires.
 
+Counters ``grpo:stats:{name}`` (``COUNTERS``) count scheduler actions since Redis started; the
+API's ``/metrics`` reports them as Prometheus counters (a reset reads as a counter reset).
+
 The queue as the scheduler last ordered it: ``grpo:queue`` (JSON: ``updated_at`` and the waiting
 jobs in dispatch order per pool) and ``grpo:queue:positions`` (hash: job id -> position), both
 replaced in one transaction whenever the order changes; ``grpo:scheduler:pass`` holds the time
@@ -23,6 +26,8 @@ WORKER_PREFIX = "grpo:worker:"
 QUEUE_KEY = "grpo:queue"
 QUEUE_POSITIONS_KEY = "grpo:queue:positions"
 SCHEDULER_PASS_KEY = "grpo:scheduler:pass"
+STATS_PREFIX = "grpo:stats:"  # service-wide counters (Prometheus counters read them)
+COUNTERS = ("dispatches", "preemptions")
 
 
 def stream_key(job_id: int) -> str:
@@ -88,3 +93,14 @@ def publish_queue(client, entries: list[dict[str, Any]], updated_at: str) -> Non
 
 def mark_scheduler_pass(client, at: str) -> None:
     client.set(SCHEDULER_PASS_KEY, at)
+
+
+def count(client, name: str) -> None:
+    if name not in COUNTERS:
+        raise ValueError(f"unknown counter '{name}'; valid: {', '.join(COUNTERS)}")
+    client.incr(f"{STATS_PREFIX}{name}")
+
+
+async def read_counters(client) -> dict[str, int]:
+    values = await client.mget([f"{STATS_PREFIX}{name}" for name in COUNTERS])
+    return {name: int(value or 0) for name, value in zip(COUNTERS, values, strict=True)}

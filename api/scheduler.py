@@ -130,12 +130,22 @@ class Scheduler:
                            level="warning", dispatched_at=None, worker_id=None)
             return False
         log.info("job %s dispatched to %s", item.job_id, queue)
+        self._count("dispatches")
         return True
 
     def preempt(self, item: policy.Preemption) -> None:
         with session_scope(self.settings.database_url) as session:
-            if request_preempt(session, item.victim_id, item.for_job_id):
-                log.info("job %s asked to yield its worker to job %s", item.victim_id, item.for_job_id)
+            asked = request_preempt(session, item.victim_id, item.for_job_id)
+        if asked:
+            log.info("job %s asked to yield its worker to job %s", item.victim_id, item.for_job_id)
+            self._count("preemptions")
+
+    def _count(self, name: str) -> None:
+        """Best effort: a lost increment only dents a Prometheus rate, never a decision."""
+        try:
+            bus.count(self.client, name)
+        except RedisError as exc:
+            log.warning("could not count %s: %s", name, exc)
 
     def record(self, state: SchedulingState, decision: policy.Plan, sent: set[int]) -> None:
         """Pending reasons into SQL (only those that changed), the queue into Redis."""

@@ -133,6 +133,9 @@ class Hubs:
     ring_size: int = RING_SIZE
     jobs: dict[int, JobHub] = field(default_factory=dict)
 
+    def subscriber_count(self) -> int:
+        return sum(len(hub.subscribers) for hub in self.jobs.values())
+
     def attach(self, job_id: int, subscriber: Subscriber) -> JobHub | None:
         """Join the job's hub (started if none runs); None when ``subscriber.start`` is too old."""
         hub = self.jobs.get(job_id)
