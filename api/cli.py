@@ -1,9 +1,11 @@
 """``grpo``: the console entry. It reuses ``grpo_core.cli``'s parser (``train``, ``tiny-model``)
-and adds the service's commands: ``api``, ``scheduler``, ``worker``, ``dev``, ``submit`` and
-``admin`` (teams, API keys, quotas and pools, straight on the database: ``api.admin_cli``).
+and adds the service's commands: ``api``, ``scheduler``, ``worker``, ``dev``, ``admin`` (teams,
+API keys, quotas and pools, straight on the database: ``api.admin_cli``) and the HTTP client
+commands ``submit``, ``list``, ``show``, ``watch``, ``cancel``, ``events``, ``metrics``,
+``cluster``, ``queue`` (``api.monitor_cli``).
 
-Exit codes as ``grpo_core.cli``: 0 ok, 1 failed (``submit --watch``: the job failed or was
-cancelled), 2 bad input. Nothing heavy is imported until a command runs (never torch here).
+Exit codes as ``grpo_core.cli``: 0 ok, 1 failed (``watch``, ``submit --watch``: the job failed or
+was cancelled), 2 bad input. Nothing heavy is imported until a command runs (never torch here).
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import threading
 from pathlib import Path
 
 from api.admin_cli import add_admin_commands
+from api.monitor_cli import MONITOR_COMMANDS, add_monitor_commands
 from grpo_core import cli as core_cli
 
-SERVICE_COMMANDS = ("api", "scheduler", "worker", "dev", "submit", "admin")
+SERVICE_COMMANDS = ("api", "scheduler", "worker", "dev", "admin", *MONITOR_COMMANDS)
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
 
 
@@ -63,53 +66,13 @@ def _worker(args: argparse.Namespace) -> int:
 
 def _dev(args: argparse.Namespace) -> int:
     from api.dev import run_dev
+    from api.monitor_cli import read_spec, submit_spec
 
     watch = None
     if args.submit is not None:
-        spec = _read_spec(args.submit)
-        watch = lambda url: _submit_and_report(url, args.api_key, spec, True, None)  # noqa: E731
+        spec = read_spec(args.submit)
+        watch = lambda url: submit_spec(url, args.api_key, spec)  # noqa: E731
     return run_dev(args.port, args.submit, args.models_root, args.data_root, watch)
-
-
-def _read_spec(path: Path) -> dict:
-    """Validated here for per-field messages at once; the raw mapping is sent, so the server
-    applies its own defaults."""
-    import yaml
-
-    from grpo_core.specfile import load_spec_file
-
-    load_spec_file(path)  # raises InvalidSpec: exit 2 with one line per field
-    return yaml.safe_load(path.read_text())
-
-
-def _submit(args: argparse.Namespace) -> int:
-    spec = _read_spec(args.spec)
-    return _submit_and_report(args.api_url, args.api_key, spec, args.watch, args.idempotency_key)
-
-
-def _submit_and_report(url: str, api_key: str | None, spec: dict, watch: bool, key: str | None) -> int:
-    import httpx
-
-    from api.client import ApiClient, ApiError, watch_to
-
-    client = ApiClient(url, api_key)
-    try:
-        job = client.submit(spec, idempotency_key=key)
-        print(f"submitted job {job['id']} ({job['name']}): {job['status']}", flush=True)
-        if not watch:
-            return 0
-        watch_to(sys.stdout, client, job["id"], job.get("max_steps"))
-        job = client.job(job["id"])
-    except ApiError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2 if exc.status in (400, 409, 413, 422) else 1
-    except httpx.TransportError as exc:
-        print(f"error: cannot reach the API at {url}: {exc}", file=sys.stderr)
-        return 1
-    error = job.get("error")
-    suffix = f" [{error['code']}] {error['message']}" if error else ""
-    print(f"job {job['id']} {job['status']} at step {job['last_step']}{suffix}", flush=True)
-    return 0 if job["status"] == "succeeded" else 1
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
@@ -139,13 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--data-root", type=Path, default=None, help="likewise, else ./data")
     dev.add_argument("--api-key", default=os.environ.get("GRPO_API_KEY"))
     dev.set_defaults(handler=_dev)
-    submit = commands.add_parser("submit", help="submit a spec over HTTP (--watch streams it)")
-    submit.add_argument("spec", type=Path)
-    submit.add_argument("--watch", action="store_true", help="stream live metrics until the job ends")
-    submit.add_argument("--api-url", default=os.environ.get("GRPO_API_URL", "http://127.0.0.1:8000"))
-    submit.add_argument("--api-key", default=os.environ.get("GRPO_API_KEY"))
-    submit.add_argument("--idempotency-key", default=None)
-    submit.set_defaults(handler=_submit)
+    add_monitor_commands(commands)
     add_admin_commands(commands)
     return parser
 

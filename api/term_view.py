@@ -1,0 +1,333 @@
+"""What ``grpo``'s monitoring commands print, as pure functions from the API's JSON to text:
+progress bars, sparklines, tables, the live ``grpo watch`` frame and its ANSI repaint. No I/O and
+no terminal state here (the caller passes the width and the time), so each is tested by its
+output alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+TERMINAL = ("succeeded", "failed", "cancelled")
+NOTABLE_EVENTS = ("running", "requeued", "resumed", "checkpoint", "stopped", "cancel_requested",
+                  "preempt_requested", "preempted", "priority_changed")
+STEP_LINE_METRICS = (("reward", "reward"), ("kl", "kl"), ("clip_ratio/region_mean", "clip"), ("loss", "loss"))
+WATCH_SERIES = (("reward", "reward"), ("kl", "KL"), ("clip_ratio/region_mean", "clipfrac"))
+TABLE_METRICS = ("reward", "reward_std", "kl", "clip_ratio/region_mean", "loss", "entropy", "grad_norm",
+                 "completions/mean_length", "step_time")
+SPARKS = "▁▂▃▄▅▆▇█"
+EIGHTHS = " ▏▎▍▌▋▊▉"  # index k: k/8 of a cell
+ELLIPSIS = "…"
+
+
+def finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number, else None (missing, NaN, inf, text)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def num(value: Any) -> str:
+    """A metric for people: 4 significant digits; ``-`` for nothing; text as it is."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def clip(text: str, width: int | None) -> str:
+    """``text`` cut to ``width`` characters, the last one ``…`` when anything was cut (None: as is)."""
+    if width is None:
+        return text
+    if width <= 0:
+        return ""
+    return text if len(text) <= width else text[:width - 1] + ELLIPSIS
+
+
+def sparkline(values: Sequence[Any], width: int | None = None) -> str:
+    """One character per value, the newest ``width`` only, heights scaled from the lowest value
+    shown (``▁``) to the highest (``█``); a gap for a missing or non-finite value; a constant
+    series is a flat line at mid height (``▄``)."""
+    if width is not None and width <= 0:
+        return ""
+    shown = [finite(value) for value in (values[-width:] if width else values)]
+    present = [value for value in shown if value is not None]
+    if not present:
+        return " " * len(shown)
+    low, high, top = min(present), max(present), len(SPARKS) - 1
+
+    def glyph(value: float | None) -> str:
+        if value is None:
+            return " "
+        if high == low:
+            return SPARKS[top // 2]
+        return SPARKS[int((value - low) / (high - low) * top + 0.5)]
+
+    return "".join(glyph(value) for value in shown)
+
+
+def bar(fraction: float, width: int) -> str:
+    """``width`` cells filled from the left to ``fraction`` (clamped to [0, 1]) in eighths of a
+    cell, rounded down: a bar is never fuller than the work done."""
+    if width <= 0:
+        return ""
+    done = min(max(finite(fraction) or 0.0, 0.0), 1.0)
+    full, part = divmod(int(done * width * 8 + 1e-9), 8)
+    return ("█" * full + (EIGHTHS[part] if part else "")).ljust(width)
+
+
+def progress(step: int, total: int | None, width: int = 30) -> str:
+    """``[████▌     ] 9/20  45%``; ``step 9`` when the total is unknown."""
+    if not total:
+        return f"step {step}"
+    return f"[{bar(step / total, width)}] {step}/{total} {100 * min(step, total) // total:3d}%"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], max_width: int | None = None) -> list[str]:
+    """Columns padded to their widest cell, two spaces apart; a column of numbers is aligned
+    right, others left. Cells go through :func:`num`. Lines are cut to ``max_width``."""
+    cells = [[num(value) for value in row] for row in rows]
+    numeric = [all(finite(row[i]) is not None or row[i] is None for row in rows) and
+               any(row[i] is not None for row in rows) for i in range(len(headers))]
+    widths = [max(len(text) for text in [header, *(row[i] for row in cells)])
+              for i, header in enumerate(headers)]
+
+    def line(texts: Sequence[str]) -> str:
+        padded = [text.rjust(w) if right else text.ljust(w) for text, w, right in zip(texts, widths, numeric,
+                                                                                          strict=True)]
+        return clip("  ".join(padded).rstrip(), max_width)
+
+    return [line(headers), *(line(row) for row in cells)]
+
+
+def when(stamp: str | None) -> str:
+    """An API timestamp (ISO 8601, UTC) as ``2024-05-01 12:00:03``; ``-`` for none."""
+    if not stamp:
+        return "-"
+    return parse_time(stamp).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def parse_time(stamp: str) -> datetime:
+    moment = datetime.fromisoformat(stamp)
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+
+
+def ago(stamp: str | None, now: datetime) -> str:
+    """How long before ``now``: ``42s ago``, ``5m ago``, ``3h ago``, ``2d ago``; ``never``."""
+    if not stamp:
+        return "never"
+    seconds = max(0, int((now - parse_time(stamp)).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
+
+
+def step_line(message: dict[str, Any], max_steps: int | None = None) -> str | None:
+    """One plain line per stream message worth one (a step, a notable event, a status change),
+    else None. The final status is left out: the caller prints the job record, with its error."""
+    kind = message.get("type")
+    if kind == "metrics":
+        step = f"{message['step']}/{max_steps}" if max_steps else str(message["step"])
+        values = "  ".join(f"{label} {num(message['values'].get(key))}" for key, label in STEP_LINE_METRICS)
+        return f"step {step:>9}  {values}"
+    event = message.get("event") or {}
+    if kind == "event" and event.get("type") in NOTABLE_EVENTS:
+        return f"[{event['type']}] {event.get('message', '')}"
+    if kind == "status" and message.get("status") not in TERMINAL:
+        return f"status: {message.get('status')}"
+    return None
+
+
+@dataclass
+class WatchView:
+    """What ``grpo watch`` shows of a job, fed one stream message at a time (:meth:`update`)
+    and drawn by :meth:`lines`."""
+
+    job_id: int
+    name: str = ""
+    status: str = "?"
+    max_steps: int | None = None
+    step: int = 0
+    metric_step: int = 0  # the newest step in the series (a reconnect must not append one twice)
+    history: int = 120  # values kept per series; the sparkline shows what fits the width
+    series: dict[str, deque] = field(default_factory=dict)
+    note: str = ""  # the latest notable event
+
+    @classmethod
+    def of(cls, job: dict[str, Any], history: int = 120) -> WatchView:
+        view = cls(job_id=job["id"], history=history)
+        view.take_job(job)
+        return view
+
+    def take_job(self, job: dict[str, Any]) -> None:
+        self.name, self.status = job.get("name", self.name), job.get("status", self.status)
+        self.max_steps = job.get("max_steps") or self.max_steps
+        self.step = max(self.step, job.get("last_step") or 0)
+
+    def update(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "metrics" and message["step"] > self.metric_step:
+            self.step = max(self.step, message["step"])
+            self.metric_step = message["step"]
+            for key, _ in WATCH_SERIES:
+                self.series.setdefault(key, deque(maxlen=self.history)).append(message["values"].get(key))
+        elif kind == "status":
+            self.status = message.get("status", self.status)
+            if message.get("job"):
+                self.take_job(message["job"])
+        elif kind == "event" and (message.get("event") or {}).get("type") in NOTABLE_EVENTS:
+            event = message["event"]
+            self.note = f"[{event['type']}] {event.get('message', '')}"
+
+    def lines(self, width: int = 80) -> list[str]:
+        """The frame, each line at most ``width - 1`` characters (a full line would wrap in some
+        terminals and break the repaint)."""
+        width = max(width - 1, 20)
+        out = [f"job {self.job_id} {self.name} · {self.status}", progress(self.step, self.max_steps,
+                                                                            min(40, max(10, width - 24)))]
+        label_width = max(len(label) for _, label in WATCH_SERIES)
+        for key, label in WATCH_SERIES:
+            values = list(self.series.get(key, ()))
+            latest = values[-1] if values else None
+            present = [v for v in map(finite, values) if v is not None]
+            low, high = (min(present), max(present)) if present else (0.0, 0.0)
+            span = f"  {num(low)}..{num(high)}" if low < high else ""
+            head = f"{label:<{label_width}}  {num(latest):>9}  "
+            room = width - len(head)
+            if room - len(span) < min(len(values), 10):  # a narrow terminal: the sparkline first
+                span = ""
+            out.append(head + sparkline(values, max(0, room - len(span))) + span)
+        if self.note:
+            out.append(self.note)
+        return [clip(line.rstrip(), width) for line in out]
+
+
+def repaint(previous_lines: int, lines: Sequence[str]) -> str:
+    """ANSI text that replaces the ``previous_lines`` lines last drawn above the cursor with
+    ``lines``: cursor up, to column 1, clear to the end of the screen, draw."""
+    back = f"\x1b[{previous_lines}A\r\x1b[J" if previous_lines else ""
+    return back + "".join(f"{line}\n" for line in lines)
+
+
+# ---- One function per command's text view: the API's JSON in, lines out ----
+
+
+def final_line(job: dict[str, Any]) -> str:
+    error = job.get("error")
+    suffix = f" [{error['code']}] {error['message']}" if error else ""
+    return f"job {job['id']} {job['status']} at step {job['last_step']}{suffix}"
+
+
+def _waits(job: dict[str, Any]) -> str | None:
+    position, reason = job.get("queue_position"), job.get("pending_reason")
+    if position is None:
+        return reason
+    return f"#{position} {reason or ''}".rstrip()
+
+
+def jobs_table(jobs: Sequence[dict[str, Any]], width: int | None = None) -> list[str]:
+    rows = [[job["id"], job["name"], job["status"], f"{job['last_step']}/{job['max_steps']}", job["pool"],
+             job["gpus"], job["priority"], when(job["created_at"]), _waits(job)] for job in jobs]
+    headers = ["ID", "NAME", "STATUS", "STEP", "POOL", "GPUS", "PRIORITY", "CREATED", "WAITS"]
+    return table(headers, rows, width)
+
+
+def job_details(job: dict[str, Any], width: int | None = None) -> list[str]:
+    """``grpo show``: one ``field  value`` line per thing known about the job."""
+    where = f"attempt {job['attempt']}" + (f", worker {job['worker_id']}" if job.get("worker_id") else "")
+    error = job.get("error")
+    fields = [
+        ("status", f"{job['status']} ({where})"),
+        ("progress", progress(job["last_step"], job["max_steps"], 30)),
+        ("placement", f"pool {job['pool']}, {job['gpus']} GPU(s), priority {job['priority']}"),
+        ("team", job["team_id"]),
+        ("waits", _waits(job)),
+        ("cancel", "requested" if job.get("cancel_requested") else None),
+        ("preempt", "requested" if job.get("preempt_requested") else None),
+        *((name, when(job.get(f"{name}_at")) if job.get(f"{name}_at") else None)
+          for name in ("created", "dispatched", "started", "finished", "heartbeat")),
+        ("checkpoint", job.get("latest_checkpoint")),
+        ("error", f"[{error['code']}] {error['message']}" if error else None),
+    ]
+    lines = [f"job {job['id']}  {job['name']}"]
+    lines += [f"{name:<11} {value}" for name, value in fields if value is not None]
+    return [clip(line, width) for line in lines]
+
+
+def events_table(events: Sequence[dict[str, Any]], width: int | None = None) -> list[str]:
+    rows = [[event["id"], when(event["ts"]), event["level"], event["type"], event["message"]]
+            for event in events]
+    return table(["ID", "TIME", "LEVEL", "TYPE", "MESSAGE"], rows, width)
+
+
+def metric_names(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Every metric any record has, ``step`` aside, sorted: a stable column order."""
+    return sorted({name for record in records for name in record["values"]} - {"step"})
+
+
+def metrics_table(records: Sequence[dict[str, Any]], names: Sequence[str] | None = None,
+                  width: int | None = None) -> list[str]:
+    """Steps down, metrics across: ``names``, else those of :data:`TABLE_METRICS` the job has
+    (else all it has)."""
+    if not names:
+        found = set(metric_names(records))
+        names = [name for name in TABLE_METRICS if name in found] or sorted(found)
+    rows = [[record["step"], *(record["values"].get(name) for name in names)] for record in records]
+    return table(["STEP", *names], rows, width)
+
+
+def _usage(held: int, quota: int | None) -> str:
+    if quota is None:
+        return f"{held}/-"
+    return f"[{bar(held / quota if quota else 1.0, 10)}] {held}/{quota}"
+
+
+def cluster_lines(cluster: dict[str, Any], queue: dict[str, Any], now: datetime, width: int | None = None
+                  ) -> list[str]:
+    """``grpo cluster``: pools, workers, every team's GPUs against its quota, running jobs, queue."""
+    pools = [[pool["name"], "held" if pool["held"] else "open", pool["gpus_total"], pool["gpus_busy"],
+              pool["gpus_free"], pool["waiting"], len(pool["workers"]), pool["max_worker_gpus"]]
+             for pool in cluster["pools"]]
+    workers = [[worker["worker_id"], pool["name"], worker["gpus"], worker["gpu_model"],
+                worker["gpu_memory_mb"], "busy" if worker["busy"] else "idle", worker["running_job"],
+                worker["hostname"]]
+               for pool in cluster["pools"] for worker in pool["workers"]]
+    teams = [[team["team"], team["weight"], pool, usage["held_gpus"],
+              _usage(usage["held_gpus"], usage["quota"]), usage["fair_share"], usage["recent_gpus"],
+              usage["waiting"]]
+             for team in cluster["teams"] for pool, usage in team["pools"].items()]
+    teams += [[team["team"], team["weight"], *[None] * 6] for team in cluster["teams"] if not team["pools"]]
+    running = [[job["job_id"], job["team"], job["pool"], job["gpus"], job["priority"], job["status"],
+                job["worker_id"], "yes" if job["preempt_requested"] else None] for job in cluster["running"]]
+    out = ["Pools", *table(["POOL", "STATE", "GPUS", "BUSY", "FREE", "WAITING", "WORKERS", "MAX/WORKER"],
+                           pools, width)]
+    out += ["", "Workers", *(table(["WORKER", "POOL", "GPUS", "MODEL", "GPU MB", "STATE", "JOB", "HOST"],
+                                   workers, width) if workers else ["no live workers"])]
+    out += ["", "Teams (GPUs held vs quota)",
+            *table(["TEAM", "WEIGHT", "POOL", "HELD", "QUOTA USE", "FAIR SHARE", "RECENT", "WAITING"], teams,
+                   width)]
+    if running:
+        out += ["", "Running", *table(["JOB", "TEAM", "POOL", "GPUS", "PRIORITY", "STATUS", "WORKER",
+                                       "PREEMPTING"], running, width)]
+    return [*out, "", *queue_lines(queue, now, width)]
+
+
+def queue_lines(queue: dict[str, Any], now: datetime, width: int | None = None) -> list[str]:
+    """``grpo queue``: the scheduler's dispatch order of the jobs the key may see, and how many
+    wait per pool in all."""
+    waiting = ", ".join(f"{pool} {count}" for pool, count in queue["waiting"].items()) or "none"
+    head = (f"Queue (scheduler pass {ago(queue['scheduler_pass_at'], now)}, order set "
+            f"{ago(queue['updated_at'], now)}; waiting per pool: {waiting})")
+    rows = [[entry["position"], entry["job_id"], entry["name"], entry["team"], entry["pool"], entry["gpus"],
+             entry["priority"], entry["pending_reason"]] for entry in queue["items"]]
+    if not rows:
+        return [clip(head, width), "no waiting jobs to show"]
+    headers = ["POS", "JOB", "NAME", "TEAM", "POOL", "GPUS", "PRIORITY", "WAITS FOR"]
+    return [clip(head, width), *table(headers, rows, width)]
