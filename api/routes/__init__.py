@@ -6,12 +6,13 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 
 from api.deps import get_principal
-from api.routes import admin, cluster, jobs, meta, prometheus, stream, telemetry
+from api.routes import admin, cluster, dashboard, jobs, meta, prometheus, stream, telemetry
 
 
 def build_router() -> APIRouter:
     root = APIRouter()
     root.include_router(meta.probes)
+    root.include_router(dashboard.router)  # the page and its files; its data comes from /v1
     root.include_router(prometheus.router)
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(get_principal)],
                    responses={401: {"description": "Missing or wrong bearer token"}})

@@ -1,0 +1,77 @@
+// Talking to the service: the API key (kept in sessionStorage, so it leaves with the tab), JSON
+// requests with `Authorization: Bearer`, the service's error shape, and the stream's URL.
+
+const KEY_NAME = "grpo.apiKey";
+let unauthorized = () => {};
+
+export class ApiError extends Error {
+  constructor(status, body) {
+    const error = body && body.error ? body.error : {};
+    super(error.message || `HTTP ${status}`);
+    this.status = status;
+    this.code = error.code || "http_error";
+    this.param = error.param || null;
+    // One {param, message} per invalid field; the service lists them only when there are several.
+    this.fields = error.errors || (error.param ? [{param: error.param, message: error.message}] : []);
+  }
+}
+
+export function apiKey() {
+  return sessionStorage.getItem(KEY_NAME);
+}
+
+export function setApiKey(key) {
+  if (key) sessionStorage.setItem(KEY_NAME, key);
+  else sessionStorage.removeItem(KEY_NAME);
+}
+
+// Called with the service's message whenever it answers 401 (the app shows the login page).
+export function onUnauthorized(handler) {
+  unauthorized = handler;
+}
+
+function withQuery(path, query) {
+  const params = new URLSearchParams();
+  for (const [name, value] of Object.entries(query || {})) {
+    for (const item of Array.isArray(value) ? value : [value]) {
+      if (item !== undefined && item !== null) params.append(name, String(item));
+    }
+  }
+  const text = params.toString();
+  return text ? `${path}?${text}` : path;
+}
+
+// api("/v1/jobs", {query: {status: ["queued"]}}) -> parsed JSON; throws ApiError.
+export async function api(path, {method = "GET", body, query} = {}) {
+  const headers = {Accept: "application/json"};
+  const key = apiKey();
+  if (key) headers.Authorization = `Bearer ${key}`;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(withQuery(path, query), {
+    method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const parsed = await response.json().catch(() => null);
+  if (response.ok) return parsed;
+  const error = new ApiError(response.status, parsed);
+  if (response.status === 401) unauthorized(error.message);
+  throw error;
+}
+
+// Browsers cannot set headers on a WebSocket: the key goes as ?token=.
+export function streamUrl(jobId, after, afterEvent) {
+  const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+  const query = withQuery(`/v1/jobs/${jobId}/stream`, {after, after_event: afterEvent, token: apiKey()});
+  return `${scheme}//${location.host}${query}`;
+}
+
+// Every page of a cursor-paged list (`after` / `next_after`), concatenated.
+export async function allPages(path, query, cursor = "after", isLive = () => true) {
+  const items = [];
+  let after = query[cursor] || 0;
+  while (after !== null && isLive()) {
+    const page = await api(path, {query: {...query, [cursor]: after}});
+    items.push(...page.items);
+    after = page.next_after;
+  }
+  return items;
+}

@@ -1,0 +1,111 @@
+// #/cluster: pools and their live workers (GPU model and memory, running job), each team's GPUs
+// against its quota and fair share, the running jobs, and the queue in the scheduler's order
+// with why each job waits. A member's key sees its own team's jobs only (the API scopes them).
+
+import {api} from "./api.js";
+import {el, fill, jobLink, notice, section, statusBadge, table} from "./dom.js";
+import {age, megabytes, number} from "./format.js";
+import {rememberTeams} from "./session.js";
+
+const REFRESH_MS = 3000;
+
+export function mount(container) {
+  let alive = true;
+  let timer = null;
+  const errors = notice();
+  const body = el("div");
+  container.append(errors.node, body);
+
+  async function refresh() {
+    try {
+      const [cluster, queue] = await Promise.all([api("/v1/cluster"), api("/v1/queue")]);
+      if (!alive) return;
+      rememberTeams(cluster.teams);
+      fill(body,
+        section("pools", "Pools and workers", cluster.pools.map(poolView)),
+        section("teams", "Teams", teamsTable(cluster.teams)),
+        section("running", "Running", runningTable(cluster.running)),
+        section("queue", "Queue", queueView(queue)));
+      errors.set("");
+    } catch (error) {
+      if (alive) errors.set(`Could not load the cluster: ${error.message}`);
+    }
+    if (alive) timer = setTimeout(refresh, REFRESH_MS);
+  }
+
+  refresh();
+  return () => {
+    alive = false;
+    clearTimeout(timer);
+  };
+}
+
+function poolView(pool) {
+  const state = pool.held ? "held: nothing is dispatched" : "open";
+  return el("div", {className: "pool", dataset: {pool: pool.name}},
+    el("h3", {}, `${pool.name} `, el("span", {className: "muted"},
+      `${state} · GPUs ${pool.gpus_busy} busy / ${pool.gpus_total} (${pool.gpus_free} free) · `,
+      `${pool.waiting} waiting`)),
+    table([
+      {title: "worker", cell: (w) => w.worker_id},
+      {title: "host", cell: (w) => w.hostname || "–"},
+      {title: "GPUs", className: "num", cell: (w) => w.gpus},
+      {title: "GPU model", cell: (w) => w.gpu_model || "–"},
+      {title: "GPU memory", className: "num", cell: (w) => megabytes(w.gpu_memory_mb)},
+      {title: "host memory", className: "num", cell: (w) => megabytes(w.memory_mb)},
+      {title: "running", cell: runningOn},
+    ], pool.workers, {empty: "No live worker in this pool.",
+      rowProps: (w) => ({dataset: {worker: w.worker_id}})}));
+}
+
+// A member is not shown which job of another team keeps a worker busy.
+function runningOn(worker) {
+  if (worker.running_job) return jobLink(worker.running_job);
+  return worker.busy ? "another team's job" : "idle";
+}
+
+function teamsTable(teams) {
+  const rows = teams.flatMap((team) =>
+    Object.entries(team.pools).map(([pool, usage]) => ({team, pool, usage})));
+  return table([
+    {title: "team", cell: (r) => r.team.team},
+    {title: "weight", className: "num", cell: (r) => number(r.team.weight)},
+    {title: "pool", cell: (r) => r.pool},
+    {title: "GPUs held / quota", className: "num",
+      cell: (r) => `${r.usage.held_gpus} / ${r.usage.quota ?? "no quota"}`},
+    {title: "fair share", className: "num", cell: (r) => number(r.usage.fair_share, 2)},
+    {title: "recent GPUs", className: "num", cell: (r) => number(r.usage.recent_gpus, 2)},
+    {title: "waiting", className: "num", cell: (r) => r.usage.waiting},
+  ], rows, {empty: "No team uses a pool yet."});
+}
+
+function runningTable(running) {
+  return table([
+    {title: "job", cell: (j) => jobLink(j.job_id)},
+    {title: "team", cell: (j) => j.team || "–"},
+    {title: "pool", cell: (j) => j.pool},
+    {title: "GPUs", className: "num", cell: (j) => j.gpus},
+    {title: "priority", cell: (j) => j.priority},
+    {title: "status", cell: (j) => [statusBadge(j.status), j.preempt_requested ? " preempting" : null]},
+    {title: "worker", cell: (j) => j.worker_id || "–"},
+  ], running, {empty: "No job is running that this key may see."});
+}
+
+function queueView(queue) {
+  const counts = Object.entries(queue.waiting).map(([pool, n]) => `${pool}: ${n}`).join(", ") || "none";
+  const pass = queue.scheduler_pass_at ? `${age(queue.scheduler_pass_at)} ago`
+    : "never: is a scheduler running?";
+  return [
+    el("p", {className: "muted"}, `Waiting in all (every team): ${counts}. Scheduler's last pass: ${pass}.`),
+    table([
+      {title: "position", className: "num", cell: (q) => q.position},
+      {title: "job", cell: (q) => jobLink(q.job_id, `#${q.job_id} ${q.name}`)},
+      {title: "team", cell: (q) => q.team || "–"},
+      {title: "pool", cell: (q) => q.pool},
+      {title: "GPUs", className: "num", cell: (q) => q.gpus},
+      {title: "priority", cell: (q) => q.priority},
+      {title: "why it waits", cell: (q) => q.pending_reason || "–"},
+    ], queue.items, {empty: "No job is waiting that this key may see.",
+      rowProps: (q) => ({dataset: {jobId: q.job_id}})}),
+  ];
+}

@@ -1,0 +1,27 @@
+// How numbers and times read on the page.
+
+export function number(value, digits = 4) {
+  if (value === null || value === undefined || value === "") return "–";
+  const n = Number(value);
+  if (!Number.isFinite(n)) return String(value);
+  if (n !== 0 && (Math.abs(n) >= 1e5 || Math.abs(n) < 1e-3)) return n.toExponential(2);
+  return String(Number(n.toFixed(digits)));
+}
+
+export function age(iso, now = Date.now()) {
+  if (!iso) return "–";
+  const seconds = Math.max(0, Math.round((now - Date.parse(iso)) / 1000));
+  if (seconds < 60) return `${seconds}s`;
+  if (seconds < 3600) return `${Math.floor(seconds / 60)}m`;
+  if (seconds < 86400) return `${Math.floor(seconds / 3600)}h ${Math.floor((seconds % 3600) / 60)}m`;
+  return `${Math.floor(seconds / 86400)}d`;
+}
+
+export function time(iso) {
+  return iso ? new Date(iso).toLocaleString() : "–";
+}
+
+export function megabytes(mb) {
+  if (mb === null || mb === undefined) return "–";
+  return mb >= 1024 ? `${(mb / 1024).toFixed(1)} GiB` : `${mb} MiB`;
+}

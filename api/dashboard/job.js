@@ -1,0 +1,146 @@
+// #/jobs/42: one job — its state and controls, live training charts, sample completions, events
+// and checkpoints. History comes from REST, then the WebSocket keeps everything current; the
+// job itself is re-read every few seconds too (its queue position changes without an event).
+
+import {api} from "./api.js";
+import {ChartSet} from "./charts.js";
+import {el, fill, notice, progressBar, section, statusBadge} from "./dom.js";
+import {time} from "./format.js";
+import {cancelButton, FINISHED, waitNote} from "./controls.js";
+import {followJob} from "./live.js";
+import {SamplesView} from "./samples.js";
+import {teamName} from "./session.js";
+import {CheckpointsView, EventsView} from "./timeline.js";
+
+const POLL_MS = 5000;
+const PRIORITIES = ["low", "normal", "high"];
+
+export function mount(container, {id}) {
+  let alive = true;
+  let timer = null;
+  let follower = null;
+  let charts = null;
+  const errors = notice();
+  const liveNote = notice("info");
+  const header = el("div", {className: "job-header"});
+  container.append(el("section", {className: "panel", dataset: {panel: "job"}}, header, errors.node));
+
+  let shown = "";
+  let latest = null;
+  function render(job) {
+    latest = job;
+    const text = JSON.stringify(job);
+    if (text === shown) return; // an unchanged poll leaves the controls alone (an open select stays open)
+    shown = text;
+    fill(header, jobHeader(job, render, (error) => errors.set(error.message)));
+  }
+
+  async function poll() {
+    try {
+      const job = await api(`/v1/jobs/${id}`);
+      if (!alive) return;
+      render(job);
+      errors.set("");
+      if (!FINISHED.includes(job.status)) timer = setTimeout(poll, POLL_MS);
+      return job;
+    } catch (error) {
+      if (!alive) return;
+      if (error.status === 404) return notFound();
+      errors.set(`Could not load job #${id}: ${error.message}`);
+      timer = setTimeout(poll, POLL_MS);
+    }
+  }
+
+  function notFound() {
+    fill(container, section("not-found", "Not found",
+      el("p", {className: "notice error", dataset: {notFound: id}},
+        `Job #${id} not found: there is no such job, or it is another team's.`),
+      el("p", {}, el("a", {href: "#/jobs"}, "← all jobs"))));
+  }
+
+  async function start() {
+    const job = await poll();
+    if (!job || !alive) return;
+    const chartBox = el("div", {className: "charts"});
+    const samplesBox = el("div");
+    const eventsBox = el("div");
+    const checkpointsBox = el("div");
+    container.append(section("charts", "Training (x: optimizer step)", liveNote.node, chartBox),
+      el("div", {className: "columns"}, section("samples", "Sample completions", samplesBox),
+        section("events", "Events", eventsBox)),
+      section("checkpoints", "Checkpoints", checkpointsBox));
+    charts = new ChartSet(chartBox);
+    const samples = new SamplesView(samplesBox, id);
+    const events = new EventsView(eventsBox);
+    const checkpoints = new CheckpointsView(checkpointsBox, id);
+    const quietly = (promise) => promise.catch((error) => errors.set(error.message));
+    quietly(checkpoints.load());
+    follower = followJob(id, {
+      // After the history: the stream then sends every sample past its last step.
+      caughtUp: () => quietly(samples.load()),
+      metrics: (records) => {
+        charts.add(records);
+        // The progress bar moves with the stream, not only with the next poll of the job.
+        const step = records.length ? records[records.length - 1].step : 0;
+        if (latest && step > latest.last_step) render({...latest, last_step: step});
+      },
+      samples: (step, rows) => samples.add(step, rows),
+      event: (event) => {
+        events.add(event);
+        if (event.type === "checkpoint") quietly(checkpoints.load());
+      },
+      status: (current) => {
+        render(current);
+        if (FINISHED.includes(current.status)) quietly(checkpoints.load());
+      },
+      note: (text) => liveNote.set(text),
+    });
+  }
+
+  start();
+  return () => {
+    alive = false;
+    clearTimeout(timer);
+    if (follower) follower.stop();
+    if (charts) charts.destroy();
+  };
+}
+
+function jobHeader(job, render, onError) {
+  const finished = FINISHED.includes(job.status);
+  const facts = [
+    ["team", teamName(job.team_id)],
+    ["status", [statusBadge(job.status), waitNote(job)]],
+    ["progress", progressBar(job.last_step, job.max_steps)],
+    ["priority", finished ? job.priority : prioritySelect(job, render, onError)],
+    ["pool / GPUs", `${job.pool} / ${job.gpus}`],
+    ["attempt", job.attempt],
+    ["worker", job.worker_id || "–"],
+    ["created", time(job.created_at)],
+    ["started", time(job.started_at)],
+    ["finished", time(job.finished_at)],
+    ["latest checkpoint", job.latest_checkpoint || "–"],
+  ];
+  if (job.error) facts.push(["error", `${job.error.code}: ${job.error.message}`]);
+  return [
+    el("div", {className: "title"},
+      el("h2", {}, job.name, " ", el("span", {className: "muted"}, `#${job.id}`)),
+      cancelButton(job, render, onError)),
+    el("dl", {className: "facts"},
+      facts.map(([name, value]) => el("div", {}, el("dt", {}, name), el("dd", {}, value)))),
+  ];
+}
+
+// Changing the class moves a waiting job in the queue and decides whether a running one may be preempted.
+function prioritySelect(job, render, onError) {
+  const select = el("select", {dataset: {field: "priority"}, onchange: async () => {
+    try {
+      render(await api(`/v1/jobs/${job.id}`, {method: "PATCH", body: {priority: select.value}}));
+    } catch (error) {
+      onError(error);
+      select.value = job.priority;
+    }
+  }}, PRIORITIES.map((name) => el("option", {value: name}, name)));
+  select.value = job.priority;
+  return select;
+}

@@ -1,0 +1,93 @@
+// #/jobs: the caller's jobs (the API scopes them to the key), filtered by status, paged by
+// cursor, refreshed every few seconds; each with its progress, latest reward and a cancel button.
+// The submit form sits above the list.
+
+import {api} from "./api.js";
+import {cancelButton, FINISHED, STATUSES, waitNote} from "./controls.js";
+import {el, fill, jobLink, notice, progressBar, section, statusBadge, table} from "./dom.js";
+import {age, number} from "./format.js";
+import {loadTeamNames, teamName} from "./session.js";
+import {mountSubmitForm} from "./submit.js";
+
+const REFRESH_MS = 3000;
+const PAGE_SIZE = 20;
+const FILTERS = {"": [], active: STATUSES.filter((s) => !FINISHED.includes(s)),
+  ...Object.fromEntries(STATUSES.map((s) => [s, [s]]))};
+
+export function mount(container) {
+  let alive = true;
+  let timer = null;
+  let latest = 0; // only the newest refresh renders and schedules the next one
+  const cursors = [0]; // the `after` of each page shown so far; the last is the current page
+  let nextAfter = null;
+  const rewards = new Map(); // job id -> {step, reward}: fetched again only when the job moved on
+  const errors = notice();
+  const body = el("div", {className: "job-table"});
+  const firstPage = () => { cursors.length = 1; refresh(); };
+  const filter = el("select", {dataset: {filter: "status"}, onchange: firstPage},
+    Object.keys(FILTERS).map((name) => el("option", {value: name}, name || "all")));
+  const previous = el("button", {type: "button", onclick: () => { cursors.pop(); refresh(); }}, "← Previous");
+  const next = el("button", {type: "button", onclick: () => { cursors.push(nextAfter); refresh(); }},
+    "Next →");
+
+  const form = el("div");
+  mountSubmitForm(form, () => refresh());
+  container.append(form, section("jobs", "Jobs", el("div", {className: "toolbar"},
+    el("label", {}, "Status ", filter), previous, next), errors.node, body));
+
+  const current = (ticket) => alive && ticket === latest;
+
+  async function refresh() {
+    clearTimeout(timer);
+    const ticket = ++latest;
+    try {
+      const page = await api("/v1/jobs", {query: {status: FILTERS[filter.value], after: cursors.at(-1),
+        limit: PAGE_SIZE}});
+      await loadTeamNames(page.items.map((job) => job.team_id));
+      await latestRewards(page.items);
+      if (!current(ticket)) return;
+      nextAfter = page.next_after;
+      previous.disabled = cursors.length === 1;
+      next.disabled = nextAfter === null;
+      fill(body, jobTable(page.items));
+      errors.set("");
+    } catch (error) {
+      if (current(ticket)) errors.set(`Could not load jobs: ${error.message}`);
+    }
+    if (current(ticket)) timer = setTimeout(refresh, REFRESH_MS);
+  }
+
+  // One small read per visible job that made progress: its newest step's reward only.
+  async function latestRewards(items) {
+    const stale = items.filter((job) => job.last_step > 0 && rewards.get(job.id)?.step !== job.last_step);
+    await Promise.all(stale.map(async (job) => {
+      try {
+        const page = await api(`/v1/jobs/${job.id}/metrics`,
+          {query: {after_step: job.last_step - 1, limit: 1, names: "reward"}});
+        const record = page.items[0];
+        if (record) rewards.set(job.id, {step: record.step, reward: record.values.reward});
+      } catch {
+        // A missing reward is shown as "–"; the list itself still renders.
+      }
+    }));
+  }
+
+  function jobTable(items) {
+    return table([
+      {title: "id", cell: (job) => jobLink(job.id)},
+      {title: "name", cell: (job) => jobLink(job.id, job.name)},
+      {title: "team", cell: (job) => teamName(job.team_id)},
+      {title: "status", cell: (job) => [statusBadge(job.status), waitNote(job)]},
+      {title: "progress", cell: (job) => progressBar(job.last_step, job.max_steps)},
+      {title: "reward", className: "num", cell: (job) => number(rewards.get(job.id)?.reward)},
+      {title: "age", className: "num", cell: (job) => age(job.created_at)},
+      {title: "", cell: (job) => cancelButton(job, refresh, (error) => errors.set(error.message))},
+    ], items, {empty: "No jobs here yet.", rowProps: (job) => ({dataset: {jobId: job.id}})});
+  }
+
+  refresh();
+  return () => {
+    alive = false;
+    clearTimeout(timer);
+  };
+}

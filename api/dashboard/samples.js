@@ -1,0 +1,65 @@
+// Sample completions of a job (kept every `log_completions_every` steps): a step picker and a
+// table of the rows grpo_core's `sample_rows` writes — prompt, completion, the parsed answer,
+// each reward function's score, the total reward and the group-normalised advantage.
+
+import {api} from "./api.js";
+import {el, fill, table} from "./dom.js";
+import {number} from "./format.js";
+
+const KEPT_STEPS = 50; // steps held in the page; older ones drop out of the picker
+const LATEST = "latest";
+
+export class SamplesView {
+  constructor(container, jobId) {
+    this.jobId = jobId;
+    this.byStep = new Map();
+    this.picker = el("select", {dataset: {picker: "samples"}, onchange: () => this.show()});
+    this.body = el("div", {className: "samples"});
+    container.append(el("div", {className: "toolbar"}, el("label", {}, "Step ", this.picker)), this.body);
+    this.fillPicker();
+    this.show();
+  }
+
+  async load() {
+    const page = await api(`/v1/jobs/${this.jobId}/samples`, {query: {limit: 20}});
+    for (const item of page.items) this.byStep.set(item.step, item.rows);
+    this.fillPicker();
+    this.show();
+  }
+
+  add(step, rows) {
+    this.byStep.set(step, rows);
+    const steps = [...this.byStep.keys()].sort((a, b) => a - b);
+    for (const old of steps.slice(0, Math.max(0, steps.length - KEPT_STEPS))) this.byStep.delete(old);
+    this.fillPicker();
+    if (this.picker.value === LATEST) this.show(); // a chosen step stays on screen
+  }
+
+  steps() {
+    return [...this.byStep.keys()].sort((a, b) => b - a);
+  }
+
+  fillPicker() {
+    const chosen = this.picker.value || LATEST;
+    const options = [el("option", {value: LATEST}, "latest"),
+      ...this.steps().map((step) => el("option", {value: String(step)}, `step ${step}`))];
+    this.picker.replaceChildren(...options);
+    this.picker.value = this.byStep.has(Number(chosen)) ? chosen : LATEST;
+  }
+
+  show() {
+    const steps = this.steps();
+    const step = this.picker.value === LATEST ? steps[0] : Number(this.picker.value);
+    const rows = this.byStep.get(step) || [];
+    const functions = [...new Set(rows.flatMap((row) => Object.keys(row.rewards || {})))];
+    fill(this.body, table([
+      {title: "prompt", className: "text", cell: (row) => row.prompt},
+      {title: "completion", className: "text", cell: (row) => el("pre", {}, row.completion)},
+      {title: "answer", className: "text", cell: (row) => row.answer ?? "–"},
+      ...functions.map((name) => ({title: name, className: "num",
+        cell: (row) => number(row.rewards?.[name])})),
+      {title: "reward", className: "num", cell: (row) => number(row.reward)},
+      {title: "advantage", className: "num", cell: (row) => number(row.advantage)},
+    ], rows, {empty: "No samples yet: they are kept every log_completions_every steps."}));
+  }
+}

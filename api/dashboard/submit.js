@@ -1,0 +1,88 @@
+// The submit form: a JobSpec as JSON (the browser has no YAML parser and the page fetches no
+// library; `grpo submit spec.yaml` takes YAML). Prefilled with a template to edit: model and data
+// sources are `path:` names under the deployment's roots, so they differ from one to the next.
+// The service's 422 lists every invalid field; each is shown with its path in the spec.
+
+import {api} from "./api.js";
+import {el, fill, jobLink} from "./dom.js";
+
+export const TEMPLATE = {
+  name: "tiny-say-yes",
+  model: {source: "path:tiny-model", dtype: "float32"},
+  dataset: {prompts: [{prompt: "Is it good?"}, {prompt: "What is 2+3?"}, {prompt: "hello world"},
+    {prompt: "Is the cat a dog?"}]},
+  rewards: [{name: "contains", weight: 1.0, args: {text: "yes"}}],
+  grpo: {num_generations: 4, prompts_per_step: 2, max_completion_length: 16, learning_rate: 3e-3,
+    max_steps: 60, seed: 0},
+  checkpoint_every: 20,
+  log_completions_every: 10,
+  priority: "normal",
+};
+
+function templateText() {
+  return JSON.stringify(TEMPLATE, null, 2);
+}
+
+// Parse errors name the line, as an editor would; YAML gets a pointer to the command line.
+function parseSpec(text) {
+  try {
+    return {spec: JSON.parse(text)};
+  } catch (error) {
+    const hint = /^\s*[{[]/.test(text) ? "" : " This form takes JSON; `grpo submit spec.yaml` takes YAML.";
+    return {problem: `Not valid JSON: ${error.message}.${hint}`};
+  }
+}
+
+export function mountSubmitForm(container, onSubmitted) {
+  const spec = el("textarea", {name: "spec", rows: 18, cols: 80, spellcheck: "false"});
+  spec.value = templateText();
+  const result = el("div", {className: "submit-result", role: "status"});
+  const rewards = el("p", {className: "muted"});
+  const button = el("button", {type: "submit"}, "Submit");
+  const form = el("form", {className: "submit-form", onsubmit: (event) => {
+    event.preventDefault();
+    submit();
+  }}, spec, rewards, el("div", {className: "toolbar"}, button,
+    el("button", {type: "button", onclick: () => { spec.value = templateText(); fill(result); }},
+      "Reset to template")), result);
+  container.append(el("details", {className: "panel", dataset: {panel: "submit"}},
+    el("summary", {}, "Submit a job"), form));
+  showRewardNames(rewards);
+
+  async function submit() {
+    fill(result);
+    const parsed = parseSpec(spec.value);
+    if (parsed.problem) {
+      result.append(el("p", {className: "notice error"}, parsed.problem));
+      return;
+    }
+    button.disabled = true;
+    try {
+      const job = await api("/v1/jobs", {method: "POST", body: parsed.spec});
+      result.append(el("p", {className: "notice info"}, "Submitted ", jobLink(job.id, `job #${job.id}`),
+        ` (${job.name}), ${job.status}.`));
+      onSubmitted(job);
+    } catch (error) {
+      result.append(errorList(error));
+    } finally {
+      button.disabled = false;
+    }
+  }
+}
+
+function errorList(error) {
+  if (!error.fields.length) return el("p", {className: "notice error"}, error.message);
+  return el("div", {className: "notice error"}, el("p", {}, `The service refused the spec (${error.code}):`),
+    el("ul", {className: "field-errors"}, error.fields.map((field) =>
+      el("li", {dataset: {param: field.param || ""}}, el("code", {}, field.param || "spec"),
+        ` ${field.message}`))));
+}
+
+async function showRewardNames(node) {
+  try {
+    const names = (await api("/v1/rewards")).items.map((reward) => reward.name);
+    node.textContent = `Rewards this service knows: ${names.join(", ")}.`;
+  } catch {
+    node.textContent = "";
+  }
+}

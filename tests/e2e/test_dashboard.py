@@ -1,0 +1,186 @@
+"""The dashboard in a real browser (headless Chromium) against a real `grpo dev` stack that
+requires team keys: log in, submit from the form, watch a job's charts grow live and read its
+sample completions, cancel from the list, never see another team's job, read the cluster and the
+queue. Any script error in the page fails the test (``browser_page``). Screenshots of each page go
+under the run's temp folder; their paths are logged."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+# The x values of a chart's named trace, read from the Plotly graph div itself.
+TRACE_X = """(chart, name) => {
+  const div = document.querySelector(`[data-chart="${chart}"]`);
+  const trace = div && div.data ? div.data.find((t) => t.name === name) : null;
+  return trace ? Array.from(trace.x) : [];
+}"""
+
+
+def points(page: Any, chart: str, name: str) -> list[int]:
+    return page.evaluate(f"([chart, name]) => ({TRACE_X})(chart, name)", [chart, name])
+
+
+def wait_for_points(page: Any, chart: str, name: str, least: int, timeout: float = 30_000) -> None:
+    page.wait_for_function(f"([chart, name, least]) => ({TRACE_X})(chart, name).length >= least",
+                           arg=[chart, name, least], timeout=timeout)
+
+
+def log_in(page: Any, key: str) -> None:
+    page.goto("/#/login")
+    page.fill("input[name=key]", key)
+    page.click("form.login button[type=submit]")
+
+
+def log_in_as(page: Any, stack: Any, team: str) -> None:
+    log_in(page, stack.keys[team])
+    page.wait_for_selector(f'#who .team[data-team="{team}"]')
+    page.wait_for_selector("[data-panel=jobs] table")
+
+
+def submit_from_form(page: Any, spec: dict[str, Any] | str) -> Any:
+    """Fill the form (JSON, or any text) and submit it; the result box, once it says something."""
+    page.goto("/#/jobs")
+    form = page.locator("[data-panel=submit]")
+    if form.get_attribute("open") is None:
+        form.locator("summary").click()
+    page.fill("textarea[name=spec]", spec if isinstance(spec, str) else json.dumps(spec, indent=2))
+    page.click(".submit-form button[type=submit]")
+    return page.wait_for_selector(".submit-result .notice")
+
+
+def submitted_job_id(page: Any, spec: dict[str, Any]) -> int:
+    result = submit_from_form(page, spec)
+    return int(result.query_selector("a").get_attribute("href").rsplit("/", 1)[1])
+
+
+def row_of(page: Any, job_id: int) -> Any:
+    return page.locator(f'[data-panel=jobs] tr[data-job-id="{job_id}"]')
+
+
+def wait_finished(stack: Any, job_id: int) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        job = stack.client("alpha").job(job_id)
+        if job["status"] in ("succeeded", "failed", "cancelled"):
+            return job
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} did not finish: {job}")
+
+
+def test_a_key_is_needed_and_logging_out_forgets_it(browser_page, keyed_stack, screenshots) -> None:
+    page = browser_page
+    page.goto("/")
+    page.wait_for_selector("input[name=key]")  # no key yet: the login page, without an error
+    assert page.locator(".notice.error:visible").count() == 0
+
+    log_in(page, "grpo_" + "x" * 43)  # well formed, but no such key
+    page.wait_for_selector(".notice.error:has-text('invalid API key')")
+    screenshots(page, "login-refused")
+
+    log_in_as(page, keyed_stack, "alpha")
+    assert page.evaluate("sessionStorage.length") == 1
+    page.click("#who button:has-text('Log out')")
+    page.wait_for_selector(".notice:has-text('Logged out')")
+    assert page.evaluate("sessionStorage.length") == 0
+    page.goto("/#/jobs")
+    page.wait_for_selector("input[name=key]")
+
+
+def test_the_form_lists_every_invalid_field_the_service_names(browser_page, keyed_stack, tiny_spec) -> None:
+    page = browser_page
+    log_in_as(page, keyed_stack, "alpha")
+    assert "Not valid JSON" in submit_from_form(page, "name: yaml-is-for-the-cli").inner_text()
+    bad = tiny_spec("bad", grpo={"num_generations": 1, "max_steps": 0})
+    submit_from_form(page, bad)
+    params = page.locator(".field-errors li").evaluate_all("items => items.map((li) => li.dataset.param)")
+    assert {"grpo.num_generations", "grpo.max_steps"} <= set(params)
+
+
+def test_a_job_from_the_form_is_charted_live_with_its_samples(browser_page, keyed_stack, tiny_spec,
+                                                              screenshots) -> None:
+    page = browser_page
+    steps = 120
+    log_in_as(page, keyed_stack, "alpha")
+    job_id = submitted_job_id(page, tiny_spec("charted", max_steps=steps, checkpoint_every=40,
+                                              log_completions_every=5))
+    page.click(f".submit-result a[href='#/jobs/{job_id}']")
+    page.wait_for_selector("[data-panel=job] h2:has-text('charted')")
+
+    wait_for_points(page, "reward", "reward", 1, timeout=60_000)
+    first = len(points(page, "reward", "reward"))
+    assert first < steps, "the job was over before the page could watch it run"
+    wait_for_points(page, "reward", "reward", first + 1)
+    screenshots(page, "job-running")
+
+    page.wait_for_selector("[data-panel=job] [data-status=succeeded]", timeout=90_000)
+    wait_for_points(page, "reward", "reward", steps)
+    assert points(page, "reward", "reward") == list(range(1, steps + 1))  # REST history + stream, each once
+    for chart, trace in (("kl", "kl"), ("clip", "region_mean"), ("length", "mean_length"),
+                         ("rewards", "contains"), ("tokens_per_second", "tokens_per_second")):
+        assert len(points(page, chart, trace)) == steps, chart
+
+    samples = page.locator("[data-panel=samples] tbody tr")
+    assert samples.count() > 0 and "No samples" not in samples.first.inner_text()
+    picker = page.locator("select[data-picker=samples]")
+    picker.select_option(f"{5}")
+    assert page.locator("[data-panel=samples] th", has_text="advantage").count() == 1
+    assert samples.count() > 0 and "No samples" not in samples.first.inner_text()
+    assert page.locator("[data-panel=events] li[data-type=checkpoint]").count() >= 1
+    page.wait_for_selector(f"[data-panel=checkpoints] td:text-is('{steps}')")
+    screenshots(page, "job-succeeded")
+
+
+def test_a_job_is_cancelled_with_its_button(browser_page, keyed_stack, tiny_spec, screenshots) -> None:
+    page = browser_page
+    log_in_as(page, keyed_stack, "alpha")
+    name = '<img src=x onerror="window.hacked=1">to-cancel'  # shown as text, never parsed as HTML
+    job_id = submitted_job_id(page, tiny_spec(name, max_steps=5000, checkpoint_every=1000))
+    row = row_of(page, job_id)
+    assert name in row.inner_text() and row.locator("img").count() == 0
+    row.locator("button[data-action=cancel]").click()
+    row.locator("[data-status=cancelled], [data-status=cancelling]").wait_for()
+    screenshots(page, "jobs-cancelled")
+    assert page.evaluate("window.hacked") is None
+    assert wait_finished(keyed_stack, job_id)["status"] == "cancelled"  # the worker is free again
+
+
+def test_another_teams_job_is_nowhere_to_be_seen(browser_page, keyed_stack, tiny_spec) -> None:
+    page = browser_page
+    beta_job = keyed_stack.client("beta").submit(tiny_spec("beta-secret", max_steps=2))["id"]
+    log_in_as(page, keyed_stack, "alpha")
+    assert row_of(page, beta_job).count() == 0
+    assert "beta-secret" not in page.locator("[data-panel=jobs]").inner_text()
+    page.goto(f"/#/jobs/{beta_job}")
+    page.wait_for_selector(f"[data-not-found='{beta_job}']")
+
+    log_in_as(page, keyed_stack, "beta")  # a new key: nothing of alpha's stays on the page
+    row_of(page, beta_job).wait_for()
+    assert "charted" not in page.locator("[data-panel=jobs]").inner_text()
+    keyed_stack.client("beta").http.post(f"/v1/jobs/{beta_job}/cancel")
+
+
+def test_the_cluster_page_shows_the_worker_and_the_queue(browser_page, keyed_stack, tiny_spec,
+                                                         screenshots) -> None:
+    page = browser_page
+    keyed_stack.admin("hold", "default")  # so the job below waits, with its reason
+    try:
+        waiting = keyed_stack.client("alpha").submit(tiny_spec("waits", max_steps=2))["id"]
+        log_in_as(page, keyed_stack, "alpha")
+        page.goto("/#/cluster")
+        worker = page.locator("[data-panel=pools] tr[data-worker]")
+        worker.first.wait_for()
+        assert "cpu" in worker.first.inner_text()
+        queued = page.locator(f'[data-panel=queue] tr[data-job-id="{waiting}"]')
+        queued.locator("td:has-text('pool_held')").wait_for()
+        assert "waits" in queued.inner_text()
+        assert "alpha" in page.locator("[data-panel=teams]").inner_text()
+        screenshots(page, "cluster")
+    finally:
+        keyed_stack.admin("resume", "default")
+    keyed_stack.client("alpha").http.post(f"/v1/jobs/{waiting}/cancel")
