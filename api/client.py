@@ -91,10 +91,12 @@ class ApiClient:
     def job(self, job_id: int) -> dict[str, Any]:
         return self._get(f"/v1/jobs/{job_id}")
 
-    def list_jobs(self, statuses: Iterable[str] = (), limit: int | None = None) -> dict[str, Any]:
-        """The key's jobs (an admin's: everyone's) in id order, only those in ``statuses`` if
-        any, at most ``limit`` (None: all)."""
-        return self._pages("/v1/jobs", {"status": list(statuses)}, "after", JOBS_PAGE, limit)
+    def list_jobs(self, statuses: Iterable[str] = (), limit: int | None = None,
+                  newest_first: bool = True) -> dict[str, Any]:
+        """The key's jobs (an admin's: everyone's), newest first unless told otherwise, only
+        those in ``statuses`` if any, at most ``limit`` (None: all)."""
+        params = {"status": list(statuses), "order": "desc" if newest_first else "asc"}
+        return self._pages("/v1/jobs", params, "after", JOBS_PAGE, limit)
 
     def cancel(self, job_id: int) -> dict[str, Any]:
         return self._json(self.http.post(f"/v1/jobs/{job_id}/cancel"))

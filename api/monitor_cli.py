@@ -147,10 +147,11 @@ def _list(client: Any, args: argparse.Namespace) -> Result:
     from api.term_view import jobs_table
 
     statuses = [status for value in args.status or [] for status in value]
-    page = client.list_jobs(statuses, None if args.all else args.limit)
+    page = client.list_jobs(statuses, None if args.all else args.limit, newest_first=not args.oldest_first)
     text = _lines(jobs_table(page["items"], _width()), "no jobs")
     if page["next_after"] is not None:
-        text += f"\n(showing the first {len(page['items'])}: --limit N or --all for more)"
+        which = "oldest" if args.oldest_first else "newest"
+        text += f"\n(showing the {which} {len(page['items'])}: --limit N or --all for more)"
     return Result(page, text)
 
 
@@ -256,7 +257,8 @@ def add_monitor_commands(commands: argparse._SubParsersAction) -> None:
                         help="follow the job until it ends (exit 0: succeeded)")
     submit.add_argument("--idempotency-key", default=None)
     submit.set_defaults(handler=_submit)
-    jobs = add("list", "jobs in id order", _list, job_id=False)
+    jobs = add("list", "jobs, newest first", _list, job_id=False)
+    jobs.add_argument("--oldest-first", action="store_true", help="in submission order instead")
     jobs.add_argument("--status", type=_names, action="extend", nargs="+", metavar="S",
                       help="only jobs in these statuses (several, repeated or comma-separated)")
     jobs.add_argument("--limit", type=_positive, default=50, metavar="N", help="at most N jobs (default 50)")

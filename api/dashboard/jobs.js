@@ -1,6 +1,6 @@
-// #/jobs: the caller's jobs (the API scopes them to the key), filtered by status, paged by
-// cursor, refreshed every few seconds; each with its progress, latest reward and a cancel button.
-// The submit form sits above the list.
+// #/jobs: the caller's jobs (the API scopes them to the key), newest first, filtered by status,
+// paged by cursor, refreshed every few seconds; each with its progress, latest reward and a
+// cancel button. The submit form sits above the list.
 
 import {api} from "./api.js";
 import {cancelButton, FINISHED, STATUSES, waitNote} from "./controls.js";
@@ -42,7 +42,7 @@ export function mount(container) {
     const ticket = ++latest;
     try {
       const page = await api("/v1/jobs", {query: {status: FILTERS[filter.value], after: cursors.at(-1),
-        limit: PAGE_SIZE}});
+        limit: PAGE_SIZE, order: "desc"}});
       await loadTeamNames(page.items.map((job) => job.team_id));
       await latestRewards(page.items);
       if (!current(ticket)) return;

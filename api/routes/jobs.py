@@ -77,11 +77,13 @@ async def list_jobs(
     status_in: Annotated[list[JobStatus] | None, Query(alias="status")] = None,
     after: Annotated[int, Query(ge=0, description="Cursor: `next_after` of the previous page")] = 0,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    order: Annotated[Literal["asc", "desc"], Query(description="`desc`: newest first")] = "asc",
 ) -> Page[JobRead]:
-    """Jobs in id order, optionally only those in the given statuses (repeat ``status=``). A
-    waiting job carries its ``pending_reason`` and ``queue_position``."""
+    """Jobs in id order (``order=desc``: newest first), optionally only those in the given
+    statuses (repeat ``status=``); ``after`` continues in that order. A waiting job carries its
+    ``pending_reason`` and ``queue_position``."""
     items = await run_in_threadpool(job_store.list_jobs, session, principal.scope, status_in, after,
-                                    limit + 1)
+                                    limit + 1, order == "desc")
     page = await with_queue_positions(redis, items[:limit])
     return Page[JobRead](items=page, next_after=items[limit - 1].id if len(items) > limit else None)
 

@@ -102,9 +102,16 @@ def list_jobs(
     statuses: Iterable[str] | None = None,
     after: int = 0,
     limit: int = 50,
+    newest_first: bool = False,
 ) -> list[JobRead]:
-    """Newest first would break cursors under inserts; ids ascend, so ``after`` is the cursor."""
-    query = select(Job).where(Job.id > after).order_by(Job.id).limit(limit)
+    """Jobs by id, oldest first, or newest first; ``after`` is the cursor in that order (the last
+    id seen; 0: from the start), so new submissions never shift a page being read."""
+    if newest_first:
+        query = select(Job).order_by(Job.id.desc()).limit(limit)
+        if after:
+            query = query.where(Job.id < after)
+    else:
+        query = select(Job).where(Job.id > after).order_by(Job.id).limit(limit)
     if team_id is not None:
         query = query.where(Job.team_id == team_id)
     if statuses:

@@ -124,6 +124,14 @@ def test_list_filters_by_status_and_pages_by_cursor(api, worker, job_spec) -> No
         seen += [job["id"] for job in page["items"]]
         after = page["next_after"]
     assert seen == ids
+    newest, after = [], 0  # order=desc: newest first, and `after` continues downwards
+    while len(newest) < 6:
+        page = api.get("/v1/jobs", params={"after": after, "limit": 2, "order": "desc"}).json()
+        newest += [job["id"] for job in page["items"]]
+        after = page["next_after"]
+    assert newest == [*reversed(ids), start]
+    running_desc = api.get("/v1/jobs", params={"status": "running", "order": "desc", "limit": 2}).json()
+    assert [job["id"] for job in running_desc["items"]] == [ids[3], ids[1]]
     running = api.get("/v1/jobs", params={"after": start, "status": "running"}).json()
     assert [job["id"] for job in running["items"]] == [ids[1], ids[3]] and running["next_after"] is None
     both = api.get("/v1/jobs", params=[("after", start), ("status", "running"), ("status", "queued")]).json()

@@ -63,9 +63,11 @@ def test_list_and_show_print_tables_and_the_apis_json(grpo, alpha, worker, job_s
     first, second = new_job(alpha, job_spec), new_job(alpha, job_spec)
     worker.start(second["id"])
     monkeypatch.setattr("api.client.JOBS_PAGE", 1)  # every job a page of its own: the pages are joined
-    listed = grpo.json("list", "--all")
-    assert listed == {"items": alpha.get("/v1/jobs", params={"limit": 100}).json()["items"],
+    listed = grpo.json("list", "--all")  # newest first
+    assert listed == {"items": alpha.get("/v1/jobs", params={"limit": 100, "order": "desc"}).json()["items"],
                       "next_after": None}
+    oldest = grpo.json("list", "--all", "--oldest-first")
+    assert oldest["items"] == listed["items"][::-1]
     code, out, err = grpo("list")
     lines = out.splitlines()
     assert code == 0 and err == "" and lines[0].split() == ["ID", "NAME", "STATUS", "STEP", "POOL", "GPUS",
@@ -76,9 +78,10 @@ def test_list_and_show_print_tables_and_the_apis_json(grpo, alpha, worker, job_s
     assert first["id"] not in [job["id"] for job in running["items"]]
     for statuses in (("queued", "--status", "running"), ("queued", "running"), ("queued,running",)):
         either = grpo.json("list", "--status", *statuses)["items"]
-        assert [job["id"] for job in either][-2:] == [first["id"], second["id"]]
+        assert [job["id"] for job in either][:2] == [second["id"], first["id"]]
     code, out, _ = grpo("list", "--limit", "1")
     assert code == 0 and len(out.splitlines()) == 3 and "--all" in out.splitlines()[-1]
+    assert out.splitlines()[1].split()[0] == str(second["id"])  # the newest
     assert grpo.json("list", "--limit", "1")["next_after"] is not None
 
     assert grpo.json("show", str(second["id"])) == alpha.get(f"/v1/jobs/{second['id']}").json()
