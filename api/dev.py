@@ -182,6 +182,7 @@ def run_dev(port: int | None, spec: Path | None, models_root: Path | None, data_
               f"models {os.environ['GRPO_MODELS_ROOT']}, data {os.environ['GRPO_DATA_ROOT']}, "
               f"artifacts {os.environ['GRPO_ARTIFACTS_ROOT']}"
               + (f", logs {log_dir}" if log_dir else "") + "); Ctrl-C stops it", flush=True)
+        print(f"grpo dev: dashboard at {url}/  (auth: {os.environ.get('GRPO_AUTH', 'keys')})", flush=True)
         if watch is not None:
             return watch(url)
         while (role := stack.exited()) is None:

@@ -97,6 +97,8 @@ class Scheduler:
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.lock = LeaderLock(self.client, self.holder, max(5.0, 10 * settings.scheduler_interval_seconds))
         self._published_queue: list[dict[str, Any]] | None = None
+        self._live: set[str] = set()  # workers heartbeating at the last tick
+        self._gone: set[str] = set()  # workers that stopped, whose queue is not dropped yet
 
     def tick(self) -> list[int]:
         """One pass; the ids dispatched, in order."""
@@ -113,6 +115,7 @@ class Scheduler:
             self.preempt(item)
         self.record(state, decision, set(sent))
         self.register_pools(state, heartbeats)
+        self.forget_gone_workers(state, heartbeats)
         return sent
 
     def dispatch(self, item: policy.Dispatch) -> bool:
@@ -158,6 +161,19 @@ class Scheduler:
             bus.publish_queue(self.client, entries, utcnow().isoformat())
             self._published_queue = entries
         bus.mark_scheduler_pass(self.client, utcnow().isoformat())
+
+    def forget_gone_workers(self, state: SchedulingState, heartbeats: list[dict[str, Any]]) -> None:
+        """A worker that stopped heartbeating leaves its private queue behind. Once no job is
+        promised to it any more (the lease reaper requeues those), nothing in that queue can
+        ever be claimed, so it is dropped rather than left in Redis for good."""
+        live = {beat.get("worker_id") for beat in heartbeats}
+        self._gone = (self._gone | (self._live - live)) - live  # a worker that came back is not gone
+        self._live = live
+        promised = {job.worker_id for job in state.cluster.holding}
+        done = {worker_id for worker_id in self._gone if worker_id not in promised}
+        if done:
+            self.client.delete(*(worker_queue(worker_id) for worker_id in done))
+            self._gone -= done
 
     def register_pools(self, state: SchedulingState, heartbeats: list[dict[str, Any]]) -> None:
         """Pools live workers serve exist; each records its largest live worker's GPU count."""

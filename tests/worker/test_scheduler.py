@@ -24,7 +24,7 @@ from api.db import session_scope
 from api.dev import free_port
 from api.models import JobEvent
 from api.scheduler import LEADER_KEY, LeaderLock, Scheduler
-from api.store.jobs import claim, finish
+from api.store.jobs import claim, finish, requeue_expired
 from api.task_names import worker_queue
 
 
@@ -114,6 +114,24 @@ def test_a_failed_send_puts_the_job_back_in_the_queue(settings, client, submit, 
     assert job_id not in scheduler.tick()
     job = job_of(job_id)
     assert job.status == "queued" and job.dispatched_at is None
+
+
+def test_a_gone_workers_queue_is_dropped_once_no_job_is_promised_to_it(scheduler, client, submit, tiny_spec,
+                                                                        job_of, pool, database_url):
+    busy = advertise(client, pool, ttl=0.6)
+    job_id = submit(tiny_spec(pool=pool))
+    assert job_id in scheduler.tick() and job_of(job_id).worker_id == busy
+    idle = advertise(client, pool, ttl=0.6)
+    scheduler.tick()
+    client.rpush(worker_queue(idle), "stale message")
+    time.sleep(0.8)  # both stop heartbeating
+    scheduler.tick()
+    assert client.llen(worker_queue(idle)) == 0  # nothing can claim what it held
+    assert client.llen(worker_queue(busy)) == 1  # the job is still promised to it: its message stays
+    with session_scope(database_url) as session:
+        requeue_expired(session, 0.0)  # the reaper gives the job up
+    scheduler.tick()
+    assert client.llen(worker_queue(busy)) == 0
 
 
 def test_the_leader_lock_has_one_holder_and_only_it_renews_or_releases(client):
