@@ -96,7 +96,7 @@ class Scheduler:
         self.sender = sender or celery_client(settings)
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.lock = LeaderLock(self.client, self.holder, max(5.0, 10 * settings.scheduler_interval_seconds))
-        self._published_queue: list[dict[str, Any]] | None = None
+        self._published_queue: list[tuple] | None = None  # what the last published queue showed
         self._live: set[str] = set()  # workers heartbeating at the last tick
         self._gone: set[str] = set()  # workers that stopped, whose queue is not dropped yet
 
@@ -154,12 +154,16 @@ class Scheduler:
         """Pending reasons into SQL (only those that changed), the queue into Redis."""
         changed = {job_id: decision.pending.get(job_id) for job_id, info in state.waiting_info.items()
                    if job_id not in sent and decision.pending.get(job_id) != info.pending_reason}
-        with session_scope(self.settings.database_url) as session:
-            set_pending_reasons(session, changed)
-        entries = queue_snapshot(state, decision)
-        if entries != self._published_queue:
-            bus.publish_queue(self.client, entries, utcnow().isoformat())
-            self._published_queue = entries
+        if changed:
+            with session_scope(self.settings.database_url) as session:
+                set_pending_reasons(session, changed)
+        # What a queue entry shows that can change; its name, team and GPUs never do. Comparing
+        # this first spares building 10k entries on a tick that changed nothing.
+        signature = [(job.id, job.priority, decision.position.get(job.id), decision.pending.get(job.id))
+                     for job in state.cluster.waiting]
+        if signature != self._published_queue:
+            bus.publish_queue(self.client, queue_snapshot(state, decision), utcnow().isoformat())
+            self._published_queue = signature
         bus.mark_scheduler_pass(self.client, utcnow().isoformat())
 
     def forget_gone_workers(self, state: SchedulingState, heartbeats: list[dict[str, Any]]) -> None:

@@ -69,7 +69,7 @@ def load_state(session: Session, heartbeats: list[dict[str, Any]], now: datetime
     waiting, info = [], {}
     c = _JOBS.c
     waiting_rows = conn.execute(select(c.id, c.team_id, c.pool, c.gpus, c.priority, c.name, c.pending_reason)
-                                .where(c.status.in_(WAITING_STATUSES)))
+                                .where(c.status.in_(WAITING_STATUSES)).order_by(c.id))
     for job_id, team_id, pool, gpus, priority, name, reason in waiting_rows:
         waiting.append(policy.WaitingJob(job_id, team_id, pool, gpus, priority))
         info[job_id] = WaitingInfo(name, reason)
