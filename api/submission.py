@@ -12,9 +12,8 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from api.errors import NotFound
 from api.settings import Settings
-from api.store.pools import get_pool, list_pools
+from api.store.pools import largest_worker, list_pools
 from grpo_core.errors import SpecError
 from grpo_core.paths import resolve_under_root
 from grpo_core.rewards import validate_reward_specs
@@ -76,14 +75,13 @@ def check_placement(session: Session, spec: JobSpec) -> None:
     """Raise :class:`InvalidSpec` for a pool nobody registered (a typo would wait forever) or a
     job asking for more GPUs than the pool's largest worker advertised (gang: one worker holds
     all of a job's GPUs). A pool whose workers were never seen accepts any size."""
-    try:
-        pool = get_pool(session, spec.resources.pool)
-    except NotFound:
+    exists, largest = largest_worker(session, spec.resources.pool)
+    if not exists:
         known = ", ".join(sorted(p.name for p in list_pools(session))) or "none"
         raise InvalidSpec([SpecError("resources.pool", f"unknown pool '{spec.resources.pool}'; "
-                                                       f"known pools: {known}")]) from None
-    if pool.max_worker_gpus is not None and spec.resources.gpus > pool.max_worker_gpus:
+                                                       f"known pools: {known}")])
+    if largest is not None and spec.resources.gpus > largest:
         raise InvalidSpec([SpecError(
             "resources.gpus", f"asks for {spec.resources.gpus} GPUs but the largest worker of pool "
-                              f"'{pool.name}' has {pool.max_worker_gpus}; a job's GPUs must all be on "
+                              f"'{spec.resources.pool}' has {largest}; a job's GPUs must all be on "
                               "one worker")])

@@ -3,7 +3,7 @@ create pools ahead of their workers and hold one to stop dispatch into it."""
 
 from __future__ import annotations
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from api.admin_schemas import PoolRead
@@ -47,6 +47,16 @@ def get_pool(session: Session, name: str) -> PoolRead:
     if pool is None:
         raise NotFound(f"pool '{name}' not found", param="pool")
     return _read(pool)
+
+
+_LARGEST = select(_POOLS.c.max_worker_gpus).where(_POOLS.c.name == bindparam("name"))
+
+
+def largest_worker(session: Session, name: str) -> tuple[bool, int | None]:
+    """``(exists, max_worker_gpus)`` of the pool: the submit path's check, one prebuilt Core
+    select (an ORM ``get`` of the row cost as much as inserting the job)."""
+    row = session.execute(_LARGEST, {"name": name}).first()
+    return (False, None) if row is None else (True, row[0])
 
 
 def list_pools(session: Session) -> list[PoolRead]:
