@@ -146,7 +146,7 @@ class BodySizeLimit:
                 await self._refuse(scope, receive, send)
                 return
             more = message.get("more_body", False)
-        await self.app(scope, _replay(b"".join(chunks), receive), send)
+        await self.app(scope, replay_body(b"".join(chunks), receive), send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         response = error_response(413, "request_too_large",
@@ -164,7 +164,7 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def replay_body(body: bytes, receive: Receive) -> Receive:
     sent = False
 
     async def replay() -> Message:

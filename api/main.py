@@ -19,6 +19,7 @@ from fastapi import FastAPI
 from api.http_errors import BodySizeLimit, install_error_handlers
 from api.routes import build_router
 from api.settings import Settings, get_settings
+from api.yaml_body import YamlSpecBody
 
 # Above the stream's XREAD BLOCK (1 s), so a blocked read is never mistaken for a dead socket.
 REDIS_SOCKET_TIMEOUT_S = 10.0
@@ -43,6 +44,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                               "Errors are `{\"error\": {\"code\", \"message\", \"param\"}}`.")
     app.state.settings = settings
     install_error_handlers(app)
+    # Added first, so it runs inside the size limit: it only ever sees a bounded body.
+    app.add_middleware(YamlSpecBody)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     app.include_router(build_router())
     return app

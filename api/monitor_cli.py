@@ -79,12 +79,11 @@ def _lines(lines: list[str], empty: str) -> str:
 def read_spec(path: Path) -> dict:
     """Validated here for per-field messages at once; the raw mapping is sent, so the server
     applies its own defaults."""
-    import yaml
+    from grpo_core.specfile import parse_spec, read_spec_data
 
-    from grpo_core.specfile import load_spec_file
-
-    load_spec_file(path)  # raises InvalidSpec: exit 2 with one line per field
-    return yaml.safe_load(path.read_text())
+    data = read_spec_data(path)
+    parse_spec(data)  # raises InvalidSpec: exit 2 with one line per field
+    return data
 
 
 def submit_spec(url: str, api_key: str | None, spec: dict, watch: bool = True,

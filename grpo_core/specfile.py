@@ -41,8 +41,26 @@ def parse_spec(data: Any) -> JobSpec:
         raise InvalidSpec(validation_messages(exc)) from exc
 
 
-def load_spec_file(path: Path) -> JobSpec:
-    """YAML (a superset of JSON) file → JobSpec; raises :class:`InvalidSpec`."""
+class _NoAliasLoader(yaml.SafeLoader):
+    """PyYAML's safe loader (plain data, never objects or code) that also refuses anchors and
+    aliases: a spec never needs them, and a few nested aliases expand exponentially once the
+    data is copied or re-encoded as JSON (the "billion laughs")."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not accepted in a spec",
+                                              event.start_mark)
+        return super().compose_node(parent, index)
+
+
+def load_yaml(raw: bytes | str) -> Any:
+    """YAML (a superset of JSON) → plain data; raises ``yaml.YAMLError``."""
+    return yaml.load(raw, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def read_spec_data(path: Path) -> Any:
+    """A spec file's raw mapping (YAML or JSON), before validation; raises :class:`InvalidSpec`."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -50,7 +68,11 @@ def load_spec_file(path: Path) -> JobSpec:
     if len(raw) > MAX_SPEC_BYTES:
         raise InvalidSpec([SpecError("spec", f"{path} is larger than {MAX_SPEC_BYTES} bytes")])
     try:
-        data = json.loads(raw) if path.suffix == ".json" else yaml.safe_load(raw)
+        return json.loads(raw) if path.suffix == ".json" else load_yaml(raw)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         raise InvalidSpec([SpecError("spec", f"{path} is not valid YAML/JSON: {exc}")]) from exc
-    return parse_spec(data)
+
+
+def load_spec_file(path: Path) -> JobSpec:
+    """YAML (a superset of JSON) file → JobSpec; raises :class:`InvalidSpec`."""
+    return parse_spec(read_spec_data(path))

@@ -41,15 +41,21 @@ function withQuery(path, query) {
   return text ? `${path}?${text}` : path;
 }
 
-// api("/v1/jobs", {query: {status: ["queued"]}}) -> parsed JSON; throws ApiError.
-export async function api(path, {method = "GET", body, query} = {}) {
+// api("/v1/jobs", {query: {status: ["queued"]}}) -> parsed JSON; throws ApiError. `body` goes as
+// JSON; `text` with `contentType` goes as it is (a YAML spec).
+export async function api(path, {method = "GET", body, text, contentType, query} = {}) {
   const headers = {Accept: "application/json"};
   const key = apiKey();
   if (key) headers.Authorization = `Bearer ${key}`;
-  if (body !== undefined) headers["Content-Type"] = "application/json";
-  const response = await fetch(withQuery(path, query), {
-    method, headers, body: body === undefined ? undefined : JSON.stringify(body),
-  });
+  let payload;
+  if (text !== undefined) {
+    headers["Content-Type"] = contentType;
+    payload = text;
+  } else if (body !== undefined) {
+    headers["Content-Type"] = "application/json";
+    payload = JSON.stringify(body);
+  }
+  const response = await fetch(withQuery(path, query), {method, headers, body: payload});
   const parsed = await response.json().catch(() => null);
   if (response.ok) return parsed;
   const error = new ApiError(response.status, parsed);

@@ -1,7 +1,8 @@
-// The submit form: a JobSpec as JSON (the browser has no YAML parser and the page fetches no
-// library; `grpo submit spec.yaml` takes YAML). Prefilled with a template to edit: model and data
-// sources are `path:` names under the deployment's roots, so they differ from one to the next.
-// The service's 422 lists every invalid field; each is shown with its path in the spec.
+// The submit form: a JobSpec as JSON or YAML. Text that parses as JSON is sent as JSON; anything
+// else goes as YAML, which the service parses (the page bundles no YAML library). Prefilled with
+// a template to edit: model and data sources are `path:` names under the deployment's roots, so
+// they differ from one to the next. The service's 422 lists every invalid field; each is shown
+// with its path in the spec.
 
 import {api} from "./api.js";
 import {el, fill, jobLink} from "./dom.js";
@@ -23,13 +24,14 @@ function templateText() {
   return JSON.stringify(TEMPLATE, null, 2);
 }
 
-// Parse errors name the line, as an editor would; YAML gets a pointer to the command line.
+// JSON when it is JSON; text that looks like JSON but does not parse is a typo to point out
+// here, anything else is YAML for the service to read.
 function parseSpec(text) {
   try {
-    return {spec: JSON.parse(text)};
+    return {request: {body: JSON.parse(text)}};
   } catch (error) {
-    const hint = /^\s*[{[]/.test(text) ? "" : " This form takes JSON; `grpo submit spec.yaml` takes YAML.";
-    return {problem: `Not valid JSON: ${error.message}.${hint}`};
+    if (/^\s*[{[]/.test(text)) return {problem: `Not valid JSON: ${error.message}.`};
+    return {request: {text, contentType: "application/yaml"}};
   }
 }
 
@@ -58,7 +60,7 @@ export function mountSubmitForm(container, onSubmitted) {
     }
     button.disabled = true;
     try {
-      const job = await api("/v1/jobs", {method: "POST", body: parsed.spec});
+      const job = await api("/v1/jobs", {method: "POST", ...parsed.request});
       result.append(el("p", {className: "notice info"}, "Submitted ", jobLink(job.id, `job #${job.id}`),
         ` (${job.name}), ${job.status}.`));
       onSubmitted(job);

@@ -38,6 +38,9 @@ _ERRORS = {401: {"description": "Missing or wrong bearer token"}, 404: {"descrip
         413: {"description": "Body over the configured limit"},
         422: {"description": "Invalid spec; `param` names the first bad field, `errors` lists all"},
     },
+    # The same spec may come as YAML (api/yaml_body.py turns it into this JSON body first).
+    openapi_extra={"requestBody": {"content": {"application/yaml": {
+        "schema": {"$ref": "#/components/schemas/JobSpec"}}}}},
 )
 @spec_body
 async def submit_job(

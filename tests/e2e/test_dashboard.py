@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +55,7 @@ def submit_from_form(page: Any, spec: dict[str, Any] | str) -> Any:
     return page.wait_for_selector(".submit-result .notice")
 
 
-def submitted_job_id(page: Any, spec: dict[str, Any]) -> int:
+def submitted_job_id(page: Any, spec: dict[str, Any] | str) -> int:
     result = submit_from_form(page, spec)
     return int(result.query_selector("a").get_attribute("href").rsplit("/", 1)[1])
 
@@ -95,7 +96,10 @@ def test_a_key_is_needed_and_logging_out_forgets_it(browser_page, keyed_stack, s
 def test_the_form_lists_every_invalid_field_the_service_names(browser_page, keyed_stack, tiny_spec) -> None:
     page = browser_page
     log_in_as(page, keyed_stack, "alpha")
-    assert "Not valid JSON" in submit_from_form(page, "name: yaml-is-for-the-cli").inner_text()
+    assert "Not valid JSON" in submit_from_form(page, '{"name": "unclosed"').inner_text()
+    submit_from_form(page, "name: yaml-without-the-rest\n")  # YAML: the service names what is missing
+    params = page.locator(".field-errors li").evaluate_all("items => items.map((li) => li.dataset.param)")
+    assert {"model", "dataset", "rewards"} <= set(params)
     bad = tiny_spec("bad", grpo={"num_generations": 1, "max_steps": 0})
     submit_from_form(page, bad)
     params = page.locator(".field-errors li").evaluate_all("items => items.map((li) => li.dataset.param)")
@@ -140,7 +144,8 @@ def test_a_job_is_cancelled_with_its_button(browser_page, keyed_stack, tiny_spec
     page = browser_page
     log_in_as(page, keyed_stack, "alpha")
     name = '<img src=x onerror="window.hacked=1">to-cancel'  # shown as text, never parsed as HTML
-    job_id = submitted_job_id(page, tiny_spec(name, max_steps=5000, checkpoint_every=1000))
+    # Submitted as YAML, as a spec file reads: the service parses it.
+    job_id = submitted_job_id(page, yaml.safe_dump(tiny_spec(name, max_steps=5000, checkpoint_every=1000)))
     row = row_of(page, job_id)
     assert name in row.inner_text() and row.locator("img").count() == 0
     row.locator("button[data-action=cancel]").click()

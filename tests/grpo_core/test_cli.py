@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from core_specs import spec_dict
 
@@ -109,3 +110,20 @@ def test_model_folder_without_a_causal_lm_is_a_clear_error(tmp_path, tiny_model_
     done = grpo("train", str(spec), "--output-dir", str(tmp_path / "never"))
     assert done.returncode == 2
     assert "error: model.source" in done.stderr
+
+
+def test_spec_files_refuse_yaml_aliases_and_name_the_problem(tmp_path):
+    """Aliases can expand exponentially once the data is copied; a spec never needs them."""
+    from grpo_core.specfile import InvalidSpec, load_spec_file, load_yaml
+
+    assert load_yaml("a: [1, 2]\nb: {c: d}\n") == {"a": [1, 2], "b": {"c": "d"}}
+    spec = tmp_path / "aliased.yaml"
+    spec.write_text("lol: &a [x, x]\nlol2: [*a, *a]\n")
+    with pytest.raises(InvalidSpec) as aliased:
+        load_spec_file(spec)
+    assert aliased.value.errors[0].field == "spec" and "aliases" in aliased.value.errors[0].reason
+    unsafe = tmp_path / "unsafe.yaml"
+    unsafe.write_text("name: !!python/object/apply:os.system ['true']\n")  # never executed
+    with pytest.raises(InvalidSpec) as tagged:
+        load_spec_file(unsafe)
+    assert "not valid YAML" in tagged.value.errors[0].reason
