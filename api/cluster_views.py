@@ -1,6 +1,6 @@
 """``GET /v1/cluster`` and ``GET /v1/queue``: their wire schemas and the pure functions that build
 them from what the scheduler sees (``api.store.scheduling.SchedulingState``, worker heartbeats,
-the policy's plan) or published (the queue snapshot).
+the policy's fair shares) or published (the queue snapshot).
 
 Scoping: a member sees every pool, worker and team's usage against its quota (that is what
 explains a wait), but only its own team's jobs; another team's job appears nowhere by id or
@@ -90,8 +90,8 @@ class QueueView(BaseModel):
     items: list[QueueEntry]  # the caller's (an admin: everyone's), in dispatch order per pool
 
 
-def cluster_view(state: SchedulingState, heartbeats: list[dict[str, Any]], plan: policy.Plan,
-                 scope: int | None) -> ClusterView:
+def cluster_view(state: SchedulingState, heartbeats: list[dict[str, Any]],
+                 fair_share: dict[tuple[int, str], float], scope: int | None) -> ClusterView:
     """``scope``: the caller's team id, or None for an admin."""
     cluster = state.cluster
     on_worker = {job.worker_id: job for job in cluster.holding if job.worker_id}
@@ -111,12 +111,12 @@ def cluster_view(state: SchedulingState, heartbeats: list[dict[str, Any]], plan:
                        [job.gpus for job in cluster.holding])
     teams = []
     for team_id, team in sorted(cluster.teams.items()):
-        known = (*held_gpus, *waiting, *cluster.recent_usage, *plan.fair_share)
+        known = (*held_gpus, *waiting, *cluster.recent_usage, *fair_share)
         keys = {key for key in known if key[0] == team_id}
         keys |= {(team_id, pool) for pool in team.quotas}
         usage = {pool: TeamPoolUsage(held_gpus=held_gpus.get((team_id, pool), 0),
                                      quota=team.quotas.get(pool),
-                                     fair_share=plan.fair_share.get((team_id, pool)),
+                                     fair_share=fair_share.get((team_id, pool)),
                                      recent_gpus=round(cluster.recent_usage.get((team_id, pool), 0.0), 4),
                                      waiting=waiting.get((team_id, pool), 0))
                  for _, pool in sorted(keys)}

@@ -353,6 +353,13 @@ def _preempt(
             result.preempt.append(Preemption(victim.id, job.id))
 
 
+def fair_shares(state: ClusterState) -> dict[tuple[int, str], float]:
+    """Every (team, pool)'s fair share of the pool's GPUs, as :func:`plan` reports it, without
+    making the rest of the decision (the cluster view needs only this)."""
+    return {(team, pool.name): share for pool in _pools(state)
+            for team, share in _fair_shares(state, pool).items()}
+
+
 def plan(state: ClusterState) -> Plan:
     """The scheduler's decisions for one tick; see the module docstring for the rules."""
     result = Plan()

@@ -11,12 +11,12 @@ from pydantic import AfterValidator, BaseModel, ConfigDict
 T = TypeVar("T")
 
 
-def _as_utc(value: datetime) -> datetime:
+def as_utc(value: datetime) -> datetime:
     # SQLite hands back naive datetimes (it stores no offset); every stored time is UTC.
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
-UtcDatetime = Annotated[datetime, AfterValidator(_as_utc)]
+UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 
 
 class ErrorInfo(BaseModel):

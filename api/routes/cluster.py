@@ -2,7 +2,7 @@
 ``GET /v1/queue`` (waiting jobs in the scheduler's dispatch order, with why each waits).
 
 The cluster view is computed now, from live heartbeats and SQL, by the same state loader and
-policy the scheduler uses, so its fair shares are the scheduler's. The queue is the order the
+fair-share rule the scheduler uses, so its fair shares are the scheduler's. The queue is the order the
 scheduler published at its last pass (``api.bus.QUEUE_KEY``): positions are its decisions, not
 a guess made here.
 """
@@ -37,7 +37,7 @@ async def get_cluster(principal: PrincipalDep, settings: SettingsDep, redis: Red
 def _cluster(settings: Settings, heartbeats: list[dict[str, Any]], scope: int | None) -> ClusterView:
     with session_scope(settings.database_url) as session:
         state = load_state(session, heartbeats, utcnow(), settings.fair_share_half_life_seconds)
-    return cluster_view(state, heartbeats, policy.plan(state.cluster), scope)
+    return cluster_view(state, heartbeats, policy.fair_shares(state.cluster), scope)
 
 
 @router.get("/queue", response_model=QueueView)

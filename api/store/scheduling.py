@@ -8,7 +8,7 @@ and holding job, and 10,000 of them must stay cheap.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import bindparam, or_, select, update
@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from api import policy
 from api.models import HOLDING_STATUSES, WAITING_STATUSES, Allocation, Job, Pool, Team, utcnow
+from api.schemas import as_utc
 from api.store.jobs import close_allocation
 from api.store.teams import quotas_by_team
 from api.store.telemetry import add_event
@@ -26,8 +27,7 @@ USAGE_HORIZON_HALF_LIVES = 12
 
 
 def epoch(value: datetime) -> float:
-    # SQLite hands back naive datetimes; every stored time is UTC.
-    return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+    return as_utc(value).timestamp()  # SQLite hands back naive datetimes; every stored time is UTC
 
 
 @dataclass(frozen=True)
