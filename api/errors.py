@@ -1,4 +1,4 @@
-"""Domain errors. They carry no HTTP knowledge: one handler in ``api/http_errors.py`` maps each
+"""Domain errors. They carry no HTTP knowledge: one handler in ``api/http/errors.py`` maps each
 ``code`` to a status, so the store and the worker can raise them freely."""
 
 from __future__ import annotations

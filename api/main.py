@@ -13,13 +13,15 @@ from contextlib import asynccontextmanager
 from functools import lru_cache
 from typing import Any
 
+import redis
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 
-from api.http_errors import BodySizeLimit, install_error_handlers
-from api.routes import build_router
+from api.http.errors import BodySizeLimit, install_error_handlers
+from api.http.routes import build_router
+from api.http.yaml_body import YamlSpecBody
 from api.settings import Settings, get_settings
-from api.yaml_body import YamlSpecBody
+from api.store import bus
 
 # Above the stream's XREAD BLOCK (1 s), so a blocked read is never mistaken for a dead socket.
 REDIS_SOCKET_TIMEOUT_S = 10.0
@@ -31,10 +33,16 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     app.state.redis = aioredis.Redis.from_url(settings.redis_url, socket_timeout=REDIS_SOCKET_TIMEOUT_S,
                                               socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S)
+    # Sessions commit in worker threads (sync routes and dependencies), so what they staged for
+    # live readers is published from there, through a sync client of its own.
+    publisher_client = redis.Redis.from_url(settings.redis_url, socket_timeout=REDIS_CONNECT_TIMEOUT_S,
+                                            socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S)
+    app.state.publish = bus.publisher(publisher_client, settings.stream_maxlen)
     try:
         yield
     finally:
         await app.state.redis.aclose()
+        publisher_client.close()
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

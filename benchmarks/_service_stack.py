@@ -4,7 +4,7 @@ They stand up the real stack the way a deployment does, on this machine:
 
 * :func:`migrated_database` - a throwaway Postgres database (created from the trust-auth admin
   database ``test`` and dropped, with its sessions, on exit) or a SQLite file, upgraded to head
-  with the project's Alembic revisions (``api.migrate.upgrade_to_head``), never ``create_all``.
+  with the project's Alembic revisions (``api.store.migrate.upgrade_to_head``), never ``create_all``.
 * :func:`uvicorn_server` - ``python -m uvicorn --factory api.main:create_app`` in its own process
   group on a free port, configured only through ``GRPO_*`` environment variables (``create_app()``
   with no argument reads ``api.settings.get_settings()``), ready once ``/readyz`` answers 200;
@@ -84,7 +84,7 @@ def migrated_database(backend: str) -> Iterator[str]:
     """URL of a new database migrated to head: ``postgres`` (dropped on exit) or ``sqlite``."""
     from sqlalchemy import create_engine, text
 
-    from api.migrate import upgrade_to_head
+    from api.store.migrate import upgrade_to_head
 
     if backend == "sqlite":
         with tempfile.TemporaryDirectory(prefix="grpo-bench-db-") as folder:
@@ -101,7 +101,7 @@ def migrated_database(backend: str) -> Iterator[str]:
         upgrade_to_head(url)
         yield url
     finally:
-        from api.db import get_engine
+        from api.store.db import get_engine
 
         get_engine(url).dispose()
         with admin.connect() as conn:

@@ -1,6 +1,6 @@
 """A deliberately naive scheduling policy, and seeded synthetic cluster states to run it on.
 
-``reference_plan`` follows the rules of ``api.policy`` word for word, with no heap, no bisect and
+``reference_plan`` follows the rules of ``api.scheduling.policy`` word for word, with no heap, no bisect and
 no incremental bookkeeping: after every pop it re-sorts all remaining jobs of the class by the
 fair-share key, and every total (GPUs held, quota use, fair share) is summed again from the raw
 lists when it is needed. It is O(N^2 log N) per pool, so it is only for cross-checks
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 
-from api.policy import (
+from api.scheduling.policy import (
     PRIORITY_ORDER,
     ClusterState,
     Dispatch,

@@ -1,4 +1,4 @@
-"""Time of one scheduling decision: ``api.policy.plan()`` on seeded synthetic cluster states.
+"""Time of one scheduling decision: ``api.scheduling.policy.plan()`` on seeded synthetic cluster states.
 
 Usage:
     .venv/bin/python benchmarks/scheduler_decision.py [--sizes 1000,10000] [--repeats 20]
@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import format_table, median  # noqa: E402
 from reference_policy import random_state, reference_plan  # noqa: E402
 
-from api.policy import ClusterState, Plan, plan  # noqa: E402
+from api.scheduling.policy import ClusterState, Plan, plan  # noqa: E402
 
 TARGET_MS = 200.0
 TEAMS = 50

@@ -27,12 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import format_table, median  # noqa: E402
 from _service_stack import migrated_database  # noqa: E402
 
-from api import bus  # noqa: E402
-from api.db import session_scope  # noqa: E402
-from api.dev import start_redis, stop_process  # noqa: E402
-from api.models import Job, Team, TeamQuota, utcnow  # noqa: E402
-from api.scheduler import Scheduler  # noqa: E402
+from api.cli.dev import start_redis, stop_process  # noqa: E402
+from api.scheduling.scheduler import Scheduler  # noqa: E402
 from api.settings import Settings  # noqa: E402
+from api.store import bus  # noqa: E402
+from api.store.db import session_scope  # noqa: E402
+from api.store.models import Job, Team, TeamQuota, utcnow  # noqa: E402
 from api.store.pools import ensure_pool  # noqa: E402
 
 TARGET_MS = 200.0

@@ -140,9 +140,9 @@ def run_subscribers(args: argparse.Namespace) -> None:
 
 
 def running_job(database_url: str) -> int:
-    from api.db import session_scope
-    from api.models import utcnow
     from api.store import jobs, teams
+    from api.store.db import session_scope
+    from api.store.models import utcnow
     from grpo_core.spec import JobSpec
 
     with session_scope(database_url) as session:
@@ -159,9 +159,8 @@ def publish_steps(database_url: str, job_id: int, steps: int, rate: float) -> di
     """The worker's step path at a fixed schedule; per step: t0 and the time just before XADD."""
     import redis
 
-    from api import bus
-    from api.db import session_scope
-    from api.store import jobs
+    from api.store import bus, jobs
+    from api.store.db import session_scope
     from worker.reporting import JobReporter, Publisher
 
     xadd_at: dict[int, float] = {}

@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from grpo_core.config import GRPOConfig
 
 SOURCE_PATTERN = re.compile(r"^(path|hf):(.+)$")
+# Pool (and team) names: lower case, digits, "_" and "-", as in a URL path or a queue name.
+POOL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_\-]{0,62}$"
+Priority = Literal["low", "normal", "high"]  # lowest first
 # Hub ids are owner/name (optionally @revision); nothing that could be a URL or a shell word.
 HUB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?(@[\w.\-/]+)?$")
 
@@ -92,7 +95,7 @@ class ReasoningSpec(_Strict):
 
 class ResourcesSpec(_Strict):
     gpus: int = Field(1, ge=1, le=64)
-    pool: str = Field("default", pattern=r"^[a-z0-9][a-z0-9_\-]{0,62}$")
+    pool: str = Field("default", pattern=POOL_NAME_PATTERN)
 
 
 class JobSpec(_Strict):
@@ -105,4 +108,4 @@ class JobSpec(_Strict):
     checkpoint_every: int = Field(50, ge=1, le=10_000_000, description="Steps between checkpoints.")
     log_completions_every: int = Field(10, ge=1, le=10_000_000)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
-    priority: Literal["low", "normal", "high"] = "normal"
+    priority: Priority = "normal"

@@ -1,4 +1,4 @@
-"""Alembic environment: the schema comes from ``api.models``, the database from the settings.
+"""Alembic environment: the schema comes from ``api.store.models``, the database from the settings.
 
 Alembic executes this file as a script for every command, so the module-level code at the
 bottom is this entrypoint's job, not import-time work.
@@ -12,15 +12,15 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from api.models import Base
 from api.settings import get_settings
+from api.store.models import Base
 
 config = context.config
 target_metadata = Base.metadata
 
 
 def _database_url() -> str:
-    """A URL set on the Config (tests, ``api.migrate``) wins; otherwise the service's own."""
+    """A URL set on the Config (tests, ``api.store.migrate``) wins; otherwise the service's own."""
     return config.get_main_option("sqlalchemy.url") or get_settings().database_url
 
 

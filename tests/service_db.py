@@ -23,7 +23,7 @@ def fresh_postgres_url(prefix: str = "grpo_t") -> Iterator[str]:
     try:
         yield POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
     finally:
-        from api.db import get_engine
+        from api.store.db import get_engine
 
         get_engine.cache_clear()
         with admin.connect() as conn:
@@ -45,7 +45,7 @@ def sqlite_url(folder: Path) -> str:
 @contextmanager
 def migrated(url: str) -> Iterator[str]:
     """Upgrade ``url`` to head and yield it."""
-    from api.migrate import upgrade_to_head
+    from api.store.migrate import upgrade_to_head
 
     upgrade_to_head(url)
     yield url

@@ -1,7 +1,7 @@
 """The worker's entrypoint: ``celery -A worker.celery_app worker`` (or ``grpo worker``, which
 passes the same options); ``GRPO_POOL`` and ``GRPO_WORKER_GPUS`` say what it serves.
 
-Each worker consumes its own queue (``api.task_names.worker_queue``): the scheduler places every
+Each worker consumes its own queue (``api.vocabulary.worker_queue``): the scheduler places every
 job on one worker, so no other worker of the pool may take the message. The queue is added at
 setup whatever ``-Q`` says, and is the default queue when ``-Q`` is not given.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 from celery import Celery, signals
 
 from api.settings import Settings, get_settings
-from api.task_names import worker_queue
+from api.vocabulary import worker_queue
 from worker.heartbeat import WorkerHeartbeat, current_worker_id
 
 

@@ -1,7 +1,7 @@
 """Liveness, two kinds.
 
 * :class:`WorkerHeartbeat` runs in the Celery main process and advertises the worker's pool and
-  capacity (``api.bus.advertise_worker``) with a TTL, so a dead worker drops out of the
+  capacity (``api.store.bus.advertise_worker``) with a TTL, so a dead worker drops out of the
   scheduler's view on its own. It never touches CUDA: the GPU model comes from ``nvidia-smi``.
 * :class:`JobLease` runs in the job's child process and renews the job's SQL lease; the answer
   also says whether a cancel was requested or the lease was lost (the job was requeued).
@@ -21,9 +21,9 @@ import redis
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
-from api import bus
-from api.db import session_scope
 from api.settings import Settings
+from api.store import bus
+from api.store.db import session_scope
 from api.store.jobs import renew_lease
 
 WORKER_ID_ENV = "GRPO_WORKER_ID"

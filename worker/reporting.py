@@ -14,8 +14,8 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from api import bus
-from api.db import session_scope
+from api.store import bus
+from api.store.db import session_scope
 from api.store.jobs import set_progress
 from api.store.telemetry import add_event, record_checkpoint, record_metrics, record_samples
 from grpo_core.callbacks import TrainerCallback

@@ -13,9 +13,9 @@ from pathlib import Path
 import redis
 from pydantic import ValidationError
 
-from api.db import session_scope
-from api.schemas import JobRead
+from api.schemas.jobs import JobRead
 from api.settings import Settings
+from api.store.db import session_scope
 from api.store.jobs import finish
 from api.store.scheduling import yield_preempted
 from grpo_core.components import build_components

@@ -13,11 +13,11 @@ import redis
 from celery import shared_task
 from redis.exceptions import RedisError
 
-from api import bus
-from api.db import session_scope
 from api.settings import Settings, get_settings
+from api.store import bus
+from api.store.db import session_scope
 from api.store.jobs import claim, finish
-from api.task_names import RUN_JOB
+from api.vocabulary import RUN_JOB
 from worker.heartbeat import JobLease, current_worker_id
 
 log = logging.getLogger(__name__)

@@ -1,2 +1,11 @@
-"""All SQL lives in this package. Functions take a ``Session`` and return wire schemas
-(``api.schemas``) or plain values; callers own the transaction (``api.db.session_scope``)."""
+"""Persistence: the SQL system of record (``models``, ``db``, ``migrate`` and one repository
+module per aggregate: ``jobs``, ``telemetry``, ``teams``, ``pools``, ``scheduling``), API-key
+hashing (``keys``), the Redis layout of live state (``bus``) and the outbox that publishes what a
+transaction wrote once it commits (``outbox``).
+
+Repository functions take a ``Session`` and return wire schemas (``api.schemas``) or plain
+values; callers own the transaction (``api.store.db.session_scope``). May import:
+``api.schemas``, ``api.vocabulary``, ``api.lifecycle``, ``api.settings``, ``api.errors``,
+``grpo_core.spec``. Never ``api.http``, ``api.scheduling`` (beyond its pure ``policy`` types),
+``api.streaming``, ``api.cli`` or ``worker``.
+"""

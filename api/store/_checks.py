@@ -1,13 +1,13 @@
 """Value checks shared by the team and pool stores. The HTTP schemas declare the same limits
-(``api.admin_schemas``), but the CLI reaches the store without them, so the store checks too."""
+(``api.schemas.admin``), but the CLI reaches the store without them, so the store checks too."""
 
 from __future__ import annotations
 
 import math
 import re
 
-from api.admin_schemas import MAX_LABEL_LENGTH, MAX_QUOTA_GPUS, NAME_PATTERN
 from api.errors import InvalidInput
+from api.schemas.admin import MAX_LABEL_LENGTH, MAX_QUOTA_GPUS, NAME_PATTERN
 
 _NAME = re.compile(NAME_PATTERN)
 

@@ -9,8 +9,8 @@ from sqlalchemy import Executable, Row, Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from api.models import Job
-from api.schemas import ErrorInfo, JobRead
+from api.schemas.jobs import ErrorInfo, JobRead
+from api.store.models import Job
 
 
 def job_read(job: Job | Row[Any]) -> JobRead:

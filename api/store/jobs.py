@@ -13,18 +13,12 @@ from sqlalchemy import Row, bindparam, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from api.errors import Conflict, InvalidInput, NotFound
-from api.models import (
-    HOLDING_STATUSES,
-    PRIORITIES,
-    TERMINAL_STATUSES,
-    Allocation,
-    Job,
-    JobEvent,
-    utcnow,
-)
-from api.schemas import JobRead
+from api.lifecycle import HOLDING_STATUSES, TERMINAL_STATUSES
+from api.schemas.jobs import JobRead
 from api.store._rows import insert_returning, job_read
+from api.store.models import Allocation, Job, JobEvent, utcnow
 from api.store.telemetry import add_event
+from api.vocabulary import PRIORITIES
 from grpo_core.spec import JobSpec
 
 ACTIVE_STATUSES = ("running", "cancelling")

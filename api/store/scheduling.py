@@ -1,4 +1,4 @@
-"""The scheduler's side of the store: the cluster's state as :mod:`api.policy` sees it, and the
+"""The scheduler's side of the store: the cluster's state as :mod:`api.scheduling.policy` sees it, and the
 writes that carry out a plan (dispatch to a worker, ask a job to yield, pending reasons).
 
 Reads select only the columns the policy needs (never a job's spec): a tick reads every waiting
@@ -14,10 +14,11 @@ from typing import Any
 from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
-from api import policy
-from api.models import HOLDING_STATUSES, WAITING_STATUSES, Allocation, Job, Pool, Team, utcnow
-from api.schemas import as_utc
+from api.lifecycle import HOLDING_STATUSES, WAITING_STATUSES
+from api.scheduling import policy
+from api.schemas.jobs import as_utc
 from api.store.jobs import close_allocation
+from api.store.models import Allocation, Job, Pool, Team, utcnow
 from api.store.teams import quotas_by_team
 from api.store.telemetry import add_event
 
@@ -62,8 +63,8 @@ def schedulable_workers(heartbeats: list[dict[str, Any]], holding: list[policy.H
 
 def load_state(session: Session, heartbeats: list[dict[str, Any]], now: datetime, half_life: float,
                ) -> SchedulingState:
-    """Everything :func:`api.policy.plan` needs: SQL read in one transaction, plus the live
-    workers' heartbeats (``api.bus.live_workers``)."""
+    """Everything :func:`api.scheduling.policy.plan` needs: SQL read in one transaction, plus the live
+    workers' heartbeats (``api.store.bus.live_workers``)."""
     # Core on the session's connection: the ORM's per-row bookkeeping was most of a 10k-job read.
     conn = session.connection()
     waiting, info = [], {}

@@ -10,12 +10,12 @@ from typing import Any
 from sqlalchemy import Row, delete, select, update
 from sqlalchemy.orm import Session
 
-from api import keys
-from api.admin_schemas import MAX_QUOTA_GPUS, KeyRead, TeamRead
 from api.errors import Conflict, InvalidInput, NotFound
-from api.models import ApiKey, Team, TeamQuota, utcnow
+from api.schemas.admin import MAX_QUOTA_GPUS, KeyRead, TeamRead
+from api.store import keys
 from api.store._checks import check_gpus, check_label, check_name, check_weight
 from api.store._rows import dialect_insert
+from api.store.models import ApiKey, Team, TeamQuota, utcnow
 from api.store.pools import get_pool
 
 DEFAULT_TEAM = "default"
@@ -190,7 +190,7 @@ def revoke_key(session: Session, key_id: int) -> KeyRead:
 
 
 def principal_for_key_hash(session: Session, key_hash: str) -> KeyGrant | None:
-    """The key stored under ``key_hash`` (``api.keys.hash_key``), or None if there is none."""
+    """The key stored under ``key_hash`` (``api.store.keys.hash_key``), or None if there is none."""
     row = session.execute(select(ApiKey.id, ApiKey.team_id, ApiKey.is_admin, ApiKey.prefix, ApiKey.revoked_at)
                           .where(ApiKey.key_hash == key_hash)).first()
     if row is None:

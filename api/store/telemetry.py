@@ -8,9 +8,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from api.models import Checkpoint, JobEvent, JobMetric, JobSample, utcnow
-from api.schemas import CheckpointRead, EventRead, MetricRead, SamplesRead
+from api.schemas.jobs import CheckpointRead, EventRead, MetricRead, SamplesRead
+from api.store import outbox
 from api.store._rows import insert_ignoring_duplicates
+from api.store.models import Checkpoint, JobEvent, JobMetric, JobSample, utcnow
 
 
 def add_event(
@@ -24,7 +25,9 @@ def add_event(
     event = JobEvent(job_id=job_id, type=type, message=message, data=data or {}, level=level, ts=utcnow())
     session.add(event)
     session.flush()
-    return EventRead.model_validate(event, from_attributes=True)
+    read = EventRead.model_validate(event, from_attributes=True)
+    outbox.stage(session, job_id, "event", read.model_dump(mode="json"))  # with its row id: de-duplicable
+    return read
 
 
 def record_metrics(session: Session, job_id: int, record: dict[str, Any]) -> bool:

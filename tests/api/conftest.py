@@ -7,6 +7,7 @@ down rather than skipping, because a skipped database test is a test nobody ran.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,7 +57,8 @@ def fresh_sqlite_url(tmp_path: Path) -> str:
 # and a scripted worker that drives jobs through the real store functions and Redis stream.
 
 API_TOKEN = "api-test-token-7c1e"
-API_REDIS_URL = "redis://127.0.0.1:6379/11"  # its own Redis database: stream keys start clean
+# Its own Redis database, so stream keys start clean; GRPO_TEST_REDIS_URL moves it (two suites at once).
+API_REDIS_URL = os.environ.get("GRPO_TEST_REDIS_URL", "redis://127.0.0.1:6379/11")
 
 
 @pytest.fixture(scope="module", params=["postgres", "sqlite"])
@@ -149,7 +151,7 @@ def api_server(api_database_url: str, api_settings_factory) -> Iterator[LiveServ
     import redis
 
     def drop_streams() -> None:  # job ids restart at 1 in each fresh database
-        from api import bus
+        from api.store import bus
 
         with redis.Redis.from_url(API_REDIS_URL) as client:
             stale = [*client.scan_iter(match="grpo:job:*"), *client.scan_iter(match=f"{bus.WORKER_PREFIX}*"),
@@ -196,7 +198,7 @@ def job_spec(service_roots: dict[str, Path]):
 
 class ScriptedWorker:
     """Plays the worker's part (the Celery worker is tested on its own): the real store
-    functions write SQL, then ``api.bus.publish`` tells live readers, in that order, as the
+    functions write SQL, then ``api.store.bus.publish`` tells live readers, in that order, as the
     real worker does."""
 
     def __init__(self, database_url: str, maxlen: int = 100_000) -> None:
@@ -207,14 +209,14 @@ class ScriptedWorker:
         self.maxlen = maxlen
 
     def publish(self, job_id: int, kind: str, data: dict) -> None:
-        from api import bus
+        from api.store import bus
 
         bus.publish(self.redis, job_id, kind, data, self.maxlen)
 
     def start(self, job_id: int, worker_id: str = "scripted") -> None:
-        from api.db import session_scope
-        from api.models import utcnow
         from api.store import jobs
+        from api.store.db import session_scope
+        from api.store.models import utcnow
 
         with session_scope(self.database_url) as session:
             assert jobs.transition(session, job_id, ("queued",), "dispatched", "dispatched",
@@ -224,8 +226,8 @@ class ScriptedWorker:
 
     def step(self, job_id: int, step: int, padding: int = 0) -> dict:
         """One optimizer step's record (TRL metric names), in SQL, then on the stream."""
-        from api.db import session_scope
         from api.store import jobs, telemetry
+        from api.store.db import session_scope
 
         record = {"step": step, "reward": 0.01 * step, "reward_std": 0.5, "kl": 0.001 * step,
                   "loss": 0.0, "clip_ratio/region_mean": 0.02, "rewards/exact_match/mean": 0.01 * step}
@@ -241,9 +243,8 @@ class ScriptedWorker:
         """Many steps fast: one SQL transaction, then pipelined publishes in chunks."""
         import time
 
-        from api import bus
-        from api.db import session_scope
-        from api.store import jobs, telemetry
+        from api.store import bus, jobs, telemetry
+        from api.store.db import session_scope
 
         records = [{"step": step, "reward": 0.01 * step, "note": "x" * padding} for step in steps]
         with session_scope(self.database_url) as session:
@@ -260,16 +261,16 @@ class ScriptedWorker:
         return records
 
     def samples(self, job_id: int, step: int, rows: list[dict]) -> None:
-        from api.db import session_scope
         from api.store import telemetry
+        from api.store.db import session_scope
 
         with session_scope(self.database_url) as session:
             telemetry.record_samples(session, job_id, step, rows)
         self.publish(job_id, "samples", {"step": step, "rows": rows})
 
     def event(self, job_id: int, type_: str, message: str = "", data: dict | None = None) -> dict:
-        from api.db import session_scope
         from api.store import telemetry
+        from api.store.db import session_scope
 
         with session_scope(self.database_url) as session:
             event = telemetry.add_event(session, job_id, type_, message, data).model_dump(mode="json")
@@ -278,8 +279,8 @@ class ScriptedWorker:
 
     def finish(self, job_id: int, status: str = "succeeded", worker_id: str = "scripted",
                publish: bool = True) -> None:
-        from api.db import session_scope
         from api.store import jobs
+        from api.store.db import session_scope
 
         with session_scope(self.database_url) as session:
             assert jobs.finish(session, job_id, worker_id, status, f"{status} (scripted)")
@@ -321,8 +322,8 @@ class TeamKeys:
 
 def _make_key(database_url: str, team: str, admin: bool = False, label: str | None = None) -> str:
     """A new API key of ``team`` (which must exist), through the store as ``grpo admin`` does."""
-    from api.db import session_scope
     from api.store import teams
+    from api.store.db import session_scope
 
     with session_scope(database_url) as session:
         return teams.create_key(session, team, admin, label)[1]
@@ -330,8 +331,8 @@ def _make_key(database_url: str, team: str, admin: bool = False, label: str | No
 
 @pytest.fixture(scope="module")
 def team_keys(api_server: LiveServer) -> TeamKeys:
-    from api.db import session_scope
     from api.store import teams
+    from api.store.db import session_scope
 
     url = api_server.settings.database_url
     with session_scope(url) as session:

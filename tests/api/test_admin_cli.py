@@ -1,4 +1,4 @@
-"""``grpo admin ...`` through ``api.cli.main`` against a migrated SQLite database: the same
+"""``grpo admin ...`` through ``api.cli.main.main`` against a migrated SQLite database: the same
 store as ``/v1/admin``, reachable without a key (that is how the first admin key is made)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import httpx
 import pytest
 import service_db
 
-from api.cli import main
-from api.keys import is_well_formed
+from api.cli.main import main
 from api.settings import get_settings
+from api.store.keys import is_well_formed
 
 
 class Grpo:
@@ -131,4 +131,4 @@ def test_an_unmigrated_database_exits_1(tmp_path: Path, monkeypatch: pytest.Monk
         assert main(["admin", "list-teams"]) == 1
     finally:
         get_settings.cache_clear()
-    assert "python -m api.migrate" in capsys.readouterr().err
+    assert "python -m api.store.migrate" in capsys.readouterr().err

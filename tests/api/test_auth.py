@@ -10,10 +10,9 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from api import keys
-from api.auth import KeyCache, Principal
-from api.db import session_scope
-from api.store import teams
+from api.http.auth import KeyCache, Principal
+from api.store import keys, teams
+from api.store.db import session_scope
 
 
 def test_keys_are_random_well_formed_and_stored_as_sha256(api_token) -> None:

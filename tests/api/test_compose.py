@@ -131,7 +131,7 @@ def test_commands_run_only_our_programs(services: dict[str, dict[str, Any]]) -> 
 
 def test_api_migrates_before_serving(services: dict[str, dict[str, Any]]) -> None:
     api_steps = steps(services["api"])
-    assert api_steps[0] == ["python", "-m", "api.migrate"]
+    assert api_steps[0] == ["python", "-m", "api.store.migrate"]
     assert api_steps[-1][:2] == ["grpo", "api"]
 
 
@@ -148,7 +148,7 @@ def test_grpo_subcommands_are_registered() -> None:
 def test_prestart_modules_import_without_torch(services: dict[str, dict[str, Any]]) -> None:
     """The prestart runs before every API start; importing torch would add seconds and memory."""
     modules = [step[2] for step in all_steps(services) if step[:2] == ["python", "-m"]]
-    assert "api.migrate" in modules
+    assert "api.store.migrate" in modules
     probe = "import importlib, sys; importlib.import_module(sys.argv[1]); sys.exit('torch' in sys.modules)"
     for module in modules:
         result = subprocess.run(

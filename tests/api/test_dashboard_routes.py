@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from api.routes.dashboard import DASHBOARD_DIR, plotly_js_path
+from api.http.routes.dashboard import DASHBOARD_DIR, plotly_js_path
 
 OWN_FILES = sorted(path.name for path in DASHBOARD_DIR.iterdir() if path.suffix in (".html", ".js", ".css"))
 IMPORT = re.compile(r'^import (?:\{[\w, ]+\}|\* as \w+) from "\./([\w.-]+)";$')

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import create_engine, func, pool, select
 
-from api.models import Job, JobEvent
+from api.store.models import Job, JobEvent
 
 
 def row_counts(database_url: str) -> tuple[int, int]:
@@ -27,7 +27,7 @@ def submit(api, spec: dict, **headers) -> dict:
 
 
 def test_submit_queues_the_job(api, job_spec, api_server) -> None:
-    from api.db import session_scope
+    from api.store.db import session_scope
     from api.store.pools import ensure_pool
 
     with session_scope(api_server.settings.database_url) as session:
@@ -217,8 +217,8 @@ def test_metrics_filter_by_step_limit_and_names(api, worker, job_spec) -> None:
 
 
 def test_samples_and_checkpoints(api, worker, job_spec) -> None:
-    from api.db import session_scope
     from api.store import telemetry
+    from api.store.db import session_scope
 
     job_id = submit(api, job_spec())["id"]
     worker.start(job_id)

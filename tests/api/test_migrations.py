@@ -1,4 +1,4 @@
-"""Alembic revisions produce exactly the schema of ``api.models``, on Postgres and on SQLite.
+"""Alembic revisions produce exactly the schema of ``api.store.models``, on Postgres and on SQLite.
 
 Run against real databases: Postgres is the production store and SQLite the embedded default,
 and each reflects types and constraints its own way, so a revision right on one can be wrong on
@@ -17,8 +17,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import CheckConstraint, Engine, create_engine, inspect, pool, text
 
-from api.migrate import alembic_config, upgrade_to_head
-from api.models import Base
+from api.store.migrate import alembic_config, upgrade_to_head
+from api.store.models import Base
 
 
 @pytest.fixture(params=["postgres", "sqlite"])
@@ -64,7 +64,7 @@ def test_upgrade_to_head_matches_the_models(empty_db_url: str, engine: Engine) -
     upgrade_to_head(empty_db_url)
 
     diff = schema_diff(engine)
-    assert diff == [], "migrations and api.models differ:\n" + pprint.pformat(diff)
+    assert diff == [], "migrations and api.store.models differ:\n" + pprint.pformat(diff)
 
 
 def test_check_constraints_match_the_models(empty_db_url: str, engine: Engine) -> None:
@@ -91,5 +91,5 @@ def test_downgrade_to_base_then_upgrade_again(empty_db_url: str, engine: Engine)
 
     upgrade_to_head(empty_db_url)
     diff = schema_diff(engine)
-    assert diff == [], "schema after a round trip differs from api.models:\n" + pprint.pformat(diff)
+    assert diff == [], "schema after a round trip differs from api.store.models:\n" + pprint.pformat(diff)
     assert teams(engine) == [("default", 1.0)]

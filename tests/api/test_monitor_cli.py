@@ -1,5 +1,5 @@
 """``grpo list | show | watch | cancel | events | metrics | cluster | queue | submit`` through
-``api.cli.main`` against the module's real uvicorn server (Postgres and SQLite), with the
+``api.cli.main.main`` against the module's real uvicorn server (Postgres and SQLite), with the
 scripted worker making steps and events: text for people, ``--json`` equal to the API's own
 answer, and the exit codes (0 ok, 1 failed job or no API, 2 bad input)."""
 
@@ -15,14 +15,14 @@ import pytest
 import redis
 import yaml
 
-from api import bus
-from api.cli import main
-from api.db import session_scope
-from api.dev import free_port
-from api.scheduler import Scheduler
+from api.cli.dev import free_port
+from api.cli.main import main
+from api.scheduling.scheduler import Scheduler
+from api.store import bus
+from api.store.db import session_scope
 from api.store.pools import ensure_pool
 from api.store.teams import set_quota
-from api.task_names import worker_queue
+from api.vocabulary import worker_queue
 
 
 class Grpo:
@@ -62,7 +62,7 @@ def new_job(client, job_spec, **overrides) -> dict:
 def test_list_and_show_print_tables_and_the_apis_json(grpo, alpha, worker, job_spec, monkeypatch) -> None:
     first, second = new_job(alpha, job_spec), new_job(alpha, job_spec)
     worker.start(second["id"])
-    monkeypatch.setattr("api.client.JOBS_PAGE", 1)  # every job a page of its own: the pages are joined
+    monkeypatch.setattr("api.cli.client.JOBS_PAGE", 1)  # every job a page of its own: the pages are joined
     listed = grpo.json("list", "--all")  # newest first
     assert listed == {"items": alpha.get("/v1/jobs", params={"limit": 100, "order": "desc"}).json()["items"],
                       "next_after": None}
@@ -133,7 +133,7 @@ def test_events_and_metrics_read_every_page(grpo, alpha, job_spec, worker, monke
     for step in (1, 2, 3):
         worker.step(job["id"], step)
     worker.event(job["id"], "checkpoint", "saved step 3", {"step": 3})
-    monkeypatch.setattr("api.client.TELEMETRY_PAGE", 2)
+    monkeypatch.setattr("api.cli.client.TELEMETRY_PAGE", 2)
     job_id = str(job["id"])
 
     events = grpo.json("events", job_id)

@@ -1,6 +1,6 @@
-"""The scheduling policy (``api.policy``) on hand-built states, every expectation worked out by hand,
-plus a seeded cross-check against the naive reference in ``benchmarks/reference_policy.py``.
-Pure: no database, no clock."""
+"""The scheduling policy (``api.scheduling.policy``) on hand-built states, every expectation
+worked out by hand, plus a seeded cross-check against the naive reference in
+``benchmarks/reference_policy.py``. Pure: no database, no clock."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from api.policy import (
+from api.scheduling.policy import (
     PENDING_REASONS,
     ClusterState,
     Dispatch,

@@ -11,13 +11,13 @@ import redis
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 
-from api import bus
-from api.db import session_scope
-from api.scheduler import Scheduler
+from api.scheduling.scheduler import Scheduler
+from api.store import bus
+from api.store.db import session_scope
 from api.store.jobs import set_progress
 from api.store.pools import ensure_pool
 from api.store.telemetry import record_metrics
-from api.task_names import worker_queue
+from api.vocabulary import worker_queue
 
 
 def scrape(api) -> dict[tuple[str, tuple], float]:

@@ -2,7 +2,7 @@
 ``GET /v1/queue`` and ``GET /v1/cluster``, each scoped to the caller's team.
 
 The queue and cluster views are fed by a real scheduler pass (``Scheduler.tick``) over the test
-database, with worker heartbeats advertised the way a worker does (``api.bus.advertise_worker``).
+database, with worker heartbeats advertised the way a worker does (``api.store.bus.advertise_worker``).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from api import bus
-from api.db import session_scope
-from api.scheduler import Scheduler
+from api.scheduling.scheduler import Scheduler
+from api.store import bus
+from api.store.db import session_scope
 from api.store.pools import ensure_pool, set_max_worker_gpus
-from api.task_names import worker_queue
+from api.vocabulary import worker_queue
 
 
 def error_of(response) -> dict:

@@ -13,10 +13,10 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from api import bus
-from api.routes.stream import Cursor, to_client
-from api.schemas import JobRead
-from api.stream_hub import Hubs, Subscriber
+from api.http.routes.stream import Cursor, to_client
+from api.schemas.jobs import JobRead
+from api.store import bus
+from api.streaming.hub import Hubs, Subscriber
 
 
 def open_stream(server, job_id: int, token: str | None, *, after: int | None = None,
@@ -260,8 +260,8 @@ def test_cancelling_a_running_job_streams_the_request_then_the_end(api, api_serv
 
 def test_an_event_published_without_its_row_id_is_sent_once_from_sql(api, api_server, api_token, worker,
                                                                        job_spec) -> None:
-    from api.db import session_scope
     from api.store import telemetry
+    from api.store.db import session_scope
 
     job_id = submit(api, job_spec)
     worker.start(job_id)

@@ -1,4 +1,4 @@
-"""``api.term_view``: what the monitoring commands print, as pure functions checked against
+"""``api.cli.term_view``: what the monitoring commands print, as pure functions checked against
 hand-computed text (sparkline heights, bar eighths, table padding, the watch frame)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from api import term_view as tv
+from api.cli import term_view as tv
 
 NAN, INF = float("nan"), float("inf")
 

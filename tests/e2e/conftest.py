@@ -24,8 +24,8 @@ import psutil
 import pytest
 from service_db import fresh_postgres_url
 
-from api.client import TERMINAL, ApiClient
-from api.dev import free_port
+from api.cli.client import TERMINAL, ApiClient
+from api.cli.dev import free_port
 
 TOKEN = "e2e-secret-token-0123456789"
 PROMPTS = [{"prompt": "Is it yes?"}, {"prompt": "What is 2+3?"}, {"prompt": "hello world"},
@@ -114,7 +114,7 @@ def stack(request, tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Pat
     for database in _database_env(request.param):
         log = root / "dev.log"
         with log.open("w") as handle:
-            command = [sys.executable, "-m", "api.cli", "dev", "--port", str(port)]
+            command = [sys.executable, "-m", "api.cli.main", "dev", "--port", str(port)]
             process = subprocess.Popen(command, cwd=root, env={**env, **database}, stdout=handle,
                                        stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
@@ -161,8 +161,8 @@ class KeyedStack:
 
     def admin(self, *args: str) -> str:
         """``grpo admin ARGS`` on the stack's database; its stdout."""
-        done = subprocess.run([sys.executable, "-m", "api.cli", "admin", *args], cwd=self.root, env=self.env,
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run([sys.executable, "-m", "api.cli.main", "admin", *args], cwd=self.root,
+                              env=self.env, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, f"grpo admin {' '.join(args)}: {done.stderr}"
         return done.stdout.strip()
 
@@ -182,8 +182,8 @@ def keyed_stack(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) 
                OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     log = root / "dev.log"
     with log.open("w") as handle:
-        process = subprocess.Popen([sys.executable, "-m", "api.cli", "dev", "--port", str(port)], cwd=root,
-                                   env=env, stdout=handle, stderr=subprocess.STDOUT)
+        process = subprocess.Popen([sys.executable, "-m", "api.cli.main", "dev", "--port", str(port)],
+                                   cwd=root, env=env, stdout=handle, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(url, process, log)  # `grpo dev` has migrated the database: teams can be made

@@ -11,18 +11,19 @@ from pathlib import Path
 
 import yaml
 
-from api.dev import free_port
+from api.cli.dev import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def grpo(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "api.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env=env)
+    return subprocess.run([sys.executable, "-m", "api.cli.main", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=120, env=env)
 
 
 def test_the_cli_and_the_worker_main_process_import_without_torch():
-    code = ("import sys, api.cli, api.dev, api.client, api.scheduler, worker.celery_app, worker.tasks; "
+    code = ("import sys, api.cli.main, api.cli.dev, api.cli.client, api.scheduling.scheduler, "
+            "worker.celery_app, worker.tasks; "
             "print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "GRPO_REDIS_URL": "redis://127.0.0.1:1/0"})

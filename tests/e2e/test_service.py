@@ -14,7 +14,7 @@ import pytest
 import yaml
 from websockets.sync.client import connect
 
-from api.client import TERMINAL
+from api.cli.client import TERMINAL
 
 pytestmark = pytest.mark.slow
 
@@ -111,7 +111,7 @@ def test_a_failing_job_records_its_error_code(stack, tiny_spec):
 def test_grpo_submit_watch_streams_each_step_and_exits_with_the_outcome(stack, tiny_spec, tmp_path: Path):
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump(tiny_spec("cli", max_steps=3)))
-    done = subprocess.run([sys.executable, "-m", "api.cli", "submit", str(spec), "--watch",
+    done = subprocess.run([sys.executable, "-m", "api.cli.main", "submit", str(spec), "--watch",
                            "--api-url", stack.url, "--api-key", stack.token],
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr

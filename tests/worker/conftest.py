@@ -26,9 +26,9 @@ import pytest
 import redis
 from service_db import fresh_postgres_url, migrated
 
-from api.db import session_scope
-from api.dev import start_redis, stop_process
+from api.cli.dev import start_redis, stop_process
 from api.settings import Settings
+from api.store.db import session_scope
 from api.store.jobs import create_job, get_job
 from api.store.teams import DEFAULT_TEAM, team_id_by_name
 from grpo_core.spec import JobSpec
@@ -118,14 +118,14 @@ class Processes:
         return process
 
     def worker(self, pool: str, **env: str) -> subprocess.Popen:
-        # No -Q: a worker consumes its own queue (api.task_names.worker_queue).
+        # No -Q: a worker consumes its own queue (api.vocabulary.worker_queue).
         return self.start(["-m", "celery", "-A", "worker.celery_app", "worker",
                            "-c", "1", "--pool", "prefork", "--without-gossip", "--without-mingle",
                            "--loglevel", "INFO", "-n", f"{pool}-{uuid.uuid4().hex[:4]}@%h"],
                           "worker", GRPO_POOL=pool, **env)
 
     def scheduler(self, **env: str) -> subprocess.Popen:
-        return self.start(["-m", "api.cli", "scheduler"], "scheduler", **env)
+        return self.start(["-m", "api.cli.main", "scheduler"], "scheduler", **env)
 
     def logs(self) -> str:
         return "\n".join(f"--- {log.name}\n{log.read_text()[-4000:]}" for _, log in self.started)
@@ -218,7 +218,7 @@ def job_of(database_url: str) -> Callable[[int], Any]:
 @pytest.fixture
 def wait_worker_ready(redis_url: str) -> Callable[..., list[str]]:
     """``wait(pool, procs, count=1)``: the ids of the pool's live workers once ``count`` advertise."""
-    from api.bus import live_workers
+    from api.store.bus import live_workers
 
     client = redis.Redis.from_url(redis_url)
 

@@ -10,11 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis
 
-from api import bus
-from api.db import session_scope
-from api.models import utcnow
 from api.settings import get_settings
+from api.store import bus
+from api.store.db import session_scope
 from api.store.jobs import claim, request_cancel, transition
+from api.store.models import utcnow
 from api.store.telemetry import list_events
 
 

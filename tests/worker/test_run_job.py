@@ -12,13 +12,14 @@ import pytest
 import redis
 from celery import Celery
 
-from api import bus
-from api.db import session_scope
-from api.models import TERMINAL_STATUSES, utcnow
-from api.scheduler import celery_client
+from api.lifecycle import TERMINAL_STATUSES
+from api.scheduling.scheduler import celery_client
+from api.store import bus
+from api.store.db import session_scope
 from api.store.jobs import transition
+from api.store.models import utcnow
 from api.store.telemetry import list_checkpoints, list_events, list_metrics
-from api.task_names import RUN_JOB, worker_queue
+from api.vocabulary import RUN_JOB, worker_queue
 
 pytestmark = pytest.mark.slow
 

@@ -2,7 +2,7 @@
 policy chose (its own queue), in priority-then-age order, and only one scheduler (the leader)
 dispatches at a time.
 
-Capacity here is advertised by hand (``api.bus.advertise_worker``, as a worker's heartbeat
+Capacity here is advertised by hand (``api.store.bus.advertise_worker``, as a worker's heartbeat
 does), so these tests need no worker process; the broker is a real Redis and the messages are
 checked in its queues.
 """
@@ -19,13 +19,13 @@ import redis
 from celery import Celery
 from sqlalchemy import func, select
 
-from api import bus
-from api.db import session_scope
-from api.dev import free_port
-from api.models import JobEvent
-from api.scheduler import LEADER_KEY, LeaderLock, Scheduler
+from api.cli.dev import free_port
+from api.scheduling.scheduler import LEADER_KEY, LeaderLock, Scheduler
+from api.store import bus
+from api.store.db import session_scope
 from api.store.jobs import claim, finish, requeue_expired
-from api.task_names import worker_queue
+from api.store.models import JobEvent
+from api.vocabulary import worker_queue
 
 
 @pytest.fixture

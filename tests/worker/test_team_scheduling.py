@@ -15,10 +15,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from api.db import session_scope
+from api.lifecycle import HOLDING_STATUSES, TERMINAL_STATUSES
 from api.main import create_app
-from api.models import HOLDING_STATUSES, TERMINAL_STATUSES, Job, JobEvent
+from api.store.db import session_scope
 from api.store.jobs import create_job
+from api.store.models import Job, JobEvent
 from api.store.pools import ensure_pool, set_held
 from api.store.teams import create_team, set_quota
 from api.store.telemetry import list_events, list_metrics

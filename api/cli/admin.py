@@ -1,0 +1,159 @@
+"""``grpo admin ...``: teams, quotas, API keys and pools, straight on the database
+(``GRPO_DATABASE_URL``) through the same store functions as ``/v1/admin``. It needs no key,
+which is how the first admin key is made.
+
+Exit codes as the rest of ``grpo``: 0 ok, 2 bad input (invalid value, name taken, no such
+team/pool/key), 1 anything else (the database does not answer, is not migrated, ...).
+Output is one line per record, or JSON with ``--json``. ``create-key`` prints the key alone on
+stdout (so ``KEY=$(grpo admin create-key alpha)`` works) and a note on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+
+BAD_INPUT_CODES = ("invalid_input", "conflict", "not_found")
+_AMOUNT = re.compile(r"([+-]?)(\d+)")
+
+Command = Callable[[Any, argparse.Namespace], Any]  # (session, args) -> what to print
+
+
+def _amount(text: str) -> tuple[str, int]:
+    """``N`` sets the quota; ``+N`` / ``-N`` change it: ``(sign or "", N)``."""
+    match = _AMOUNT.fullmatch(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"'{text}' is not N, +N or -N (a whole number of GPUs)")
+    return match.group(1), int(match.group(2))
+
+
+def _set_quota(session: Any, args: argparse.Namespace) -> Any:
+    from api.store import teams
+
+    sign, gpus = args.gpus
+    if not sign:
+        return teams.set_quota(session, args.team, args.pool, gpus)
+    return teams.change_quota(session, args.team, args.pool, gpus if sign == "+" else -gpus)
+
+
+def _create_key(session: Any, args: argparse.Namespace) -> Any:
+    from api.schemas.admin import KeyCreated
+    from api.store import teams
+
+    record, key = teams.create_key(session, args.team, args.admin, args.label)
+    return KeyCreated(**record.model_dump(), key=key)
+
+
+def _store_call(module: str, function: str, *arg_names: str, **fixed: Any) -> Command:
+    """A command that calls ``api.store.<module>.<function>(session, *args, **fixed)``. Named,
+    not imported: building the ``grpo`` parser must not import SQLAlchemy (``grpo train``)."""
+
+    def command(session: Any, args: argparse.Namespace) -> Any:
+        from importlib import import_module
+
+        call = getattr(import_module(f"api.store.{module}"), function)
+        return call(session, *(getattr(args, name) for name in arg_names), **fixed)
+
+    return command
+
+
+def _line(record: Any) -> str:
+    from api.schemas.admin import KeyRead, PoolRead, TeamRead
+
+    if isinstance(record, TeamRead):
+        quotas = ", ".join(f"{pool}={gpus}" for pool, gpus in record.quotas.items()) or "none"
+        return f"{record.name}\tid={record.id}\tweight={record.weight:g}\tquotas: {quotas}"
+    if isinstance(record, KeyRead):
+        state = f"revoked {record.revoked_at:%Y-%m-%d %H:%M}" if record.revoked_at else "active"
+        role = "admin" if record.is_admin else "member"
+        return f"{record.id}\t{record.prefix}…\t{record.team}\t{role}\t{state}\t{record.label or ''}"
+    if isinstance(record, PoolRead):
+        gpus = "-" if record.max_worker_gpus is None else record.max_worker_gpus
+        return f"{record.name}\t{'held' if record.held else 'open'}\tmax_worker_gpus={gpus}"
+    raise TypeError(f"nothing prints a {type(record).__name__}")
+
+
+def _print(result: Any, as_json: bool) -> None:
+    from api.schemas.admin import KeyCreated
+
+    if as_json:
+        dump = [r.model_dump(mode="json") for r in result] if isinstance(result, list) else \
+            result.model_dump(mode="json")
+        print(json.dumps(dump, indent=2))
+    elif isinstance(result, KeyCreated):
+        print(result.key)
+        role = "an admin key" if result.is_admin else "a key"
+        print(f"created {role} of team '{result.team}' (id {result.id}, {result.prefix}…); it is shown "
+              "only this once: store it now", file=sys.stderr)
+    else:
+        for record in result if isinstance(result, list) else [result]:
+            print(_line(record))
+
+
+def _handler(command: Command) -> Callable[[argparse.Namespace], int]:
+    """One transaction per command; output only after it committed (a key is printed only once
+    it is stored)."""
+
+    def handler(args: argparse.Namespace) -> int:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from api.errors import ServiceError
+        from api.settings import get_settings
+        from api.store.db import session_scope
+
+        url = get_settings().database_url
+        try:
+            with session_scope(url) as session:
+                result = command(session, args)
+        except ServiceError as exc:
+            print(f"error: {exc.message}", file=sys.stderr)
+            return 2 if exc.code in BAD_INPUT_CODES else 1
+        except SQLAlchemyError as exc:
+            print(f"error: database: {exc.__class__.__name__}: {str(exc).splitlines()[0]} "
+                  "(is GRPO_DATABASE_URL right and migrated? `python -m api.store.migrate`)", file=sys.stderr)
+            return 1
+        _print(result, args.json)
+        return 0
+
+    return handler
+
+
+def add_admin_commands(commands: argparse._SubParsersAction) -> None:
+    """``grpo admin COMMAND``; ``commands`` is the ``grpo`` parser's subcommands."""
+    admin = commands.add_parser("admin", help="teams, quotas, API keys and pools (on the database)")
+    sub = admin.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
+
+    def add(name: str, help_: str, command: Command, *arguments: tuple[str, dict[str, Any]]) -> None:
+        parser = sub.add_parser(name, help=help_)
+        for flag, options in arguments:
+            parser.add_argument(flag, **options)
+        parser.add_argument("--json", action="store_true", help="print JSON")
+        parser.set_defaults(handler=_handler(command))
+
+    team = ("team", {"help": "team name"})
+    pool = ("pool", {"help": "pool name"})
+    add("create-team", "create a team", _store_call("teams", "create_team", "name", "weight"),
+        ("name", {}), ("--weight", {"type": float, "default": 1.0, "help": "fair-share weight (> 0)"}))
+    add("list-teams", "teams with their weights and quotas", _store_call("teams", "list_teams"))
+    add("set-weight", "set a team's fair-share weight", _store_call("teams", "set_weight", "team", "weight"),
+        team, ("weight", {"type": float}))
+    add("set-quota", "set (N) or change (+N, -N) a team's GPU quota in a pool", _set_quota,
+        team, pool, ("gpus", {"type": _amount, "metavar": "N|+N|-N"}))
+    add("clear-quota", "remove a team's quota in a pool (no limit but capacity)",
+        _store_call("teams", "clear_quota", "team", "pool"), team, pool)
+    add("create-key", "create an API key; prints the key (once) on stdout", _create_key, team,
+        ("--admin", {"action": "store_true", "help": "an admin key: every team, /v1/admin"}),
+        ("--label", {"default": None, "help": "a note for listings (<= 128 characters)"}))
+    add("list-keys", "API keys (prefixes only)", _store_call("teams", "list_keys", "team"),
+        ("--team", {"default": None, "help": "only this team's"}))
+    add("revoke-key", "revoke an API key (idempotent)", _store_call("teams", "revoke_key", "key_id"),
+        ("key_id", {"type": int, "metavar": "ID"}))
+    add("create-pool", "create a GPU pool", _store_call("pools", "create_pool", "name"), ("name", {}))
+    add("list-pools", "GPU pools", _store_call("pools", "list_pools"))
+    add("hold", "stop dispatching into a pool", _store_call("pools", "set_held", "pool", held=True), pool)
+    add("resume", "dispatch into a held pool again", _store_call("pools", "set_held", "pool", held=False),
+        pool)

@@ -1,0 +1,148 @@
+"""A small HTTP/WebSocket client of the service, used by ``grpo``'s service commands (``submit``,
+``list``, ``watch``, ``metrics``, ``cluster``, ...: ``api.cli.monitor``).
+
+It speaks only the public API (``/v1/jobs...``, ``/v1/cluster``, ``/v1/queue`` and the WebSocket
+``/v1/jobs/{id}/stream?after=N``), so it works against a remote deployment exactly as against
+``grpo dev``. Listings that the API pages (``next_after``) are read to the end here.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
+from websockets.sync.client import connect
+
+from api.cli.term_view import TERMINAL
+
+__all__ = ["TERMINAL", "ApiClient", "ApiError"]
+JOBS_PAGE = 100  # the API's largest page of jobs
+TELEMETRY_PAGE = 1000  # ... and of events and metrics
+
+
+class ApiError(Exception):
+    """The API refused a call (``status`` >= 400; 0: the stream could not be followed). The
+    message is one line: the API's ``error.message``, and its ``param`` when that adds one."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        super().__init__(f"HTTP {status}: {_one_line(body)}" if status else _one_line(body))
+        self.status, self.body = status, body
+
+
+def _one_line(body: Any) -> str:
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return " ".join(str(body).split())[:500]
+    message, param = str(error.get("message", "")), error.get("param")
+    if param and not message.startswith(f"{param}:"):
+        message = f"{message} (param: {param})"
+    return " ".join(message.split())
+
+
+class ApiClient:
+    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.http = httpx.Client(base_url=self.base_url, headers=self.headers, timeout=timeout)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> ApiClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _json(self, response: httpx.Response) -> Any:
+        try:
+            body = response.json()
+        except ValueError:
+            body = response.text
+        if response.status_code >= 400:
+            raise ApiError(response.status_code, body)
+        return body
+
+    def _get(self, path: str, params: Any = None) -> Any:
+        return self._json(self.http.get(path, params=params))
+
+    def _pages(self, path: str, params: dict[str, Any], cursor: str, page: int, limit: int | None = None
+               ) -> dict[str, Any]:
+        """Every item of a paged listing (at most ``limit``), as one page: ``{"items": [...],
+        "next_after": cursor of what is left, None when nothing is}``."""
+        items: list[Any] = []
+        after: int | None = 0
+        while after is not None and (limit is None or len(items) < limit):
+            size = page if limit is None else min(page, limit - len(items))
+            body = self._get(path, {**params, cursor: after, "limit": size})
+            items += body["items"]
+            after = body["next_after"]
+        return {"items": items, "next_after": after}
+
+    def submit(self, spec: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        return self._json(self.http.post("/v1/jobs", json=spec, headers=headers))
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return self._get(f"/v1/jobs/{job_id}")
+
+    def list_jobs(self, statuses: Iterable[str] = (), limit: int | None = None,
+                  newest_first: bool = True) -> dict[str, Any]:
+        """The key's jobs (an admin's: everyone's), newest first unless told otherwise, only
+        those in ``statuses`` if any, at most ``limit`` (None: all)."""
+        params = {"status": list(statuses), "order": "desc" if newest_first else "asc"}
+        return self._pages("/v1/jobs", params, "after", JOBS_PAGE, limit)
+
+    def cancel(self, job_id: int) -> dict[str, Any]:
+        return self._json(self.http.post(f"/v1/jobs/{job_id}/cancel"))
+
+    def events(self, job_id: int) -> dict[str, Any]:
+        """Every lifecycle event of the job, in order."""
+        return self._pages(f"/v1/jobs/{job_id}/events", {}, "after", TELEMETRY_PAGE)
+
+    def metrics(self, job_id: int, names: Iterable[str] = ()) -> dict[str, Any]:
+        """Every step's metrics record, in step order; only ``names`` (and ``step``) if given."""
+        params = {"names": ",".join(names)} if names else {}
+        return self._pages(f"/v1/jobs/{job_id}/metrics", params, "after_step", TELEMETRY_PAGE)
+
+    def cluster(self) -> dict[str, Any]:
+        return self._get("/v1/cluster")
+
+    def queue(self, pool: str | None = None) -> dict[str, Any]:
+        return self._get("/v1/queue", {"pool": pool} if pool else None)
+
+    def stream_url(self, job_id: int, after: int = 0, after_event: int = 0) -> str:
+        parts = urlsplit(self.base_url)
+        scheme = "wss" if parts.scheme == "https" else "ws"
+        path = f"{parts.path}/v1/jobs/{job_id}/stream"
+        return urlunsplit((scheme, parts.netloc, path, f"after={after}&after_event={after_event}", ""))
+
+    def watch(self, job_id: int, on_message: Callable[[dict[str, Any]], None], retries: int = 5) -> str:
+        """Follow the stream until a terminal status; a reconnect resumes after the last step seen
+        (the server sends each step once per connection, from SQL first, then live)."""
+        last_step = last_event = 0
+        for _ in range(retries + 1):
+            try:
+                with connect(self.stream_url(job_id, last_step, last_event), additional_headers=self.headers,
+                             open_timeout=30) as ws:
+                    for raw in ws:
+                        message = json.loads(raw)
+                        if message.get("type") == "metrics":
+                            last_step = max(last_step, message["step"])
+                        elif message.get("type") == "event":
+                            last_event = max(last_event, message["event"].get("id") or 0)
+                        on_message(message)
+                        if message.get("type") == "status" and message.get("status") in TERMINAL:
+                            return message["status"]
+            except (ConnectionClosed, InvalidHandshake, OSError):
+                pass
+            status = self.job(job_id)["status"]  # the stream ended early: SQL knows the truth
+            if status in TERMINAL:
+                return status
+            time.sleep(1.0)
+        raise ApiError(0, f"lost the stream of job {job_id} {retries + 1} times")

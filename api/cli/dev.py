@@ -1,0 +1,200 @@
+"""``grpo dev``: the whole service on one machine with one command.
+
+API (uvicorn), scheduler and one worker run as child processes of this one, each in its own
+process group so Ctrl-C reaches only us and we stop them in order. Defaults are the embedded
+ones: a SQLite file in the working directory and Redis at the configured URL, or, when none
+answers, a private ``redis-server`` from PATH on a free port (state in memory only).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, MutableMapping
+from pathlib import Path
+
+import httpx
+import redis
+
+from api.settings import Settings
+
+DEV_DATABASE_URL = "sqlite:///./grpo.db"
+ROLES = ("api", "scheduler", "worker")
+
+
+class DevError(Exception):
+    """The stack cannot start; the message says what to do. ``code`` 2 is the user's to fix."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def redis_answers(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=2).ping())
+    except (redis.RedisError, OSError):
+        return False
+
+
+def start_redis(timeout: float = 10.0) -> tuple[str, subprocess.Popen]:
+    """A throwaway ``redis-server`` (no persistence) on a free local port."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise DevError("no Redis answers at GRPO_REDIS_URL and no redis-server is on PATH; "
+                       "install Redis (apt install redis-server) or set GRPO_REDIS_URL", code=2)
+    port = free_port()
+    process = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                "--appendonly", "no"], stdout=subprocess.DEVNULL, start_new_session=True)
+    url = f"redis://127.0.0.1:{port}/0"
+    deadline = time.monotonic() + timeout
+    while not redis_answers(url):
+        if process.poll() is not None or time.monotonic() > deadline:
+            stop_process(process)
+            raise DevError(f"redis-server on port {port} did not start")
+        time.sleep(0.1)
+    return url, process
+
+
+def dev_environment(base: dict[str, str], port: int | None, spec: Path | None,
+                    models_root: Path | None, data_root: Path | None) -> dict[str, str]:
+    """Children read everything from ``GRPO_*`` variables. ``path:`` sources resolve under the
+    roots; with ``--submit`` they default to the spec's folder, as for ``grpo train``."""
+    env = dict(base)
+    env.setdefault("GRPO_DATABASE_URL", DEV_DATABASE_URL)
+    # One person on their own machine, on 127.0.0.1: no keys to create first (GRPO_AUTH=keys overrides).
+    env.setdefault("GRPO_AUTH", "none")
+    if port is not None:
+        env["GRPO_API_PORT"] = str(port)
+    folder = spec.resolve().parent if spec is not None else None
+    for name, flag, fallback in (("GRPO_MODELS_ROOT", models_root, "models"),
+                                 ("GRPO_DATA_ROOT", data_root, "data")):
+        chosen = flag or (Path(env[name]) if env.get(name) else folder) or Path(fallback)
+        env[name] = str(chosen.resolve())
+    env.setdefault("GRPO_ARTIFACTS_ROOT", str(Path("artifacts").resolve()))
+    return env
+
+
+def start_role(role: str, env: MutableMapping[str, str], log_dir: Path | None) -> subprocess.Popen:
+    """Output goes to the terminal, or to ``log_dir/ROLE.log`` when the terminal is for a job."""
+    if log_dir is None:
+        return subprocess.Popen([sys.executable, "-m", "api.cli.main", role], env=env, start_new_session=True)
+    with (log_dir / f"{role}.log").open("ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "api.cli.main", role], env=env, start_new_session=True,
+                                stdout=log, stderr=subprocess.STDOUT)
+
+
+def stop_process(process: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM the group (a worker finishes its warm shutdown), then SIGKILL what is left: an
+    interrupted job keeps its checkpoint and resumes once its lease expires."""
+    if process.poll() is None:
+        _signal_group(process, signal.SIGTERM)
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+    _signal_group(process, signal.SIGKILL)
+    process.wait()
+
+
+def _signal_group(process: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def wait_for_api(url: str, children: dict[str, subprocess.Popen], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for role, process in children.items():
+            if process.poll() is not None:
+                raise DevError(f"{role} exited with code {process.returncode} during start-up")
+        try:
+            httpx.get(f"{url}/healthz", timeout=2)  # any answer: uvicorn is serving
+            return
+        except httpx.TransportError:
+            time.sleep(0.2)
+    raise DevError(f"the API did not answer at {url} within {timeout:.0f}s")
+
+
+class Stack:
+    """Redis (when we started it) and the three roles; ``close`` stops them in reverse order."""
+
+    def __init__(self) -> None:
+        self.redis: subprocess.Popen | None = None
+        self.children: dict[str, subprocess.Popen] = {}
+
+    def start(self, env: MutableMapping[str, str], settings: Settings, log_dir: Path | None = None) -> str:
+        """Migrate, make sure Redis answers (recording its URL in ``env``), start the roles and
+        return the API's URL once it serves."""
+        from api.store.migrate import upgrade_to_head
+
+        upgrade_to_head(env["GRPO_DATABASE_URL"])
+        if not redis_answers(env.get("GRPO_REDIS_URL", settings.redis_url)):
+            env["GRPO_REDIS_URL"], self.redis = start_redis()
+            print(f"grpo dev: started redis-server at {env['GRPO_REDIS_URL']}", flush=True)
+        for role in ROLES:
+            self.children[role] = start_role(role, env, log_dir)
+        url = f"http://{settings.api_host}:{env.get('GRPO_API_PORT', settings.api_port)}"
+        wait_for_api(url, self.children)
+        return url
+
+    def exited(self) -> str | None:
+        return next((role for role, p in self.children.items() if p.poll() is not None), None)
+
+    def close(self) -> None:
+        for role in reversed(list(self.children)):
+            stop_process(self.children[role])
+        if self.redis is not None:
+            stop_process(self.redis)
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def run_dev(port: int | None, spec: Path | None, models_root: Path | None, data_root: Path | None,
+            watch: Callable[[str], int] | None = None) -> int:
+    """Bring the stack up; with ``watch`` (``grpo dev --submit``) run it against the API and stop
+    when it returns, else serve until Ctrl-C/SIGTERM or until a role dies."""
+    os.environ.update(dev_environment(dict(os.environ), port, spec, models_root, data_root))
+    settings = Settings()
+    signal.signal(signal.SIGTERM, _interrupt)
+    stack = Stack()
+    log_dir = Path(os.environ["GRPO_ARTIFACTS_ROOT"]) / "logs" if watch is not None else None
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        url = stack.start(os.environ, settings, log_dir)
+        print(f"grpo dev: API at {url}  (database {os.environ['GRPO_DATABASE_URL']}, "
+              f"models {os.environ['GRPO_MODELS_ROOT']}, data {os.environ['GRPO_DATA_ROOT']}, "
+              f"artifacts {os.environ['GRPO_ARTIFACTS_ROOT']}"
+              + (f", logs {log_dir}" if log_dir else "") + "); Ctrl-C stops it", flush=True)
+        print(f"grpo dev: dashboard at {url}/  (auth: {os.environ.get('GRPO_AUTH', 'keys')})", flush=True)
+        if watch is not None:
+            return watch(url)
+        while (role := stack.exited()) is None:
+            time.sleep(0.5)
+        print(f"grpo dev: {role} exited with code {stack.children[role].returncode}; stopping",
+              file=sys.stderr)
+        return 1
+    except DevError as exc:
+        print(f"grpo dev: {exc}" + (f" (logs in {log_dir})" if log_dir else ""), file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("grpo dev: stopping", file=sys.stderr)
+        return 0 if watch is None else 130  # serving ends by Ctrl-C; a watched job did not end
+    finally:
+        stack.close()

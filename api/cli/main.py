@@ -1,0 +1,119 @@
+"""``grpo``: the console entry. It reuses ``grpo_core.cli``'s parser (``train``, ``tiny-model``)
+and adds the service's commands: ``api``, ``scheduler``, ``worker``, ``dev``, ``admin`` (teams,
+API keys, quotas and pools, straight on the database: ``api.cli.admin``) and the HTTP client
+commands ``submit``, ``list``, ``show``, ``watch``, ``cancel``, ``events``, ``metrics``,
+``cluster``, ``queue`` (``api.cli.monitor``).
+
+Exit codes as ``grpo_core.cli``: 0 ok, 1 failed (``watch``, ``submit --watch``: the job failed or
+was cancelled), 2 bad input. Nothing heavy is imported until a command runs (never torch here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from api.cli.admin import add_admin_commands
+from api.cli.monitor import MONITOR_COMMANDS, add_monitor_commands
+from grpo_core import cli as core_cli
+
+SERVICE_COMMANDS = ("api", "scheduler", "worker", "dev", "admin", *MONITOR_COMMANDS)
+LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
+
+
+def _api(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from api.settings import get_settings
+
+    settings = get_settings()
+    uvicorn.run("api.main:create_app", factory=True, host=args.host or settings.api_host,
+                port=args.port or settings.api_port, log_level="info")
+    return 0
+
+
+def _scheduler(args: argparse.Namespace) -> int:
+    from api.scheduling.scheduler import Scheduler
+    from api.settings import get_settings
+
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    Scheduler(get_settings()).run(stop)
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    # Before the settings are first read: the Celery app is built from them at import.
+    if args.pool:
+        os.environ["GRPO_POOL"] = args.pool
+    if args.gpus:
+        os.environ["GRPO_WORKER_GPUS"] = str(args.gpus)
+    from api.settings import get_settings
+    from worker.celery_app import app
+
+    pool = get_settings().pool
+    app.worker_main(["worker", "-c", "1", "--pool", "prefork", "--without-gossip",
+                     "--without-mingle", "-n", f"grpo-{pool}-{os.getpid()}@%h", "--loglevel", args.loglevel])
+    return 0
+
+
+def _dev(args: argparse.Namespace) -> int:
+    from api.cli.dev import run_dev
+    from api.cli.monitor import read_spec, submit_spec
+
+    watch = None
+    if args.submit is not None:
+        spec = read_spec(args.submit)
+        watch = lambda url: submit_spec(url, args.api_key, spec)  # noqa: E731
+    return run_dev(args.port, args.submit, args.models_root, args.data_root, watch)
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = core_cli.build_parser()
+    commands = _subcommands(parser)
+    api = commands.add_parser("api", help="serve the HTTP API (uvicorn)")
+    api.add_argument("--host", default=None, help="default: GRPO_API_HOST (127.0.0.1)")
+    api.add_argument("--port", type=int, default=None, help="default: GRPO_API_PORT (8000)")
+    api.set_defaults(handler=_api)
+    commands.add_parser("scheduler", help="dispatch queued jobs into free worker capacity").set_defaults(
+        handler=_scheduler)
+    worker = commands.add_parser("worker", help="a Celery worker for one GPU pool")
+    worker.add_argument("--pool", default=None, help="default: GRPO_POOL (default)")
+    worker.add_argument("--gpus", type=int, default=None, help="GPUs to advertise (GRPO_WORKER_GPUS)")
+    worker.add_argument("--loglevel", default="INFO")
+    worker.set_defaults(handler=_worker)
+    dev = commands.add_parser("dev", help="API, scheduler and one worker on this machine")
+    dev.add_argument("--port", type=int, default=None)
+    dev.add_argument("--submit", type=Path, default=None, metavar="SPEC",
+                     help="submit SPEC once up, stream it, then stop (exit code as submit --watch)")
+    dev.add_argument("--models-root", type=Path, default=None, help="default: GRPO_MODELS_ROOT, the "
+                     "--submit spec's folder, else ./models")
+    dev.add_argument("--data-root", type=Path, default=None, help="likewise, else ./data")
+    dev.add_argument("--api-key", default=os.environ.get("GRPO_API_KEY"))
+    dev.set_defaults(handler=_dev)
+    add_monitor_commands(commands)
+    add_admin_commands(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    if args.command not in SERVICE_COMMANDS:
+        return core_cli.main(argv)
+    return core_cli.run_handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,276 @@
+"""``grpo submit | list | show | watch | cancel | events | metrics | cluster | queue``: the service
+seen through its HTTP API only (``api.cli.client``), so they work against ``grpo dev`` and a remote
+deployment alike. Each takes ``--api-url`` (``GRPO_API_URL``, default http://127.0.0.1:8000) and
+``--api-key`` (``GRPO_API_KEY``); ``--json`` prints the API's JSON, one document, instead of
+text (``api.cli.term_view`` draws the text).
+
+Exit codes: 0 ok (``watch`` and ``submit --watch``: the job succeeded); 1 the job failed or was
+cancelled, or the API could not be reached; 2 bad input (the API answered 400/404/409/413/422,
+or an argument is wrong); 130 ``watch`` was interrupted (the job goes on). An error is one line
+on stderr: the API's ``error.message`` and ``param``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MONITOR_COMMANDS = ("submit", "list", "show", "watch", "cancel", "events", "metrics", "cluster", "queue")
+BAD_INPUT_STATUSES = (400, 404, 409, 413, 422)
+DEFAULT_API_URL = "http://127.0.0.1:8000"
+INTERRUPTED = 130
+
+
+@dataclass
+class Result:
+    document: Any  # what --json prints: the API's JSON
+    text: str  # what is printed otherwise
+    code: int = 0
+
+
+Command = Callable[[Any], Result]  # (ApiClient) -> what to print
+
+
+def call_api(url: str, api_key: str | None, as_json: bool, command: Command) -> int:
+    """Run ``command`` with a client of the API at ``url``; print its result; the exit code."""
+    import httpx
+
+    from api.cli.client import ApiClient, ApiError
+
+    try:
+        with ApiClient(url, api_key) as client:
+            result = command(client)
+    except ApiError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2 if exc.status in BAD_INPUT_STATUSES else 1
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+        print(f"error: --api-url {url!r}: {exc}", file=sys.stderr)
+        return 2
+    except httpx.TransportError as exc:
+        print(f"error: cannot reach the API at {url}: {exc.__class__.__name__}: {exc}", file=sys.stderr)
+        return 1
+    if as_json:
+        print(json.dumps(result.document, indent=2))
+    elif result.text:
+        print(result.text, flush=True)
+    return result.code
+
+
+def _handler(command: Callable[[Any, argparse.Namespace], Result]) -> Callable[[argparse.Namespace], int]:
+    return lambda args: call_api(args.api_url, args.api_key, args.json, lambda client: command(client, args))
+
+
+def _width() -> int | None:
+    """Tables fit a terminal; piped output is never cut."""
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+def _lines(lines: list[str], empty: str) -> str:
+    return "\n".join(lines) if lines else empty
+
+
+def read_spec(path: Path) -> dict:
+    """Validated here for per-field messages at once; the raw mapping is sent, so the server
+    applies its own defaults."""
+    from grpo_core.specfile import parse_spec, read_spec_data
+
+    data = read_spec_data(path)
+    parse_spec(data)  # raises InvalidSpec: exit 2 with one line per field
+    return data
+
+
+def submit_spec(url: str, api_key: str | None, spec: dict, watch: bool = True,
+                idempotency_key: str | None = None, as_json: bool = False) -> int:
+    """Submit ``spec``; with ``watch`` follow it to its end (``grpo dev --submit`` too)."""
+
+    def command(client: Any) -> Result:
+        job = client.submit(spec, idempotency_key=idempotency_key)
+        submitted = f"submitted job {job['id']} ({job['name']}): {job['status']}"
+        if not watch:
+            return Result(job, submitted)
+        if not as_json:
+            print(submitted, flush=True)
+        return follow(client, job, as_json)
+
+    return call_api(url, api_key, as_json, command)
+
+
+def follow(client: Any, job: dict[str, Any], as_json: bool) -> Result:
+    """Stream the job until it ends: a frame redrawn in place on a terminal, one line per step
+    otherwise, nothing with ``--json`` (which prints the final job record)."""
+    from api.cli.term_view import WatchView, final_line, repaint, step_line
+
+    out, view = sys.stdout, WatchView.of(job)
+    live = not as_json and out.isatty()
+    drawn = 0
+
+    def draw() -> None:
+        nonlocal drawn
+        frame = view.lines(shutil.get_terminal_size().columns)
+        out.write(repaint(drawn, frame))
+        out.flush()
+        drawn = len(frame)
+
+    def show(message: dict[str, Any]) -> None:
+        view.update(message)
+        if live:
+            draw()
+        elif not as_json and (line := step_line(message, view.max_steps)):
+            print(line, file=out, flush=True)
+
+    if live:
+        draw()
+    try:
+        client.watch(job["id"], show)
+    except KeyboardInterrupt:
+        print(f"\nstopped watching job {job['id']}; it goes on (`grpo cancel {job['id']}` stops it)",
+              file=sys.stderr)
+        return Result(job, "", INTERRUPTED)
+    job = client.job(job["id"])
+    return Result(job, final_line(job), 0 if job["status"] == "succeeded" else 1)
+
+
+def _submit(args: argparse.Namespace) -> int:
+    spec = read_spec(args.spec)
+    return submit_spec(args.api_url, args.api_key, spec, args.watch, args.idempotency_key, args.json)
+
+
+def _list(client: Any, args: argparse.Namespace) -> Result:
+    from api.cli.term_view import jobs_table
+
+    statuses = [status for value in args.status or [] for status in value]
+    page = client.list_jobs(statuses, None if args.all else args.limit, newest_first=not args.oldest_first)
+    text = _lines(jobs_table(page["items"], _width()), "no jobs")
+    if page["next_after"] is not None:
+        which = "oldest" if args.oldest_first else "newest"
+        text += f"\n(showing the {which} {len(page['items'])}: --limit N or --all for more)"
+    return Result(page, text)
+
+
+def _show(client: Any, args: argparse.Namespace) -> Result:
+    from api.cli.term_view import job_details
+
+    job = client.job(args.job_id)
+    return Result(job, "\n".join(job_details(job, _width())))
+
+
+def _watch(client: Any, args: argparse.Namespace) -> Result:
+    return follow(client, client.job(args.job_id), args.json)
+
+
+def _cancel(client: Any, args: argparse.Namespace) -> Result:
+    job = client.cancel(args.job_id)
+    later = " (it stops after its current step, with a checkpoint)" if job["status"] == "cancelling" else ""
+    return Result(job, f"job {job['id']} {job['status']}{later}")
+
+
+def _events(client: Any, args: argparse.Namespace) -> Result:
+    from api.cli.term_view import events_table
+
+    page = client.events(args.job_id)
+    return Result(page, _lines(events_table(page["items"], _width()) if page["items"] else [], "no events"))
+
+
+def _metrics(client: Any, args: argparse.Namespace) -> Result:
+    from api.cli.term_view import metric_names, metrics_table
+
+    names = [name for value in args.names or [] for name in value]
+    page = client.metrics(args.job_id, names)
+    if not args.csv:
+        return Result(page, _lines(metrics_table(page["items"], names, _width()) if page["items"] else [],
+                                   "no steps yet"))
+    import csv
+    import io
+
+    columns = names or metric_names(page["items"])
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["step", *columns])
+    writer.writerows([record["step"], *(record["values"].get(name) for name in columns)]
+                     for record in page["items"])
+    return Result(page, buffer.getvalue().rstrip("\n"))
+
+
+def _cluster(client: Any, args: argparse.Namespace) -> Result:
+    from datetime import UTC, datetime
+
+    from api.cli.term_view import cluster_lines
+
+    cluster, queue = client.cluster(), client.queue()
+    text = "\n".join(cluster_lines(cluster, queue, datetime.now(UTC), _width()))
+    return Result({"cluster": cluster, "queue": queue}, text)
+
+
+def _queue(client: Any, args: argparse.Namespace) -> Result:
+    from datetime import UTC, datetime
+
+    from api.cli.term_view import queue_lines
+
+    queue = client.queue(args.pool)
+    return Result(queue, "\n".join(queue_lines(queue, datetime.now(UTC), _width())))
+
+
+def _names(text: str) -> list[str]:
+    """``a,b`` → ``["a", "b"]`` (for options that may be repeated too)."""
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number >= 1")
+    return int(text)
+
+
+def _common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--api-url", default=os.environ.get("GRPO_API_URL", DEFAULT_API_URL),
+                        help=f"default: GRPO_API_URL, else {DEFAULT_API_URL}")
+    common.add_argument("--api-key", default=os.environ.get("GRPO_API_KEY"), help="default: GRPO_API_KEY")
+    common.add_argument("--json", action="store_true", help="print the API's JSON (one document)")
+    return common
+
+
+def add_monitor_commands(commands: argparse._SubParsersAction) -> None:
+    """The HTTP client commands; ``commands`` is the ``grpo`` parser's subcommands."""
+    common = _common_options()
+
+    def add(name: str, help_: str, command: Callable[[Any, argparse.Namespace], Result] | None = None,
+            job_id: bool = True) -> argparse.ArgumentParser:
+        parser = commands.add_parser(name, help=help_, parents=[common])
+        if job_id:
+            parser.add_argument("job_id", type=int, metavar="ID")
+        if command is not None:
+            parser.set_defaults(handler=_handler(command))
+        return parser
+
+    submit = add("submit", "submit a spec over HTTP (--watch follows it)", job_id=False)
+    submit.add_argument("spec", type=Path)
+    submit.add_argument("--watch", action="store_true",
+                        help="follow the job until it ends (exit 0: succeeded)")
+    submit.add_argument("--idempotency-key", default=None)
+    submit.set_defaults(handler=_submit)
+    jobs = add("list", "jobs, newest first", _list, job_id=False)
+    jobs.add_argument("--oldest-first", action="store_true", help="in submission order instead")
+    jobs.add_argument("--status", type=_names, action="extend", nargs="+", metavar="S",
+                      help="only jobs in these statuses (several, repeated or comma-separated)")
+    jobs.add_argument("--limit", type=_positive, default=50, metavar="N", help="at most N jobs (default 50)")
+    jobs.add_argument("--all", action="store_true", help="every job, however many")
+    add("show", "one job: status, progress, placement, times, error", _show)
+    add("watch", "follow a job live until it ends (exit 0: succeeded)", _watch)
+    add("cancel", "cancel a job (a running one stops at its next step, with a checkpoint)", _cancel)
+    add("events", "a job's lifecycle events", _events)
+    metrics = add("metrics", "a job's metrics, every step", _metrics)
+    metrics.add_argument("--csv", action="store_true", help="CSV: a header step,<names...>, one row per step")
+    metrics.add_argument("--names", type=_names, action="append", metavar="A,B",
+                         help="only these metrics, in this order (default: all, sorted, for --csv)")
+    add("cluster", "pools, workers, GPU use, every team's use against its quota, and the queue", _cluster,
+        job_id=False)
+    queue = add("queue", "waiting jobs in the scheduler's order, with why each waits", _queue, job_id=False)
+    queue.add_argument("--pool", default=None, help="only this pool")

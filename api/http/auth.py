@@ -1,0 +1,121 @@
+"""Who is calling, and as which team.
+
+``api.http.deps.get_principal`` tries, in this order:
+
+* ``Settings.auth == "none"`` (local development): every caller is an admin of team ``default``.
+* The operator token ``Settings.api_token``, if set: an admin of team ``default``, for
+  bootstrapping and operations (``grpo admin`` on the database is the other way in).
+* A team API key (``api.store.keys``), looked up by its hash: the key's team, admin if the key is.
+
+Routes only ever see a :class:`Principal`. Verified keys are kept in a :class:`KeyCache` for
+``Settings.auth_cache_seconds``, so the hot path runs no SQL.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from starlette.requests import HTTPConnection
+
+from api.errors import ServiceError, Unauthorized
+from api.settings import Settings
+
+if TYPE_CHECKING:
+    from api.store.teams import KeyGrant
+
+
+class NotReady(ServiceError):  # noqa: N818 - domain vocabulary, like api.errors
+    """The service cannot answer yet (its database is not migrated)."""
+
+    code = "not_ready"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller: the team its key belongs to (jobs it submits belong there) and whether the
+    key is an admin's, which sees and manages every team's jobs."""
+
+    team_id: int
+    is_admin: bool = False
+    key_prefix: str | None = None  # None: the operator token, or no auth at all
+
+    @property
+    def scope(self) -> int | None:
+        """What store reads take as ``team_id``: the caller's team, or None (every team) for an
+        admin. Another team's job is then simply not found."""
+        return None if self.is_admin else self.team_id
+
+
+def presented_token(conn: HTTPConnection) -> str | None:
+    """``Authorization: Bearer T``; on a WebSocket also ``?token=T``, since browsers cannot set
+    headers on one. A header with another scheme counts as a wrong token, not a missing one."""
+    header = conn.headers.get("authorization")
+    if header is not None:
+        scheme, _, value = header.partition(" ")
+        return value.strip() if scheme.lower() == "bearer" else ""
+    if conn.scope["type"] == "websocket":
+        return conn.query_params.get("token")
+    return None
+
+
+def is_operator_token(settings: Settings, token: str) -> bool:
+    expected = settings.api_token
+    # Constant-time, so response timing does not reveal how much of a guess was right.
+    return expected is not None and hmac.compare_digest(token.encode(), expected.get_secret_value().encode())
+
+
+def principal_for_grant(grant: KeyGrant) -> Principal:
+    """The caller a stored key stands for; :class:`Unauthorized` if it was revoked."""
+    if grant.revoked:
+        raise Unauthorized("API key revoked", param="Authorization")
+    return Principal(team_id=grant.team_id, is_admin=grant.is_admin, key_prefix=grant.prefix)
+
+
+@dataclass
+class _Entry:
+    key_id: int
+    principal: Principal
+    expires: float
+
+
+class KeyCache:
+    """Verified keys by hash, each trusted for ``ttl`` seconds (0: not kept). Only valid keys
+    are kept, so it holds at most one entry per live key; used from the event loop only.
+
+    A revocation evicts the key; a lookup that began before it could otherwise put the key
+    back from a read made before the revocation committed, so :meth:`put` is refused when any
+    eviction happened since the lookup began (``generation``, read before the lookup)."""
+
+    MAX_ENTRIES = 10_000  # a bound, not a tuning knob: well above any deployment's live keys
+
+    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl = ttl
+        self.generation = 0
+        self._clock = clock
+        self._entries: dict[str, _Entry] = {}
+
+    def get(self, key_hash: str) -> Principal | None:
+        entry = self._entries.get(key_hash)
+        if entry is None:
+            return None
+        if entry.expires <= self._clock():
+            del self._entries[key_hash]
+            return None
+        return entry.principal
+
+    def put(self, key_hash: str, key_id: int, principal: Principal, generation: int) -> None:
+        if self.ttl <= 0 or generation != self.generation:
+            return
+        now = self._clock()
+        if len(self._entries) >= self.MAX_ENTRIES:
+            self._entries = {h: e for h, e in self._entries.items() if e.expires > now}
+        if len(self._entries) < self.MAX_ENTRIES:
+            self._entries[key_hash] = _Entry(key_id, principal, now + self.ttl)
+
+    def evict_key(self, key_id: int) -> None:
+        self.generation += 1
+        self._entries = {h: e for h, e in self._entries.items() if e.key_id != key_id}

@@ -1,0 +1,125 @@
+"""FastAPI dependencies: settings, SQL session, Redis client and the caller, all taken from the
+app (``create_app`` puts settings and clients on ``app.state``), never from module globals."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+import redis.asyncio as aioredis
+from fastapi import Depends
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import HTTPConnection
+
+from api.errors import Forbidden, Unauthorized
+from api.http.auth import (
+    KeyCache,
+    NotReady,
+    Principal,
+    is_operator_token,
+    presented_token,
+    principal_for_grant,
+)
+from api.settings import Settings
+from api.store import keys
+from api.store.db import session_scope
+from api.store.teams import DEFAULT_TEAM, KeyGrant, principal_for_key_hash, team_id_by_name
+
+
+async def get_settings(conn: HTTPConnection) -> Settings:
+    # ``async`` (here and below) so FastAPI calls it inline, not through the threadpool.
+    return conn.app.state.settings
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+def get_session(conn: HTTPConnection, settings: SettingsDep) -> Iterator[Session]:
+    """One transaction per request, committed when the route returns (before the response is
+    sent, hence ``scope="function"``), rolled back when it raises; what it wrote for live
+    readers is published after the commit."""
+    with session_scope(settings.database_url, publish=conn.app.state.publish) as session:
+        yield session
+
+
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+
+
+async def get_redis(conn: HTTPConnection) -> aioredis.Redis:
+    return conn.app.state.redis
+
+
+RedisDep = Annotated[aioredis.Redis, Depends(get_redis)]
+
+
+def _lookup_default_team(database_url: str) -> int:
+    with session_scope(database_url) as session:
+        team_id = team_id_by_name(session, DEFAULT_TEAM)
+    if team_id is None:
+        raise NotReady(f"team '{DEFAULT_TEAM}' is missing; run `python -m api.store.migrate`")
+    return team_id
+
+
+async def default_team_id(conn: HTTPConnection, settings: Settings) -> int:
+    """The ``default`` team's id, looked up once per app (the migration seeds it); the lookup
+    is the only I/O here, so every later request answers from ``app.state`` inline."""
+    cached = getattr(conn.app.state, "default_team_id", None)
+    if cached is None:
+        cached = await run_in_threadpool(_lookup_default_team, settings.database_url)
+        conn.app.state.default_team_id = cached
+    return cached
+
+
+async def get_key_cache(conn: HTTPConnection) -> KeyCache:
+    """The app's cache of verified keys, made on first use with the app's settings."""
+    state = conn.app.state
+    cache = getattr(state, "key_cache", None)
+    if cache is None:
+        cache = state.key_cache = KeyCache(state.settings.auth_cache_seconds)
+    return cache
+
+
+KeyCacheDep = Annotated[KeyCache, Depends(get_key_cache)]
+
+
+def _lookup_key(database_url: str, key_hash: str) -> KeyGrant:
+    with session_scope(database_url) as session:
+        grant = principal_for_key_hash(session, key_hash)
+    if grant is None:
+        raise Unauthorized("invalid API key", param="Authorization")
+    return grant
+
+
+async def get_principal(conn: HTTPConnection, settings: SettingsDep, cache: KeyCacheDep) -> Principal:
+    """The caller (see ``api.http.auth``). Everything up to the cache runs inline; only a cache miss
+    takes a threadpool hop for its one SQL lookup."""
+    if settings.auth == "none":
+        return Principal(team_id=await default_team_id(conn, settings), is_admin=True)
+    token = presented_token(conn)
+    if token is None:
+        raise Unauthorized("missing bearer token", param="Authorization")
+    if is_operator_token(settings, token):
+        return Principal(team_id=await default_team_id(conn, settings), is_admin=True)
+    if not keys.is_well_formed(token):
+        raise Unauthorized("malformed API key", param="Authorization")
+    key_hash = keys.hash_key(token)
+    principal = cache.get(key_hash)
+    if principal is None:
+        generation = cache.generation
+        grant = await run_in_threadpool(_lookup_key, settings.database_url, key_hash)
+        principal = principal_for_grant(grant)
+        cache.put(key_hash, grant.key_id, principal, generation)
+    return principal
+
+
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+async def require_admin(principal: PrincipalDep) -> Principal:
+    if not principal.is_admin:
+        raise Forbidden("admin key required", param="Authorization")
+    return principal
+
+
+AdminDep = Annotated[Principal, Depends(require_admin)]

@@ -1,0 +1,23 @@
+"""The HTTP surface: probes and Prometheus' ``/metrics`` at the root, everything else under
+``/v1`` behind auth."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+
+from api.http.deps import get_principal
+from api.http.routes import admin, cluster, dashboard, jobs, meta, prometheus, stream, telemetry
+
+
+def build_router() -> APIRouter:
+    root = APIRouter()
+    root.include_router(meta.probes)
+    root.include_router(dashboard.router)  # the page and its files; its data comes from /v1
+    root.include_router(prometheus.router)
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(get_principal)],
+                   responses={401: {"description": "Missing or wrong bearer token"}})
+    for module_router in (meta.catalog, jobs.router, telemetry.router, stream.router, cluster.router,
+                          admin.me, admin.router):
+        v1.include_router(module_router)
+    root.include_router(v1)
+    return root

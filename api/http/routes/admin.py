@@ -1,0 +1,126 @@
+"""``/v1/admin``: teams, their quotas and API keys, and pools; admin keys only (403 otherwise).
+``GET /v1/me`` tells any caller who it is. Thin: parse, call ``api.store.teams`` / ``pools``
+(which ``grpo admin`` calls too), return."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, status
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from api.http.deps import KeyCacheDep, PrincipalDep, SessionDep, require_admin
+from api.schemas.admin import (
+    KeyCreate,
+    KeyCreated,
+    KeyRead,
+    Me,
+    PoolCreate,
+    PoolRead,
+    QuotaChange,
+    QuotaSet,
+    TeamCreate,
+    TeamRead,
+    TeamUpdate,
+)
+from api.schemas.jobs import Page
+from api.store import pools, teams
+
+router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin)],
+                   responses={403: {"description": "Not an admin key"}})
+me = APIRouter(tags=["meta"])
+_TEAM_404 = {404: {"description": "No such team (or pool)"}}
+_POOL_404 = {404: {"description": "No such pool"}}
+_BAD = {422: {"description": "Invalid value; `param` names the field. Nothing was changed"}}
+
+
+@me.get("/me", response_model=Me)
+def whoami(session: SessionDep, principal: PrincipalDep) -> Me:
+    team = teams.team_by_id(session, principal.team_id)
+    return Me(team=team.name, team_id=team.id, is_admin=principal.is_admin, key_prefix=principal.key_prefix)
+
+
+@router.post("/teams", status_code=status.HTTP_201_CREATED, response_model=TeamRead,
+             responses={409: {"description": "A team of that name exists"}, **_BAD})
+def create_team(body: TeamCreate, session: SessionDep) -> TeamRead:
+    return teams.create_team(session, body.name, body.weight)
+
+
+@router.get("/teams", response_model=Page[TeamRead])
+def list_teams(session: SessionDep) -> Page[TeamRead]:
+    return Page[TeamRead](items=teams.list_teams(session), next_after=None)
+
+
+@router.patch("/teams/{team}", response_model=TeamRead, responses={**_TEAM_404, **_BAD})
+def update_team(team: str, body: TeamUpdate, session: SessionDep) -> TeamRead:
+    return teams.set_weight(session, team, body.weight)
+
+
+@router.put("/teams/{team}/quotas/{pool}", response_model=TeamRead, responses={**_TEAM_404, **_BAD})
+def set_quota(team: str, pool: str, body: QuotaSet, session: SessionDep) -> TeamRead:
+    """The most GPUs the team may hold in the pool at once."""
+    return teams.set_quota(session, team, pool, body.gpus)
+
+
+@router.patch("/teams/{team}/quotas/{pool}", response_model=TeamRead, responses={**_TEAM_404, **_BAD})
+def change_quota(team: str, pool: str, body: QuotaChange, session: SessionDep) -> TeamRead:
+    """Add ``delta`` to the quota (no quota counts as 0); a result below 0 is a 422."""
+    return teams.change_quota(session, team, pool, body.delta)
+
+
+@router.delete("/teams/{team}/quotas/{pool}", response_model=TeamRead, responses=_TEAM_404)
+def clear_quota(team: str, pool: str, session: SessionDep) -> TeamRead:
+    """No quota: the team is limited by the pool's capacity only."""
+    return teams.clear_quota(session, team, pool)
+
+
+@router.post("/teams/{team}/keys", status_code=status.HTTP_201_CREATED, response_model=KeyCreated,
+             responses={**_TEAM_404, **_BAD})
+def create_key(team: str, body: KeyCreate, session: SessionDep) -> KeyCreated:
+    """A new API key of the team. The key is in this answer only: the service keeps its hash."""
+    record, key = teams.create_key(session, team, body.admin, body.label)
+    return KeyCreated(**record.model_dump(), key=key)
+
+
+@router.get("/keys", response_model=Page[KeyRead], responses=_TEAM_404)
+def list_keys(session: SessionDep, team: Annotated[str | None, Query()] = None) -> Page[KeyRead]:
+    return Page[KeyRead](items=teams.list_keys(session, team), next_after=None)
+
+
+@router.post("/keys/{key_id}/revoke", response_model=KeyRead, responses={404: {"description": "No such key"}})
+async def revoke_key(key_id: int, session: SessionDep, cache: KeyCacheDep) -> KeyRead:
+    """Takes effect at once in this process; other API processes notice within
+    ``GRPO_AUTH_CACHE_SECONDS``. Revoking a revoked key changes nothing."""
+    key = await run_in_threadpool(_revoke_and_commit, session, key_id)
+    cache.evict_key(key_id)
+    return key
+
+
+def _revoke_and_commit(session: Session, key_id: int) -> KeyRead:
+    # Committed before the eviction: a lookup after it must find the key revoked in SQL.
+    key = teams.revoke_key(session, key_id)
+    session.commit()
+    return key
+
+
+@router.post("/pools", status_code=status.HTTP_201_CREATED, response_model=PoolRead,
+             responses={409: {"description": "A pool of that name exists"}, **_BAD})
+def create_pool(body: PoolCreate, session: SessionDep) -> PoolRead:
+    return pools.create_pool(session, body.name)
+
+
+@router.get("/pools", response_model=Page[PoolRead])
+def list_pools(session: SessionDep) -> Page[PoolRead]:
+    return Page[PoolRead](items=pools.list_pools(session), next_after=None)
+
+
+@router.post("/pools/{pool}/hold", response_model=PoolRead, responses=_POOL_404)
+def hold_pool(pool: str, session: SessionDep) -> PoolRead:
+    """Stop dispatching into the pool; running jobs go on."""
+    return pools.set_held(session, pool, True)
+
+
+@router.post("/pools/{pool}/resume", response_model=PoolRead, responses=_POOL_404)
+def resume_pool(pool: str, session: SessionDep) -> PoolRead:
+    return pools.set_held(session, pool, False)

@@ -1,0 +1,53 @@
+"""``GET /v1/cluster`` (workers, GPUs, running jobs, each team's usage against its quota) and
+``GET /v1/queue`` (waiting jobs in the scheduler's dispatch order, with why each waits).
+
+The cluster view is computed now, from live heartbeats and SQL, by the same state loader and
+fair-share rule the scheduler uses, so its fair shares are the scheduler's. The queue is the order the
+scheduler published at its last pass (``api.store.bus.QUEUE_KEY``): positions are its decisions, not
+a guess made here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from starlette.concurrency import run_in_threadpool
+
+from api.http.deps import PrincipalDep, RedisDep, SettingsDep
+from api.scheduling import policy
+from api.scheduling.cluster_views import ClusterView, QueueView, cluster_view, queue_view
+from api.settings import Settings
+from api.store import bus
+from api.store.db import session_scope
+from api.store.models import utcnow
+from api.store.scheduling import load_state
+
+router = APIRouter(tags=["scheduling"])
+
+
+@router.get("/cluster", response_model=ClusterView)
+async def get_cluster(principal: PrincipalDep, settings: SettingsDep, redis: RedisDep) -> ClusterView:
+    """Pools with their live workers and free GPUs, every team's GPUs held against its quota
+    and fair share, and the running jobs (a member sees only its own team's)."""
+    heartbeats = await bus.live_workers_async(redis)
+    return await run_in_threadpool(_cluster, settings, heartbeats, principal.scope)
+
+
+def _cluster(settings: Settings, heartbeats: list[dict[str, Any]], scope: int | None) -> ClusterView:
+    with session_scope(settings.database_url) as session:
+        state = load_state(session, heartbeats, utcnow(), settings.fair_share_half_life_seconds)
+    return cluster_view(state, heartbeats, policy.fair_shares(state.cluster), scope)
+
+
+@router.get("/queue", response_model=QueueView)
+async def get_queue(principal: PrincipalDep, redis: RedisDep,
+                    pool: Annotated[str | None, Query(max_length=64, description="Only this pool")] = None,
+                    ) -> QueueView:
+    """Waiting jobs in the order the scheduler will dispatch them, per pool, each with its
+    ``position`` and ``pending_reason``; a member sees its own team's jobs, and how many wait
+    in all."""
+    raw, passed = await redis.mget([bus.QUEUE_KEY, bus.SCHEDULER_PASS_KEY])
+    snapshot = json.loads(raw) if raw else None
+    return queue_view(snapshot, passed.decode() if passed else None, principal.scope, pool)

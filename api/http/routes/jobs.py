@@ -1,0 +1,157 @@
+"""``/v1/jobs``: submit, list, read and cancel jobs. Thin: parse, check, call the store."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Header, Query, Response, status
+from redis.exceptions import RedisError
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from api.http.deps import PrincipalDep, RedisDep, SessionDep, SettingsDep
+from api.http.errors import spec_body
+from api.http.submission import check_placement, check_submission
+from api.lifecycle import JOB_STATUSES, WAITING_STATUSES
+from api.schemas.jobs import JobRead, JobUpdate, Page
+from api.settings import Settings
+from api.store import bus
+from api.store import jobs as job_store
+from api.store.db import session_scope
+from grpo_core.spec import JobSpec
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+JobStatus = Literal[JOB_STATUSES]  # type: ignore[valid-type]
+_ERRORS = {401: {"description": "Missing or wrong bearer token"}, 404: {"description": "No such job"}}
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=JobRead,
+    responses={
+        200: {"model": JobRead, "description": "Replay: this Idempotency-Key was used with this same body"},
+        409: {"description": "This Idempotency-Key was used with a different body"},
+        413: {"description": "Body over the configured limit"},
+        422: {"description": "Invalid spec; `param` names the first bad field, `errors` lists all"},
+    },
+    # The same spec may come as YAML (api/http/yaml_body.py turns it into this JSON body first).
+    openapi_extra={"requestBody": {"content": {"application/yaml": {
+        "schema": {"$ref": "#/components/schemas/JobSpec"}}}}},
+)
+@spec_body
+async def submit_job(
+    spec: JobSpec,
+    principal: PrincipalDep,
+    settings: SettingsDep,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header(min_length=1, max_length=255)] = None,
+) -> JobRead:
+    """Queue a job. Retrying with the same ``Idempotency-Key`` and body returns the first job (200)."""
+    job, created = await run_in_threadpool(
+        _check_and_create, settings, principal.team_id, spec, idempotency_key
+    )
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return job
+
+
+def _check_and_create(
+    settings: Settings,
+    team_id: int,
+    spec: JobSpec,
+    idempotency_key: str | None,
+) -> tuple[JobRead, bool]:
+    # One threadpool hop for everything that blocks: the filesystem checks, then one transaction.
+    check_submission(spec, settings)
+    with session_scope(settings.database_url) as session:
+        check_placement(session, spec)
+        return job_store.create_job(session, team_id, spec, idempotency_key)
+
+
+@router.get("", response_model=Page[JobRead], responses=_ERRORS)
+async def list_jobs(
+    session: SessionDep,
+    principal: PrincipalDep,
+    redis: RedisDep,
+    status_in: Annotated[list[JobStatus] | None, Query(alias="status")] = None,
+    after: Annotated[int, Query(ge=0, description="Cursor: `next_after` of the previous page")] = 0,
+    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    order: Annotated[Literal["asc", "desc"], Query(description="`desc`: newest first")] = "asc",
+) -> Page[JobRead]:
+    """Jobs in id order (``order=desc``: newest first), optionally only those in the given
+    statuses (repeat ``status=``); ``after`` continues in that order. A waiting job carries its
+    ``pending_reason`` and ``queue_position``."""
+    items = await run_in_threadpool(job_store.list_jobs, session, principal.scope, status_in, after,
+                                    limit + 1, order == "desc")
+    page = await with_queue_positions(redis, items[:limit])
+    return Page[JobRead](items=page, next_after=items[limit - 1].id if len(items) > limit else None)
+
+
+@router.get("/{job_id}", response_model=JobRead, responses=_ERRORS)
+async def get_job(job_id: int, session: SessionDep, principal: PrincipalDep, redis: RedisDep) -> JobRead:
+    job = await run_in_threadpool(job_store.get_job, session, job_id, principal.scope)
+    return (await with_queue_positions(redis, [job]))[0]
+
+
+@router.patch("/{job_id}", response_model=JobRead,
+              responses={**_ERRORS, 409: {"description": "The job already finished"}})
+def update_job(job_id: int, update: JobUpdate, session: SessionDep, principal: PrincipalDep) -> JobRead:
+    """Change a job's ``priority`` while it waits (its place in the queue moves at the
+    scheduler's next pass) or runs (which decides whether it may be preempted)."""
+    return job_store.set_priority(session, job_id, update.priority, principal.scope)
+
+
+async def with_queue_positions(redis: RedisDep, jobs: list[JobRead]) -> list[JobRead]:
+    """Fill ``queue_position`` of waiting jobs from the scheduler's last published order; a
+    Redis outage leaves it empty rather than failing the read."""
+    waiting = [job for job in jobs if job.status in WAITING_STATUSES]
+    if not waiting:
+        return jobs
+    try:
+        positions = await redis.hmget(bus.QUEUE_POSITIONS_KEY, [job.id for job in waiting])
+    except (RedisError, OSError) as exc:
+        log.warning("could not read queue positions: %s", exc)
+        return jobs
+    found = {job.id: int(value) for job, value in zip(waiting, positions, strict=True) if value is not None}
+    return [job.model_copy(update={"queue_position": found[job.id]}) if job.id in found else job
+            for job in jobs]
+
+
+@router.post(
+    "/{job_id}/cancel",
+    response_model=JobRead,
+    responses={**_ERRORS, 409: {"description": "The job already finished"}},
+)
+async def cancel_job(
+    job_id: int, session: SessionDep, principal: PrincipalDep, settings: SettingsDep, redis: RedisDep
+) -> JobRead:
+    """A queued job ends ``cancelled`` at once; a running one becomes ``cancelling`` and stops at
+    its next step, after a checkpoint. A finished job is a 409."""
+    job = await run_in_threadpool(_cancel_and_commit, session, job_id, principal.scope)
+    await _announce_status(redis, job, settings.stream_maxlen)
+    return job
+
+
+def _cancel_and_commit(session: Session, job_id: int, team_id: int | None) -> JobRead:
+    # Committed here, not when the request ends: stream readers told below re-read the row.
+    job = job_store.request_cancel(session, job_id, team_id)
+    session.commit()
+    return job
+
+
+async def _announce_status(redis: RedisDep, job: JobRead, maxlen: int) -> None:
+    """Tell live stream readers at once; they also re-check SQL every second, so a Redis
+    outage only delays them and must not fail a cancel that is already committed."""
+    try:
+        await redis.xadd(
+            bus.stream_key(job.id),
+            bus.encode("status", {"status": job.status}),
+            maxlen=maxlen,
+            approximate=True,
+        )
+    except (RedisError, OSError) as exc:
+        log.warning("could not publish status of job %s: %s", job.id, exc)

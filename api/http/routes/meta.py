@@ -1,0 +1,59 @@
+"""Probes and the reward catalog. ``/healthz`` says the process serves requests; ``/readyz``
+says it can do its job: the database and Redis both answer."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+from starlette.concurrency import run_in_threadpool
+
+from api.http.deps import RedisDep, SettingsDep
+from api.http.errors import error_body
+from api.store.db import get_engine
+from grpo_core.rewards import reward_catalog
+
+PROBE_TIMEOUT_S = 2.0
+
+probes = APIRouter(tags=["meta"])
+catalog = APIRouter(tags=["meta"])
+
+
+@probes.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@probes.get("/readyz", responses={503: {"description": "The database or Redis does not answer"}})
+async def readyz(settings: SettingsDep, redis: RedisDep) -> JSONResponse:
+    checks = {"database": await _check(run_in_threadpool(_ping_database, settings.database_url)),
+              "redis": await _check(redis.ping())}
+    failed = {name: result for name, result in checks.items() if result != "ok"}
+    if not failed:
+        return JSONResponse({"status": "ready", "checks": checks})
+    message = "; ".join(f"{name}: {result}" for name, result in failed.items())
+    return JSONResponse({**error_body("not_ready", message), "checks": checks}, status_code=503)
+
+
+async def _check(probe: Any) -> str:
+    try:
+        await asyncio.wait_for(probe, PROBE_TIMEOUT_S)
+    except TimeoutError:
+        return f"no answer within {PROBE_TIMEOUT_S:g} s"
+    except Exception as exc:  # any failure means not ready; its text tells the operator which
+        return f"{type(exc).__name__}: {exc}"
+    return "ok"
+
+
+def _ping_database(url: str) -> None:
+    with get_engine(url).connect() as connection:
+        connection.execute(text("SELECT 1"))
+
+
+@catalog.get("/rewards")
+def list_rewards() -> dict[str, list[dict[str, Any]]]:
+    """Every reward a spec may name, with the JSON schema of its ``args``."""
+    return {"items": reward_catalog()}

@@ -1,0 +1,59 @@
+"""A job's training signals from SQL, the system of record: events, per-step metrics, sample
+completions and checkpoints. (The live view of the same is ``WS /v1/jobs/{id}/stream``.)"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from api.http.deps import PrincipalDep, SessionDep
+from api.schemas.jobs import CheckpointRead, EventRead, MetricRead, Page, SamplesRead
+from api.store import jobs as job_store
+from api.store import telemetry
+
+router = APIRouter(prefix="/jobs/{job_id}", tags=["telemetry"])
+_NAMES_HELP = "Only these metrics (repeat, or comma-separated); `step` is always kept"
+_ERRORS = {401: {"description": "Missing or wrong bearer token"}, 404: {"description": "No such job"}}
+
+
+@router.get("/events", response_model=Page[EventRead], responses=_ERRORS)
+def list_events(job_id: int, session: SessionDep, principal: PrincipalDep,
+                after: Annotated[int, Query(ge=0, description="Cursor: an event id")] = 0,
+                limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Page[EventRead]:
+    """Lifecycle events in order; pass ``next_after`` back as ``after`` for the next page."""
+    job_store.get_job(session, job_id, principal.scope)
+    items = telemetry.list_events(session, job_id, after, limit + 1)
+    return Page[EventRead](items=items[:limit],
+                           next_after=items[limit - 1].id if len(items) > limit else None)
+
+
+@router.get("/metrics", response_model=Page[MetricRead], responses=_ERRORS)
+def list_metrics(job_id: int, session: SessionDep, principal: PrincipalDep,
+                 after_step: Annotated[int, Query(ge=0, description="Only steps after this one")] = 0,
+                 limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
+                 names: Annotated[list[str] | None, Query(description=_NAMES_HELP)] = None,
+                 ) -> Page[MetricRead]:
+    """One record per optimizer step (steps count from 1), in step order; ``next_after`` is
+    the ``after_step`` of the next page."""
+    job_store.get_job(session, job_id, principal.scope)
+    wanted = {name.strip() for value in names or [] for name in value.split(",") if name.strip()} or None
+    items = telemetry.list_metrics(session, job_id, after_step, limit + 1, wanted)
+    return Page[MetricRead](items=items[:limit],
+                            next_after=items[limit - 1].step if len(items) > limit else None)
+
+
+@router.get("/samples", response_model=Page[SamplesRead], responses=_ERRORS)
+def list_samples(job_id: int, session: SessionDep, principal: PrincipalDep,
+                 step: Annotated[int | None, Query(ge=1, description="Only this step's samples")] = None,
+                 limit: Annotated[int, Query(ge=1, le=100)] = 20) -> Page[SamplesRead]:
+    """Sample completions (kept every ``log_completions_every`` steps), newest step first."""
+    job_store.get_job(session, job_id, principal.scope)
+    return Page[SamplesRead](items=telemetry.list_samples(session, job_id, step, limit), next_after=None)
+
+
+@router.get("/checkpoints", response_model=Page[CheckpointRead], responses=_ERRORS)
+def list_checkpoints(job_id: int, session: SessionDep, principal: PrincipalDep) -> Page[CheckpointRead]:
+    """Every checkpoint the job saved, by step."""
+    job_store.get_job(session, job_id, principal.scope)
+    return Page[CheckpointRead](items=telemetry.list_checkpoints(session, job_id), next_after=None)

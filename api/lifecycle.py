@@ -1,0 +1,107 @@
+"""The job state machine: every status, every allowed move between them, and the event each
+move records. Pure (no I/O); ``api.store.jobs.transition`` is the one writer of ``jobs.status``
+and consults :data:`RULES` for every move it makes.
+
+::
+
+    queued ──dispatch──► dispatched ──claim──► running ──succeed/fail──► succeeded | failed
+      ▲  ▲                 │   │                │  │
+      │  └─undispatch──────┘   │                │  └─request_cancel──► cancelling
+      │                        │                │                       ├─stop_cancelled─► cancelled
+      ├──────requeue (lease expired)────────────┤                       └─succeed/fail (ended first)
+      │                                         └─yield──► preempted ──dispatch──► dispatched
+      └─ queued | preempted | dispatched ──cancel──► cancelled
+
+A move names its *transition*, never a target status: two actors that race (a cancel and a
+claim, a reaper and a late finish) each ask for their own transition, and the SQL guard on the
+source statuses lets exactly one of them win.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    DISPATCHED = "dispatched"
+    RUNNING = "running"
+    CANCELLING = "cancelling"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    PREEMPTED = "preempted"
+
+
+# Plain strings (the enum's values): what SQL stores, what the wire carries, and what SQL
+# constraints and IN lists are built from.
+JOB_STATUSES: tuple[str, ...] = tuple(status.value for status in JobStatus)
+TERMINAL_STATUSES = ("succeeded", "failed", "cancelled")
+# A job holds its GPUs from dispatch until it leaves these (quotas and fair share count them).
+HOLDING_STATUSES = ("dispatched", "running", "cancelling")
+WAITING_STATUSES = ("queued", "preempted")
+# A worker holds the job's lease: it renews it and may end the attempt.
+ACTIVE_STATUSES = ("running", "cancelling")
+
+
+class Transition(StrEnum):
+    DISPATCH = "dispatch"  # the scheduler promised the job a worker's GPUs
+    UNDISPATCH = "undispatch"  # the message to the worker could not be sent
+    CLAIM = "claim"  # the worker took it and starts an attempt
+    SUCCEED = "succeed"
+    FAIL = "fail"
+    CANCEL = "cancel"  # cancelled before any attempt ran
+    REQUEST_CANCEL = "request_cancel"  # a running job is asked to stop at its next step
+    STOP_CANCELLED = "stop_cancelled"  # the attempt stopped for a cancel (or died while cancelling)
+    YIELD = "yield"  # preempted: checkpointed and back in the queue
+    REQUEUE = "requeue"  # the lease expired: back in the queue, resumes from its checkpoint
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``sources`` → ``target``, recording an event of type ``event`` at ``level``."""
+
+    sources: frozenset[JobStatus]
+    target: JobStatus
+    event: str
+    level: str = "info"
+
+
+S = JobStatus
+RULES: dict[Transition, Rule] = {
+    Transition.DISPATCH: Rule(frozenset(map(S, WAITING_STATUSES)), S.DISPATCHED, "dispatched"),
+    Transition.UNDISPATCH: Rule(frozenset({S.DISPATCHED}), S.QUEUED, "dispatch_failed", "warning"),
+    Transition.CLAIM: Rule(frozenset({S.DISPATCHED}), S.RUNNING, "running"),
+    Transition.SUCCEED: Rule(frozenset(map(S, ACTIVE_STATUSES)), S.SUCCEEDED, "succeeded"),
+    Transition.FAIL: Rule(frozenset(map(S, ACTIVE_STATUSES)), S.FAILED, "failed", "error"),
+    Transition.CANCEL: Rule(frozenset({*map(S, WAITING_STATUSES), S.DISPATCHED}), S.CANCELLED, "cancelled"),
+    Transition.REQUEST_CANCEL: Rule(frozenset({S.RUNNING}), S.CANCELLING, "cancel_requested"),
+    Transition.STOP_CANCELLED: Rule(frozenset(map(S, ACTIVE_STATUSES)), S.CANCELLED, "cancelled"),
+    Transition.YIELD: Rule(frozenset({S.RUNNING}), S.PREEMPTED, "preempted", "warning"),
+    Transition.REQUEUE: Rule(frozenset({S.DISPATCHED, S.RUNNING}), S.QUEUED, "requeued", "warning"),
+}
+del S
+
+
+class TransitionRefused(Exception):  # noqa: N818 - names the condition
+    """A move the state machine does not allow from the job's current status."""
+
+
+def rule(transition: Transition) -> Rule:
+    return RULES[Transition(transition)]
+
+
+def allowed(status: str, transition: Transition) -> bool:
+    return JobStatus(status) in rule(transition).sources
+
+
+def target(status: str, transition: Transition) -> JobStatus:
+    """Where ``transition`` takes a job in ``status``; :class:`TransitionRefused` if it may not."""
+    if not allowed(status, transition):
+        raise TransitionRefused(f"a {status} job cannot {transition.value}")
+    return rule(transition).target
+
+
+def is_terminal(status: str) -> bool:
+    return status in TERMINAL_STATUSES

@@ -1,0 +1,7 @@
+"""Placing jobs on GPUs: the pure decision (``policy``), the scheduler process that carries it
+out each tick (``scheduler``) and the pure views of the cluster and the queue (``cluster_views``).
+
+May import: ``api.store``, ``api.vocabulary``, ``api.lifecycle``, ``api.settings``,
+``api.errors``, ``api.schemas``. ``policy`` and ``cluster_views`` import no I/O library.
+Never ``api.http``, ``api.cli`` or ``worker`` (jobs are sent by task name).
+"""

@@ -1,0 +1,157 @@
+"""``GET /v1/cluster`` and ``GET /v1/queue``: their wire schemas and the pure functions that build
+them from what the scheduler sees (``api.store.scheduling.SchedulingState``, worker heartbeats,
+the policy's fair shares) or published (the queue snapshot).
+
+Scoping: a member sees every pool, worker and team's usage against its quota (that is what
+explains a wait), but only its own team's jobs; another team's job appears nowhere by id or
+name. An admin sees everything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from api.scheduling import policy
+from api.schemas.jobs import UtcDatetime
+from api.store.scheduling import SchedulingState
+
+
+class WorkerView(BaseModel):
+    worker_id: str
+    hostname: str | None
+    gpus: int
+    gpu_model: str | None
+    gpu_memory_mb: int | None
+    memory_mb: int | None
+    running_job: int | None  # None also when the job is another team's (members)
+    busy: bool
+
+
+class PoolView(BaseModel):
+    name: str
+    held: bool
+    max_worker_gpus: int | None
+    gpus_total: int  # advertised by live workers
+    gpus_busy: int
+    gpus_free: int
+    waiting: int
+    workers: list[WorkerView]
+
+
+class TeamPoolUsage(BaseModel):
+    held_gpus: int
+    quota: int | None  # None: no quota in this pool
+    fair_share: float | None  # pool GPUs x weight / sum of weights of teams with jobs in the pool
+    recent_gpus: float  # GPUs held, averaged over the past with the fair-share half-life
+    waiting: int
+
+
+class TeamView(BaseModel):
+    team_id: int
+    team: str
+    weight: float
+    pools: dict[str, TeamPoolUsage]
+
+
+class RunningView(BaseModel):
+    job_id: int
+    team: str | None
+    pool: str
+    gpus: int
+    priority: str
+    status: str
+    worker_id: str | None
+    preempt_requested: bool
+
+
+class ClusterView(BaseModel):
+    pools: list[PoolView]
+    teams: list[TeamView]
+    running: list[RunningView]
+
+
+class QueueEntry(BaseModel):
+    job_id: int
+    name: str
+    team: str | None
+    pool: str
+    gpus: int
+    priority: str
+    position: int
+    pending_reason: str | None
+
+
+class QueueView(BaseModel):
+    updated_at: UtcDatetime | None  # when the scheduler last changed the order
+    scheduler_pass_at: UtcDatetime | None  # its latest pass; old means no scheduler is running
+    waiting: dict[str, int]  # every team's waiting jobs per pool
+    items: list[QueueEntry]  # the caller's (an admin: everyone's), in dispatch order per pool
+
+
+def cluster_view(state: SchedulingState, heartbeats: list[dict[str, Any]],
+                 fair_share: dict[tuple[int, str], float], scope: int | None) -> ClusterView:
+    """``scope``: the caller's team id, or None for an admin."""
+    cluster = state.cluster
+    on_worker = {job.worker_id: job for job in cluster.holding if job.worker_id}
+    pool_names = sorted({*state.pools, *(beat.get("pool", "default") for beat in heartbeats)})
+    waiting = _count((job.team_id, job.pool) for job in cluster.waiting)
+    pools = []
+    for name in pool_names:
+        workers = [_worker_view(beat, on_worker.get(beat.get("worker_id")), scope)
+                   for beat in heartbeats if beat.get("pool", "default") == name]
+        total = sum(worker.gpus for worker in workers)
+        busy = sum(worker.gpus for worker in workers if worker.busy)
+        held, most = state.pools.get(name, (False, None))
+        pools.append(PoolView(name=name, held=held, max_worker_gpus=most, gpus_total=total, gpus_busy=busy,
+                              gpus_free=total - busy, workers=sorted(workers, key=lambda w: w.worker_id),
+                              waiting=sum(n for (_, pool), n in waiting.items() if pool == name)))
+    held_gpus = _count(((job.team_id, job.pool) for job in cluster.holding),
+                       [job.gpus for job in cluster.holding])
+    teams = []
+    for team_id, team in sorted(cluster.teams.items()):
+        known = (*held_gpus, *waiting, *cluster.recent_usage, *fair_share)
+        keys = {key for key in known if key[0] == team_id}
+        keys |= {(team_id, pool) for pool in team.quotas}
+        usage = {pool: TeamPoolUsage(held_gpus=held_gpus.get((team_id, pool), 0),
+                                     quota=team.quotas.get(pool),
+                                     fair_share=fair_share.get((team_id, pool)),
+                                     recent_gpus=round(cluster.recent_usage.get((team_id, pool), 0.0), 4),
+                                     waiting=waiting.get((team_id, pool), 0))
+                 for _, pool in sorted(keys)}
+        teams.append(TeamView(team_id=team_id, team=state.team_names.get(team_id, str(team_id)),
+                              weight=team.weight, pools=usage))
+    running = [RunningView(job_id=job.id, team=state.team_names.get(job.team_id), pool=job.pool,
+                           gpus=job.gpus, priority=job.priority, status=job.status, worker_id=job.worker_id,
+                           preempt_requested=job.preempt_requested)
+               for job in sorted(cluster.holding, key=lambda job: job.id) if scope in (None, job.team_id)]
+    return ClusterView(pools=pools, teams=teams, running=running)
+
+
+def queue_view(snapshot: dict[str, Any] | None, scheduler_pass_at: str | None, scope: int | None,
+               pool: str | None = None) -> QueueView:
+    entries = (snapshot or {}).get("entries", [])
+    if pool is not None:
+        entries = [entry for entry in entries if entry["pool"] == pool]
+    waiting = _count(entry["pool"] for entry in entries)
+    mine = [QueueEntry(**{key: entry.get(key) for key in QueueEntry.model_fields})
+            for entry in entries if scope in (None, entry["team_id"])]
+    return QueueView(updated_at=(snapshot or {}).get("updated_at"), scheduler_pass_at=scheduler_pass_at,
+                     waiting=dict(sorted(waiting.items())), items=mine)
+
+
+def _worker_view(beat: dict[str, Any], job: policy.HoldingJob | None, scope: int | None) -> WorkerView:
+    visible = job is not None and scope in (None, job.team_id)
+    return WorkerView(worker_id=beat.get("worker_id", "?"), hostname=beat.get("hostname"),
+                      gpus=int(beat.get("gpus", 1)), gpu_model=beat.get("gpu_model"),
+                      gpu_memory_mb=beat.get("gpu_memory_mb"), memory_mb=beat.get("memory_mb"),
+                      running_job=job.id if visible else None,
+                      busy=job is not None or bool(beat.get("running_job")))
+
+
+def _count(keys, amounts: list[int] | None = None) -> dict:
+    counts: dict = {}
+    for index, key in enumerate(keys):
+        counts[key] = counts.get(key, 0) + (1 if amounts is None else amounts[index])
+    return counts

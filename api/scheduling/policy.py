@@ -1,0 +1,372 @@
+"""The scheduling policy: a pure function from the cluster's state to the scheduler's decisions.
+
+No I/O, no clock, no randomness: :func:`plan` sees a :class:`ClusterState` snapshot (built by
+``api.scheduling.scheduler`` from SQL and worker heartbeats) and returns a :class:`Plan`, so every rule
+below is unit-tested on hand-built states (``tests/api/test_policy.py``) and timed by
+``benchmarks/scheduler_decision.py``.
+
+The rules, per pool (pools are independent):
+
+* Capacity is what live workers advertise. A worker runs one job at a time; a job's GPUs all
+  come from one worker (gang: all of them or none), so a job needing ``g`` GPUs needs a free
+  worker with at least ``g``. Of the free workers that fit, the smallest is taken (best fit:
+  big workers stay free for big jobs).
+* Order: priority class first (high, normal, low). Within a class, the next job is the oldest
+  waiting job of the team with the lowest fair-share key
+  ``(gpus the team holds in the pool + its recent usage) / weight``; every job placed in the
+  order adds its GPUs to its team's count, so teams take turns in proportion to their weights
+  (progressive filling). Recent usage is the team's GPU count averaged over the past with a
+  half-life (:func:`decayed_usage`), so a team that just had the pool for hours waits behind
+  one that did not. Ties go to the older job (lower id).
+* A job is dispatched when its pool is not held, its team stays within its quota for the pool,
+  and a free worker fits it. Otherwise it is skipped and the next job is tried: a smaller job
+  behind a blocked one is backfilled into what is free.
+* Preemption: a ``high`` job that could not be placed for want of a free worker, whose team is
+  within its quota including this job (and those this pass already preempts for), may preempt
+  one running job of *another* team that is over its fair share of the pool (pool GPUs x weight
+  / sum of the weights of teams with jobs in the pool), has a lower priority, and runs on a
+  worker big enough for the high job. The victim is the lowest-priority one, newest first. A
+  running job already asked to yield is counted as a worker about to free up, so the same high
+  job never preempts twice.
+* Every job left waiting gets a ``pending_reason`` (one of :data:`PENDING_REASONS`) and its
+  1-based position in its pool's order.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_left
+from collections import defaultdict, deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+PRIORITY_ORDER = ("high", "normal", "low")
+
+# Why a waiting job was not dispatched in the last pass, most specific first.
+PENDING_REASONS = (
+    "pool_held",  # an admin held dispatch into the job's pool
+    "no_workers",  # no live worker serves the pool
+    "too_large",  # no live worker of the pool has as many GPUs as the job asks for
+    "quota_exceeded",  # the team would exceed its GPU quota for the pool
+    "preempting",  # a lower-priority job is checkpointing to make room for this one
+    "lower_priority",  # a worker that fits went to a job of a higher priority class
+    "fair_share",  # a worker that fits went to a job ahead in the same class (another team's turn)
+    "no_capacity",  # every worker that fits is busy
+)
+
+
+@dataclass(frozen=True)
+class Worker:
+    worker_id: str
+    pool: str
+    gpus: int
+
+
+@dataclass(frozen=True)
+class WaitingJob:
+    id: int
+    team_id: int
+    pool: str
+    gpus: int
+    priority: str  # one of PRIORITY_ORDER
+
+
+@dataclass(frozen=True)
+class HoldingJob:
+    """A job holding its GPUs (dispatched, running or cancelling) on ``worker_id``."""
+
+    id: int
+    team_id: int
+    pool: str
+    gpus: int
+    priority: str
+    worker_id: str | None
+    status: str  # dispatched | running | cancelling
+    since: float  # when it was dispatched (epoch seconds): newest is preempted first
+    preempt_requested: bool = False
+
+
+@dataclass(frozen=True)
+class Team:
+    id: int
+    weight: float  # > 0
+    quotas: dict[str, int] = field(default_factory=dict)  # pool -> max GPUs held at once; absent: none
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    workers: tuple[Worker, ...]
+    waiting: tuple[WaitingJob, ...]  # any order; plan() orders them
+    holding: tuple[HoldingJob, ...]
+    teams: dict[int, Team]  # a job whose team is missing here counts as weight 1, no quota
+    held_pools: frozenset[str] = frozenset()
+    recent_usage: dict[tuple[int, str], float] = field(default_factory=dict)  # (team, pool) -> GPUs
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    job_id: int
+    worker_id: str
+
+
+@dataclass(frozen=True)
+class Preemption:
+    victim_id: int
+    for_job_id: int
+
+
+@dataclass
+class Plan:
+    dispatch: list[Dispatch] = field(default_factory=list)  # in order
+    preempt: list[Preemption] = field(default_factory=list)
+    pending: dict[int, str] = field(default_factory=dict)  # job id -> a PENDING_REASONS entry
+    position: dict[int, int] = field(default_factory=dict)  # job id -> 1-based place in its pool
+    fair_share: dict[tuple[int, str], float] = field(default_factory=dict)  # (team, pool) -> GPUs
+
+
+@dataclass(frozen=True)
+class Interval:
+    """GPUs a team held in a pool from ``start`` to ``end`` (None: still holding)."""
+
+    team_id: int
+    pool: str
+    gpus: int
+    start: float
+    end: float | None
+
+
+def decayed_usage(
+    intervals: Iterable[Interval], now: float, half_life: float
+) -> dict[tuple[int, str], float]:
+    """Each (team, pool)'s GPU count averaged over the past with weight ``2**(-age/half_life)``,
+    normalised so that holding ``g`` GPUs forever reads ``g``: ``ln2/H * integral of
+    gpus(t) * 2**(-(now-t)/H) dt``. Closed form per interval, so it is exact at any tick rate."""
+    rate = math.log(2) / half_life
+    usage: dict[tuple[int, str], float] = {}
+    for item in intervals:
+        end = now if item.end is None else min(item.end, now)
+        start = min(item.start, end)
+        # integral over [start, end] of exp(-rate (now - t)) dt, times rate
+        share = math.exp(-rate * (now - end)) - math.exp(-rate * (now - start))
+        key = (item.team_id, item.pool)
+        usage[key] = usage.get(key, 0.0) + item.gpus * share
+    return usage
+
+
+# Reasons that mean "no free worker fits now": the only ones preemption can help.
+_WANTS_A_WORKER = frozenset({"lower_priority", "fair_share", "no_capacity"})
+
+
+def _rank(priority: str) -> int:
+    # An unknown priority sorts after "low" instead of failing the whole tick.
+    return PRIORITY_ORDER.index(priority) if priority in PRIORITY_ORDER else len(PRIORITY_ORDER)
+
+
+def _weight(state: ClusterState, team_id: int) -> float:
+    team = state.teams.get(team_id)
+    return 1.0 if team is None else team.weight
+
+
+def _quota(state: ClusterState, team_id: int, pool: str) -> int | None:
+    team = state.teams.get(team_id)
+    return None if team is None else team.quotas.get(pool)
+
+
+@dataclass
+class _Pool:
+    """One pool's slice of the state; ``held`` is team -> GPUs of its holding jobs (all statuses)."""
+
+    name: str
+    workers: list[Worker] = field(default_factory=list)
+    waiting: list[WaitingJob] = field(default_factory=list)
+    holding: list[HoldingJob] = field(default_factory=list)
+    held: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+
+
+def _pools(state: ClusterState) -> list[_Pool]:
+    pools: dict[str, _Pool] = {}
+
+    def get(name: str) -> _Pool:
+        if name not in pools:
+            pools[name] = _Pool(name)
+        return pools[name]
+
+    for worker in state.workers:
+        get(worker.pool).workers.append(worker)
+    for job in state.waiting:
+        get(job.pool).waiting.append(job)
+    for holder in state.holding:
+        pool = get(holder.pool)
+        pool.holding.append(holder)
+        pool.held[holder.team_id] += holder.gpus
+    return [pools[name] for name in sorted(pools)]  # sorted: the dispatch list is deterministic
+
+
+def _order(state: ClusterState, pool: _Pool) -> Iterator[WaitingJob]:
+    """The pool's waiting jobs in dispatch order: class by class, and within a class the oldest job
+    of the team with the lowest ``(GPUs + recent usage) / weight``, where every job taken adds its
+    GPUs whether or not it is placed, so the order is the future dispatch order. One heap entry per
+    team: only the team just served changes its key, so each step is O(log teams)."""
+    queues: dict[tuple[int, int], deque[WaitingJob]] = defaultdict(deque)
+    for job in sorted(pool.waiting, key=lambda j: j.id):
+        queues[(_rank(job.priority), job.team_id)].append(job)
+    counted = dict(pool.held)  # carries over from class to class
+
+    def entry(team: int, queue: deque[WaitingJob]) -> tuple[float, int, int]:
+        usage = counted.get(team, 0) + state.recent_usage.get((team, pool.name), 0.0)
+        return usage / _weight(state, team), queue[0].id, team  # equal keys: the older next job
+
+    for rank in sorted({rank for rank, _ in queues}):
+        heap = [entry(team, queue) for (r, team), queue in queues.items() if r == rank]
+        heapq.heapify(heap)
+        while heap:
+            team = heapq.heappop(heap)[2]
+            queue = queues[(rank, team)]
+            job = queue.popleft()
+            counted[team] = counted.get(team, 0) + job.gpus
+            if queue:
+                heapq.heappush(heap, entry(team, queue))
+            yield job
+
+
+def _place(
+    state: ClusterState, pool: _Pool, busy: set[str], result: Plan
+) -> tuple[list[WaitingJob], dict[int, int]]:
+    """Dispatch the pool's jobs in order into its free workers (best fit) and give every other job
+    its reason and position; returns the jobs left waiting, in order, and team -> GPUs held once
+    this pass's dispatches run."""
+    free = sorted((w.gpus, w.worker_id) for w in pool.workers if w.worker_id not in busy)
+    biggest = max((w.gpus for w in pool.workers), default=0)
+    real_held = dict(pool.held)  # grows with this pass's dispatches: quotas bind within one pass
+    # Largest worker each class got in this pass: a job that finds nothing free learns whether a
+    # worker that fits it went to a higher class or to its own (another team's turn).
+    given = [0] * (len(PRIORITY_ORDER) + 1)
+    left: list[WaitingJob] = []
+    for job in _order(state, pool):
+        quota = _quota(state, job.team_id, pool.name)
+        if pool.name in state.held_pools:
+            reason = "pool_held"
+        elif not pool.workers:
+            reason = "no_workers"
+        elif biggest < job.gpus:
+            reason = "too_large"
+        elif quota is not None and real_held.get(job.team_id, 0) + job.gpus > quota:
+            reason = "quota_exceeded"
+        else:
+            fit = bisect_left(free, (job.gpus, ""))  # the smallest free worker with enough GPUs
+            rank = _rank(job.priority)
+            if fit < len(free):
+                gpus, worker_id = free.pop(fit)
+                given[rank] = max(given[rank], gpus)
+                real_held[job.team_id] = real_held.get(job.team_id, 0) + job.gpus
+                result.dispatch.append(Dispatch(job.id, worker_id))
+                continue
+            if max(given[:rank], default=0) >= job.gpus:
+                reason = "lower_priority"
+            elif given[rank] >= job.gpus:
+                reason = "fair_share"
+            else:
+                reason = "no_capacity"
+        left.append(job)
+        result.pending[job.id] = reason
+        result.position[job.id] = len(left)
+    return left, real_held
+
+
+def _fair_shares(state: ClusterState, pool: _Pool) -> dict[int, float]:
+    """Pool GPUs x weight / the sum of the weights of the teams with jobs (waiting or holding) here."""
+    teams = sorted({job.team_id for job in pool.waiting} | {job.team_id for job in pool.holding})
+    total_weight = sum(_weight(state, team) for team in teams)
+    pool_gpus = sum(w.gpus for w in pool.workers)
+    return {team: pool_gpus * _weight(state, team) / total_weight for team in teams}
+
+
+def _victims(pool: _Pool, live: dict[str, int]) -> list[HoldingJob]:
+    """The pool's jobs that may be asked to yield, most preferred first: the lowest priority, then
+    the newest. Only running jobs on live workers: a job still starting or cancelling frees its
+    worker anyway, and one on a dead worker frees nothing."""
+    candidates = [
+        h
+        for h in pool.holding
+        if h.status == "running" and not h.preempt_requested and _rank(h.priority) > 0 and h.worker_id in live
+    ]
+    return sorted(candidates, key=lambda h: (-_rank(h.priority), -h.since, -h.id))
+
+
+def _preempt(
+    state: ClusterState,
+    pool: _Pool,
+    left: list[WaitingJob],
+    real_held: dict[int, int],
+    fair: dict[int, float],
+    result: Plan,
+) -> None:
+    """Let the pool's waiting ``high`` jobs that want a worker claim one that is about to free, or
+    else ask one running job of a team over its fair share to yield (see the module docstring)."""
+    live = {w.worker_id: w.gpus for w in pool.workers}
+    high = [job for job in left if _rank(job.priority) == 0 and result.pending[job.id] in _WANTS_A_WORKER]
+    # The quota check counts what the team will hold once this pass's preemptions land, so two
+    # high jobs of one team cannot together overshoot its quota through preemption.
+    reserved = defaultdict(int, real_held)
+
+    def claim(job: WaitingJob) -> bool:
+        quota = _quota(state, job.team_id, pool.name)
+        if quota is not None and reserved[job.team_id] + job.gpus > quota:
+            return False
+        reserved[job.team_id] += job.gpus
+        result.pending[job.id] = "preempting"
+        return True
+
+    # A worker whose job was already asked to yield is about to free: it goes to a high job before
+    # any new victim is chosen, so a preemption in flight is never doubled.
+    freeing = sorted(
+        (live[h.worker_id], h.worker_id)
+        for h in pool.holding
+        if h.status == "running" and h.preempt_requested and h.worker_id in live
+    )
+    remaining = []
+    for job in high:
+        fit = bisect_left(freeing, (job.gpus, ""))
+        if fit == len(freeing):
+            remaining.append(job)
+        elif claim(job):
+            freeing.pop(fit)
+
+    victims = _victims(pool, live)
+    held = defaultdict(int, pool.held)  # less the victims already chosen in this pass
+    for job in remaining:
+        if not victims:
+            break
+        victim = next(
+            (
+                h
+                for h in victims
+                if h.team_id != job.team_id and held[h.team_id] > fair[h.team_id]
+                and live[h.worker_id] >= job.gpus
+            ),
+            None,
+        )
+        if victim is not None and claim(job):
+            victims.remove(victim)
+            held[victim.team_id] -= victim.gpus
+            result.preempt.append(Preemption(victim.id, job.id))
+
+
+def fair_shares(state: ClusterState) -> dict[tuple[int, str], float]:
+    """Every (team, pool)'s fair share of the pool's GPUs, as :func:`plan` reports it, without
+    making the rest of the decision (the cluster view needs only this)."""
+    return {(team, pool.name): share for pool in _pools(state)
+            for team, share in _fair_shares(state, pool).items()}
+
+
+def plan(state: ClusterState) -> Plan:
+    """The scheduler's decisions for one tick; see the module docstring for the rules."""
+    result = Plan()
+    busy = {h.worker_id for h in state.holding if h.worker_id is not None}
+    for pool in _pools(state):
+        left, real_held = _place(state, pool, busy, result)
+        fair = _fair_shares(state, pool)
+        result.fair_share.update({(team, pool.name): share for team, share in fair.items()})
+        _preempt(state, pool, left, real_held, fair, result)
+    return result

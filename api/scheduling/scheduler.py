@@ -1,0 +1,219 @@
+"""``grpo scheduler``: each tick, reap expired leases, ask :func:`api.scheduling.policy.plan` what to do with
+the cluster as it is now, and do it: dispatch jobs onto the workers the plan chose, ask victims
+of preemption to yield, record why every other waiting job waits, and publish the queue.
+
+The order is ours, not the broker's: each worker consumes a queue of its own, and a job is sent
+only to the worker whose GPUs the plan gave it. Capacity is what live workers advertise
+(``api.store.bus.live_workers``); pools are registered, and their largest worker recorded, from the
+same heartbeats, which is what a submission is checked against.
+
+One leader at a time: a Redis lock (``SET NX PX``, renewed and released by compare-and-set), so
+it works whatever the SQL database is. Two leaders overlapping for a moment still cannot both
+dispatch a job: the ``queued -> dispatched`` transition is guarded. This module never imports the
+worker's task modules; it sends by name.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from typing import Any
+
+import redis
+from celery import Celery
+from redis.exceptions import RedisError
+from sqlalchemy.exc import SQLAlchemyError
+
+from api.scheduling import policy
+from api.settings import Settings
+from api.store import bus
+from api.store.db import session_scope
+from api.store.jobs import requeue_expired, transition
+from api.store.models import utcnow
+from api.store.pools import ensure_pool, set_max_worker_gpus
+from api.store.scheduling import (
+    SchedulingState,
+    dispatch_job,
+    load_state,
+    request_preempt,
+    set_pending_reasons,
+)
+from api.vocabulary import RUN_JOB, worker_queue
+
+LEADER_KEY = "grpo:scheduler:leader"
+log = logging.getLogger(__name__)
+
+_RENEW = ("if redis.call('get', KEYS[1]) == ARGV[1] then "
+          "return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0")
+_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+
+
+class LeaderLock:
+    def __init__(self, client: redis.Redis, holder: str, ttl_seconds: float) -> None:
+        self.client, self.holder, self.ttl_ms = client, holder, int(ttl_seconds * 1000)
+        self._renew = client.register_script(_RENEW)
+        self._release = client.register_script(_RELEASE)
+
+    def hold(self) -> bool:
+        """Renew if we hold the lock, else try to take it; True when we are the leader now."""
+        if self._renew(keys=[LEADER_KEY], args=[self.holder, self.ttl_ms]):
+            return True
+        return bool(self.client.set(LEADER_KEY, self.holder, nx=True, px=self.ttl_ms))
+
+    def release(self) -> None:
+        self._release(keys=[LEADER_KEY], args=[self.holder])
+
+
+def celery_client(settings: Settings) -> Celery:
+    """A producer-only Celery app: it knows the broker and task names, no task code."""
+    app = Celery("grpo_scheduler", broker=settings.redis_url, set_as_current=False)
+    app.conf.update(broker_connection_retry_on_startup=True, task_ignore_result=True)
+    return app
+
+
+def queue_snapshot(state: SchedulingState, decision: policy.Plan) -> list[dict[str, Any]]:
+    """The waiting jobs in dispatch order per pool, as ``GET /v1/queue`` shows them."""
+    entries = []
+    for job in state.cluster.waiting:
+        position = decision.position.get(job.id)
+        if position is None:  # dispatched in this tick
+            continue
+        entries.append({"job_id": job.id, "name": state.waiting_info[job.id].name, "team_id": job.team_id,
+                        "team": state.team_names.get(job.team_id), "pool": job.pool, "gpus": job.gpus,
+                        "priority": job.priority, "position": position,
+                        "pending_reason": decision.pending.get(job.id)})
+    entries.sort(key=lambda entry: (entry["pool"], entry["position"]))
+    return entries
+
+
+class Scheduler:
+    def __init__(self, settings: Settings, client: redis.Redis | None = None,
+                 sender: Celery | None = None) -> None:
+        self.settings = settings
+        self.client = client or redis.Redis.from_url(settings.redis_url)
+        self.sender = sender or celery_client(settings)
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.lock = LeaderLock(self.client, self.holder, max(5.0, 10 * settings.scheduler_interval_seconds))
+        self._published_queue: list[tuple] | None = None  # what the last published queue showed
+        self._live: set[str] = set()  # workers heartbeating at the last tick
+        self._gone: set[str] = set()  # workers that stopped, whose queue is not dropped yet
+
+    def tick(self) -> list[int]:
+        """One pass; the ids dispatched, in order."""
+        url = self.settings.database_url
+        with session_scope(url) as session:
+            for job_id in requeue_expired(session, self.settings.lease_seconds):
+                log.warning("job %s: lease expired, back to the queue", job_id)
+        heartbeats = bus.live_workers(self.client)
+        with session_scope(url) as session:
+            state = load_state(session, heartbeats, utcnow(), self.settings.fair_share_half_life_seconds)
+        decision = policy.plan(state.cluster)
+        sent = [item.job_id for item in decision.dispatch if self.dispatch(item)]
+        for item in decision.preempt:
+            self.preempt(item)
+        self.record(state, decision, set(sent))
+        self.register_pools(state, heartbeats)
+        self.forget_gone_workers(state, heartbeats)
+        return sent
+
+    def dispatch(self, item: policy.Dispatch) -> bool:
+        """Commit ``dispatched`` first, then send: a worker never sees a job SQL does not know."""
+        with session_scope(self.settings.database_url) as session:
+            if not dispatch_job(session, item.job_id, item.worker_id):
+                return False
+        queue = worker_queue(item.worker_id)
+        try:
+            self.sender.send_task(RUN_JOB, args=[item.job_id], queue=queue)
+        except Exception as exc:  # noqa: BLE001 - any broker failure: undo, retry next tick
+            log.error("job %s: send failed, back to the queue: %s", item.job_id, exc)
+            with session_scope(self.settings.database_url) as session:
+                transition(session, item.job_id, ("dispatched",), "queued", "dispatch_failed", str(exc),
+                           level="warning", dispatched_at=None, worker_id=None)
+            return False
+        log.info("job %s dispatched to %s", item.job_id, queue)
+        self._count("dispatches")
+        return True
+
+    def preempt(self, item: policy.Preemption) -> None:
+        with session_scope(self.settings.database_url) as session:
+            asked = request_preempt(session, item.victim_id, item.for_job_id)
+        if asked:
+            log.info("job %s asked to yield its worker to job %s", item.victim_id, item.for_job_id)
+            self._count("preemptions")
+
+    def _count(self, name: str) -> None:
+        """Best effort: a lost increment only dents a Prometheus rate, never a decision."""
+        try:
+            bus.count(self.client, name)
+        except RedisError as exc:
+            log.warning("could not count %s: %s", name, exc)
+
+    def record(self, state: SchedulingState, decision: policy.Plan, sent: set[int]) -> None:
+        """Pending reasons into SQL (only those that changed), the queue into Redis."""
+        changed = {job_id: decision.pending.get(job_id) for job_id, info in state.waiting_info.items()
+                   if job_id not in sent and decision.pending.get(job_id) != info.pending_reason}
+        if changed:
+            with session_scope(self.settings.database_url) as session:
+                set_pending_reasons(session, changed)
+        # What a queue entry shows that can change; its name, team and GPUs never do. Comparing
+        # this first spares building 10k entries on a tick that changed nothing.
+        signature = [(job.id, job.priority, decision.position.get(job.id), decision.pending.get(job.id))
+                     for job in state.cluster.waiting]
+        if signature != self._published_queue:
+            bus.publish_queue(self.client, queue_snapshot(state, decision), utcnow().isoformat())
+            self._published_queue = signature
+        bus.mark_scheduler_pass(self.client, utcnow().isoformat())
+
+    def forget_gone_workers(self, state: SchedulingState, heartbeats: list[dict[str, Any]]) -> None:
+        """A worker that stopped heartbeating leaves its private queue behind. Once no job is
+        promised to it any more (the lease reaper requeues those), nothing in that queue can
+        ever be claimed, so it is dropped rather than left in Redis for good."""
+        live = {beat.get("worker_id") for beat in heartbeats}
+        self._gone = (self._gone | (self._live - live)) - live  # a worker that came back is not gone
+        self._live = live
+        promised = {job.worker_id for job in state.cluster.holding}
+        done = {worker_id for worker_id in self._gone if worker_id not in promised}
+        if done:
+            self.client.delete(*(worker_queue(worker_id) for worker_id in done))
+            self._gone -= done
+
+    def register_pools(self, state: SchedulingState, heartbeats: list[dict[str, Any]]) -> None:
+        """Pools live workers serve exist; each records its largest live worker's GPU count."""
+        largest: dict[str, int] = {}
+        for beat in heartbeats:
+            pool = beat.get("pool", "default")
+            largest[pool] = max(largest.get(pool, 0), int(beat.get("gpus", 1)))
+        stale = {pool: gpus for pool, gpus in largest.items()
+                 if pool not in state.pools or state.pools[pool][1] != gpus}
+        if stale:
+            with session_scope(self.settings.database_url) as session:
+                for pool, gpus in stale.items():
+                    ensure_pool(session, pool)
+                    set_max_worker_gpus(session, pool, gpus)
+
+    def run(self, stop: threading.Event) -> None:
+        """Tick every interval while leader; errors are logged and retried, never fatal."""
+        leading = False
+        try:
+            while not stop.is_set():
+                try:
+                    now_leading = self.lock.hold()
+                    if now_leading != leading:
+                        log.info("scheduler %s %s", self.holder,
+                                 "is the leader" if now_leading else "stood down")
+                        leading = now_leading
+                    if leading:
+                        self.tick()
+                except (RedisError, SQLAlchemyError) as exc:
+                    log.warning("scheduler tick failed: %s", exc)
+                except Exception:  # noqa: BLE001 - a bug in one tick must not stop scheduling
+                    log.exception("scheduler tick failed")
+                stop.wait(self.settings.scheduler_interval_seconds)
+        finally:
+            try:
+                self.lock.release()
+            except RedisError:
+                pass

@@ -1,0 +1,81 @@
+"""Wire schemas of teams, API keys and pools (``/v1/admin``, ``/v1/me``).
+
+Request bodies forbid unknown fields, so a misspelt field is an error rather than a silent no-op.
+The store checks the same limits again (its other caller is the CLI), from the constants here.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.schemas.jobs import UtcDatetime
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"  # team and pool names: as a JobSpec names a pool
+MAX_QUOTA_GPUS = 1_000_000  # larger is a typo, and it keeps every sum inside a 32-bit INTEGER
+MAX_LABEL_LENGTH = 128
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TeamRead(BaseModel):
+    id: int
+    name: str
+    weight: float
+    quotas: dict[str, int] = Field(description="pool -> most GPUs the team may hold there at once")
+    created_at: UtcDatetime
+
+
+class TeamCreate(_Body):
+    name: str = Field(pattern=NAME_PATTERN)
+    weight: float = Field(1.0, gt=0, allow_inf_nan=False, description="Fair-share weight")
+
+
+class TeamUpdate(_Body):
+    weight: float = Field(gt=0, allow_inf_nan=False)
+
+
+class QuotaSet(_Body):
+    gpus: int = Field(ge=0, le=MAX_QUOTA_GPUS)
+
+
+class QuotaChange(_Body):
+    delta: int = Field(description="Added to the current quota (none counts as 0); the result must be >= 0")
+
+
+class KeyCreate(_Body):
+    admin: bool = False
+    label: str | None = Field(None, max_length=MAX_LABEL_LENGTH)
+
+
+class KeyRead(BaseModel):
+    id: int
+    team: str
+    prefix: str = Field(description="The key's first characters, to tell keys apart")
+    is_admin: bool
+    label: str | None
+    created_at: UtcDatetime
+    revoked_at: UtcDatetime | None
+
+
+class KeyCreated(KeyRead):
+    key: str = Field(description="The key itself; shown this once, only its hash is kept")
+
+
+class PoolCreate(_Body):
+    name: str = Field(pattern=NAME_PATTERN)
+
+
+class PoolRead(BaseModel):
+    name: str
+    held: bool = Field(description="No job is dispatched into a held pool")
+    max_worker_gpus: int | None = Field(description="Largest GPU count a live worker advertised")
+    created_at: UtcDatetime
+
+
+class Me(BaseModel):
+    team: str
+    team_id: int
+    is_admin: bool
+    key_prefix: str | None = Field(description="None for the operator token and with auth off")

@@ -1,0 +1,91 @@
+"""Wire schemas (``XRead``); SQL rows never leave the store layer. The request body of
+``POST /v1/jobs`` is the :class:`grpo_core.spec.JobSpec` itself."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict
+
+T = TypeVar("T")
+
+
+def as_utc(value: datetime) -> datetime:
+    # SQLite hands back naive datetimes (it stores no offset); every stored time is UTC.
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
+
+
+class ErrorInfo(BaseModel):
+    code: str
+    message: str
+
+
+class JobRead(BaseModel):
+    id: int
+    name: str
+    team_id: int
+    status: str
+    priority: str
+    pool: str
+    gpus: int
+    attempt: int
+    worker_id: str | None
+    max_steps: int
+    last_step: int
+    cancel_requested: bool
+    preempt_requested: bool = False
+    pending_reason: str | None = None  # why a waiting job waits (api.scheduling.policy.PENDING_REASONS)
+    queue_position: int | None = None  # 1-based place in its pool's order, from the scheduler's last pass
+    created_at: UtcDatetime
+    dispatched_at: UtcDatetime | None
+    started_at: UtcDatetime | None
+    finished_at: UtcDatetime | None
+    heartbeat_at: UtcDatetime | None
+    latest_checkpoint: str | None
+    error: ErrorInfo | None
+    spec: dict[str, Any]
+
+
+class JobUpdate(BaseModel):
+    """``PATCH /v1/jobs/{id}``: what may change while a job waits or runs."""
+
+    model_config = ConfigDict(extra="forbid")
+    priority: Literal["low", "normal", "high"]
+
+
+class EventRead(BaseModel):
+    id: int
+    job_id: int
+    ts: UtcDatetime
+    level: str
+    type: str
+    message: str
+    data: dict[str, Any]
+
+
+class MetricRead(BaseModel):
+    step: int
+    ts: UtcDatetime
+    values: dict[str, Any]
+
+
+class SamplesRead(BaseModel):
+    step: int
+    rows: list[dict[str, Any]]
+
+
+class CheckpointRead(BaseModel):
+    step: int
+    path: str
+    created_at: UtcDatetime
+
+
+class Page(BaseModel, Generic[T]):
+    """A page of items; pass ``next_after`` as ``after`` to get the next one (None: no more)."""
+
+    items: list[T]
+    next_after: int | None

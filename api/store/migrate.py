@@ -1,0 +1,80 @@
+"""Bring a database to the newest schema: the prestart step of every deployment.
+
+``python -m api.store.migrate`` waits for the configured database to accept connections (in
+docker-compose the API container may start before Postgres is ready), then runs
+``alembic upgrade head``. Imports only SQLAlchemy, Alembic and the settings, never torch, so the
+prestart stays fast.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine, pool, text
+from sqlalchemy.exc import OperationalError
+
+from api.settings import get_settings
+
+# migrations/ is not part of the installed packages, so it is found next to the checkout's api/.
+ALEMBIC_INI = Path(__file__).resolve().parents[2] / "migrations" / "alembic.ini"
+WAIT_TRIES = 30
+WAIT_SECONDS = 1.0
+
+log = logging.getLogger(__name__)
+
+
+def alembic_config(database_url: str) -> Config:
+    """The project's Alembic config pointed at ``database_url`` (the URL set here wins in env.py)."""
+    if not ALEMBIC_INI.is_file():
+        raise FileNotFoundError(f"{ALEMBIC_INI} is missing; run from a checkout or an editable install")
+    cfg = Config(str(ALEMBIC_INI))
+    # The ini's interpolation would read a percent-encoded password ("%40") as a reference.
+    cfg.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
+    return cfg
+
+
+def upgrade_to_head(database_url: str) -> None:
+    command.upgrade(alembic_config(database_url), "head")
+
+
+def wait_for_database(database_url: str, tries: int = WAIT_TRIES, delay: float = WAIT_SECONDS) -> None:
+    """Return once ``SELECT 1`` succeeds; re-raise the last error after ``tries`` attempts."""
+    engine = create_engine(database_url, poolclass=pool.NullPool)
+    try:
+        for attempt in range(1, tries + 1):
+            try:
+                with engine.connect() as connection:
+                    connection.execute(text("SELECT 1"))
+                return
+            except OperationalError as exc:
+                if attempt == tries:
+                    raise
+                log.info("database not ready (%d/%d): %s", attempt, tries, _reason(exc))
+                time.sleep(delay)
+    finally:
+        engine.dispose()
+
+
+def _reason(exc: OperationalError) -> str:
+    """The driver's first line: one log line per try, not a paragraph."""
+    return str(exc.orig or exc).strip().splitlines()[0]
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s [%(name)s] %(message)s")
+    database_url = get_settings().database_url
+    try:
+        wait_for_database(database_url, WAIT_TRIES, WAIT_SECONDS)
+    except OperationalError as exc:
+        log.error("database never answered after %d tries: %s", WAIT_TRIES, _reason(exc))
+        return 1
+    upgrade_to_head(database_url)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+"""Words every part of the service shares and none of them owns: priority classes, the shape of
+team and pool names, Celery task names and queues, and a worker's heartbeat. Pure (no I/O), so
+the store, the scheduler, the worker, the HTTP layer and the CLI can all import it.
+
+The job's statuses and their transitions live in :mod:`api.lifecycle`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any, get_args
+
+from grpo_core.spec import POOL_NAME_PATTERN, Priority
+
+PRIORITIES: tuple[str, ...] = get_args(Priority)  # lowest first
+# Team names follow the same rules as pool names: a JobSpec names a pool, an admin a team.
+NAME_PATTERN = POOL_NAME_PATTERN
+DEFAULT_POOL = "default"
+
+RUN_JOB = "grpo.run_job"
+
+
+def worker_queue(worker_id: str) -> str:
+    """Each worker consumes a queue of its own: the scheduler places a job on one worker (the
+    one whose GPUs it counted), so the broker must not pick another one of the pool."""
+    return f"grpo.worker.{worker_id}"
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """What a live worker advertises (``api.store.bus``): its pool and capacity, what it runs."""
+
+    worker_id: str
+    pool: str = DEFAULT_POOL
+    gpus: int = 1
+    gpu_model: str | None = None
+    gpu_memory_mb: int | None = None
+    memory_mb: int | None = None
+    hostname: str | None = None
+    running_job: int | None = None  # the job its child runs now, even one SQL no longer gives it
+    busy_gpus: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> Heartbeat | None:
+        """None for a heartbeat this version cannot read (no worker id): it is not counted."""
+        data: dict[str, Any] = json.loads(raw)
+        if not isinstance(data, dict) or not data.get("worker_id"):
+            return None
+        known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        return cls(**known)

@@ -1,0 +1,91 @@
+"""The import rules between packages (DESIGN §2, and each ``api`` sub-package's docstring),
+checked on the source: every ``import`` statement counts, also the lazy ones inside functions,
+because a lazy import is still a dependency."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SERVICE_FRAMEWORKS = ("fastapi", "starlette", "celery", "redis", "sqlalchemy", "alembic", "uvicorn")
+
+# module prefix -> prefixes of this project's modules it must never import
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "grpo_core": ("api", "worker", *SERVICE_FRAMEWORKS),
+    "api.lifecycle": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
+    "api.vocabulary": ("api", "worker", *SERVICE_FRAMEWORKS),
+    "api.errors": ("api", "worker", "grpo_core"),
+    "api.schemas": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
+                    "sqlalchemy", "redis", "fastapi"),
+    "api.store": ("api.http", "api.streaming", "api.cli", "worker", "fastapi", "starlette",
+                  "api.scheduling.scheduler", "api.scheduling.cluster_views"),
+    "api.scheduling.policy": ("api", "worker", *SERVICE_FRAMEWORKS),
+    "api.scheduling": ("api.http", "api.streaming", "api.cli", "worker", "fastapi"),
+    "api.streaming": ("api.http", "api.scheduling", "api.cli", "worker"),
+    "api.http": ("api.cli", "worker", "celery"),
+    "api.main": ("api.cli", "worker", "celery"),
+    # The HTTP client side of the CLI works against a remote service: HTTP only.
+    "api.cli.client": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
+    "api.cli.term_view": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
+    "api.cli.monitor": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker"),
+    # The worker sees the service only through the store and the shared vocabulary.
+    "worker": ("api.http", "api.scheduling", "api.streaming", "api.cli", "api.main", "fastapi"),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def rules_for(module: str) -> tuple[str, ...]:
+    """The most specific rule's prefixes (a sub-module's rule refines its package's)."""
+    matching = [prefix for prefix in FORBIDDEN if under(module, prefix)]
+    return FORBIDDEN[max(matching, key=len)] if matching else ()
+
+
+SOURCES = sorted(p for package in ("api", "worker", "grpo_core") for p in (REPO / package).rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(REPO)))
+def test_imports_follow_the_package_rules(path: Path) -> None:
+    module = module_name(path)
+    forbidden = rules_for(module)
+    bad = sorted(name for name in imported_modules(path) for prefix in forbidden
+                 if under(name, prefix) and not under(name, module))
+    assert not bad, f"{module} must not import {bad} (rules: {forbidden})"
+
+
+def test_every_service_module_is_covered_by_a_rule() -> None:
+    """A new top-level module or sub-package must say what it may import."""
+    exempt = {"api", "api.settings", "api.cli", "api.cli.main", "api.cli.admin", "api.cli.dev"}
+    uncovered = [module_name(p) for p in SOURCES
+                 if not rules_for(module_name(p)) and module_name(p) not in exempt]
+    assert not uncovered, f"no import rule for {uncovered}: add one to FORBIDDEN"
+
+
+def test_a_rule_violation_is_detected(tmp_path: Path) -> None:
+    """The scanner sees lazy imports inside functions and ``from X import Y`` forms."""
+    source = tmp_path / "probe.py"
+    source.write_text("def f():\n    from api.http import deps\n    import worker.tasks\n")
+    names = imported_modules(source)
+    assert {"api.http", "api.http.deps", "worker.tasks"} <= names
+    assert any(under(n, "api.http") for n in names)
