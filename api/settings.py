@@ -9,6 +9,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from api.vocabulary import DEFAULT_POOL, POOL_NAME_PATTERN
+
 # Refused as tokens: a default secret in production is worse than none at all.
 _PLACEHOLDER_TOKENS = {"changeme", "change-me", "secret", "token", "password"}
 
@@ -22,7 +24,7 @@ class Settings(BaseSettings):
     data_root: Path = Field(Path("./data"), description="`path:NAME` dataset sources resolve under this.")
     artifacts_root: Path = Field(Path("./artifacts"), description="Checkpoints are written under this.")
     # The JobSpec's pool pattern: a worker must serve a pool that a job can name.
-    pool: str = Field("default", pattern=r"^[a-z0-9][a-z0-9_\-]{0,62}$",
+    pool: str = Field(DEFAULT_POOL, pattern=POOL_NAME_PATTERN,
                       description="The GPU pool this worker serves.")
     worker_gpus: int = Field(1, ge=1, le=64, description="GPUs this worker advertises.")
     api_host: str = "127.0.0.1"

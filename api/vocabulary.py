@@ -17,6 +17,8 @@ PRIORITIES: tuple[str, ...] = get_args(Priority)  # lowest first
 # Team names follow the same rules as pool names: a JobSpec names a pool, an admin a team.
 NAME_PATTERN = POOL_NAME_PATTERN
 DEFAULT_POOL = "default"
+MAX_QUOTA_GPUS = 1_000_000  # larger is a typo, and it keeps every sum inside a 32-bit INTEGER
+MAX_LABEL_LENGTH = 128  # an API key's label
 
 RUN_JOB = "grpo.run_job"
 

@@ -31,34 +31,32 @@ def _amount(text: str) -> tuple[str, int]:
     return match.group(1), int(match.group(2))
 
 
-def _set_quota(session: Any, args: argparse.Namespace) -> Any:
+def _teams() -> Any:
+    # Imported when a command runs: building the ``grpo`` parser must not import SQLAlchemy
+    # (``grpo train`` never needs it).
     from api.store import teams
 
+    return teams
+
+
+def _pools() -> Any:
+    from api.store import pools
+
+    return pools
+
+
+def _set_quota(session: Any, args: argparse.Namespace) -> Any:
     sign, gpus = args.gpus
     if not sign:
-        return teams.set_quota(session, args.team, args.pool, gpus)
-    return teams.change_quota(session, args.team, args.pool, gpus if sign == "+" else -gpus)
+        return _teams().set_quota(session, args.team, args.pool, gpus)
+    return _teams().change_quota(session, args.team, args.pool, gpus if sign == "+" else -gpus)
 
 
 def _create_key(session: Any, args: argparse.Namespace) -> Any:
     from api.schemas.admin import KeyCreated
-    from api.store import teams
 
-    record, key = teams.create_key(session, args.team, args.admin, args.label)
+    record, key = _teams().create_key(session, args.team, args.admin, args.label)
     return KeyCreated(**record.model_dump(), key=key)
-
-
-def _store_call(module: str, function: str, *arg_names: str, **fixed: Any) -> Command:
-    """A command that calls ``api.store.<module>.<function>(session, *args, **fixed)``. Named,
-    not imported: building the ``grpo`` parser must not import SQLAlchemy (``grpo train``)."""
-
-    def command(session: Any, args: argparse.Namespace) -> Any:
-        from importlib import import_module
-
-        call = getattr(import_module(f"api.store.{module}"), function)
-        return call(session, *(getattr(args, name) for name in arg_names), **fixed)
-
-    return command
 
 
 def _line(record: Any) -> str:
@@ -136,24 +134,24 @@ def add_admin_commands(commands: argparse._SubParsersAction) -> None:
 
     team = ("team", {"help": "team name"})
     pool = ("pool", {"help": "pool name"})
-    add("create-team", "create a team", _store_call("teams", "create_team", "name", "weight"),
+    add("create-team", "create a team", lambda s, a: _teams().create_team(s, a.name, a.weight),
         ("name", {}), ("--weight", {"type": float, "default": 1.0, "help": "fair-share weight (> 0)"}))
-    add("list-teams", "teams with their weights and quotas", _store_call("teams", "list_teams"))
-    add("set-weight", "set a team's fair-share weight", _store_call("teams", "set_weight", "team", "weight"),
+    add("list-teams", "teams with their weights and quotas", lambda s, a: _teams().list_teams(s))
+    add("set-weight", "set a team's fair-share weight", lambda s, a: _teams().set_weight(s, a.team, a.weight),
         team, ("weight", {"type": float}))
     add("set-quota", "set (N) or change (+N, -N) a team's GPU quota in a pool", _set_quota,
         team, pool, ("gpus", {"type": _amount, "metavar": "N|+N|-N"}))
     add("clear-quota", "remove a team's quota in a pool (no limit but capacity)",
-        _store_call("teams", "clear_quota", "team", "pool"), team, pool)
+        lambda s, a: _teams().clear_quota(s, a.team, a.pool), team, pool)
     add("create-key", "create an API key; prints the key (once) on stdout", _create_key, team,
         ("--admin", {"action": "store_true", "help": "an admin key: every team, /v1/admin"}),
         ("--label", {"default": None, "help": "a note for listings (<= 128 characters)"}))
-    add("list-keys", "API keys (prefixes only)", _store_call("teams", "list_keys", "team"),
+    add("list-keys", "API keys (prefixes only)", lambda s, a: _teams().list_keys(s, a.team),
         ("--team", {"default": None, "help": "only this team's"}))
-    add("revoke-key", "revoke an API key (idempotent)", _store_call("teams", "revoke_key", "key_id"),
+    add("revoke-key", "revoke an API key (idempotent)", lambda s, a: _teams().revoke_key(s, a.key_id),
         ("key_id", {"type": int, "metavar": "ID"}))
-    add("create-pool", "create a GPU pool", _store_call("pools", "create_pool", "name"), ("name", {}))
-    add("list-pools", "GPU pools", _store_call("pools", "list_pools"))
-    add("hold", "stop dispatching into a pool", _store_call("pools", "set_held", "pool", held=True), pool)
-    add("resume", "dispatch into a held pool again", _store_call("pools", "set_held", "pool", held=False),
+    add("create-pool", "create a GPU pool", lambda s, a: _pools().create_pool(s, a.name), ("name", {}))
+    add("list-pools", "GPU pools", lambda s, a: _pools().list_pools(s))
+    add("hold", "stop dispatching into a pool", lambda s, a: _pools().set_held(s, a.pool, held=True), pool)
+    add("resume", "dispatch into a held pool again", lambda s, a: _pools().set_held(s, a.pool, held=False),
         pool)

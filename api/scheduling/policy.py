@@ -41,7 +41,9 @@ from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-PRIORITY_ORDER = ("high", "normal", "low")
+from api.vocabulary import PRIORITIES
+
+PRIORITY_ORDER = tuple(reversed(PRIORITIES))  # most urgent first
 
 # Why a waiting job was not dispatched in the last pass, most specific first.
 PENDING_REASONS = (

@@ -1,7 +1,7 @@
 """Wire schemas of teams, API keys and pools (``/v1/admin``, ``/v1/me``).
 
 Request bodies forbid unknown fields, so a misspelt field is an error rather than a silent no-op.
-The store checks the same limits again (its other caller is the CLI), from the constants here.
+The store checks the same limits again (its other caller is the CLI), from ``api.vocabulary``.
 """
 
 from __future__ import annotations
@@ -9,10 +9,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.jobs import UtcDatetime
-
-NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"  # team and pool names: as a JobSpec names a pool
-MAX_QUOTA_GPUS = 1_000_000  # larger is a typo, and it keeps every sum inside a 32-bit INTEGER
-MAX_LABEL_LENGTH = 128
+from api.vocabulary import MAX_LABEL_LENGTH, MAX_QUOTA_GPUS, NAME_PATTERN
 
 
 class _Body(BaseModel):

@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
+
+from grpo_core.spec import Priority
 
 T = TypeVar("T")
 
@@ -54,7 +56,7 @@ class JobUpdate(BaseModel):
     """``PATCH /v1/jobs/{id}``: what may change while a job waits or runs."""
 
     model_config = ConfigDict(extra="forbid")
-    priority: Literal["low", "normal", "high"]
+    priority: Priority
 
 
 class EventRead(BaseModel):

@@ -1,5 +1,6 @@
-"""Value checks shared by the team and pool stores. The HTTP schemas declare the same limits
-(``api.schemas.admin``), but the CLI reaches the store without them, so the store checks too."""
+"""Value checks shared by the team and pool stores. The HTTP schemas (``api.schemas.admin``)
+declare the same limits from the same ``api.vocabulary`` constants, but the CLI reaches the store
+without them, so the store checks too."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 import re
 
 from api.errors import InvalidInput
-from api.schemas.admin import MAX_LABEL_LENGTH, MAX_QUOTA_GPUS, NAME_PATTERN
+from api.vocabulary import MAX_LABEL_LENGTH, MAX_QUOTA_GPUS, NAME_PATTERN
 
 _NAME = re.compile(NAME_PATTERN)
 

@@ -69,10 +69,6 @@ def team_by_id(session: Session, team_id: int) -> TeamRead:
     return _team_read(team, quotas_by_team(session, team_id).get(team_id, {}))
 
 
-def get_team(session: Session, name: str) -> TeamRead:
-    return team_by_id(session, _team_id(session, name))
-
-
 def list_teams(session: Session) -> list[TeamRead]:
     quotas = quotas_by_team(session)
     rows = session.scalars(select(Team).order_by(Team.name))
