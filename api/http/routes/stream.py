@@ -13,7 +13,8 @@ status (the API, the scheduler, the worker) publishes it to that stream once it 
 events come with their row id and are sent as they arrive; a status change makes the server
 re-read the job's row at once and send the ``status`` with it. SQL is also re-read as a safety
 net for a publish that failed: after a second of quiet stream (which catches a job that ended
-unannounced), and every few seconds on a busy one. When the job is terminal the last message is
+unannounced), and every five seconds on a busy one (``GRPO_STREAM_BLOCK_SECONDS``,
+``GRPO_STREAM_RECHECK_SECONDS``). When the job is terminal the last message is
 its ``status``, then a close with 1000. One reader per job per process tails the stream and
 re-reads SQL for all of a job's connections; each keeps its own cursor (``api.streaming``).
 
