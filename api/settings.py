@@ -38,6 +38,12 @@ class Settings(BaseSettings):
         5.0, ge=0, description="How long a verified API key is trusted before it is looked up again; "
         "a revocation through another process takes effect within this.")
     stream_maxlen: int = Field(10_000, ge=100, description="Approximate cap of each job's Redis Stream.")
+    # Writers publish every event and status change; these SQL re-reads only catch a failed publish.
+    stream_block_seconds: float = Field(
+        1.0, gt=0, le=5.0, description="A live stream reader re-reads the job in SQL after its Redis "
+        "stream was quiet this long (at most 5: below the API's Redis socket timeout).")
+    stream_recheck_seconds: float = Field(
+        5.0, gt=0, description="A busy live stream's reader re-reads the job's row and events this often.")
     heartbeat_seconds: float = Field(2.0, gt=0, description="How often a worker renews its job lease.")
     lease_seconds: float = Field(30.0, gt=0, description="A job whose lease is older goes back to the queue.")
     scheduler_interval_seconds: float = Field(0.5, gt=0)

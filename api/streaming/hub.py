@@ -1,11 +1,17 @@
-"""One reader per job per process for ``WS /v1/jobs/{id}/stream`` (``api.http.routes.stream``).
+"""One reader per job per process: each job's stream is XREAD once for all its connections.
 
 A job's hub is one asyncio task, started when the job's first subscriber attaches and stopped
-when its last one leaves. It XREADs the job's stream once for all of them, decodes and
-translates each entry once, and offers it to every subscriber. Each subscriber keeps its own
-cursor (its SQL backlog was read at its own ``after``) and its own bounded queue: a full queue
-ends that subscriber alone, with :class:`SlowClient`. The hub also runs the job's SQL re-check
-(the route's ``check``), one read per job per interval on behalf of all its subscribers.
+when its last one leaves. It reads the job's stream, decodes and translates each entry once
+(:class:`~api.streaming.messages.Entry`) and offers it to every subscriber, each with its own
+cursor (its backlog was read at its own ``after``) and its own bounded queue.
+
+Writers (API, scheduler, worker) publish every event with its row id and every status change,
+so the stream alone keeps clients current. An entry only SQL may send (a status, which goes out
+with the job's row, or an event without its id) makes the hub re-read the row and events at
+once, after the batch that carried it. The other SQL re-reads are a safety net for a publish
+that failed, one read per job for all its subscribers: everything after an XREAD that waited
+``block_ms`` for nothing (a job that ended unannounced), the row and events every ``recheck_s``
+on a busy stream.
 
 No gap: a subscriber notes the stream's newest id (its ``start``) before its SQL backlog read
 and must get every entry after it. The hub keeps its recent entries in a ring; a subscriber
@@ -18,119 +24,24 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from api.store import bus
-
-StreamId = tuple[int, int]  # (milliseconds, sequence): ordered as Redis orders entry ids
-RING_SIZE = 512  # recent entries a late joiner may replay
-
-
-def parse_id(raw: bytes | str) -> StreamId:
-    text = raw.decode() if isinstance(raw, bytes) else raw
-    ms, _, seq = text.partition("-")
-    return int(ms), int(seq or 0)
-
-
-@dataclass
-class Cursor:
-    """What this client has been sent; everything at or before it is a duplicate."""
-
-    step: int = 0
-    sample_step: int = 0
-    event_id: int = 0
-    status: str | None = None
-
-    def admit(self, kind: str, data: dict[str, Any]) -> bool:
-        """True (and move past it) the first time a step, sample step, event or status is seen."""
-        if kind == "status":
-            fresh = data["status"] != self.status
-            self.status = data["status"]
-            return fresh
-        name = _CURSOR_FIELDS[kind]
-        number = int(data["id"] if kind == "event" else data["step"])
-        if number <= getattr(self, name):
-            return False
-        setattr(self, name, number)
-        return True
-
-
-_CURSOR_FIELDS = {"metrics": "step", "samples": "sample_step", "event": "event_id"}
-
-
-class SlowClient(Exception):  # noqa: N818 - names the condition
-    """The client's queue is full: it reads slower than the job publishes."""
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One stream entry, decoded and translated once for every subscriber."""
-
-    id: StreamId
-    kind: str
-    data: dict[str, Any]
-    text: str | None  # the client message as JSON; None: it must come from SQL instead
-
-
-class Subscriber:
-    """One connection's side of a hub: its cursor, its queue and where its backlog ends."""
-
-    def __init__(self, cursor: Cursor, queue: asyncio.Queue, put_timeout_s: float) -> None:
-        self.cursor, self.queue, self.put_timeout_s = cursor, queue, put_timeout_s
-        self.start: StreamId = (0, 0)  # the newest stream id before its last SQL read
-        self.ended = asyncio.Event()
-        self.error: BaseException | None = None
-
-    def offer(self, entry: Entry) -> None:
-        """A live entry: queued unless SQL must send it, the backlog had it, or it is a duplicate."""
-        if entry.text is not None and entry.id > self.start and self.cursor.admit(entry.kind, entry.data):
-            self.put_nowait(entry.text)
-
-    def put_nowait(self, item: str | None) -> None:
-        if self.ended.is_set():
-            return
-        try:
-            self.queue.put_nowait(item)
-        except asyncio.QueueFull:
-            self.finish(SlowClient())
-
-    async def put(self, item: str | None, wait: bool) -> None:
-        """Queue ``item``; a full queue ends the subscriber at once, or after a wait."""
-        if not wait or self.ended.is_set():
-            self.put_nowait(item)
-            return
-        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that
-        # arrives as the put completes, and a disconnected client's task then never ends.
-        try:
-            async with asyncio.timeout(self.put_timeout_s):
-                await self.queue.put(item)
-        except TimeoutError:
-            self.finish(SlowClient())
-
-    def finish(self, error: BaseException | None = None) -> None:
-        """End it: ``error`` None once the end marker is queued. The first call wins."""
-        if not self.ended.is_set():
-            self.error = error
-            self.ended.set()
-
-
-# (job_id, subscribers, floor: the lowest of their cursors, steps) -> the job is terminal
-Check = Callable[[int, list["Subscriber"], Cursor, bool], Awaitable[bool]]
+from api.streaming.catch_up import catch_up
+from api.streaming.config import StreamConfig
+from api.streaming.cursor import Cursor, StreamId, format_id
+from api.streaming.messages import Entry
+from api.streaming.subscriber import Subscriber
 
 
 @dataclass
 class Hubs:
     """This process's hubs (one set per app and Redis client), by job id."""
 
-    redis: Any
-    translate: Callable[[dict[str, Any]], str | None]  # decoded entry -> client JSON; None: from SQL
-    check: Check
-    block_ms: int  # XREAD wait: a quiet stream re-checks SQL this often
-    batch: int  # entries per XREAD
-    recheck_s: float  # a busy stream re-checks SQL this often
-    ring_size: int = RING_SIZE
+    redis: Any  # an asyncio Redis client
+    database_url: str
+    config: StreamConfig = field(default_factory=StreamConfig)
     jobs: dict[int, JobHub] = field(default_factory=dict)
 
     def subscriber_count(self) -> int:
@@ -150,9 +61,9 @@ class JobHub:
     def __init__(self, hubs: Hubs, job_id: int, start: StreamId) -> None:
         self.hubs, self.job_id = hubs, job_id
         self.position = self.floor = start  # read up to; the ring holds every entry after floor
-        self.ring: deque[Entry] = deque(maxlen=hubs.ring_size)
+        self.ring: deque[Entry] = deque(maxlen=hubs.config.ring_size)
         self.subscribers: dict[Subscriber, None] = {}  # insertion-ordered set
-        self.asked = False  # an entry needs the job's row: re-check SQL after this batch
+        self.asked = False  # an entry needs the job's row: re-read SQL after this batch
         self.task = asyncio.create_task(self._run(), name=f"stream-hub-{job_id}")
 
     def attach(self, subscriber: Subscriber) -> bool:
@@ -160,7 +71,7 @@ class JobHub:
             return False
         for entry in self.ring:  # what the hub read after the subscriber's start
             subscriber.offer(entry)
-            # an entry only SQL may send, which the hub's last re-check may have done without it
+            # an entry only SQL may send, which the hub's last re-read may have done without it
             self.asked = self.asked or (entry.text is None and entry.id > subscriber.start)
         self.subscribers[subscriber] = None
         return True
@@ -178,7 +89,7 @@ class JobHub:
     async def _run(self) -> None:
         try:
             await self._tail()
-            error = None  # terminal: the check queued every subscriber's end marker
+            error = None  # terminal: the catch-up queued every subscriber's end marker
         except asyncio.CancelledError:
             raise
         except Exception as failure:  # Redis, SQL or a bad entry: every subscriber ends with it
@@ -190,38 +101,38 @@ class JobHub:
         self.subscribers.clear()
 
     async def _tail(self) -> None:
-        """Read, fan out and re-check until the check finds the job terminal. A quiet stream
-        re-checks everything; an entry that needs SQL or a busy stream every ``recheck_s``
-        re-checks the row and events."""
-        hubs, key = self.hubs, bus.stream_key(self.job_id)
+        """Read and fan out until a SQL read finds the job terminal (module docstring: when)."""
+        redis, config, key = self.hubs.redis, self.hubs.config, bus.stream_key(self.job_id)
         loop = asyncio.get_running_loop()
         checked_at = loop.time()
         while True:
-            position = f"{self.position[0]}-{self.position[1]}"
-            reply = await hubs.redis.xread({key: position}, count=hubs.batch, block=hubs.block_ms)
+            position = format_id(self.position)
+            reply = await redis.xread({key: position}, count=config.batch, block=config.block_ms)
             entries = reply[0][1] if reply else []
             for raw_id, fields in entries:
                 entry = self._read(raw_id, fields)
                 self.asked = self.asked or entry.text is None
                 for subscriber in list(self.subscribers):
                     subscriber.offer(entry)
-            if not entries or self.asked or loop.time() - checked_at > hubs.recheck_s:
-                self.asked = False  # one raised during the re-check asks for the next one
+            if not entries or self.asked or loop.time() - checked_at > config.recheck_s:
+                self.asked = False  # one raised during the read asks for the next one
                 if await self._check(steps=not entries):
                     return
                 checked_at = loop.time()
 
     async def _check(self, steps: bool) -> bool:
+        """One SQL read for every subscriber, from the lowest of their cursors; True: terminal.
+        With ``steps`` (a quiet stream) metrics and samples too, else only the row and events:
+        a busy stream's steps come through it."""
         subscribers = list(self.subscribers)
         if not subscribers:
             return False
-        fields = ("step", "sample_step", "event_id")
-        floor = Cursor(*(min(getattr(s.cursor, name) for s in subscribers) for name in fields))
-        return await self.hubs.check(self.job_id, subscribers, floor, steps)
+        floor = Cursor.lowest(s.cursor for s in subscribers)
+        url = self.hubs.database_url
+        return await catch_up(url, self.job_id, subscribers, floor, wait=False, steps=steps)
 
     def _read(self, raw_id: bytes | str, fields: dict) -> Entry:
-        message = bus.decode(fields)
-        entry = Entry(parse_id(raw_id), message["type"], message["data"], self.hubs.translate(message))
+        entry = Entry.read(raw_id, fields)
         if len(self.ring) == self.ring.maxlen:
             self.floor = self.ring[0].id  # about to drop out: a joiner must start at or after it
         self.ring.append(entry)

@@ -13,10 +13,13 @@ import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
-from api.http.routes.stream import Cursor, to_client
 from api.schemas.jobs import JobRead
 from api.store import bus
-from api.streaming.hub import Hubs, Subscriber
+from api.streaming.config import StreamConfig
+from api.streaming.cursor import Cursor
+from api.streaming.hub import Hubs
+from api.streaming.messages import to_client
+from api.streaming.subscriber import SlowClient, Subscriber
 
 
 def open_stream(server, job_id: int, token: str | None, *, after: int | None = None,
@@ -92,58 +95,70 @@ def test_cursor_admits_each_step_event_and_status_once() -> None:
     assert [cursor.admit("status", {"status": s}) for s in statuses] == [True, False, True]
 
 
-def test_a_job_hub_fans_out_once_and_late_joiners_replay_from_their_start() -> None:
+def test_a_job_hub_fans_out_once_and_late_joiners_replay_from_their_start(api_settings_factory) -> None:
     """One hub per job: a joiner replays the ring's entries after its start (none twice), one
     whose start fell out of the ring is refused, a full queue ends only its subscriber, and the
     hub stops when its last subscriber leaves."""
+    import redis.asyncio as aioredis
 
-    async def scenario() -> None:
-        batches = [[(f"{n}-0", bus.encode("metrics", {"step": n})) for n in range(2, 6)]]
-        arrived = asyncio.Event()
+    settings = api_settings_factory("sqlite:///never-opened.db")  # this suite's Redis database
 
-        class FakeRedis:
-            async def xread(self, streams: dict, count: int, block: int) -> list:
-                if batches:
-                    return [(b"grpo:job:7", batches.pop(0))]
-                arrived.set()
-                await asyncio.Event().wait()  # then a silent stream: block until cancelled
+    async def until(condition, timeout: float = 5.0) -> None:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not condition():
+            assert asyncio.get_running_loop().time() < deadline, "timed out"
+            await asyncio.sleep(0.01)
 
-        async def never_terminal(*_: object) -> bool:
-            return False
-
-        translated: list[int] = []
-
-        def translate(message: dict) -> str:
-            translated.append(message["data"]["step"])
-            return json.dumps(message["data"]["step"])
-
-        hubs = Hubs(FakeRedis(), translate, never_terminal, 1000, 10, 5.0, ring_size=3)
+    async def scenario(client: aioredis.Redis) -> None:
+        job_id = 990_007  # no database job has it, so no other test's stream either
+        key = bus.stream_key(job_id)
+        await client.delete(key)
+        for n in range(2, 6):
+            await client.xadd(key, bus.encode("metrics", {"step": n}), id=f"{n}-0")
+        # No database: the XREAD wait is far longer than the test, so no SQL re-read comes.
+        hubs = Hubs(client, settings.database_url, StreamConfig(block_ms=60_000, ring_size=3))
 
         def subscriber(start: tuple[int, int], size: int = 10) -> Subscriber:
             joiner = Subscriber(Cursor(), asyncio.Queue(size), 1.0)
             joiner.start = start
             return joiner
 
-        def queued(joiner: Subscriber) -> list[int]:
-            return [json.loads(joiner.queue.get_nowait()) for _ in range(joiner.queue.qsize())]
+        def queued(joiner: Subscriber) -> list[str]:
+            return [joiner.queue.get_nowait() for _ in range(joiner.queue.qsize())]
 
-        first, tiny = subscriber((1, 0)), subscriber((1, 0), size=2)
-        hub = hubs.attach(7, first)
-        assert hub is not None and hubs.attach(7, tiny) is hub
-        await asyncio.wait_for(arrived.wait(), 5)
-        assert translated == [2, 3, 4, 5]  # once, however many subscribers
-        assert queued(first) == [2, 3, 4, 5]
-        assert tiny.ended.is_set() and isinstance(tiny.error, Exception) and queued(tiny) == [2, 3]
-        late, too_late = subscriber((3, 0)), subscriber((1, 0))
-        assert hubs.attach(7, late) is hub and queued(late) == [4, 5]
-        assert hubs.attach(7, too_late) is None  # the ring holds 3..5: entry 2 is gone
-        for joiner in (first, tiny, late):
-            hub.detach(joiner)
-        assert hubs.jobs == {}
-        await asyncio.gather(hub.task, return_exceptions=True)
-        assert hub.task.cancelled()
+        def steps(texts: list[str]) -> list[int]:
+            return [json.loads(text)["step"] for text in texts]
 
-    asyncio.run(scenario())
+        try:
+            first, tiny = subscriber((1, 0)), subscriber((1, 0), size=2)
+            hub = hubs.attach(job_id, first)
+            assert hub is not None and hubs.attach(job_id, tiny) is hub
+            await until(lambda: hub.position == (5, 0))
+            ring = [entry.text for entry in hub.ring]  # entries 3..5: the ring holds 3
+            sent = queued(first)
+            assert steps(sent) == [2, 3, 4, 5]
+            assert all(a is b for a, b in zip(sent[1:], ring, strict=True))  # translated once, for all
+            assert tiny.ended.is_set() and isinstance(tiny.error, SlowClient)
+            assert steps(queued(tiny)) == [2, 3]
+            late, too_late = subscriber((3, 0)), subscriber((1, 0))
+            assert hubs.attach(job_id, late) is hub and queued(late) == ring[1:]
+            assert hubs.attach(job_id, too_late) is None  # the ring holds 3..5: entry 2 is gone
+            for joiner in (first, tiny, late):
+                hub.detach(joiner)
+            assert hubs.jobs == {}
+            await asyncio.gather(hub.task, return_exceptions=True)
+            assert hub.task.cancelled()
+        finally:
+            await client.delete(key)
+
+    async def main() -> None:
+        client = aioredis.Redis.from_url(settings.redis_url)
+        try:
+            await scenario(client)
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
 
 
 # ---- against the server ----
@@ -248,7 +263,7 @@ def test_cancelling_a_running_job_streams_the_request_then_the_end(api, api_serv
     with open_stream(api_server, job_id, api_token) as ws:
         assert kinds(read_n(ws, 4)) == ["event", "event", "event", "status"]
         assert api.post(f"/v1/jobs/{job_id}/cancel").json()["status"] == "cancelling"
-        asked = read_n(ws, 2)  # the API wrote the event without publishing it: read from SQL
+        asked = read_n(ws, 2)  # the API published both: the event as it is, the status re-read
         assert asked[0]["event"]["type"] == "cancel_requested"
         assert asked[1]["status"] == "cancelling" and asked[1]["job"]["cancel_requested"] is True
         worker.step(job_id, 1)
