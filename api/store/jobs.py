@@ -1,5 +1,6 @@
-"""Jobs and their lifecycle. Every transition is one UPDATE guarded by the expected current
-status, plus a ``job_events`` row in the same transaction: two actors can never both win."""
+"""Jobs and their lifecycle. :func:`transition` is the only writer of ``jobs.status``: each move
+of :mod:`api.lifecycle` is one UPDATE guarded by the rule's source statuses, plus its
+``job_events`` row and its stream message in the same transaction: two actors can never both win."""
 
 from __future__ import annotations
 
