@@ -60,19 +60,22 @@ class Transition(StrEnum):
 
 @dataclass(frozen=True)
 class Rule:
-    """``sources`` → ``target``, recording an event of type ``event`` at ``level``."""
+    """``sources`` → ``target``, recording an event of type ``event`` at ``level`` whose data
+    holds the job's ``record`` columns as the move left them (plus what the caller adds)."""
 
     sources: frozenset[JobStatus]
     target: JobStatus
     event: str
     level: str = "info"
+    record: tuple[str, ...] = ()
 
 
 S = JobStatus
 RULES: dict[Transition, Rule] = {
-    Transition.DISPATCH: Rule(frozenset(map(S, WAITING_STATUSES)), S.DISPATCHED, "dispatched"),
+    Transition.DISPATCH: Rule(frozenset(map(S, WAITING_STATUSES)), S.DISPATCHED, "dispatched",
+                              record=("pool", "worker_id", "gpus")),
     Transition.UNDISPATCH: Rule(frozenset({S.DISPATCHED}), S.QUEUED, "dispatch_failed", "warning"),
-    Transition.CLAIM: Rule(frozenset({S.DISPATCHED}), S.RUNNING, "running"),
+    Transition.CLAIM: Rule(frozenset({S.DISPATCHED}), S.RUNNING, "running", record=("worker_id", "attempt")),
     Transition.SUCCEED: Rule(frozenset(map(S, ACTIVE_STATUSES)), S.SUCCEEDED, "succeeded"),
     Transition.FAIL: Rule(frozenset(map(S, ACTIVE_STATUSES)), S.FAILED, "failed", "error"),
     Transition.CANCEL: Rule(frozenset({*map(S, WAITING_STATUSES), S.DISPATCHED}), S.CANCELLED, "cancelled"),
@@ -80,6 +83,12 @@ RULES: dict[Transition, Rule] = {
     Transition.STOP_CANCELLED: Rule(frozenset(map(S, ACTIVE_STATUSES)), S.CANCELLED, "cancelled"),
     Transition.YIELD: Rule(frozenset({S.RUNNING}), S.PREEMPTED, "preempted", "warning"),
     Transition.REQUEUE: Rule(frozenset({S.DISPATCHED, S.RUNNING}), S.QUEUED, "requeued", "warning"),
+}
+# How an attempt that ran ends, by the outcome the worker reports (a preempted one yields instead).
+ENDINGS: dict[JobStatus, Transition] = {
+    S.SUCCEEDED: Transition.SUCCEED,
+    S.FAILED: Transition.FAIL,
+    S.CANCELLED: Transition.STOP_CANCELLED,
 }
 del S
 

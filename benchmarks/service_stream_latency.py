@@ -14,19 +14,19 @@ How
       httptools as uvicorn picks them), in its own process on a free port, configured by
       ``GRPO_*`` variables, on a fresh Postgres database migrated to head (``--backend sqlite``
       for a SQLite file) and Redis database 14.
-    * Job: created through the store (``jobs.create_job``), then ``transition`` to dispatched and
-      ``claim``: a ``running`` job, as a worker would leave it. A new job for each K.
+    * Job: created through the store (``jobs.create_job``), then ``dispatch_job`` and ``claim``:
+      a ``running`` job, as a worker would leave it. A new job for each K.
     * Subscribers: a separate process (this script, ``--role subscribers``; asyncio with uvloop
       when installed, ``websockets`` client), K connections with ``?after=0``; each waits for the
       initial ``status`` before the process prints READY, so connection and backlog time are not
       in the figures. Receive time is ``time.time()`` right after ``recv()`` returns.
     * Publisher: this process, with the worker's own code: ``worker.reporting.JobReporter.on_step``
-      (``record_metrics`` + ``set_progress`` in one committed transaction, then ``bus.publish``
-      XADD) at a fixed schedule (``--rate`` steps/s, default 20, for ``--steps`` steps, default
-      200). Each record carries ``bench_t0 = time.time()`` taken just before ``on_step``; a
-      ``Publisher`` subclass notes the time just before the XADD. After the last step the job is
-      finished (``jobs.finish``) and its status published, as the worker does; subscribers then
-      expect the final ``status`` and a 1000 close.
+      (``record_metrics`` + ``set_progress`` in one committed transaction, then the staged
+      message's XADD) at a fixed schedule (``--rate`` steps/s, default 20, for ``--steps`` steps,
+      default 200). Each record carries ``bench_t0 = time.time()`` taken just before ``on_step``;
+      the publish callable notes the time just before the XADD. After the last step the job is
+      finished (``jobs.finish``, which publishes its status), as the worker does; subscribers
+      then expect the final ``status`` and a 1000 close.
     * Where the time goes: the server's CPU (its process group, /proc), a thread here timing
       ``GET /healthz`` every 10 ms (an ``async`` route, so its round trip shows server event-loop
       stalls), the subscriber process's own loop stalls, and the publisher's lateness; ``--json``
@@ -142,15 +142,14 @@ def run_subscribers(args: argparse.Namespace) -> None:
 def running_job(database_url: str) -> int:
     from api.store import jobs, teams
     from api.store.db import session_scope
-    from api.store.models import utcnow
+    from api.store.scheduling import dispatch_job
     from grpo_core.spec import JobSpec
 
     with session_scope(database_url) as session:
         team_id = teams.team_id_by_name(session, teams.DEFAULT_TEAM)
         job, _ = jobs.create_job(session, team_id, JobSpec.model_validate(SPEC))
     with session_scope(database_url) as session:
-        now = utcnow()
-        assert jobs.transition(session, job.id, ("queued",), "dispatched", "dispatched", dispatched_at=now)
+        assert dispatch_job(session, job.id, "bench-worker")
         assert jobs.claim(session, job.id, "bench-worker") is not None
     return job.id
 
@@ -159,19 +158,22 @@ def publish_steps(database_url: str, job_id: int, steps: int, rate: float) -> di
     """The worker's step path at a fixed schedule; per step: t0 and the time just before XADD."""
     import redis
 
+    from api.lifecycle import JobStatus
     from api.store import bus, jobs
     from api.store.db import session_scope
-    from worker.reporting import JobReporter, Publisher
+    from worker.reporting import JobReporter
 
     xadd_at: dict[int, float] = {}
-
-    class TimedPublisher(Publisher):
-        def __call__(self, kind: str, data: dict[str, Any]) -> None:
-            xadd_at[int(data["step"])] = time.time()
-            super().__call__(kind, data)
-
     client = redis.Redis.from_url(REDIS_URL)
-    reporter = JobReporter(database_url, job_id, TimedPublisher(client, job_id, STREAM_MAXLEN), lease=None)
+    publish = bus.publisher(client, STREAM_MAXLEN)
+
+    def timed_publish(messages: list) -> None:
+        for message in messages:
+            if message.kind == "metrics":
+                xadd_at[int(message.data["step"])] = time.time()
+        publish(messages)
+
+    reporter = JobReporter(database_url, job_id, timed_publish, lease=None)
     t0: dict[int, float] = {}
     late, start = [], time.monotonic() + 0.05
     for step in range(1, steps + 1):
@@ -190,9 +192,9 @@ def publish_steps(database_url: str, job_id: int, steps: int, rate: float) -> di
         }
         t0[step] = record["bench_t0"]
         reporter.on_step(record)
-    with session_scope(database_url) as session:
-        assert jobs.finish(session, job_id, "bench-worker", "succeeded", "benchmark done")
-    bus.publish(client, job_id, "status", {"status": "succeeded"}, STREAM_MAXLEN)
+    with session_scope(database_url, publish=publish) as session:
+        assert jobs.finish(session, job_id, worker_id="bench-worker", outcome=JobStatus.SUCCEEDED,
+                           message="benchmark done")
     client.close()
     return {"t0": t0, "xadd": xadd_at, "schedule_late": late}
 

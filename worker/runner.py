@@ -13,8 +13,10 @@ from pathlib import Path
 import redis
 from pydantic import ValidationError
 
+from api.lifecycle import JobStatus
 from api.schemas.jobs import JobRead
 from api.settings import Settings
+from api.store import bus
 from api.store.db import session_scope
 from api.store.jobs import finish
 from api.store.scheduling import yield_preempted
@@ -23,7 +25,7 @@ from grpo_core.errors import GRPOError
 from grpo_core.spec import JobSpec
 from grpo_core.trainer import GRPOTrainer
 from worker.heartbeat import JobLease, LeaseLost
-from worker.reporting import JobReporter, Publisher
+from worker.reporting import JobReporter
 
 TRACEBACK_LINES = 30
 log = logging.getLogger(__name__)
@@ -31,7 +33,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Outcome:
-    status: str  # succeeded | failed | cancelled | preempted
+    status: JobStatus  # succeeded | failed | cancelled | preempted
     message: str
     error_code: str | None = None
     traceback: str | None = None
@@ -44,7 +46,7 @@ def checkpoint_dir(settings: Settings, job_id: int) -> Path:
 
 def _failure(code: str, message: str) -> Outcome:
     lines = traceback.format_exc().rstrip().splitlines()
-    return Outcome("failed", message, code, "\n".join(lines[-TRACEBACK_LINES:]))
+    return Outcome(JobStatus.FAILED, message, code, "\n".join(lines[-TRACEBACK_LINES:]))
 
 
 def _quiet_library_progress_bars() -> None:
@@ -74,36 +76,35 @@ def train(job: JobRead, settings: Settings, reporter: JobReporter, lease: JobLea
     except Exception as exc:  # noqa: BLE001 - any crash must still end the job with a record
         return _failure("internal_error", f"{type(exc).__name__}: {exc}")
     if result.stopped and lease.cancel_requested:  # a cancel wins over a preemption
-        return Outcome("cancelled", f"cancelled at step {result.step}", step=result.step)
+        return Outcome(JobStatus.CANCELLED, f"cancelled at step {result.step}", step=result.step)
     if result.stopped and lease.preempt_requested:
-        return Outcome("preempted", f"preempted at step {result.step}", step=result.step)
-    return Outcome("succeeded", f"finished at step {result.step}", step=result.step)
+        return Outcome(JobStatus.PREEMPTED, f"preempted at step {result.step}", step=result.step)
+    return Outcome(JobStatus.SUCCEEDED, f"finished at step {result.step}", step=result.step)
 
 
 def run_claimed_job(job: JobRead, worker_id: str, settings: Settings, lease: JobLease,
                     client: redis.Redis) -> str:
     """Run ``job`` (claimed by ``worker_id``, lease renewing) and return its final status, or
     ``lost`` when another attempt owns it now."""
-    publish = Publisher(client, job.id, settings.stream_maxlen)
+    publish = bus.publisher(client, settings.stream_maxlen)
     try:
         outcome = train(job, settings, JobReporter(settings.database_url, job.id, publish, lease), lease)
     except LeaseLost as exc:
         log.warning("%s; leaving the job to its new attempt", exc)
         return "lost"
     lease.stop()  # no renewal may race the outcome: it is the attempt's last write
-    with session_scope(settings.database_url) as session:
-        if outcome.status == "preempted":  # checkpointed: back to the queue, to resume from it
+    # The transition stages the final status: readers learn it after the commit, and find it
+    # (and every step) in SQL.
+    with session_scope(settings.database_url, publish=publish) as session:
+        if outcome.status is JobStatus.PREEMPTED:  # checkpointed: back to the queue, to resume from it
             recorded = yield_preempted(session, job.id, worker_id, outcome.step)
         else:
-            recorded = finish(session, job.id, worker_id, outcome.status, outcome.message, outcome.error_code,
-                              outcome.message if outcome.error_code else None, outcome.traceback)
+            recorded = finish(session, job.id, worker_id=worker_id, outcome=outcome.status,
+                              message=outcome.message, error_code=outcome.error_code,
+                              error_message=outcome.message if outcome.error_code else None,
+                              traceback=outcome.traceback) is not None
     if not recorded:
         log.warning("job %s: lease lost before its outcome (%s) was recorded", job.id, outcome.status)
         return "lost"
-    # After the commit: a reader that sees the final status finds it (and every step) in SQL.
-    message = {"status": outcome.status}
-    if outcome.error_code:
-        message["error"] = {"code": outcome.error_code, "message": outcome.message}
-    publish("status", message)
     log.info("job %s %s: %s", job.id, outcome.status, outcome.message)
-    return outcome.status
+    return outcome.status.value

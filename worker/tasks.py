@@ -11,10 +11,10 @@ import logging
 
 import redis
 from celery import shared_task
-from redis.exceptions import RedisError
 
+from api.lifecycle import JobStatus
 from api.settings import Settings, get_settings
-from api.store import bus
+from api.store import bus, outbox
 from api.store.db import session_scope
 from api.store.jobs import claim, finish
 from api.vocabulary import RUN_JOB
@@ -27,13 +27,15 @@ log = logging.getLogger(__name__)
 def run_job(job_id: int) -> str:
     settings = get_settings()
     worker_id = current_worker_id()
-    with session_scope(settings.database_url) as session:
+    client = redis.Redis.from_url(settings.redis_url)
+    # The claim's event and status reach the job's stream once the claim commits.
+    publish = bus.publisher(client, settings.stream_maxlen)
+    with session_scope(settings.database_url, publish=publish) as session:
         job = claim(session, job_id, worker_id)
     if job is None:
         log.info("job %s is not dispatched (duplicate or stale delivery); nothing to do", job_id)
+        client.close()
         return "not_claimed"
-    client = redis.Redis.from_url(settings.redis_url)
-    _announce_claim(client, settings, job_id, worker_id, job.attempt)
     # Renewal starts before torch is imported: loading it can outlast a short lease.
     lease = JobLease(settings, job_id, worker_id, client)
     lease.start()
@@ -41,25 +43,15 @@ def run_job(job_id: int) -> str:
         try:
             from worker.runner import run_claimed_job  # torch loads here, in the job's child only
         except Exception as exc:  # a broken install would otherwise requeue the job forever
-            return _fail(settings, job_id, worker_id, f"the worker cannot load the trainer: {exc!r}")
+            return _fail(settings, publish, job_id, worker_id, f"the worker cannot load the trainer: {exc!r}")
         return run_claimed_job(job, worker_id, settings, lease, client)
     finally:
         lease.stop()
 
 
-def _fail(settings: Settings, job_id: int, worker_id: str, message: str) -> str:
-    with session_scope(settings.database_url) as session:
-        finish(session, job_id, worker_id, "failed", message, "internal_error", message)
+def _fail(settings: Settings, publish: outbox.Publish, job_id: int, worker_id: str, message: str) -> str:
+    with session_scope(settings.database_url, publish=publish) as session:
+        finish(session, job_id, worker_id=worker_id, outcome=JobStatus.FAILED, message=message,
+               error_code="internal_error", error_message=message)
     log.error("job %s failed: %s", job_id, message)
     return "failed"
-
-
-def _announce_claim(client: redis.Redis, settings: Settings, job_id: int, worker_id: str,
-                    attempt: int) -> None:
-    """Best effort: SQL already holds the claim event; this only tells live readers early."""
-    data = {"type": "running", "message": f"claimed by {worker_id}",
-            "data": {"worker_id": worker_id, "attempt": attempt}}
-    try:
-        bus.publish(client, job_id, "event", data, settings.stream_maxlen)
-    except RedisError as exc:
-        log.warning("job %s: could not publish the claim: %s", job_id, exc)

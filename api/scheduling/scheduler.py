@@ -20,13 +20,16 @@ import os
 import socket
 import threading
 import uuid
+from contextlib import AbstractContextManager
 from typing import Any
 
 import redis
 from celery import Celery
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
+from api.lifecycle import Transition
 from api.scheduling import policy
 from api.settings import Settings
 from api.store import bus
@@ -95,6 +98,8 @@ class Scheduler:
         self.settings = settings
         self.client = client or redis.Redis.from_url(settings.redis_url)
         self.sender = sender or celery_client(settings)
+        # Every transition and event a tick writes reaches the job's stream after its commit.
+        self.publish = bus.publisher(self.client, settings.stream_maxlen)
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.lock = LeaderLock(self.client, self.holder, max(5.0, 10 * settings.scheduler_interval_seconds))
         self._published_queue: list[tuple] | None = None  # what the last published queue showed
@@ -104,7 +109,7 @@ class Scheduler:
     def tick(self) -> list[int]:
         """One pass; the ids dispatched, in order."""
         url = self.settings.database_url
-        with session_scope(url) as session:
+        with self._session() as session:
             for job_id in requeue_expired(session, self.settings.lease_seconds):
                 log.warning("job %s: lease expired, back to the queue", job_id)
         heartbeats = bus.live_workers(self.client)
@@ -121,7 +126,7 @@ class Scheduler:
 
     def dispatch(self, item: policy.Dispatch) -> bool:
         """Commit ``dispatched`` first, then send: a worker never sees a job SQL does not know."""
-        with session_scope(self.settings.database_url) as session:
+        with self._session() as session:
             if not dispatch_job(session, item.job_id, item.worker_id):
                 return False
         queue = worker_queue(item.worker_id)
@@ -129,16 +134,20 @@ class Scheduler:
             self.sender.send_task(RUN_JOB, args=[item.job_id], queue=queue)
         except Exception as exc:  # noqa: BLE001 - any broker failure: undo, retry next tick
             log.error("job %s: send failed, back to the queue: %s", item.job_id, exc)
-            with session_scope(self.settings.database_url) as session:
-                transition(session, item.job_id, ("dispatched",), "queued", "dispatch_failed", str(exc),
-                           level="warning", dispatched_at=None, worker_id=None)
+            with self._session() as session:
+                transition(session, item.job_id, via=Transition.UNDISPATCH, message=str(exc),
+                           worker_id=item.worker_id, values={"dispatched_at": None, "worker_id": None})
             return False
         log.info("job %s dispatched to %s", item.job_id, queue)
         self._count("dispatches")
         return True
 
+    def _session(self) -> AbstractContextManager[Session]:
+        """A transaction whose events and transitions are published once it commits."""
+        return session_scope(self.settings.database_url, publish=self.publish)
+
     def preempt(self, item: policy.Preemption) -> None:
-        with session_scope(self.settings.database_url) as session:
+        with self._session() as session:
             asked = request_preempt(session, item.victim_id, item.for_job_id)
         if asked:
             log.info("job %s asked to yield its worker to job %s", item.victim_id, item.for_job_id)

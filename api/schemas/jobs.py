@@ -24,6 +24,7 @@ UtcDatetime = Annotated[datetime, AfterValidator(as_utc)]
 class ErrorInfo(BaseModel):
     code: str
     message: str
+    traceback: str | None = None  # the failure's last traceback lines; shown to admins only
 
 
 class JobRead(BaseModel):

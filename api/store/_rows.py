@@ -13,9 +13,13 @@ from api.schemas.jobs import ErrorInfo, JobRead
 from api.store.models import Job
 
 
-def job_read(job: Job | Row[Any]) -> JobRead:
-    """From an ORM ``Job`` or a Core row of every ``jobs`` column (``RETURNING``)."""
-    error = ErrorInfo(code=job.error_code, message=job.error_message or "") if job.error_code else None
+def job_read(job: Job | Row[Any], *, traceback: bool = False) -> JobRead:
+    """From an ORM ``Job`` or a Core row of every ``jobs`` column (``RETURNING``). A failure's
+    traceback is for admins (it may show paths and data of the host): only with ``traceback``."""
+    error = None
+    if job.error_code:
+        error = ErrorInfo(code=job.error_code, message=job.error_message or "",
+                          traceback=job.error_traceback if traceback else None)
     return JobRead(
         id=job.id,
         name=job.name,

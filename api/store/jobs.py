@@ -1,27 +1,35 @@
-"""Jobs and their lifecycle. Every transition is one UPDATE guarded by the expected current
-status, plus a ``job_events`` row in the same transaction: two actors can never both win."""
+"""Jobs and their lifecycle. :func:`transition` is the only writer of ``jobs.status``: each move
+of :mod:`api.lifecycle` is one UPDATE guarded by the rule's source statuses, plus its
+``job_events`` row and its stream message in the same transaction: two actors can never both win."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row, bindparam, insert, or_, select, update
+from sqlalchemy import ColumnElement, Row, bindparam, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from api.errors import Conflict, InvalidInput, NotFound
-from api.lifecycle import HOLDING_STATUSES, TERMINAL_STATUSES
+from api.lifecycle import (
+    ACTIVE_STATUSES,
+    ENDINGS,
+    HOLDING_STATUSES,
+    RULES,
+    TERMINAL_STATUSES,
+    JobStatus,
+    Transition,
+)
 from api.schemas.jobs import JobRead
+from api.store import outbox
 from api.store._rows import insert_returning, job_read
 from api.store.models import Allocation, Job, JobEvent, utcnow
 from api.store.telemetry import add_event
 from api.vocabulary import PRIORITIES
 from grpo_core.spec import JobSpec
-
-ACTIVE_STATUSES = ("running", "cancelling")
 
 
 def request_hash(spec: JobSpec, body: dict[str, Any] | None = None) -> str:
@@ -82,12 +90,13 @@ def _replay(existing: Row[Any], digest: str) -> JobRead:
     return job_read(existing)
 
 
-def get_job(session: Session, job_id: int, team_id: int | None = None) -> JobRead:
-    """``team_id=None`` sees every team (admin); another team's job is reported as not found."""
+def get_job(session: Session, job_id: int, team_id: int | None = None, *, traceback: bool = False) -> JobRead:
+    """``team_id=None`` sees every team (admin); another team's job is reported as not found.
+    ``traceback``: include a failure's traceback (an admin's read)."""
     job = session.get(Job, job_id)
     if job is None or (team_id is not None and job.team_id != team_id):
         raise NotFound(f"job {job_id} not found", param="job_id")
-    return job_read(job)
+    return job_read(job, traceback=traceback)
 
 
 def list_jobs(
@@ -97,9 +106,11 @@ def list_jobs(
     after: int = 0,
     limit: int = 50,
     newest_first: bool = False,
+    traceback: bool = False,
 ) -> list[JobRead]:
     """Jobs by id, oldest first, or newest first; ``after`` is the cursor in that order (the last
-    id seen; 0: from the start), so new submissions never shift a page being read."""
+    id seen; 0: from the start), so new submissions never shift a page being read.
+    ``traceback`` as in :func:`get_job`."""
     if newest_first:
         query = select(Job).order_by(Job.id.desc()).limit(limit)
         if after:
@@ -110,33 +121,52 @@ def list_jobs(
         query = query.where(Job.team_id == team_id)
     if statuses:
         query = query.where(Job.status.in_(list(statuses)))
-    return [job_read(job) for job in session.scalars(query)]
+    return [job_read(job, traceback=traceback) for job in session.scalars(query)]
 
 
 def transition(
     session: Session,
     job_id: int,
-    expected: Iterable[str],
-    new_status: str,
-    event_type: str,
+    *,
+    via: Transition,
     message: str = "",
     data: dict[str, Any] | None = None,
-    level: str = "info",
-    **values: Any,
-) -> bool:
-    """Move ``job_id`` to ``new_status`` only if its status is in ``expected``; True if it moved."""
-    stmt = (
-        update(Job)
-        .where(Job.id == job_id, Job.status.in_(list(expected)))
-        .values(status=new_status, **values)
-        .execution_options(synchronize_session=False)
-    )
-    if session.execute(stmt).rowcount != 1:
-        return False
-    if new_status not in HOLDING_STATUSES:
+    worker_id: str | None = None,
+    guard: ColumnElement[bool] | None = None,
+    values: Mapping[str, Any] | None = None,
+) -> JobRead | None:
+    """The one writer of ``jobs.status``: move ``job_id`` as the rule of ``via`` says
+    (:data:`api.lifecycle.RULES`), setting ``values`` too; None when the job was not in one of the
+    rule's sources (another actor moved it first), or failed ``guard``, or, with ``worker_id``,
+    is not held by that worker. A move opens the job's allocation on dispatch and closes it
+    when the job stops holding GPUs, records the rule's event, and stages a ``status`` message
+    for the job's stream (:mod:`api.store.outbox`)."""
+    via = Transition(via)
+    rule = RULES[via]
+    if values and "status" in values:
+        raise ValueError("a transition's target status comes from its rule, not from values")
+    conditions = [_JOBS.c.id == job_id, _JOBS.c.status.in_(sorted(s.value for s in rule.sources))]
+    if worker_id is not None:
+        conditions.append(_JOBS.c.worker_id == worker_id)
+    if guard is not None:
+        conditions.append(guard)
+    stmt = update(_JOBS).where(*conditions).values(status=rule.target.value, **(values or {}))
+    row = session.execute(stmt.returning(*_JOBS.c)).first()
+    if row is None:
+        return None
+    if via is Transition.DISPATCH:
+        session.add(Allocation(job_id=job_id, team_id=row.team_id, pool=row.pool, gpus=row.gpus,
+                               started_at=row.dispatched_at or utcnow()))
+    elif rule.target not in HOLDING_STATUSES:
         close_allocation(session, job_id)
-    add_event(session, job_id, event_type, message, data or {}, level)
-    return True
+    recorded = {name: getattr(row, name) for name in rule.record}
+    add_event(session, job_id, rule.event, message, {**recorded, **(data or {})}, rule.level)
+    job = job_read(row)
+    status: dict[str, Any] = {"status": job.status}
+    if job.error is not None:
+        status["error"] = {"code": job.error.code, "message": job.error.message}
+    outbox.stage(session, job_id, "status", status)
+    return job
 
 
 def close_allocation(session: Session, job_id: int) -> None:
@@ -159,10 +189,11 @@ def set_priority(session: Session, job_id: int, priority: str, team_id: int | No
         raise Conflict(f"job {job_id} already {job.status}", param="job_id")
     if priority == job.priority:
         return job
+    # The stored spec says the same: a job has one priority, whichever field is read.
     stmt = (
         update(Job)
         .where(Job.id == job_id, Job.status.not_in(TERMINAL_STATUSES))
-        .values(priority=priority)
+        .values(priority=priority, spec={**job.spec, "priority": priority})
         .execution_options(synchronize_session=False)
     )
     if session.execute(stmt).rowcount != 1:
@@ -176,27 +207,12 @@ def request_cancel(session: Session, job_id: int, team_id: int | None = None) ->
     """Queued (or dispatched, not yet claimed) jobs end at once; a running job is asked to stop
     and ends ``cancelled`` after its next checkpoint."""
     job = get_job(session, job_id, team_id)
-    now = utcnow()
-    if transition(
-        session,
-        job_id,
-        ("queued", "preempted", "dispatched"),
-        "cancelled",
-        "cancelled",
-        "cancelled before it ran",
-        finished_at=now,
-    ):
-        return get_job(session, job_id)
-    if transition(
-        session,
-        job_id,
-        ("running",),
-        "cancelling",
-        "cancel_requested",
-        "cancel requested",
-        cancel_requested=True,
-    ):
-        return get_job(session, job_id)
+    moved = transition(session, job_id, via=Transition.CANCEL, message="cancelled before it ran",
+                       values={"finished_at": utcnow()})
+    moved = moved or transition(session, job_id, via=Transition.REQUEST_CANCEL, message="cancel requested",
+                                values={"cancel_requested": True})
+    if moved is not None:
+        return moved
     if job.status in TERMINAL_STATUSES:
         raise Conflict(f"job {job_id} already {job.status}", param="job_id")
     return get_job(session, job_id)  # already cancelling
@@ -205,33 +221,12 @@ def request_cancel(session: Session, job_id: int, team_id: int | None = None) ->
 def claim(session: Session, job_id: int, worker_id: str) -> JobRead | None:
     """A worker takes a dispatched job; a duplicate delivery finds it no longer dispatched."""
     now = utcnow()
-    stmt = (
-        update(Job)
-        .where(Job.id == job_id, Job.status == "dispatched",
-               or_(Job.worker_id == worker_id, Job.worker_id.is_(None)))
-        .values(
-            status="running",
-            worker_id=worker_id,
-            attempt=Job.attempt + 1,
-            heartbeat_at=now,
-            started_at=now,
-            error_code=None,
-            error_message=None,
-            error_traceback=None,
-        )
-        .execution_options(synchronize_session=False)
-    )
-    if session.execute(stmt).rowcount != 1:
-        return None
-    job = get_job(session, job_id)
-    add_event(
-        session,
-        job_id,
-        "running",
-        f"claimed by {worker_id}",
-        {"worker_id": worker_id, "attempt": job.attempt},
-    )
-    return job
+    values = {"worker_id": worker_id, "attempt": _JOBS.c.attempt + 1, "heartbeat_at": now, "started_at": now,
+              "error_code": None, "error_message": None, "error_traceback": None}
+    # The job is promised to this worker; one dispatched to none (by hand) is anyone's.
+    promised = or_(_JOBS.c.worker_id == worker_id, _JOBS.c.worker_id.is_(None))
+    return transition(session, job_id, via=Transition.CLAIM, message=f"claimed by {worker_id}",
+                      guard=promised, values=values)
 
 
 def renew_lease(session: Session, job_id: int, worker_id: str) -> tuple[bool, bool, bool]:
@@ -250,71 +245,47 @@ def renew_lease(session: Session, job_id: int, worker_id: str) -> tuple[bool, bo
 def finish(
     session: Session,
     job_id: int,
+    *,
     worker_id: str,
-    status: str,
+    outcome: JobStatus,
     message: str = "",
     error_code: str | None = None,
     error_message: str | None = None,
     traceback: str | None = None,
-) -> bool:
-    """Record the end of an attempt; only the worker holding the lease may."""
-    level = "error" if status == "failed" else "info"
-    data = {"error_code": error_code} if error_code else {}
-    stmt = (
-        update(Job)
-        .where(Job.id == job_id, Job.worker_id == worker_id, Job.status.in_(ACTIVE_STATUSES))
-        .values(
-            status=status,
-            finished_at=utcnow(),
-            error_code=error_code,
-            error_message=error_message,
-            error_traceback=traceback,
-        )
-        .execution_options(synchronize_session=False)
+) -> JobRead | None:
+    """Record how an attempt ended (``outcome``: succeeded, failed or cancelled); only the
+    worker holding the lease may. None when it no longer holds it."""
+    outcome = JobStatus(outcome)
+    return transition(
+        session,
+        job_id,
+        via=ENDINGS[outcome],
+        message=message or outcome.value,
+        data={"error_code": error_code} if error_code else None,
+        worker_id=worker_id,
+        values={"finished_at": utcnow(), "error_code": error_code, "error_message": error_message,
+                "error_traceback": traceback},
     )
-    if session.execute(stmt).rowcount != 1:
-        return False
-    close_allocation(session, job_id)
-    add_event(session, job_id, status, message or status, data, level)
-    return True
 
 
 def requeue_expired(session: Session, lease_seconds: float, now: datetime | None = None) -> list[int]:
     """Jobs whose worker went silent go back to the queue (they resume from their checkpoint);
-    one that was being cancelled ends cancelled instead."""
+    one that was being cancelled ends cancelled instead. The staleness is checked again by each
+    move, so a lease renewed meanwhile keeps its job."""
     cutoff = (now or utcnow()) - timedelta(seconds=lease_seconds)
-    stale = select(Job.id, Job.status).where(
-        or_(
-            (Job.status.in_(ACTIVE_STATUSES)) & (Job.heartbeat_at < cutoff),
-            (Job.status == "dispatched") & (Job.dispatched_at < cutoff),
-        )
-    )
+    c = _JOBS.c
+    expired = or_(c.status.in_(ACTIVE_STATUSES) & (c.heartbeat_at < cutoff),
+                  (c.status == JobStatus.DISPATCHED.value) & (c.dispatched_at < cutoff))
     moved = []
-    for job_id, status in session.execute(stale).all():
-        if status == "cancelling":
-            done = transition(
-                session,
-                job_id,
-                ("cancelling",),
-                "cancelled",
-                "cancelled",
-                "worker lost while cancelling",
-                finished_at=utcnow(),
-            )
+    for job_id, status in session.execute(select(c.id, c.status).where(expired)).all():
+        if status == JobStatus.CANCELLING:
+            job = transition(session, job_id, via=Transition.STOP_CANCELLED, guard=expired,
+                             message="worker lost while cancelling", values={"finished_at": utcnow()})
         else:
-            done = transition(
-                session,
-                job_id,
-                (status,),
-                "queued",
-                "requeued",
-                "lease expired; back to the queue",
-                {"previous_status": status},
-                level="warning",
-                worker_id=None,
-                preempt_requested=False,
-            )
-        if done:
+            job = transition(session, job_id, via=Transition.REQUEUE, guard=expired,
+                             message="lease expired; back to the queue", data={"previous_status": status},
+                             values={"worker_id": None, "preempt_requested": False})
+        if job is not None:
             moved.append(job_id)
     return moved
 

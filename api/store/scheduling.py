@@ -14,10 +14,10 @@ from typing import Any
 from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
-from api.lifecycle import HOLDING_STATUSES, WAITING_STATUSES
+from api.lifecycle import HOLDING_STATUSES, WAITING_STATUSES, JobStatus, Transition
 from api.scheduling import policy
 from api.schemas.jobs import as_utc
-from api.store.jobs import close_allocation
+from api.store.jobs import transition
 from api.store.models import Allocation, Job, Pool, Team, utcnow
 from api.store.teams import quotas_by_team
 from api.store.telemetry import add_event
@@ -109,25 +109,13 @@ def load_state(session: Session, heartbeats: list[dict[str, Any]], now: datetime
 
 
 def dispatch_job(session: Session, job_id: int, worker_id: str) -> bool:
-    """A waiting job is promised to ``worker_id``: it holds its GPUs from now (an allocation
-    opens, which quotas and fair share count) until it leaves the holding statuses. Only that
-    worker may claim it."""
-    now = utcnow()
-    stmt = (
-        update(Job)
-        .where(Job.id == job_id, Job.status.in_(WAITING_STATUSES))
-        .values(status="dispatched", worker_id=worker_id, dispatched_at=now, pending_reason=None,
-                preempt_requested=False)
-        .returning(Job.team_id, Job.pool, Job.gpus)
-        .execution_options(synchronize_session=False)
-    )
-    row = session.execute(stmt).first()
-    if row is None:
-        return False
-    session.add(Allocation(job_id=job_id, team_id=row.team_id, pool=row.pool, gpus=row.gpus, started_at=now))
-    add_event(session, job_id, "dispatched", f"dispatched to {worker_id}",
-              {"pool": row.pool, "worker_id": worker_id, "gpus": row.gpus})
-    return True
+    """A waiting job is promised to ``worker_id``: it holds its GPUs from now (the transition
+    opens an allocation, which quotas and fair share count) until it leaves the holding
+    statuses. Only that worker may claim it."""
+    values = {"worker_id": worker_id, "dispatched_at": utcnow(), "pending_reason": None,
+              "preempt_requested": False}
+    return transition(session, job_id, via=Transition.DISPATCH, message=f"dispatched to {worker_id}",
+                      values=values) is not None
 
 
 def request_preempt(session: Session, job_id: int, for_job_id: int) -> bool:
@@ -135,7 +123,7 @@ def request_preempt(session: Session, job_id: int, for_job_id: int) -> bool:
     no longer running (it finished, or is being cancelled, which frees the worker anyway)."""
     stmt = (
         update(Job)
-        .where(Job.id == job_id, Job.status == "running", Job.preempt_requested.is_(False))
+        .where(Job.id == job_id, Job.status == JobStatus.RUNNING.value, Job.preempt_requested.is_(False))
         .values(preempt_requested=True)
         .execution_options(synchronize_session=False)
     )
@@ -149,18 +137,10 @@ def request_preempt(session: Session, job_id: int, for_job_id: int) -> bool:
 def yield_preempted(session: Session, job_id: int, worker_id: str, step: int) -> bool:
     """The preempted job checkpointed at ``step``: back to the queue (status ``preempted``),
     where it keeps its place by age and later resumes from that checkpoint."""
-    stmt = (
-        update(Job)
-        .where(Job.id == job_id, Job.worker_id == worker_id, Job.status == "running")
-        .values(status="preempted", worker_id=None, preempt_requested=False, heartbeat_at=None)
-        .execution_options(synchronize_session=False)
-    )
-    if session.execute(stmt).rowcount != 1:
-        return False
-    close_allocation(session, job_id)
-    add_event(session, job_id, "preempted", f"preempted at step {step}; back in the queue",
-              {"step": step}, "warning")
-    return True
+    values = {"worker_id": None, "preempt_requested": False, "heartbeat_at": None}
+    message = f"preempted at step {step}; back in the queue"
+    return transition(session, job_id, via=Transition.YIELD, message=message, data={"step": step},
+                      worker_id=worker_id, values=values) is not None
 
 
 def set_pending_reasons(session: Session, reasons: dict[int, str | None]) -> None:

@@ -31,6 +31,9 @@ def add_event(
 
 
 def record_metrics(session: Session, job_id: int, record: dict[str, Any]) -> bool:
+    """One step's record, staged for the stream too: also a retried write's (readers drop a
+    step they have), since the first attempt may have committed without publishing."""
+    outbox.stage(session, job_id, "metrics", record)
     return insert_ignoring_duplicates(
         session,
         JobMetric.__table__,
@@ -39,6 +42,7 @@ def record_metrics(session: Session, job_id: int, record: dict[str, Any]) -> boo
 
 
 def record_samples(session: Session, job_id: int, step: int, rows: list[dict[str, Any]]) -> bool:
+    outbox.stage(session, job_id, "samples", {"step": step, "rows": rows})
     return insert_ignoring_duplicates(
         session, JobSample.__table__, {"job_id": job_id, "step": step, "rows": rows}
     )

@@ -197,95 +197,89 @@ def job_spec(service_roots: dict[str, Path]):
 
 
 class ScriptedWorker:
-    """Plays the worker's part (the Celery worker is tested on its own): the real store
-    functions write SQL, then ``api.store.bus.publish`` tells live readers, in that order, as the
-    real worker does."""
+    """Plays the worker's part with the worker's own code (the Celery worker is tested on its
+    own): the scheduler's dispatch and the real claim and finish transitions, and
+    ``worker.reporting.JobReporter`` for steps, samples and events. Each writes SQL, then its
+    transaction's staged messages reach the job's stream, as in the real worker."""
 
     def __init__(self, database_url: str, maxlen: int = 100_000) -> None:
         import redis
 
+        from api.store import bus
+
         self.database_url = database_url
         self.redis = redis.Redis.from_url(API_REDIS_URL)
         self.maxlen = maxlen
+        self.publish_staged = bus.publisher(self.redis, maxlen)
 
     def publish(self, job_id: int, kind: str, data: dict) -> None:
+        """A raw XADD, for a test of what readers do with a message no store function wrote."""
         from api.store import bus
 
         bus.publish(self.redis, job_id, kind, data, self.maxlen)
 
+    def reporter(self, job_id: int, seen: list | None = None):
+        """The worker's reporter for ``job_id``; what it publishes is also appended to ``seen``."""
+        from worker.reporting import JobReporter
+
+        def publish(messages: list) -> None:
+            if seen is not None:
+                seen.extend(messages)
+            self.publish_staged(messages)
+
+        return JobReporter(self.database_url, job_id, publish, lease=None)
+
     def start(self, job_id: int, worker_id: str = "scripted") -> None:
         from api.store import jobs
         from api.store.db import session_scope
-        from api.store.models import utcnow
+        from api.store.scheduling import dispatch_job
 
-        with session_scope(self.database_url) as session:
-            assert jobs.transition(session, job_id, ("queued",), "dispatched", "dispatched",
-                                   dispatched_at=utcnow())
+        with session_scope(self.database_url, publish=self.publish_staged) as session:
+            assert dispatch_job(session, job_id, worker_id)
             assert jobs.claim(session, job_id, worker_id) is not None
-        self.publish(job_id, "status", {"status": "running"})
 
     def step(self, job_id: int, step: int, padding: int = 0) -> dict:
         """One optimizer step's record (TRL metric names), in SQL, then on the stream."""
-        from api.store import jobs, telemetry
-        from api.store.db import session_scope
-
         record = {"step": step, "reward": 0.01 * step, "reward_std": 0.5, "kl": 0.001 * step,
                   "loss": 0.0, "clip_ratio/region_mean": 0.02, "rewards/exact_match/mean": 0.01 * step}
         if padding:
             record["note"] = "x" * padding
-        with session_scope(self.database_url) as session:
-            telemetry.record_metrics(session, job_id, record)
-            jobs.set_progress(session, job_id, step)
-        self.publish(job_id, "metrics", record)
+        self.reporter(job_id).on_step(record)
         return record
 
-    def burst(self, job_id: int, steps: range, padding: int = 0, chunk: int = 50) -> list[dict]:
-        """Many steps fast: one SQL transaction, then pipelined publishes in chunks."""
-        import time
-
-        from api.store import bus, jobs, telemetry
+    def burst(self, job_id: int, steps: range, padding: int = 0) -> list[dict]:
+        """Many steps fast: the reporter's writes for each, in one transaction (the reporter
+        commits one per step), then one pipelined publish."""
+        from api.store import jobs, telemetry
         from api.store.db import session_scope
 
         records = [{"step": step, "reward": 0.01 * step, "note": "x" * padding} for step in steps]
-        with session_scope(self.database_url) as session:
+        with session_scope(self.database_url, publish=self.publish_staged) as session:
             for record in records:
                 telemetry.record_metrics(session, job_id, record)
             jobs.set_progress(session, job_id, steps[-1])
-        for start in range(0, len(records), chunk):
-            pipe = self.redis.pipeline(transaction=False)
-            for record in records[start:start + chunk]:
-                pipe.xadd(bus.stream_key(job_id), bus.encode("metrics", record), maxlen=self.maxlen,
-                          approximate=True)
-            pipe.execute()
-            time.sleep(0.005)
         return records
 
     def samples(self, job_id: int, step: int, rows: list[dict]) -> None:
-        from api.store import telemetry
-        from api.store.db import session_scope
-
-        with session_scope(self.database_url) as session:
-            telemetry.record_samples(session, job_id, step, rows)
-        self.publish(job_id, "samples", {"step": step, "rows": rows})
+        self.reporter(job_id).on_samples(step, rows)
 
     def event(self, job_id: int, type_: str, message: str = "", data: dict | None = None) -> dict:
-        from api.store import telemetry
-        from api.store.db import session_scope
-
-        with session_scope(self.database_url) as session:
-            event = telemetry.add_event(session, job_id, type_, message, data).model_dump(mode="json")
-        self.publish(job_id, "event", event)
+        """The event as the stream carries it (with its row id)."""
+        seen: list = []
+        self.reporter(job_id, seen).on_event(type_, message, data or {})
+        [event] = [message.data for message in seen if message.kind == "event"]
         return event
 
     def finish(self, job_id: int, status: str = "succeeded", worker_id: str = "scripted",
                publish: bool = True) -> None:
+        """``publish=False``: the outcome reaches SQL only, as when the worker's publish fails."""
+        from api.lifecycle import JobStatus
         from api.store import jobs
         from api.store.db import session_scope
 
-        with session_scope(self.database_url) as session:
-            assert jobs.finish(session, job_id, worker_id, status, f"{status} (scripted)")
-        if publish:
-            self.publish(job_id, "status", {"status": status})
+        with session_scope(self.database_url, publish=self.publish_staged if publish else None) as session:
+            assert jobs.finish(session, job_id, worker_id=worker_id, outcome=JobStatus(status),
+                               message=f"{status} (scripted)")
 
     def close(self) -> None:
         self.redis.close()

@@ -359,3 +359,32 @@ def test_a_spec_may_be_submitted_as_yaml(api, api_server, job_spec) -> None:
     assert huge.status_code == 413
     assert "application/yaml" in api.get("/openapi.json").json()["paths"]["/v1/jobs"]["post"]["requestBody"][
         "content"]
+
+
+def test_a_priority_change_is_one_value_in_the_row_and_the_spec(api, job_spec) -> None:
+    job = submit(api, job_spec(priority="low"))
+    changed = api.patch(f"/v1/jobs/{job['id']}", json={"priority": "high"}).json()
+    read = api.get(f"/v1/jobs/{job['id']}").json()
+    for seen in (changed, read):
+        assert (seen["priority"], seen["spec"]["priority"]) == ("high", "high")
+    assert read["spec"] == {**job["spec"], "priority": "high"}  # nothing else in the spec moved
+
+
+def test_a_failures_traceback_is_shown_to_admins_only(api, api_server, worker, job_spec, client_for,
+                                                      make_key) -> None:
+    from api.lifecycle import JobStatus
+    from api.store import jobs
+    from api.store.db import session_scope
+
+    job_id = submit(api, job_spec(name="fails"))["id"]
+    worker.start(job_id)
+    lines = 'Traceback (most recent call last):\n  File "reward.py", line 3\nValueError: bad row'
+    with session_scope(api_server.settings.database_url) as session:
+        assert jobs.finish(session, job_id, worker_id="scripted", outcome=JobStatus.FAILED, message="bad row",
+                           error_code="reward_error", error_message="bad row", traceback=lines)
+    member = client_for(make_key(api_server.settings.database_url, "default"))  # same team, no admin
+    for client, expected in ((api, lines), (member, None)):
+        read = client.get(f"/v1/jobs/{job_id}").json()
+        assert read["error"] == {"code": "reward_error", "message": "bad row", "traceback": expected}
+        listed = client.get("/v1/jobs", params={"status": "failed", "order": "desc", "limit": 1}).json()
+        assert listed["items"][0]["error"]["traceback"] == expected

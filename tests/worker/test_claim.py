@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis
 
+from api.lifecycle import Transition
 from api.settings import get_settings
 from api.store import bus
 from api.store.db import session_scope
@@ -20,7 +21,8 @@ from api.store.telemetry import list_events
 
 def dispatched(database_url: str, job_id: int) -> None:
     with session_scope(database_url) as session:
-        assert transition(session, job_id, ("queued",), "dispatched", "dispatched", dispatched_at=utcnow())
+        # Promised to no worker in particular: any delivery may claim it.
+        assert transition(session, job_id, via=Transition.DISPATCH, values={"dispatched_at": utcnow()})
 
 
 def test_of_two_concurrent_claims_exactly_one_wins(submit, tiny_spec, job_of, database_url):

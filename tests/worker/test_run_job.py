@@ -16,8 +16,7 @@ from api.lifecycle import TERMINAL_STATUSES
 from api.scheduling.scheduler import celery_client
 from api.store import bus
 from api.store.db import session_scope
-from api.store.jobs import transition
-from api.store.models import utcnow
+from api.store.scheduling import dispatch_job
 from api.store.telemetry import list_checkpoints, list_events, list_metrics
 from api.vocabulary import RUN_JOB, worker_queue
 
@@ -26,7 +25,7 @@ pytestmark = pytest.mark.slow
 
 def dispatch_by_hand(database_url: str, sender: Celery, job_id: int, worker_id: str, copies: int) -> None:
     with session_scope(database_url) as session:
-        assert transition(session, job_id, ("queued",), "dispatched", "dispatched", dispatched_at=utcnow())
+        assert dispatch_job(session, job_id, worker_id)
     for _ in range(copies):
         sender.send_task(RUN_JOB, args=[job_id], queue=worker_queue(worker_id))
 

@@ -20,6 +20,7 @@ from celery import Celery
 from sqlalchemy import func, select
 
 from api.cli.dev import free_port
+from api.lifecycle import JobStatus
 from api.scheduling.scheduler import LEADER_KEY, LeaderLock, Scheduler
 from api.store import bus
 from api.store.db import session_scope
@@ -82,7 +83,7 @@ def test_dispatch_fills_free_slots_only_by_priority_then_age(scheduler, client, 
         assert claim(session, high, first) is not None
     assert tick() == []  # now it is busy running
     with session_scope(database_url) as session:
-        assert finish(session, high, first, "succeeded")
+        assert finish(session, high, worker_id=first, outcome=JobStatus.SUCCEEDED)
     assert tick() == [normal]
     with session_scope(database_url) as session:
         claim(session, normal, first)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, Query, Response, status
+from fastapi import APIRouter, Header, Query, Request, Response, status
 from redis.exceptions import RedisError
-from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from api.http.deps import PrincipalDep, RedisDep, SessionDep, SettingsDep
@@ -16,7 +15,7 @@ from api.http.submission import check_placement, check_submission
 from api.lifecycle import JOB_STATUSES, WAITING_STATUSES
 from api.schemas.jobs import JobRead, JobUpdate, Page
 from api.settings import Settings
-from api.store import bus
+from api.store import bus, outbox
 from api.store import jobs as job_store
 from api.store.db import session_scope
 from grpo_core.spec import JobSpec
@@ -47,12 +46,13 @@ async def submit_job(
     spec: JobSpec,
     principal: PrincipalDep,
     settings: SettingsDep,
+    request: Request,
     response: Response,
     idempotency_key: Annotated[str | None, Header(min_length=1, max_length=255)] = None,
 ) -> JobRead:
     """Queue a job. Retrying with the same ``Idempotency-Key`` and body returns the first job (200)."""
     job, created = await run_in_threadpool(
-        _check_and_create, settings, principal.team_id, spec, idempotency_key
+        _check_and_create, settings, request.app.state.publish, principal.team_id, spec, idempotency_key
     )
     if not created:
         response.status_code = status.HTTP_200_OK
@@ -61,13 +61,14 @@ async def submit_job(
 
 def _check_and_create(
     settings: Settings,
+    publish: outbox.Publish,
     team_id: int,
     spec: JobSpec,
     idempotency_key: str | None,
 ) -> tuple[JobRead, bool]:
     # One threadpool hop for everything that blocks: the filesystem checks, then one transaction.
     check_submission(spec, settings)
-    with session_scope(settings.database_url) as session:
+    with session_scope(settings.database_url, publish=publish) as session:
         check_placement(session, spec)
         return job_store.create_job(session, team_id, spec, idempotency_key)
 
@@ -86,14 +87,16 @@ async def list_jobs(
     statuses (repeat ``status=``); ``after`` continues in that order. A waiting job carries its
     ``pending_reason`` and ``queue_position``."""
     items = await run_in_threadpool(job_store.list_jobs, session, principal.scope, status_in, after,
-                                    limit + 1, order == "desc")
+                                    limit + 1, order == "desc", principal.is_admin)
     page = await with_queue_positions(redis, items[:limit])
     return Page[JobRead](items=page, next_after=items[limit - 1].id if len(items) > limit else None)
 
 
 @router.get("/{job_id}", response_model=JobRead, responses=_ERRORS)
 async def get_job(job_id: int, session: SessionDep, principal: PrincipalDep, redis: RedisDep) -> JobRead:
-    job = await run_in_threadpool(job_store.get_job, session, job_id, principal.scope)
+    """The job; a failure's ``error.traceback`` only for an admin."""
+    job = await run_in_threadpool(job_store.get_job, session, job_id, principal.scope,
+                                  traceback=principal.is_admin)
     return (await with_queue_positions(redis, [job]))[0]
 
 
@@ -126,32 +129,8 @@ async def with_queue_positions(redis: RedisDep, jobs: list[JobRead]) -> list[Job
     response_model=JobRead,
     responses={**_ERRORS, 409: {"description": "The job already finished"}},
 )
-async def cancel_job(
-    job_id: int, session: SessionDep, principal: PrincipalDep, settings: SettingsDep, redis: RedisDep
-) -> JobRead:
+def cancel_job(job_id: int, session: SessionDep, principal: PrincipalDep) -> JobRead:
     """A queued job ends ``cancelled`` at once; a running one becomes ``cancelling`` and stops at
-    its next step, after a checkpoint. A finished job is a 409."""
-    job = await run_in_threadpool(_cancel_and_commit, session, job_id, principal.scope)
-    await _announce_status(redis, job, settings.stream_maxlen)
-    return job
-
-
-def _cancel_and_commit(session: Session, job_id: int, team_id: int | None) -> JobRead:
-    # Committed here, not when the request ends: stream readers told below re-read the row.
-    job = job_store.request_cancel(session, job_id, team_id)
-    session.commit()
-    return job
-
-
-async def _announce_status(redis: RedisDep, job: JobRead, maxlen: int) -> None:
-    """Tell live stream readers at once; they also re-check SQL every second, so a Redis
-    outage only delays them and must not fail a cancel that is already committed."""
-    try:
-        await redis.xadd(
-            bus.stream_key(job.id),
-            bus.encode("status", {"status": job.status}),
-            maxlen=maxlen,
-            approximate=True,
-        )
-    except (RedisError, OSError) as exc:
-        log.warning("could not publish status of job %s: %s", job.id, exc)
+    its next step, after a checkpoint. A finished job is a 409. Stream readers learn the change
+    when the request's transaction commits (the session publishes what the transition staged)."""
+    return job_store.request_cancel(session, job_id, principal.scope)
