@@ -12,6 +12,7 @@ They stand up the real stack the way a deployment does, on this machine:
 * :class:`Role` - this script again, in a fresh interpreter, for the client side (clients are
   never in the server's process); the child writes its JSON result to a file.
 * :func:`percentiles`, :func:`cpu_seconds`, :func:`loadavg` - the figures' arithmetic.
+* :func:`tiny_spec` - the JobSpec the benchmarks submit (``tests/specs.py``, the tests' own).
 """
 
 from __future__ import annotations
@@ -32,22 +33,16 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+# The one JobSpec factory, shared with the service's tests: ``tests/specs.py`` is a plain module
+# (no pytest), so its folder goes on the path, after this one.
+sys.path.append(str(ROOT / "tests"))
+from specs import tiny_spec as tiny_spec  # noqa: E402 - re-exported to the benchmark scripts
+
 POSTGRES_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 REDIS_URL = "redis://127.0.0.1:6379/14"  # not the tests' database (11)
 TOKEN = "bench-token-3f9c1e"
 READY_TIMEOUT_S = 30.0
 APP = "api.main:create_app"
-
-
-def bench_spec(name: str, max_steps: int) -> dict[str, Any]:
-    """The smallest valid JobSpec: the model ``tiny`` must exist under the server's models root."""
-    return {
-        "name": name,
-        "model": {"source": "path:tiny"},
-        "dataset": {"prompts": [{"prompt": "What is 2+3?", "answer": "5"}]},
-        "rewards": [{"name": "exact_match", "args": {"field": "answer"}}],
-        "grpo": {"num_generations": 2, "prompts_per_step": 1, "max_steps": max_steps},
-    }
 
 
 def loadavg() -> str:

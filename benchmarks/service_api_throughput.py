@@ -58,19 +58,19 @@ from _service_stack import (  # noqa: E402
     APP,
     TOKEN,
     Role,
-    bench_spec,
     cpu_seconds,
     fmt_ms,
     loadavg,
     migrated_database,
     percentiles,
+    tiny_spec,
     uvicorn_server,
     write_json,
 )
 
 TARGET_P99_S = 0.050
 WARMUP_S = 2.0
-SPEC = bench_spec("throughput-bench", max_steps=20)
+SPEC = tiny_spec("throughput-bench", max_steps=20)
 BODY = json.dumps(SPEC).encode()
 PHASES = {
     "post": ("POST closed", "POST", "/v1/jobs"),

@@ -59,13 +59,13 @@ from _service_stack import (  # noqa: E402
     TOKEN,
     LoopProbe,
     Role,
-    bench_spec,
     cpu_seconds,
     drop_streams,
     fmt_ms,
     loadavg,
     migrated_database,
     percentiles,
+    tiny_spec,
     uvicorn_server,
     write_json,
 )
@@ -73,7 +73,7 @@ from _service_stack import (  # noqa: E402
 TARGET_P99_S = 0.050
 TARGET_K = 100
 STREAM_MAXLEN = 100_000
-SPEC = bench_spec("stream-bench", max_steps=100_000)
+SPEC = tiny_spec("stream-bench", max_steps=100_000)
 
 
 # ---- subscriber side (its own process) ----

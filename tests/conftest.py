@@ -1,23 +1,30 @@
-"""Fixtures shared by every test package: tiny local models, built once per session."""
+"""Fixtures shared by every test package: tiny local models, built once per session, and the
+JobSpec factory (``tests/specs.py``).
+
+Nothing heavy is imported at module level: torch loads only when a test asks for a model, so
+collecting the service's tests stays fast."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
-from grpo_core.tiny import build_tiny_model
+from specs import tiny_spec as _tiny_spec
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random-init Llama-family model + tokenizer folder (no network)."""
+    from grpo_core.tiny import build_tiny_model
+
     return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"), family="llama")
 
 
 @pytest.fixture(scope="session")
 def tiny_model_factory(tmp_path_factory: pytest.TempPathFactory):
     """``factory(family) -> folder``, cached per family."""
+    from grpo_core.tiny import build_tiny_model
+
     built: dict[str, Path] = {}
 
     def factory(family: str) -> Path:
@@ -26,3 +33,10 @@ def tiny_model_factory(tmp_path_factory: pytest.TempPathFactory):
         return built[family]
 
     return factory
+
+
+@pytest.fixture(scope="session")
+def tiny_spec():
+    """``tiny_spec(name="tiny", *, max_steps=4, pool=None, **fields) -> dict``: a valid JobSpec
+    body for the tiny model, a few seconds of CPU training (see ``tests/specs.py``)."""
+    return _tiny_spec

@@ -1,5 +1,9 @@
 """Throwaway databases for service tests: a fresh Postgres database or SQLite file, migrated
-to head with the project's Alembic revisions (never ``create_all``)."""
+to head with the project's Alembic revisions (never ``create_all``).
+
+Postgres must be running (``.ci/run`` starts it): a test that needs it errors loudly when it is
+down rather than skipping, because a skipped database test is a test nobody ran.
+"""
 
 from __future__ import annotations
 
@@ -8,37 +12,43 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, pool, text
+from sqlalchemy.exc import OperationalError
 
+# Trust auth on localhost; throwaway databases are created from this one.
 POSTGRES_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
 @contextmanager
-def fresh_postgres_url(prefix: str = "grpo_t") -> Iterator[str]:
-    """Create an empty database, yield its URL, drop it afterwards (ending leftover sessions)."""
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
+def fresh_postgres_url(prefix: str = "grpo_test") -> Iterator[str]:
+    """Create an empty database, yield its URL, drop it afterwards with its connections."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(
+        POSTGRES_ADMIN_URL,
+        isolation_level="AUTOCOMMIT",  # CREATE/DROP DATABASE cannot run inside a transaction
+        poolclass=pool.NullPool,
+        connect_args={"connect_timeout": 5},
+    )
     try:
-        yield POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except OperationalError as exc:
+        admin.dispose()
+        raise RuntimeError(f"Postgres at {POSTGRES_ADMIN_URL} did not answer (CI starts it): {exc}") from exc
+    try:
+        yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
     finally:
         from api.store.db import get_engine
 
+        # Engines are cached by URL: a cached one would point at the dropped database.
         get_engine.cache_clear()
         with admin.connect() as conn:
-            conn.execute(
-                text(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = :n AND pid <> pg_backend_pid()"
-                ),
-                {"n": name},
-            )
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
 
 
 def sqlite_url(folder: Path) -> str:
+    """URL of a SQLite file in ``folder`` (SQLite creates it on first connect)."""
     return f"sqlite:///{folder / 'grpo.db'}"
 
 

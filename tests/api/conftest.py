@@ -1,55 +1,34 @@
-"""Fixtures for the service's tests: real, empty databases, one per test.
+"""Fixtures for the service's tests: real, empty databases, one per test (``tests/service_db.py``
+makes them), a live API server per module, teams and keys.
 
 Each fixture is small and named for what it yields; add new ones below in the same way.
-Postgres must be running (``.ci/run`` starts it): a test that needs it errors loudly when it is
-down rather than skipping, because a skipped database test is a test nobody ran.
 """
 
 from __future__ import annotations
 
+import functools
 import os
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, make_url, pool, text
-from sqlalchemy.exc import OperationalError
-
-# Trust auth on localhost; throwaway databases are created from this one.
-POSTGRES_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-THROWAWAY_DB_PREFIX = "grpo_test_"
+import service_db  # tests/ is on sys.path (pytest's rootdir conftest)
+from specs import tiny_spec
+from waiting import wait_until
 
 
 @pytest.fixture
 def fresh_postgres_url() -> Iterator[str]:
     """URL of a new empty Postgres database, dropped (with its connections) after the test."""
-    name = f"{THROWAWAY_DB_PREFIX}{uuid.uuid4().hex[:12]}"
-    admin = create_engine(
-        POSTGRES_ADMIN_URL,
-        isolation_level="AUTOCOMMIT",  # CREATE/DROP DATABASE cannot run inside a transaction
-        poolclass=pool.NullPool,
-        connect_args={"connect_timeout": 5},
-    )
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-    except OperationalError as exc:
-        admin.dispose()
-        pytest.fail(f"Postgres at {POSTGRES_ADMIN_URL} did not answer (CI starts it): {exc}", pytrace=False)
-    try:
-        yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    with service_db.fresh_postgres_url() as url:
+        yield url
 
 
 @pytest.fixture
 def fresh_sqlite_url(tmp_path: Path) -> str:
     """URL of a SQLite file that does not exist yet (SQLite creates it on first connect)."""
-    return f"sqlite:///{tmp_path / 'grpo.db'}"
+    return service_db.sqlite_url(tmp_path)
 
 
 # ==== HTTP API and WebSocket stream (tests/api/test_jobs_api.py, test_stream.py, test_meta.py) ====
@@ -65,8 +44,6 @@ API_REDIS_URL = os.environ.get("GRPO_TEST_REDIS_URL", "redis://127.0.0.1:6379/11
 def api_database_url(request: pytest.FixtureRequest,
                      tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A migrated database shared by one test module's tests, on each backend in turn."""
-    import service_db  # tests/ is on sys.path (pytest's rootdir conftest)
-
     if request.param == "sqlite":
         with service_db.migrated(service_db.sqlite_url(tmp_path_factory.mktemp("api-db"))) as url:
             yield url
@@ -120,7 +97,6 @@ def _serve(settings) -> Iterator[LiveServer]:
     generator: use it through ``serve_api`` or ``contextlib.contextmanager``)."""
     import socket
     import threading
-    import time
 
     import uvicorn
 
@@ -132,11 +108,9 @@ def _serve(settings) -> Iterator[LiveServer]:
     server = uvicorn.Server(uvicorn.Config(create_app(settings), log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            pytest.fail("the API server did not start")
-        time.sleep(0.01)
+    wait_until(lambda: server.started or not thread.is_alive(), 10, "the API server to start", interval=0.01)
+    if not server.started:
+        pytest.fail("the API server stopped while starting")
     try:
         yield LiveServer(sock.getsockname()[1], settings)
     finally:
@@ -181,19 +155,11 @@ def api(api_server: LiveServer):
         yield client
 
 
-@pytest.fixture
-def job_spec(service_roots: dict[str, Path]):
-    """``job_spec(**overrides) -> dict``: a valid JobSpec body (tiny model, inline prompts)."""
-
-    def factory(**overrides) -> dict:
-        spec = {"name": "tiny-run", "model": {"source": "path:tiny"},
-                "dataset": {"prompts": [{"prompt": "What is 2+3?", "answer": "5"}]},
-                "rewards": [{"name": "exact_match", "args": {"field": "answer"}}],
-                "grpo": {"num_generations": 2, "prompts_per_step": 1, "max_steps": 20}}
-        spec.update(overrides)
-        return spec
-
-    return factory
+@pytest.fixture(scope="session")
+def job_spec():
+    """``job_spec(**fields) -> dict``: ``tests/specs.py``'s spec, 20 steps long by default
+    (the scripted worker reports steps; nothing trains here)."""
+    return functools.partial(tiny_spec, name="tiny-run", max_steps=20)
 
 
 class ScriptedWorker:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 import redis
 import yaml
+from waiting import wait_until
 
 from api.cli.dev import free_port
 from api.cli.main import main
@@ -208,13 +208,27 @@ def test_cluster_and_queue(grpo, alpha, api_server, job_spec, own_pool) -> None:
     assert any(line.split()[:3] == [str(first["id"]), "alpha", pool] for line in lines)
 
 
+def open_streams(admin) -> float:
+    """The API process's open job streams, as its ``/metrics`` reports them."""
+    lines = admin.get("/metrics").text.splitlines()
+    return float(next(line.split()[1] for line in lines if line.startswith("grpo_stream_subscribers ")))
+
+
 @pytest.mark.parametrize("outcome", ["succeeded", "failed"])
-def test_watch_follows_a_job_until_it_ends(grpo, alpha, job_spec, worker, outcome) -> None:
+def test_watch_follows_a_job_until_it_ends(grpo, alpha, job_spec, worker, outcome, client_for,
+                                           team_keys) -> None:
     job = new_job(alpha, job_spec)
     worker.start(job["id"])
+    admin = client_for(team_keys.admin)
+    wait_until(lambda: open_streams(admin) == 0, 10, "earlier tests' streams to close")
+
+    problems: list[AssertionError] = []
 
     def run() -> None:  # the only user of the worker while it runs
-        time.sleep(0.3)
+        try:  # the steps come once `watch` follows the job live, not from its backlog
+            wait_until(lambda: open_streams(admin) == 1, 10, "`grpo watch` to open the job's stream")
+        except AssertionError as problem:  # the job still ends, or `watch` would wait for ever
+            problems.append(problem)
         for step in (1, 2, 3):
             worker.step(job["id"], step)
         worker.finish(job["id"], outcome)
@@ -225,6 +239,7 @@ def test_watch_follows_a_job_until_it_ends(grpo, alpha, job_spec, worker, outcom
         code, out, err = grpo("watch", str(job["id"]))
     finally:
         thread.join(timeout=30)
+    assert not problems, problems
     lines = out.splitlines()
     assert code == (0 if outcome == "succeeded" else 1), err
     assert [line.split()[1] for line in lines if line.startswith("step ")] == ["1/20", "2/20", "3/20"]

@@ -3,7 +3,7 @@ private ``redis-server`` it starts itself) driven over real HTTP and WebSocket c
 
 The stack runs once per database: on the embedded default (a SQLite file in the working
 directory, the URL left unset) and on a fresh Postgres database. Helpers reach the tests as
-fixtures (``stack``, ``tiny_spec``), never by importing this file.
+fixtures (``stack``; ``tiny_spec`` comes from ``tests/conftest.py``), never by importing this file.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,29 +22,12 @@ import httpx
 import psutil
 import pytest
 from service_db import fresh_postgres_url
+from waiting import wait_until
 
 from api.cli.client import TERMINAL, ApiClient
 from api.cli.dev import free_port
 
 TOKEN = "e2e-secret-token-0123456789"
-PROMPTS = [{"prompt": "Is it yes?"}, {"prompt": "What is 2+3?"}, {"prompt": "hello world"},
-           {"prompt": "Think about the number seven."}]
-
-
-def make_spec(name: str = "tiny", max_steps: int = 4, **overrides: Any) -> dict[str, Any]:
-    spec = {"name": name, "model": {"source": "path:tiny"}, "dataset": {"prompts": PROMPTS},
-            "rewards": [{"name": "contains", "args": {"text": "yes"}}],
-            "grpo": {"num_generations": 2, "prompts_per_step": 2, "max_completion_length": 8,
-                     "max_steps": max_steps, "learning_rate": 1e-3},
-            "checkpoint_every": 2, "log_completions_every": 2}
-    spec.update(overrides)
-    return spec
-
-
-@pytest.fixture
-def tiny_spec():
-    """``tiny_spec(name, max_steps, **fields)``: a job of a few seconds on one CPU core."""
-    return make_spec
 
 
 @dataclass
@@ -58,13 +40,14 @@ class Stack:
 
     def wait_for_job(self, job_id: int, predicate, timeout: float = 120, interval: float = 0.05
                      ) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            job = self.api.job(job_id)
-            if predicate(job):
-                return job
-            time.sleep(interval)
-        raise AssertionError(f"job {job_id} never got there: {job}\n{self.log.read_text()[-6000:]}")
+        seen: list[dict[str, Any]] = []
+
+        def reached() -> dict[str, Any] | None:
+            seen[:] = [self.api.job(job_id)]
+            return seen[0] if predicate(seen[0]) else None
+
+        return wait_until(reached, timeout, f"job {job_id} to get there", interval=interval,
+                          details=lambda: f"last read: {seen}\n{self.log.read_text()[-6000:]}")
 
     def wait_until_done(self, job_id: int) -> dict[str, Any]:
         return self.wait_for_job(job_id, lambda job: job["status"] in TERMINAL)
@@ -126,16 +109,14 @@ def stack(request, tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Pat
 
 
 def _wait_ready(url: str, process: subprocess.Popen, log: Path, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def ready() -> bool:
         assert process.poll() is None, f"grpo dev exited with {process.returncode}:\n{log.read_text()}"
         try:  # jobs wait queued until the worker's heartbeat appears, so the API is enough
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return
+            return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
         except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"grpo dev did not come up:\n{log.read_text()}")
+            return False
+
+    wait_until(ready, timeout, "grpo dev to come up", interval=0.2, details=log.read_text)
 
 
 # ==== The dashboard in a browser (tests/e2e/test_dashboard.py) ====

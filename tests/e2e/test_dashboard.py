@@ -7,11 +7,11 @@ under the run's temp folder; their paths are logged."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
 import yaml
+from waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -65,13 +65,12 @@ def row_of(page: Any, job_id: int) -> Any:
 
 
 def wait_finished(stack: Any, job_id: int) -> dict[str, Any]:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    def finished() -> dict[str, Any] | None:
         job = stack.client("alpha").job(job_id)
-        if job["status"] in ("succeeded", "failed", "cancelled"):
-            return job
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id} did not finish: {job}")
+        return job if job["status"] in ("succeeded", "failed", "cancelled") else None
+
+    return wait_until(finished, 60, f"job {job_id} to finish", interval=0.2,
+                      details=lambda: str(stack.client("alpha").job(job_id)))
 
 
 def test_a_key_is_needed_and_logging_out_forgets_it(browser_page, keyed_stack, screenshots) -> None:

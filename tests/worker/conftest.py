@@ -1,8 +1,9 @@
 """Real components for the worker and scheduler tests: a migrated Postgres database and a
 private ``redis-server`` per module, a real Celery worker process, a real scheduler process.
 
-Helpers reach the tests as fixtures (``tiny_spec``, ``job_of``, ``wait_for``, ...), never by
-importing this file: ``conftest`` is a different module in every test folder.
+Helpers reach the tests as fixtures (``job_of``, ``wait_for``, ...; ``tiny_spec`` comes from
+``tests/conftest.py``), never by importing this file: ``conftest`` is a different module in
+every test folder.
 
 Each module gets its own Redis server, so heartbeats, the leader lock and queues never leak
 between modules (or into a Redis others use); each test uses its own pool name, so its queue
@@ -16,7 +17,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 import redis
 from service_db import fresh_postgres_url, migrated
+from waiting import wait_until
 
 from api.cli.dev import start_redis, stop_process
 from api.settings import Settings
@@ -34,19 +35,6 @@ from api.store.teams import DEFAULT_TEAM, team_id_by_name
 from grpo_core.spec import JobSpec
 
 REPO = Path(__file__).resolve().parents[2]
-PROMPTS = [{"prompt": "Is it yes?"}, {"prompt": "What is 2+3?"}, {"prompt": "hello world"},
-           {"prompt": "Think about the number seven."}]
-
-
-def make_spec(name: str = "tiny", pool: str = "default", **overrides: Any) -> dict[str, Any]:
-    """A few seconds of CPU training: two prompts x two completions of at most 8 tokens."""
-    grpo = {"num_generations": 2, "prompts_per_step": 2, "max_completion_length": 8, "max_steps": 4,
-            "learning_rate": 1e-3, "seed": 0, **overrides.pop("grpo", {})}
-    spec = {"name": name, "model": {"source": "path:tiny"}, "dataset": {"prompts": PROMPTS},
-            "rewards": [{"name": "contains", "args": {"text": "yes"}}], "grpo": grpo,
-            "checkpoint_every": 2, "log_completions_every": 2, "resources": {"pool": pool}}
-    spec.update(overrides)
-    return spec
 
 
 @pytest.fixture(scope="module")
@@ -182,27 +170,16 @@ def submit(database_url: str, team_id: int) -> Callable[[dict[str, Any]], int]:
     return submit_
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str, procs: Processes | None = None,
-               interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{procs.logs() if procs else ''}")
-
-
-@pytest.fixture
-def tiny_spec() -> Callable[..., dict[str, Any]]:
-    return make_spec
-
-
 @pytest.fixture
 def wait_for() -> Callable[..., Any]:
     """``wait_for(predicate, timeout, what, processes=None, interval=0.1)``: the predicate's
     first truthy value, or an AssertionError with the service logs."""
-    return wait_until
+    def wait(predicate: Callable[[], Any], timeout: float, what: str, procs: Processes | None = None,
+             interval: float = 0.1) -> Any:
+        return wait_until(predicate, timeout, what, interval=interval,
+                          details=procs.logs if procs is not None else None)
+
+    return wait
 
 
 @pytest.fixture
@@ -227,6 +204,7 @@ def wait_worker_ready(redis_url: str) -> Callable[..., list[str]]:
             ids = sorted(w["worker_id"] for w in live_workers(client) if w["pool"] == pool)
             return ids if len(ids) >= count else []
 
-        return wait_until(ready, 60, f"{count} worker(s) of pool {pool} to advertise", procs)
+        return wait_until(ready, 60, f"{count} worker(s) of pool {pool} to advertise", interval=0.1,
+                          details=procs.logs)
 
     return wait

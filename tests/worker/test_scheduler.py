@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 import uuid
 
 import pytest
@@ -118,14 +117,15 @@ def test_a_failed_send_puts_the_job_back_in_the_queue(settings, client, submit, 
 
 
 def test_a_gone_workers_queue_is_dropped_once_no_job_is_promised_to_it(scheduler, client, submit, tiny_spec,
-                                                                        job_of, pool, database_url):
+                                                                        job_of, pool, database_url, wait_for):
     busy = advertise(client, pool, ttl=0.6)
     job_id = submit(tiny_spec(pool=pool))
     assert job_id in scheduler.tick() and job_of(job_id).worker_id == busy
     idle = advertise(client, pool, ttl=0.6)
     scheduler.tick()
     client.rpush(worker_queue(idle), "stale message")
-    time.sleep(0.8)  # both stop heartbeating
+    wait_for(lambda: not client.exists(bus.worker_key(busy), bus.worker_key(idle)), 10,
+             "both heartbeats to expire", interval=0.05)
     scheduler.tick()
     assert client.llen(worker_queue(idle)) == 0  # nothing can claim what it held
     assert client.llen(worker_queue(busy)) == 1  # the job is still promised to it: its message stays
@@ -157,7 +157,14 @@ def test_two_scheduler_processes_never_dispatch_a_job_twice(processes, client, s
 
     wait_for(lambda: len(dispatched()) == 3, 30, "three dispatches", processes)
     leader = client.get(LEADER_KEY).decode()
-    time.sleep(1.5)  # both keep ticking; neither may send more
+    passes: set[bytes] = set()  # each pass marks its own time: distinct marks are distinct passes
+
+    def leader_passed_three_more_times() -> bool:
+        passes.add(client.get(bus.SCHEDULER_PASS_KEY))
+        return len(passes) > 3
+
+    # Both keep ticking (the follower tries the lock on each of its own); neither may send more.
+    wait_for(leader_passed_three_more_times, 30, "three more passes of the leader", processes, interval=0.02)
     assert dispatched() == jobs[:3]
     assert queued_messages(client, *workers) == 3
     assert [dispatched_events(database_url, j) for j in jobs] == [1, 1, 1, 0, 0]
