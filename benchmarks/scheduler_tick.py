@@ -34,6 +34,7 @@ from api.store import bus  # noqa: E402
 from api.store.db import session_scope  # noqa: E402
 from api.store.models import Job, Team, TeamQuota, utcnow  # noqa: E402
 from api.store.pools import ensure_pool  # noqa: E402
+from api.vocabulary import Heartbeat  # noqa: E402
 
 TARGET_MS = 200.0
 
@@ -64,8 +65,7 @@ def measure(size: int, args: argparse.Namespace, redis_url: str) -> list[object]
         scheduler = Scheduler(settings)
         scheduler.client.flushdb()
         for w in range(args.workers):
-            beat = {"worker_id": f"bench-{w}", "pool": "default", "gpus": 1}
-            bus.advertise_worker(scheduler.client, beat["worker_id"], beat, 600)
+            bus.advertise_worker(scheduler.client, Heartbeat(worker_id=f"bench-{w}"), 600)
         started = time.perf_counter()
         sent = scheduler.tick()
         first_ms = (time.perf_counter() - started) * 1000

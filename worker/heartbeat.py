@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import threading
+from dataclasses import replace
 
 import redis
 from redis.exceptions import RedisError
@@ -25,6 +26,7 @@ from api.settings import Settings
 from api.store import bus
 from api.store.db import session_scope
 from api.store.jobs import renew_lease
+from api.vocabulary import Heartbeat
 
 WORKER_ID_ENV = "GRPO_WORKER_ID"
 log = logging.getLogger(__name__)
@@ -105,8 +107,8 @@ class WorkerHeartbeat(_Ticker):
         self.client = redis.Redis.from_url(settings.redis_url)
         self.worker_id = worker_id
         self.ttl = 3 * settings.heartbeat_seconds
-        self.static = {"worker_id": worker_id, "pool": settings.pool, "gpus": settings.worker_gpus,
-                       **detect_gpus(), "memory_mb": host_memory_mb(), "hostname": socket.gethostname()}
+        self.static = Heartbeat(worker_id=worker_id, pool=settings.pool, gpus=settings.worker_gpus,
+                                **detect_gpus(), memory_mb=host_memory_mb(), hostname=socket.gethostname())
         self._withdrawn = threading.Event()
 
     def beat(self) -> None:
@@ -115,8 +117,8 @@ class WorkerHeartbeat(_Ticker):
         try:
             running = self.client.get(busy_key(self.worker_id))
             job = json.loads(running) if running else None
-            info = {**self.static, "running_job": job, "busy_gpus": self.static["gpus"] if job else 0}
-            bus.advertise_worker(self.client, self.worker_id, info, self.ttl)
+            beat = replace(self.static, running_job=job, busy_gpus=self.static.gpus if job else 0)
+            bus.advertise_worker(self.client, beat, self.ttl)
         except RedisError as exc:  # the key expires meanwhile: the scheduler sees no capacity here
             log.warning("heartbeat failed: %s", exc)
 

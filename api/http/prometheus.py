@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
@@ -23,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from api.lifecycle import JOB_STATUSES, WAITING_STATUSES
 from api.store.models import Job, JobMetric, Team
+from api.vocabulary import Heartbeat
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class ServiceSnapshot:
     waiting_by_pool: dict[str, int] = field(default_factory=dict)
     running: list[RunningJob] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)  # api.store.bus.COUNTERS
-    heartbeats: list[dict[str, Any]] = field(default_factory=list)
+    heartbeats: list[Heartbeat] = field(default_factory=list)
     seconds_since_scheduler_pass: float | None = None
     stream_subscribers: int = 0
 
@@ -100,15 +100,15 @@ def families(snapshot: ServiceSnapshot) -> Iterator[Metric]:
                             value=snapshot.stream_subscribers)
 
 
-def _capacity(heartbeats: list[dict[str, Any]]) -> Iterator[Metric]:
+def _capacity(heartbeats: list[Heartbeat]) -> Iterator[Metric]:
     workers = GaugeMetricFamily("grpo_workers", "Live workers, by pool", labels=["pool"])
     gpus = GaugeMetricFamily("grpo_gpus", "GPUs advertised by live workers, by pool and state",
                              labels=["pool", "state"])
     by_pool: dict[str, list[int]] = {}
     for beat in heartbeats:
-        counts = by_pool.setdefault(beat.get("pool", "default"), [0, 0, 0])
+        counts = by_pool.setdefault(beat.pool, [0, 0, 0])
         counts[0] += 1
-        counts[1 if beat.get("running_job") else 2] += int(beat.get("gpus", 1))
+        counts[1 if beat.running_job is not None else 2] += beat.gpus
     for pool, (count, busy, free) in sorted(by_pool.items()):
         workers.add_metric([pool], count)
         gpus.add_metric([pool, "busy"], busy)

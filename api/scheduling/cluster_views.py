@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from api.scheduling import policy
 from api.schemas.jobs import UtcDatetime
 from api.store.scheduling import SchedulingState
+from api.vocabulary import Heartbeat
 
 
 class WorkerView(BaseModel):
@@ -90,17 +91,17 @@ class QueueView(BaseModel):
     items: list[QueueEntry]  # the caller's (an admin: everyone's), in dispatch order per pool
 
 
-def cluster_view(state: SchedulingState, heartbeats: list[dict[str, Any]],
+def cluster_view(state: SchedulingState, heartbeats: list[Heartbeat],
                  fair_share: dict[tuple[int, str], float], scope: int | None) -> ClusterView:
     """``scope``: the caller's team id, or None for an admin."""
     cluster = state.cluster
     on_worker = {job.worker_id: job for job in cluster.holding if job.worker_id}
-    pool_names = sorted({*state.pools, *(beat.get("pool", "default") for beat in heartbeats)})
+    pool_names = sorted({*state.pools, *(beat.pool for beat in heartbeats)})
     waiting = _count((job.team_id, job.pool) for job in cluster.waiting)
     pools = []
     for name in pool_names:
-        workers = [_worker_view(beat, on_worker.get(beat.get("worker_id")), scope)
-                   for beat in heartbeats if beat.get("pool", "default") == name]
+        workers = [_worker_view(beat, on_worker.get(beat.worker_id), scope)
+                   for beat in heartbeats if beat.pool == name]
         total = sum(worker.gpus for worker in workers)
         busy = sum(worker.gpus for worker in workers if worker.busy)
         held, most = state.pools.get(name, (False, None))
@@ -141,13 +142,12 @@ def queue_view(snapshot: dict[str, Any] | None, scheduler_pass_at: str | None, s
                      waiting=dict(sorted(waiting.items())), items=mine)
 
 
-def _worker_view(beat: dict[str, Any], job: policy.HoldingJob | None, scope: int | None) -> WorkerView:
+def _worker_view(beat: Heartbeat, job: policy.HoldingJob | None, scope: int | None) -> WorkerView:
     visible = job is not None and scope in (None, job.team_id)
-    return WorkerView(worker_id=beat.get("worker_id", "?"), hostname=beat.get("hostname"),
-                      gpus=int(beat.get("gpus", 1)), gpu_model=beat.get("gpu_model"),
-                      gpu_memory_mb=beat.get("gpu_memory_mb"), memory_mb=beat.get("memory_mb"),
+    return WorkerView(worker_id=beat.worker_id, hostname=beat.hostname, gpus=beat.gpus,
+                      gpu_model=beat.gpu_model, gpu_memory_mb=beat.gpu_memory_mb, memory_mb=beat.memory_mb,
                       running_job=job.id if visible else None,
-                      busy=job is not None or bool(beat.get("running_job")))
+                      busy=job is not None or beat.running_job is not None)
 
 
 def _count(keys, amounts: list[int] | None = None) -> dict:

@@ -44,7 +44,7 @@ from api.store.scheduling import (
     request_preempt,
     set_pending_reasons,
 )
-from api.vocabulary import RUN_JOB, worker_queue
+from api.vocabulary import RUN_JOB, Heartbeat, worker_queue
 
 LEADER_KEY = "grpo:scheduler:leader"
 log = logging.getLogger(__name__)
@@ -176,11 +176,11 @@ class Scheduler:
             self._published_queue = signature
         bus.mark_scheduler_pass(self.client, utcnow().isoformat())
 
-    def forget_gone_workers(self, state: SchedulingState, heartbeats: list[dict[str, Any]]) -> None:
+    def forget_gone_workers(self, state: SchedulingState, heartbeats: list[Heartbeat]) -> None:
         """A worker that stopped heartbeating leaves its private queue behind. Once no job is
         promised to it any more (the lease reaper requeues those), nothing in that queue can
         ever be claimed, so it is dropped rather than left in Redis for good."""
-        live = {beat.get("worker_id") for beat in heartbeats}
+        live = {beat.worker_id for beat in heartbeats}
         self._gone = (self._gone | (self._live - live)) - live  # a worker that came back is not gone
         self._live = live
         promised = {job.worker_id for job in state.cluster.holding}
@@ -189,12 +189,11 @@ class Scheduler:
             self.client.delete(*(worker_queue(worker_id) for worker_id in done))
             self._gone -= done
 
-    def register_pools(self, state: SchedulingState, heartbeats: list[dict[str, Any]]) -> None:
+    def register_pools(self, state: SchedulingState, heartbeats: list[Heartbeat]) -> None:
         """Pools live workers serve exist; each records its largest live worker's GPU count."""
         largest: dict[str, int] = {}
         for beat in heartbeats:
-            pool = beat.get("pool", "default")
-            largest[pool] = max(largest.get(pool, 0), int(beat.get("gpus", 1)))
+            largest[beat.pool] = max(largest.get(beat.pool, 0), beat.gpus)
         stale = {pool: gpus for pool, gpus in largest.items()
                  if pool not in state.pools or state.pools[pool][1] != gpus}
         if stale:

@@ -25,6 +25,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from api.store import outbox
+from api.vocabulary import Heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -85,25 +86,26 @@ def publisher(client, maxlen: int) -> outbox.Publish:
     return publish_staged
 
 
-def advertise_worker(client, worker_id: str, info: dict[str, Any], ttl_seconds: float) -> None:
-    client.set(worker_key(worker_id), json.dumps(info), px=int(ttl_seconds * 1000))
+def advertise_worker(client, beat: Heartbeat, ttl_seconds: float) -> None:
+    client.set(worker_key(beat.worker_id), beat.to_json(), px=int(ttl_seconds * 1000))
 
 
-def live_workers(client) -> list[dict[str, Any]]:
+def live_workers(client) -> list[Heartbeat]:
     """Heartbeats of every worker whose key has not expired."""
     keys = list(client.scan_iter(match=f"{WORKER_PREFIX}*", count=500))
     return _heartbeats(client.mget(keys) if keys else [])
 
 
-async def live_workers_async(client) -> list[dict[str, Any]]:
+async def live_workers_async(client) -> list[Heartbeat]:
     """:func:`live_workers` with an asyncio client (the web process)."""
     keys = [key async for key in client.scan_iter(match=f"{WORKER_PREFIX}*", count=500)]
     return _heartbeats(await client.mget(keys) if keys else [])
 
 
-def _heartbeats(values: list[Any]) -> list[dict[str, Any]]:
+def _heartbeats(values: list[Any]) -> list[Heartbeat]:
     # A key that expired between SCAN and MGET reads None: that worker just left.
-    return [json.loads(v) for v in values if v is not None]
+    beats = (Heartbeat.from_json(v) for v in values if v is not None)
+    return [beat for beat in beats if beat is not None]
 
 
 def publish_queue(client, entries: list[dict[str, Any]], updated_at: str) -> None:

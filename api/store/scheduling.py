@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.orm import Session
@@ -21,6 +20,7 @@ from api.store.jobs import transition
 from api.store.models import Allocation, Job, Pool, Team, utcnow
 from api.store.teams import quotas_by_team
 from api.store.telemetry import add_event
+from api.vocabulary import Heartbeat
 
 _JOBS = Job.__table__
 # Older allocations weigh under 2**-12 of a fresh one: not worth reading.
@@ -47,21 +47,20 @@ class SchedulingState:
     waiting_info: dict[int, WaitingInfo] = field(default_factory=dict)
 
 
-def schedulable_workers(heartbeats: list[dict[str, Any]], holding: list[policy.HoldingJob],
+def schedulable_workers(heartbeats: list[Heartbeat], holding: list[policy.HoldingJob],
                         ) -> list[policy.Worker]:
     """Live workers as the policy sees them. One still running a job SQL no longer gives it (its
     lease was lost; the child is stopping) is left out until it reports itself idle."""
     assigned = {job.worker_id for job in holding}
     workers = []
     for beat in heartbeats:
-        worker_id = beat.get("worker_id")
-        if not worker_id or (beat.get("running_job") and worker_id not in assigned):
+        if beat.running_job and beat.worker_id not in assigned:
             continue
-        workers.append(policy.Worker(worker_id, beat.get("pool", "default"), int(beat.get("gpus", 1))))
+        workers.append(policy.Worker(beat.worker_id, beat.pool, beat.gpus))
     return workers
 
 
-def load_state(session: Session, heartbeats: list[dict[str, Any]], now: datetime, half_life: float,
+def load_state(session: Session, heartbeats: list[Heartbeat], now: datetime, half_life: float,
                ) -> SchedulingState:
     """Everything :func:`api.scheduling.policy.plan` needs: SQL read in one transaction, plus the live
     workers' heartbeats (``api.store.bus.live_workers``)."""

@@ -22,7 +22,7 @@ from api.store import bus
 from api.store.db import session_scope
 from api.store.pools import ensure_pool
 from api.store.teams import set_quota
-from api.vocabulary import worker_queue
+from api.vocabulary import Heartbeat, worker_queue
 
 
 class Grpo:
@@ -170,9 +170,9 @@ def own_pool(api_server, team_keys):
         ensure_pool(session, pool)
         set_quota(session, "alpha", pool, 2)
     client = redis.Redis.from_url(api_server.settings.redis_url)
-    beat = {"worker_id": worker_id, "pool": pool, "gpus": 1, "gpu_model": "H200", "gpu_memory_mb": 143771,
-            "hostname": "node-1"}
-    bus.advertise_worker(client, worker_id, beat, 60)
+    beat = Heartbeat(worker_id=worker_id, pool=pool, gpus=1, gpu_model="H200", gpu_memory_mb=143771,
+                     hostname="node-1")
+    bus.advertise_worker(client, beat, 60)
     yield pool, worker_id
     client.delete(bus.worker_key(worker_id), worker_queue(worker_id))
     client.close()

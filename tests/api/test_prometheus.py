@@ -23,7 +23,7 @@ from api.store.db import session_scope
 from api.store.jobs import set_progress
 from api.store.pools import ensure_pool
 from api.store.telemetry import record_metrics
-from api.vocabulary import worker_queue
+from api.vocabulary import Heartbeat, worker_queue
 
 Samples = dict[tuple[str, tuple], float]
 
@@ -82,15 +82,14 @@ def test_the_scrape_reports_queue_dispatches_running_jobs_and_streams(api, api_s
 
     client = redis.Redis.from_url(api_server.settings.redis_url)
     idle, busy = f"w-{uuid.uuid4().hex[:6]}", f"w-{uuid.uuid4().hex[:6]}"
-    bus.advertise_worker(client, idle, {"worker_id": idle, "pool": pool, "gpus": 2}, 60)
+    bus.advertise_worker(client, Heartbeat(worker_id=idle, pool=pool, gpus=2), 60)
     try:
         ticked = time.monotonic()
         assert Scheduler(api_server.settings).tick() == [first]
         # A second worker runs another job, at 0.5 s per step (it heartbeats after the pass,
         # so the scheduler never saw it).
         worker.start(second)
-        beat = {"worker_id": busy, "pool": pool, "gpus": 3, "running_job": second}
-        bus.advertise_worker(client, busy, beat, 60)
+        bus.advertise_worker(client, Heartbeat(worker_id=busy, pool=pool, gpus=3, running_job=second), 60)
         with session_scope(api_server.settings.database_url) as session:
             for step in (1, 2):
                 record_metrics(session, second, {"step": step, "step_time": 0.5, "reward": 0.1})

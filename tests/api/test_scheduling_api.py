@@ -17,7 +17,7 @@ from api.scheduling.scheduler import Scheduler
 from api.store import bus
 from api.store.db import session_scope
 from api.store.pools import ensure_pool, set_max_worker_gpus
-from api.vocabulary import worker_queue
+from api.vocabulary import Heartbeat, worker_queue
 
 
 def error_of(response) -> dict:
@@ -40,10 +40,10 @@ def advertise(api_server) -> Iterator:
 
     def add(pool: str, gpus: int = 1) -> str:
         worker_id = f"w-{uuid.uuid4().hex[:6]}"
-        bus.advertise_worker(client, worker_id, {"worker_id": worker_id, "pool": pool, "gpus": gpus,
-                                                 "gpu_model": "H200", "gpu_memory_mb": 143771,
-                                                 "memory_mb": 1024, "hostname": "node-1",
-                                                 "running_job": None}, 60)
+        bus.advertise_worker(client, Heartbeat(worker_id=worker_id, pool=pool, gpus=gpus,
+                                                 gpu_model="H200", gpu_memory_mb=143771,
+                                                 memory_mb=1024, hostname="node-1",
+                                                 running_job=None), 60)
         made.append(worker_id)
         return worker_id
 

@@ -201,7 +201,7 @@ def wait_worker_ready(redis_url: str) -> Callable[..., list[str]]:
 
     def wait(pool: str, procs: Processes, count: int = 1) -> list[str]:
         def ready() -> list[str]:
-            ids = sorted(w["worker_id"] for w in live_workers(client) if w["pool"] == pool)
+            ids = sorted(w.worker_id for w in live_workers(client) if w.pool == pool)
             return ids if len(ids) >= count else []
 
         return wait_until(ready, 60, f"{count} worker(s) of pool {pool} to advertise", interval=0.1,

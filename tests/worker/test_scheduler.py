@@ -25,7 +25,7 @@ from api.store import bus
 from api.store.db import session_scope
 from api.store.jobs import claim, finish, requeue_expired
 from api.store.models import JobEvent
-from api.vocabulary import worker_queue
+from api.vocabulary import Heartbeat, worker_queue
 
 
 @pytest.fixture
@@ -40,9 +40,8 @@ def scheduler(settings) -> Scheduler:
 
 def advertise(client: redis.Redis, pool: str, gpus: int = 1, ttl: float = 60) -> str:
     worker_id = f"fake-{uuid.uuid4().hex[:6]}"
-    info = {"worker_id": worker_id, "pool": pool, "gpus": gpus, "busy_gpus": 0, "running_job": None,
-            "gpu_model": "cpu", "hostname": "test"}
-    bus.advertise_worker(client, worker_id, info, ttl)
+    beat = Heartbeat(worker_id=worker_id, pool=pool, gpus=gpus, gpu_model="cpu", hostname="test")
+    bus.advertise_worker(client, beat, ttl)
     return worker_id
 
 

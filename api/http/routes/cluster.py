@@ -10,7 +10,7 @@ a guess made here.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
@@ -23,6 +23,7 @@ from api.store import bus
 from api.store.db import session_scope
 from api.store.models import utcnow
 from api.store.scheduling import load_state
+from api.vocabulary import Heartbeat
 
 router = APIRouter(tags=["scheduling"])
 
@@ -35,7 +36,7 @@ async def get_cluster(principal: PrincipalDep, settings: SettingsDep, redis: Red
     return await run_in_threadpool(_cluster, settings, heartbeats, principal.scope)
 
 
-def _cluster(settings: Settings, heartbeats: list[dict[str, Any]], scope: int | None) -> ClusterView:
+def _cluster(settings: Settings, heartbeats: list[Heartbeat], scope: int | None) -> ClusterView:
     with session_scope(settings.database_url) as session:
         state = load_state(session, heartbeats, utcnow(), settings.fair_share_half_life_seconds)
     return cluster_view(state, heartbeats, policy.fair_shares(state.cluster), scope)
