@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
-from datasets import Dataset
-from trl import GRPOConfig, GRPOTrainer
-from trl.trainer.utils import entropy_from_logits as trl_entropy_from_logits
-from trl.trainer.utils import nanstd as trl_nanstd
-from trl.trainer.utils import selective_log_softmax as trl_selective_log_softmax
 
 from grpo_core.advantages import nanstd
 from grpo_core.config import GRPOConfig as OurConfig
@@ -29,8 +26,20 @@ from grpo_core.logprobs import selective_log_softmax, selective_log_softmax_and_
 from grpo_core.losses import StepTotals
 from grpo_core.update import StepSums, micro_batch_loss
 
+if TYPE_CHECKING:
+    from trl import GRPOTrainer
+
 N, G, T, P = 6, 3, 5, 4  # rows, generations per prompt, completion length, prompt length
 ATOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def trl_utils() -> ModuleType:
+    """TRL's helpers, imported when a test first needs them: importing trl (which loads peft) and
+    datasets takes seconds that collecting the suite should not pay."""
+    from trl.trainer import utils
+
+    return utils
 
 
 # --- log-probs --------------------------------------------------------------------------------
@@ -38,31 +47,31 @@ ATOL = 1e-5
 
 @pytest.mark.parametrize("vocab", [7, 1000, 32000])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_selective_log_softmax_matches_trl(vocab: int, temperature: float) -> None:
+def test_selective_log_softmax_matches_trl(trl_utils: ModuleType, vocab: int, temperature: float) -> None:
     gen = torch.Generator().manual_seed(vocab)
     logits = torch.randn(3, 4, vocab, generator=gen) * 4
     index = torch.randint(0, vocab, (3, 4), generator=gen)
     ours = selective_log_softmax(logits, index, temperature)
-    theirs = trl_selective_log_softmax(logits, index, temperature)
+    theirs = trl_utils.selective_log_softmax(logits, index, temperature)
     torch.testing.assert_close(ours, theirs, atol=ATOL, rtol=0)
 
 
-def test_entropy_matches_trl() -> None:
+def test_entropy_matches_trl(trl_utils: ModuleType) -> None:
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 4, 500, generator=gen) * 4
     index = torch.randint(0, 500, (3, 4), generator=gen)
     _, entropy = selective_log_softmax_and_entropy(logits, index, temperature=0.7)
-    torch.testing.assert_close(entropy, trl_entropy_from_logits(logits / 0.7), atol=ATOL, rtol=0)
+    torch.testing.assert_close(entropy, trl_utils.entropy_from_logits(logits / 0.7), atol=ATOL, rtol=0)
 
 
-def test_nanstd_matches_trl() -> None:
+def test_nanstd_matches_trl(trl_utils: ModuleType) -> None:
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(5, 4, generator=gen)
     x[0, 1] = x[2, :3] = x[4, :] = float("nan")  # rows with 3, 1 and 0 values left
     for dim in (None, 0, 1):
-        torch.testing.assert_close(nanstd(x, dim=dim), trl_nanstd(x, dim=dim), equal_nan=True)
+        torch.testing.assert_close(nanstd(x, dim=dim), trl_utils.nanstd(x, dim=dim), equal_nan=True)
     torch.testing.assert_close(
-        nanstd(x, dim=1, keepdim=True), trl_nanstd(x, dim=1, keepdim=True), equal_nan=True
+        nanstd(x, dim=1, keepdim=True), trl_utils.nanstd(x, dim=1, keepdim=True), equal_nan=True
     )
 
 
@@ -71,6 +80,9 @@ def test_nanstd_matches_trl() -> None:
 
 @pytest.fixture(scope="module")
 def trainer(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> GRPOTrainer:
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
     args = GRPOConfig(
         output_dir=str(tmp_path_factory.mktemp("trl-parity")),
         use_cpu=True,
