@@ -65,8 +65,8 @@ def _check_core_rewards(components: Any) -> float:
 
     texts = REWARD_CHECK_STRINGS
     answers = [split_reasoning(t, components.spec.reasoning).answer for t in texts]
-    columns = {"raw_completions": list(texts)}
-    matrix = score_completions(components.rewards, answers, ["p"] * len(texts), columns)
+    prompts = ["p"] * len(texts)
+    matrix = score_completions(components.rewards, answers, prompts, {}, raw_completions=list(texts))
     weights = torch.tensor([r.weight for r in components.rewards], dtype=torch.float32)
     ours = combine_rewards(torch.tensor(matrix, dtype=torch.float32), weights).tolist()
     diff = max(abs(a - plain_reward(t)) for a, t in zip(ours, texts, strict=True))
@@ -129,9 +129,7 @@ def side_core(args: argparse.Namespace) -> dict[str, Any]:
 
     recorder = Recorder()
     with tempfile.TemporaryDirectory(prefix="bench-core-") as tmp:
-        trainer = GRPOTrainer(
-            components, Path(tmp) / "checkpoints", recorder, max_steps=args.warmup + args.steps
-        )
+        trainer = GRPOTrainer(components, Path(tmp) / "checkpoints", recorder)
         if args.profile:
             import cProfile
 

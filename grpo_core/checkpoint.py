@@ -16,10 +16,18 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors.torch import load_file
+
+from grpo_core.data import PromptSampler
+from grpo_core.models import PolicyAndReference
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from grpo_core.experience import Experience
 
 STATE_FILE = "trainer_state.json"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -48,16 +56,25 @@ def restore_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save_checkpoint(root: Path, state: TrainerState, components, experience=None) -> Path:
+def save_checkpoint(
+    root: Path,
+    state: TrainerState,
+    *,
+    models: PolicyAndReference,
+    tokenizer: PreTrainedTokenizerBase,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    experience: Experience | None = None,
+) -> Path:
     """Write ``root/step-{state.step}`` atomically and return it."""
     final = root / f"step-{state.step}"
     tmp = root / f".step-{state.step}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    components.models.policy.save_pretrained(tmp, safe_serialization=True)
-    components.tokenizer.save_pretrained(tmp)
-    torch.save(components.optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save(components.scheduler.state_dict(), tmp / "scheduler.pt")
+    models.policy.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
     torch.save(rng_state(), tmp / "rng.pt")
     if experience is not None:
         torch.save(experience, tmp / "experience.pt")
@@ -79,20 +96,27 @@ def latest_checkpoint(root: Path) -> Path | None:
     return max(complete)[1] if complete else None
 
 
-def load_checkpoint(path: Path, components) -> tuple[TrainerState, Any]:
-    """Restore weights, optimizer, scheduler and RNG into ``components``; return the trainer
+def load_checkpoint(
+    path: Path,
+    *,
+    models: PolicyAndReference,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    sampler: PromptSampler,
+) -> tuple[TrainerState, Experience | None]:
+    """Restore weights, optimizer, scheduler, data position and RNG in place; return the trainer
     state and the pending experience (or None)."""
     state = TrainerState(**json.loads((path / STATE_FILE).read_text()))
-    _load_weights(path, components.models)
-    components.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
-    components.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
-    components.sampler.load_state_dict(state.sampler)
+    _load_weights(path, models)
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
+    scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
+    sampler.load_state_dict(state.sampler)
     restore_rng_state(torch.load(path / "rng.pt", weights_only=False))
     experience = torch.load(path / "experience.pt", weights_only=False) if state.has_experience else None
     return state, experience
 
 
-def _load_weights(path: Path, models) -> None:
+def _load_weights(path: Path, models: PolicyAndReference) -> None:
     tensors: dict[str, torch.Tensor] = {}
     for file in sorted(path.glob("*.safetensors")):
         tensors.update(load_file(file))

@@ -7,21 +7,17 @@ import sys
 from pathlib import Path
 
 from grpo_core.errors import GRPOError, SpecError
-from grpo_core.specfile import InvalidSpec, load_spec_file
+from grpo_core.specfile import InvalidSpec, load_spec_file, with_changes
 
 
 def _train(args: argparse.Namespace) -> int:
     from grpo_core.local_run import run_local
 
     spec = load_spec_file(args.spec)
+    if args.max_steps is not None:
+        spec = with_changes(spec, {"grpo": {"max_steps": args.max_steps}})
     result = run_local(
-        spec,
-        args.spec.resolve().parent,
-        args.output_dir,
-        args.max_steps,
-        args.resume,
-        args.device,
-        progress=not args.quiet,
+        spec, args.spec.resolve().parent, args.output_dir, args.resume, args.device, progress=not args.quiet
     )
     print(f"finished at step {result.step}; checkpoint: {result.checkpoint}")
     return 0
@@ -66,16 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _quiet_library_progress_bars() -> None:
-    """transformers draws a bar for every weight load and save; ours is the one that matters."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _quiet_library_progress_bars()
+    from grpo_core.models import quiet_library_progress_bars  # torch: only once a command runs
+
+    quiet_library_progress_bars()
     if getattr(args, "max_steps", None) is not None and args.max_steps < 1:
         print("error: --max-steps: must be >= 1", file=sys.stderr)
         return 2

@@ -2,18 +2,19 @@
 
 Order matters for the user: cheap checks first (dataset, rewards and their columns), the
 model last, so a typo in a reward name fails in milliseconds rather than after a model load.
+:class:`RunComponents` only holds what was built: the trainer hands each function the pieces
+it uses, and nothing below the trainer reads the spec.
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
-from grpo_core.data import PromptSampler, columns_of, load_rows, render_prompt
+from grpo_core.data import PromptSampler, PromptSet, columns_of, load_rows, render_prompt
 from grpo_core.errors import SpecError
 from grpo_core.models import (
     PolicyAndReference,
@@ -22,41 +23,33 @@ from grpo_core.models import (
     resolve_model_location,
 )
 from grpo_core.optim import build_optimizer, build_scheduler
-from grpo_core.rewards import BoundReward, RewardContext, bind_rewards
+from grpo_core.placement import Placement, place
+from grpo_core.rewards import RESERVED_COLUMNS, BoundReward, RewardContext, bind_rewards
 from grpo_core.spec import JobSpec
 
-# Reward functions receive these as arguments; a dataset column of the same name would shadow them.
-RESERVED_COLUMNS = frozenset({"completions", "prompts", "raw_completions"})
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
 class RunComponents:
     spec: JobSpec
-    device: torch.device
-    tokenizer: Any
+    placement: Placement
+    tokenizer: PreTrainedTokenizerBase
     models: PolicyAndReference
-    rows: list[dict[str, Any]]
-    prompt_texts: list[str]  # rows' prompts rendered once (chat template applied)
+    prompts: PromptSet
     rewards: list[BoundReward]
     sampler: PromptSampler
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
     eos_ids: torch.Tensor
 
-    def autocast(self):
-        """bf16 autocast on CUDA for fp32 weights; nothing on CPU, where it would only slow us."""
-        if self.device.type == "cuda" and self.spec.model.dtype == "float32":
-            return torch.autocast("cuda", dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+    @property
+    def device(self) -> torch.device:
+        return self.placement.device
 
 
-def pick_device(requested: str | None = None) -> torch.device:
-    if requested:
-        return torch.device(requested)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def eos_token_ids(tokenizer, model: torch.nn.Module) -> list[int]:
+def eos_token_ids(tokenizer: PreTrainedTokenizerBase, model: torch.nn.Module) -> list[int]:
     """EOS ids from the tokenizer and the generation config (chat models often have several)."""
     ids = {tokenizer.eos_token_id}
     configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
@@ -81,11 +74,11 @@ def build_components(
     location = resolve_model_location(spec.model, models_root, base_dir)
     tokenizer = load_tokenizer(location)
     rewards = bind_rewards(spec.rewards, RewardContext(tokenizer=tokenizer), columns_of(rows))
-    prompt_texts = [render_prompt(row["prompt"], tokenizer) for row in rows]
+    prompts = PromptSet(rows, [render_prompt(row["prompt"], tokenizer) for row in rows])
     torch.manual_seed(spec.grpo.seed)
-    target = pick_device(device)
+    placement = place(device, spec.model.dtype)
     models = build_policy_and_reference(
-        spec.model, location, spec.grpo.beta, target, spec.grpo.gradient_checkpointing
+        spec.model, location, spec.grpo.beta, placement.device, spec.grpo.gradient_checkpointing
     )
     models.policy.train()
     optimizer = build_optimizer(models.policy, spec.grpo)
@@ -94,16 +87,15 @@ def build_components(
         raise SpecError("model.source", "neither the tokenizer nor the generation config names an EOS token")
     return RunComponents(
         spec=spec,
-        device=target,
+        placement=placement,
         tokenizer=tokenizer,
         models=models,
-        rows=rows,
-        prompt_texts=prompt_texts,
+        prompts=prompts,
         rewards=rewards,
         sampler=PromptSampler(
             len(rows), spec.grpo.prompts_per_step, spec.grpo.seed, shuffle=spec.dataset.shuffle
         ),
         optimizer=optimizer,
         scheduler=build_scheduler(optimizer, spec.grpo),
-        eos_ids=torch.tensor(eos, device=target),
+        eos_ids=torch.tensor(eos, device=placement.device),
     )

@@ -1,8 +1,9 @@
 """``GRPOConfig``: the ``grpo:`` section of a job spec, validated before any step runs.
 
 Field names follow TRL's ``GRPOConfig`` so a TRL user can paste theirs. Every field has bounds;
-unknown fields are rejected. Cross-field rules (``epsilon_high >= epsilon``, batch divisible by
-the accumulation steps) live in the model validator so a bad config never reaches the trainer.
+unknown fields are rejected. Cross-field rules (``epsilon_high >= epsilon``, ``delta`` above the
+upper clip, batch divisible by the accumulation steps) are validators too, so a bad config never
+reaches the trainer.
 """
 
 from __future__ import annotations
@@ -68,11 +69,6 @@ class GRPOConfig(BaseModel):
         """The upper clip range actually used (epsilon_high, else epsilon)."""
         return self.epsilon if self.epsilon_high is None else self.epsilon_high
 
-    @property
-    def rows_per_step(self) -> int:
-        """N = B·G completions per optimizer step."""
-        return self.prompts_per_step * self.num_generations
-
     # Cross-field rules are field validators (not a model validator) so the error's location is
     # the field to fix. Each checks against fields declared above it, which pydantic has already
     # validated into ``info.data``.
@@ -82,6 +78,19 @@ class GRPOConfig(BaseModel):
         epsilon = info.data.get("epsilon")
         if value is not None and epsilon is not None and value < epsilon:
             raise ValueError(f"must be >= epsilon ({epsilon}); clip-higher only widens the upper range")
+        return value
+
+    @field_validator("delta")
+    @classmethod
+    def _dual_clip_above_the_trust_region(cls, value: float | None, info: ValidationInfo) -> float | None:
+        # At or below 1 + clip_high the cap binds before the clip does: it would cut positive
+        # advantages inside the trust region and stop bounding negative ones.
+        epsilon = info.data.get("epsilon")
+        epsilon_high = info.data.get("epsilon_high")
+        clip_high = epsilon if epsilon_high is None else epsilon_high
+        if value is not None and clip_high is not None and value <= 1.0 + clip_high:
+            raise ValueError(f"must be > 1 + epsilon_high ({1.0 + clip_high:g}) so the dual clip only acts "
+                             "on ratios the ordinary clip leaves unbounded")
         return value
 
     @field_validator("gradient_accumulation_steps")

@@ -17,6 +17,7 @@ import csv
 import json
 import random
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -217,6 +218,20 @@ def render_prompt(prompt: str | list[dict[str, Any]], tokenizer: Any) -> str:
         return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
     except Exception as exc:  # a template may raise on roles it does not support
         raise SpecError("dataset.prompts", f"the chat template could not render a prompt: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """The dataset's rows and, aligned with them, each row's prompt rendered once."""
+
+    rows: list[dict[str, Any]]
+    texts: list[str]
+
+    def reward_columns(self, indices: list[int], repeat: int) -> dict[str, list[Any]]:
+        """Every column but the prompt for the rows at ``indices``, each value ``repeat`` times
+        (one per completion of the row's group); a row without the column gives None."""
+        names = sorted({k for i in indices for k in self.rows[i] if k != "prompt"})
+        return {name: [self.rows[i].get(name) for i in indices for _ in range(repeat)] for name in names}
 
 
 class PromptSampler:

@@ -39,8 +39,3 @@ class NonFiniteLossError(GRPOError):
 
     code = "non_finite_loss"
 
-
-class TrainingStopped(GRPOError):  # noqa: N818 - a signal, not a failure
-    """Raised internally when ``should_stop`` asks the loop to end early."""
-
-    code = "stopped"

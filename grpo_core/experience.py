@@ -5,21 +5,40 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from grpo_core.advantages import combine_rewards, compute_advantages, group_std
-from grpo_core.components import RunComponents
+from grpo_core.config import GRPOConfig
+from grpo_core.data import PromptSampler, PromptSet
 from grpo_core.decoding import DecodedCompletion, decode_and_strip_padding
 from grpo_core.logprobs import completion_logprobs
-from grpo_core.rewards import score_completions
-from grpo_core.rollout import Rollout, concat_rollouts, sample_completions, tokenize_prompts
+from grpo_core.models import PolicyAndReference
+from grpo_core.placement import Placement
+from grpo_core.rewards import BoundReward, score_completions
+from grpo_core.rollout import (
+    Rollout,
+    SamplingOptions,
+    concat_rollouts,
+    micro_batches,
+    sample_completions,
+    tokenize_prompts,
+)
+from grpo_core.spec import ReasoningSpec
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass
 class Experience:
-    """A scored generation batch of N = B·G rows, grouped by prompt."""
+    """A scored generation batch of N = B·G rows, grouped by prompt.
+
+    ``loss_mask`` is the rollout's ``completion_mask`` less the rows the loss ignores
+    (truncated ones with ``mask_truncated_completions``); the rollout's own mask stays the
+    completions as sampled, which lengths and token counts are measured on.
+    """
 
     rollout: Rollout
     prompts: list[str]  # (N,) rendered prompt of each row
@@ -28,13 +47,10 @@ class Experience:
     rewards: torch.Tensor  # (N,), NaN = unscorable
     advantages: torch.Tensor  # (N,)
     is_std_zero: torch.Tensor  # (N,)
+    loss_mask: torch.Tensor  # (N, T)
     ref_logprobs: torch.Tensor | None = None  # (N, T)
     old_logprobs: torch.Tensor | None = None  # (N, T)
     metrics: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def loss_mask(self) -> torch.Tensor:
-        return self.rollout.completion_mask
 
 
 @dataclass
@@ -51,52 +67,52 @@ class _Groups:
     reward_seconds: float = 0.0
 
 
-def _sample_round(c: RunComponents, groups: _Groups) -> None:
-    cfg = c.spec.grpo
-    indices = c.sampler.next_indices()
-    texts = [c.prompt_texts[i] for i in indices]
+@dataclass(frozen=True)
+class _Generation:
+    """What one sampling round uses, fixed for the whole batch."""
+
+    policy: torch.nn.Module
+    tokenizer: PreTrainedTokenizerBase
+    prompts: PromptSet
+    sampler: PromptSampler
+    rewards: list[BoundReward]
+    eos_ids: torch.Tensor
+    config: GRPOConfig
+    reasoning: ReasoningSpec
+    placement: Placement
+
+
+def _sample_round(gen: _Generation, groups: _Groups) -> None:
+    cfg, g = gen.config, gen.config.num_generations
+    indices = gen.sampler.next_indices()
+    texts = [gen.prompts.texts[i] for i in indices]
     started = time.perf_counter()
-    prompt_batch = tokenize_prompts(c.tokenizer, texts, cfg.max_prompt_length, c.device)
-    with c.autocast():
+    prompt_batch = tokenize_prompts(gen.tokenizer, texts, cfg.max_prompt_length, gen.placement.device)
+    options = SamplingOptions(cfg.max_completion_length, cfg.temperature, cfg.top_k, cfg.top_p)
+    with gen.placement.autocast():
         rollout = sample_completions(
-            c.models.policy,
-            prompt_batch,
-            cfg.num_generations,
-            cfg.max_completion_length,
-            c.eos_ids,
-            c.tokenizer.pad_token_id,
-            cfg.temperature,
-            cfg.top_k,
-            cfg.top_p,
+            gen.policy, prompt_batch, g, gen.eos_ids, gen.tokenizer.pad_token_id, options
         )
     scoring = time.perf_counter()
     groups.generation_seconds += scoring - started
     decoded = decode_and_strip_padding(
-        rollout.completion_ids, rollout.completion_mask, c.tokenizer, c.spec.reasoning
+        rollout.completion_ids, rollout.completion_mask, gen.tokenizer, gen.reasoning
     )
-    row_prompts = [t for t in texts for _ in range(cfg.num_generations)]
-    columns = _reward_columns(c, indices, decoded)
-    matrix = score_completions(c.rewards, [d.answer for d in decoded], row_prompts, columns)
+    row_prompts = [t for t in texts for _ in range(g)]
+    matrix = score_completions(
+        gen.rewards,
+        [d.answer for d in decoded],
+        row_prompts,
+        gen.prompts.reward_columns(indices, g),
+        raw_completions=[d.text for d in decoded],
+    )
     groups.reward_seconds += time.perf_counter() - scoring
     groups.rollouts.append(rollout)
     groups.prompts += row_prompts
     groups.decoded += decoded
-    groups.scores.append(torch.tensor(matrix, dtype=torch.float32).reshape(len(decoded), len(c.rewards)))
+    groups.scores.append(torch.tensor(matrix, dtype=torch.float32).reshape(len(decoded), len(gen.rewards)))
     groups.truncated_prompts += prompt_batch.num_truncated
     groups.prompt_count += len(indices)
-
-
-def _reward_columns(
-    c: RunComponents, indices: list[int], decoded: list[DecodedCompletion]
-) -> dict[str, list]:
-    """Every dataset column, repeated per completion, plus the raw text for format rewards."""
-    g = c.spec.grpo.num_generations
-    names = sorted({k for i in indices for k in c.rows[i] if k != "prompt"})
-    columns: dict[str, list] = {
-        name: [c.rows[i].get(name) for i in indices for _ in range(g)] for name in names
-    }
-    columns["raw_completions"] = [d.text for d in decoded]
-    return columns
 
 
 def _select_groups(groups: _Groups, weights: torch.Tensor, g: int, b: int) -> tuple[torch.Tensor, int]:
@@ -108,38 +124,57 @@ def _select_groups(groups: _Groups, weights: torch.Tensor, g: int, b: int) -> tu
     return order[:b].sort().values, int(informative.sum())
 
 
-def make_experience(c: RunComponents) -> Experience:
-    cfg = c.spec.grpo
-    g, b = cfg.num_generations, cfg.prompts_per_step
-    weights = torch.tensor([r.weight for r in c.rewards], dtype=torch.float32)
+def make_experience(
+    *,
+    models: PolicyAndReference,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: PromptSet,
+    sampler: PromptSampler,
+    rewards: list[BoundReward],
+    eos_ids: torch.Tensor,
+    config: GRPOConfig,
+    reasoning: ReasoningSpec,
+    placement: Placement,
+) -> Experience:
+    """Draw ``config.prompts_per_step`` prompts from ``sampler``, sample, score and prepare them
+    for ``config.num_iterations`` optimizer steps."""
+    gen = _Generation(
+        models.policy, tokenizer, prompts, sampler, rewards, eos_ids, config, reasoning, placement
+    )
+    g, b = config.num_generations, config.prompts_per_step
+    weights = torch.tensor([r.weight for r in rewards], dtype=torch.float32)
     groups = _Groups()
-    _sample_round(c, groups)
+    _sample_round(gen, groups)
     extra_rounds = 0
-    if cfg.drop_zero_std_groups:
-        while _select_groups(groups, weights, g, b)[1] < b and extra_rounds < cfg.max_resample_batches:
-            _sample_round(c, groups)
+    if config.drop_zero_std_groups:
+        while _select_groups(groups, weights, g, b)[1] < b and extra_rounds < config.max_resample_batches:
+            _sample_round(gen, groups)
             extra_rounds += 1
     chosen, informative = _select_groups(groups, weights, g, b)
     rows = (chosen.unsqueeze(1) * g + torch.arange(g)).flatten()
-    rollout = concat_rollouts(groups.rollouts, c.tokenizer.pad_token_id).select(rows.to(c.device))
+    rollout = concat_rollouts(groups.rollouts, tokenizer.pad_token_id).select(rows.to(placement.device))
     scores = torch.cat(groups.scores)[rows]
-    rewards = combine_rewards(scores, weights)
-    adv = compute_advantages(rewards, g, cfg.scale_rewards)
+    combined = combine_rewards(scores, weights)
+    adv = compute_advantages(combined, g, config.scale_rewards)
+    loss_mask = rollout.completion_mask
+    if config.mask_truncated_completions:
+        loss_mask = loss_mask * (~rollout.is_truncated).unsqueeze(1).long()
     exp = Experience(
         rollout=rollout,
         prompts=[groups.prompts[i] for i in rows.tolist()],
         decoded=[groups.decoded[i] for i in rows.tolist()],
         rewards_per_func=scores,
-        rewards=rewards,
-        advantages=adv.advantages.to(c.device),
+        rewards=combined,
+        advantages=adv.advantages.to(placement.device),
         is_std_zero=adv.is_std_zero,
+        loss_mask=loss_mask,
     )
-    if cfg.mask_truncated_completions:
-        rollout.completion_mask = rollout.completion_mask * (~rollout.is_truncated).unsqueeze(1).long()
     exp.metrics["timing/generation"] = groups.generation_seconds
     exp.metrics["timing/reward"] = groups.reward_seconds
-    exp.metrics.update(_sampling_metrics(groups, informative, extra_rounds, cfg.drop_zero_std_groups))
-    _fixed_logprobs(c, exp)
+    exp.metrics.update(_sampling_metrics(groups, informative, extra_rounds, config.drop_zero_std_groups))
+    started = time.perf_counter()
+    exp.ref_logprobs, exp.old_logprobs = fixed_logprobs(models, rollout, config, placement)
+    exp.metrics["timing/ref"] = time.perf_counter() - started
     return exp
 
 
@@ -154,34 +189,34 @@ def _sampling_metrics(groups: _Groups, informative: int, extra_rounds: int, dyna
 
 
 @torch.no_grad()
-def _fixed_logprobs(c: RunComponents, exp: Experience) -> None:
-    """Reference log-probs (beta != 0) and, for mu > 1, the old policy's, micro-batch by micro-batch."""
-    cfg = c.spec.grpo
-    started = time.perf_counter()
-    if cfg.beta != 0.0:
-        with c.models.reference_model() as reference:
-            exp.ref_logprobs = _logprobs_in_chunks(c, reference, exp.rollout)
-    if cfg.num_iterations > 1:
-        exp.old_logprobs = _logprobs_in_chunks(c, c.models.policy, exp.rollout)
-    exp.metrics["timing/ref"] = time.perf_counter() - started
+def fixed_logprobs(
+    models: PolicyAndReference, rollout: Rollout, config: GRPOConfig, placement: Placement
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``(ref_logprobs, old_logprobs)``, each ``(N, T)``: the reference's when ``beta != 0`` and
+    the policy's before the update when ``num_iterations > 1``; None where not needed."""
+    ref = old = None
+    if config.beta != 0.0:
+        with models.reference_model() as reference:
+            ref = _logprobs_in_chunks(reference, rollout, config, placement)
+    if config.num_iterations > 1:
+        old = _logprobs_in_chunks(models.policy, rollout, config, placement)
+    return ref, old
 
 
-def _logprobs_in_chunks(c: RunComponents, model: torch.nn.Module, rollout: Rollout) -> torch.Tensor:
-    n = rollout.completion_ids.size(0)
-    size = n // c.spec.grpo.gradient_accumulation_steps
+def _logprobs_in_chunks(
+    model: torch.nn.Module, rollout: Rollout, config: GRPOConfig, placement: Placement
+) -> torch.Tensor:
+    """Micro-batch by micro-batch, as the update runs, so it never needs more memory than that."""
     was_training = model.training
     model.eval()
     parts = []
     try:
-        for start in range(0, n, size):
-            part = rollout.select(slice(start, start + size))
-            with c.autocast():
+        for rows in micro_batches(rollout.completion_ids.size(0), config.gradient_accumulation_steps):
+            part = rollout.select(rows)
+            width = part.completion_ids.size(1)
+            with placement.autocast():
                 logp, _ = completion_logprobs(
-                    model,
-                    part.input_ids,
-                    part.attention_mask,
-                    part.completion_ids.size(1),
-                    c.spec.grpo.temperature,
+                    model, part.input_ids, part.attention_mask, width, config.temperature
                 )
             parts.append(logp)
     finally:

@@ -63,7 +63,6 @@ def run_local(
     spec: JobSpec,
     spec_dir: Path,
     output_dir: Path,
-    max_steps: int | None = None,
     resume: bool = False,
     device: str | None = None,
     progress: bool = True,
@@ -73,7 +72,7 @@ def run_local(
     output_dir.mkdir(parents=True, exist_ok=True)
     recorder = JsonlRecorder(output_dir)
     callbacks = CallbackList([recorder])
-    trainer = GRPOTrainer(components, output_dir / "checkpoints", callbacks, max_steps=max_steps)
+    trainer = GRPOTrainer(components, output_dir / "checkpoints", callbacks)
     if resume and trainer.resume():
         recorder.truncate_after(trainer.state.step)
     elif not resume:

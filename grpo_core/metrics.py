@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import resource
 import sys
 from typing import Any
@@ -14,9 +15,19 @@ from grpo_core.experience import Experience
 MAX_SAMPLE_ROWS = 64
 
 
-def _finite_or_none(value: float) -> float | None:
-    """JSON has no NaN: a statistic over zero values is reported as null."""
-    return None if value != value or value in (float("inf"), float("-inf")) else value
+def json_safe(value: Any) -> Any:
+    """``value`` with every NaN/inf float, at any depth of dicts, lists and tuples, as None.
+
+    JSON has no such numbers (and Postgres rejects them in JSON columns); a statistic over zero
+    values is reported as null. Tuples become lists, as JSON would make them; keys become strings.
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def experience_metrics(exp: Experience, reward_names: list[str]) -> dict[str, Any]:
@@ -54,7 +65,7 @@ def experience_metrics(exp: Experience, reward_names: list[str]) -> dict[str, An
         }
     )
     out.update(exp.metrics)
-    return {k: _finite_or_none(float(v)) for k, v in out.items()}
+    return json_safe({k: float(v) for k, v in out.items()})
 
 
 def tokens_in(exp: Experience) -> int:
@@ -74,7 +85,7 @@ def sample_rows(exp: Experience, reward_names: list[str], step: int) -> list[dic
     """The first rows of the batch (whole groups) for the dashboard's completions table."""
     rows = []
     for i in range(min(MAX_SAMPLE_ROWS, len(exp.decoded))):
-        per_func = {n: _finite_or_none(exp.rewards_per_func[i, j].item()) for j, n in enumerate(reward_names)}
+        per_func = {n: exp.rewards_per_func[i, j].item() for j, n in enumerate(reward_names)}
         rows.append(
             {
                 "step": step,
@@ -82,8 +93,8 @@ def sample_rows(exp: Experience, reward_names: list[str], step: int) -> list[dic
                 "completion": exp.decoded[i].text,
                 "answer": exp.decoded[i].answer,
                 "rewards": per_func,
-                "reward": _finite_or_none(exp.rewards[i].item()),
+                "reward": exp.rewards[i].item(),
                 "advantage": exp.advantages[i].item(),
             }
         )
-    return rows
+    return json_safe(rows)

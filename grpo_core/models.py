@@ -68,6 +68,14 @@ def _split_revision(location: str) -> tuple[str, str | None]:
     return name, (revision or None)
 
 
+def quiet_library_progress_bars() -> None:
+    """transformers draws a bar for every weight load and checkpoint save: noise in a worker's log
+    and beside ``grpo train``'s own bar."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 @dataclass
 class PolicyAndReference:
     """The trainable policy and a way to run the frozen reference.
@@ -100,7 +108,9 @@ def build_policy_and_reference(
         policy.gradient_checkpointing_enable()
         policy.config.use_cache = False
     if spec.lora is not None:
-        return PolicyAndReference(_with_lora(policy, spec), None, uses_adapters=True)
+        adapted = _with_lora(policy, spec)
+        _disable_dropout(adapted)  # peft adds its own ``lora_dropout`` modules when it wraps
+        return PolicyAndReference(adapted, None, uses_adapters=True)
     reference = None
     if beta != 0.0:
         reference = copy.deepcopy(policy).eval()

@@ -17,6 +17,17 @@ from grpo_core.logprobs import position_ids_from_mask
 from grpo_core.sampling import sample_next_token
 
 
+@dataclass(frozen=True)
+class SamplingOptions:
+    """How each next token is chosen (filters applied in Hugging Face's order) and when to stop."""
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_k: int = 0  # 0: no top-k filter
+    top_p: float = 1.0  # 1: no nucleus filter
+    greedy: bool = False  # argmax, ignoring the three above
+
+
 @dataclass
 class PromptBatch:
     """Left-padded prompt tokens ``(B, P)``; ``num_truncated`` prompts lost tokens on the left."""
@@ -89,13 +100,9 @@ def sample_completions(
     model: torch.nn.Module,
     prompts: PromptBatch,
     num_generations: int,
-    max_new_tokens: int,
     eos_ids: torch.Tensor,
     pad_id: int,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    greedy: bool = False,
+    options: SamplingOptions,
 ) -> Rollout:
     """Sample ``G`` completions for each prompt in one batch of ``N = B·G`` rows.
 
@@ -106,9 +113,7 @@ def sample_completions(
     try:
         prompt_ids = prompts.ids.repeat_interleave(num_generations, dim=0)
         prompt_mask = prompts.mask.repeat_interleave(num_generations, dim=0)
-        tokens = _decode_loop(
-            model, prompt_ids, prompt_mask, max_new_tokens, eos_ids, pad_id, temperature, top_k, top_p, greedy
-        )
+        tokens = _decode_loop(model, prompt_ids, prompt_mask, eos_ids, pad_id, options)
     finally:
         model.train(was_training)
     completion_mask = completion_mask_from_eos(tokens, eos_ids)
@@ -128,25 +133,21 @@ def _returned_cache(outputs):
 
 
 def _decode_loop(
-    model, prompt_ids, prompt_mask, max_new_tokens, eos_ids, pad_id, temperature, top_k, top_p, greedy
-):
+    model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, eos_ids: torch.Tensor,
+    pad_id: int, options: SamplingOptions,
+) -> torch.Tensor:
     """Prefill, then one token per step for the rows still generating.
 
     A row that emits EOS leaves the batch (its KV cache rows are dropped), so the long tail of
     a group costs only the rows still running: GRPO batches finish at very different lengths.
     """
-    n = prompt_ids.size(0)
+    n, max_new_tokens = prompt_ids.size(0), options.max_new_tokens
     tokens = torch.full((n, max_new_tokens), pad_id, dtype=torch.long, device=prompt_ids.device)
     active = torch.arange(n, device=prompt_ids.device)
     attention = prompt_mask
     positions = position_ids_from_mask(prompt_mask)
-    out = model(
-        input_ids=prompt_ids,
-        attention_mask=attention,
-        position_ids=positions,
-        use_cache=True,
-        logits_to_keep=1,
-    )
+    out = model(input_ids=prompt_ids, attention_mask=attention, position_ids=positions, use_cache=True,
+                logits_to_keep=1)
     cache_kw = _cache_keyword(model)
     cache = _returned_cache(out)
     can_shrink = hasattr(cache, "batch_select_indices")
@@ -154,7 +155,8 @@ def _decode_loop(
     finished = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)
     width = 0
     for step in range(max_new_tokens):
-        token = sample_next_token(out.logits[:, -1, :], temperature, top_k, top_p, greedy)
+        logits = out.logits[:, -1, :]
+        token = sample_next_token(logits, options.temperature, options.top_k, options.top_p, options.greedy)
         if not can_shrink:
             token = token.masked_fill(finished, pad_id)
         tokens[active, step] = token
@@ -168,10 +170,7 @@ def _decode_loop(
         if can_shrink and bool(done.any()):
             keep = (~done).nonzero().squeeze(1)
             active, token, attention, next_position = (
-                active[keep],
-                token[keep],
-                attention[keep],
-                next_position[keep],
+                active[keep], token[keep], attention[keep], next_position[keep]
             )
             cache.batch_select_indices(keep)
         attention = torch.cat([attention, attention.new_ones(attention.size(0), 1)], dim=1)
@@ -185,6 +184,12 @@ def _decode_loop(
         cache = _returned_cache(out)
         next_position = next_position + 1
     return tokens[:, :width]
+
+
+def micro_batches(num_rows: int, accumulation_steps: int) -> list[slice]:
+    """``accumulation_steps`` equal slices of a batch's rows (the config guarantees they divide)."""
+    size = num_rows // accumulation_steps
+    return [slice(start, start + size) for start in range(0, num_rows, size)]
 
 
 def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:

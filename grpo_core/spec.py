@@ -1,8 +1,8 @@
 """``JobSpec``: the one contract for HTTP, the CLI's YAML files and the worker (DESIGN §3).
 
 Only shape and bounds are checked here; whether a ``path:`` exists, a reward name is known or a
-dataset has the prompt column is checked by :mod:`grpo_core.validation`, which needs the
-filesystem and the reward registry. Nothing in a spec is ever executed as code.
+dataset has the prompt column is checked by :func:`grpo_core.components.build_components`, which
+needs the filesystem and the reward registry. Nothing in a spec is ever executed as code.
 """
 
 from __future__ import annotations
@@ -42,7 +42,12 @@ class _Strict(BaseModel):
 class LoraSpec(_Strict):
     r: int = Field(16, ge=1, le=1024)
     alpha: float = Field(32.0, gt=0.0, le=4096.0)
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    dropout: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="Accepted for peft's config; GRPO turns all dropout off so the on-policy ratio is 1.",
+    )
     target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"], min_length=1)
 
 

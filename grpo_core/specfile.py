@@ -41,6 +41,22 @@ def parse_spec(data: Any) -> JobSpec:
         raise InvalidSpec(validation_messages(exc)) from exc
 
 
+def with_changes(spec: JobSpec, changes: dict[str, Any]) -> JobSpec:
+    """``spec`` with ``changes`` applied and validated again; a nested mapping changes only the
+    fields it names (``{"grpo": {"max_steps": 10}}``). An override (``--max-steps``, a new
+    priority) goes into the spec itself so every reader sees the one value. Raises
+    :class:`InvalidSpec`."""
+    return parse_spec(_merged(spec.model_dump(), changes))
+
+
+def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in changes.items():
+        nested = isinstance(value, dict) and isinstance(base.get(key), dict)
+        merged[key] = _merged(base[key], value) if nested else value
+    return merged
+
+
 class _NoAliasLoader(yaml.SafeLoader):
     """PyYAML's safe loader (plain data, never objects or code) that also refuses anchors and
     aliases: a spec never needs them, and a few nested aliases expand exponentially once the

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>"]
 # Added as ordinary tokens so reasoning tags survive decoding with skip_special_tokens.
 EXTRA_TOKENS = ["<think>", "</think>"]
@@ -101,6 +99,8 @@ def build_tiny_model(
     seed: int = 0,
 ) -> Path:
     """Write a random-init ``family`` model and its tokenizer to ``output_dir``; returns the path."""
+    # Imported here so that importing this module (test fixtures, the CLI) stays torch-free.
+    import torch
     from transformers import AutoModelForCausalLM
 
     if family not in FAMILIES:

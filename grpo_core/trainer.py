@@ -13,6 +13,7 @@ from pathlib import Path
 from grpo_core.callbacks import TrainerCallback
 from grpo_core.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
 from grpo_core.components import RunComponents
+from grpo_core.config import GRPOConfig
 from grpo_core.experience import Experience, make_experience
 from grpo_core.metrics import experience_metrics, peak_memory_mb, sample_rows, tokens_in
 from grpo_core.update import optimizer_step
@@ -29,28 +30,64 @@ class TrainResult:
 
 
 class GRPOTrainer:
+    """Runs ``components`` for ``spec.grpo.max_steps`` steps. The one reader of the spec: each
+    function it calls gets the model, config section and state it uses as arguments."""
+
     def __init__(
         self,
         components: RunComponents,
         checkpoint_dir: Path,
         callbacks: TrainerCallback | None = None,
-        max_steps: int | None = None,
     ) -> None:
-        self.c = components
+        self.components = components
+        self.config: GRPOConfig = components.spec.grpo
         self.checkpoint_dir = Path(checkpoint_dir)
         self.callbacks = callbacks or TrainerCallback()
-        self.max_steps = max_steps or components.spec.grpo.max_steps
         self.reward_names = [r.name for r in components.rewards]
         self.state = TrainerState(step=0, num_tokens=0, sampler={}, iteration=0, has_experience=False)
         self.pending: Experience | None = None
         self.last_checkpoint: Path | None = None
+
+    @property
+    def max_steps(self) -> int:
+        return self.config.max_steps
+
+    def make_experience(self) -> Experience:
+        """Sample and score a fresh generation batch with the current policy."""
+        c = self.components
+        return make_experience(
+            models=c.models,
+            tokenizer=c.tokenizer,
+            prompts=c.prompts,
+            sampler=c.sampler,
+            rewards=c.rewards,
+            eos_ids=c.eos_ids,
+            config=self.config,
+            reasoning=c.spec.reasoning,
+            placement=c.placement,
+        )
+
+    def optimizer_step(self, experience: Experience) -> dict[str, float]:
+        """One optimizer step on ``experience``; returns the update's metrics."""
+        c = self.components
+        return optimizer_step(
+            policy=c.models.policy,
+            optimizer=c.optimizer,
+            scheduler=c.scheduler,
+            experience=experience,
+            config=self.config,
+            placement=c.placement,
+        )
 
     def resume(self, path: Path | None = None) -> bool:
         """Continue from ``path`` or the newest checkpoint; False when there is none."""
         path = path or latest_checkpoint(self.checkpoint_dir)
         if path is None:
             return False
-        self.state, self.pending = load_checkpoint(path, self.c)
+        c = self.components
+        self.state, self.pending = load_checkpoint(
+            path, models=c.models, optimizer=c.optimizer, scheduler=c.scheduler, sampler=c.sampler
+        )
         self.last_checkpoint = path
         self.callbacks.on_event(
             "resumed",
@@ -75,15 +112,14 @@ class GRPOTrainer:
         return TrainResult(self.state.step, False, path)
 
     def _one_step(self) -> None:
-        cfg = self.c.spec.grpo
         started = time.perf_counter()
         fresh = self.pending is None
-        exp = make_experience(self.c) if fresh else self.pending
+        exp = self.make_experience() if fresh else self.pending
         if fresh:
             self.state.num_tokens += tokens_in(exp)
-        update = optimizer_step(self.c, exp)
+        update = self.optimizer_step(exp)
         self.state.iteration += 1
-        self.pending = exp if self.state.iteration < cfg.num_iterations else None
+        self.pending = exp if self.state.iteration < self.config.num_iterations else None
         if self.pending is None:
             self.state.iteration = 0
         self.state.step += 1
@@ -96,13 +132,13 @@ class GRPOTrainer:
                 "num_tokens": self.state.num_tokens,
                 "step_time": step_time,
                 "tokens_per_second": (tokens_in(exp) / step_time) if fresh else 0.0,
-                "peak_memory_mb": peak_memory_mb(self.c.device),
+                "peak_memory_mb": peak_memory_mb(self.components.device),
             }
         )
         self.callbacks.on_step(record)
-        if self.state.step % self.c.spec.log_completions_every == 0 or self.state.step == 1:
+        if self.state.step % self.components.spec.log_completions_every == 0 or self.state.step == 1:
             self.callbacks.on_samples(self.state.step, sample_rows(exp, self.reward_names, self.state.step))
-        if self.state.step % self.c.spec.checkpoint_every == 0:
+        if self.state.step % self.components.spec.checkpoint_every == 0:
             self._checkpoint()
 
     def _checkpoint(self) -> Path | None:
@@ -111,9 +147,18 @@ class GRPOTrainer:
             return None
         if self.last_checkpoint is not None and self.last_checkpoint.name == f"step-{self.state.step}":
             return self.last_checkpoint
-        self.state.sampler = self.c.sampler.state_dict()
+        c = self.components
+        self.state.sampler = c.sampler.state_dict()
         self.state.has_experience = self.pending is not None
-        path = save_checkpoint(self.checkpoint_dir, self.state, self.c, self.pending)
+        path = save_checkpoint(
+            self.checkpoint_dir,
+            self.state,
+            models=c.models,
+            tokenizer=c.tokenizer,
+            optimizer=c.optimizer,
+            scheduler=c.scheduler,
+            experience=self.pending,
+        )
         self.last_checkpoint = path
         self.callbacks.on_checkpoint(self.state.step, path)
         self.callbacks.on_event(

@@ -13,16 +13,18 @@ from dataclasses import dataclass
 
 import torch
 
-from grpo_core.components import RunComponents
+from grpo_core.config import GRPOConfig
 from grpo_core.errors import NonFiniteLossError
 from grpo_core.experience import Experience
 from grpo_core.logprobs import completion_logprobs
 from grpo_core.losses import StepTotals, aggregate_loss, clip_counts, masked_sum, policy_loss_terms
+from grpo_core.placement import Placement
+from grpo_core.rollout import micro_batches
 
 
 @dataclass
-class _Sums:
-    """Token-weighted sums over micro-batches; divided once at the end of the step."""
+class StepSums:
+    """Token-weighted sums over a step's micro-batches; divided once, by :meth:`metrics`."""
 
     loss: float = 0.0
     policy_loss: float = 0.0
@@ -32,90 +34,110 @@ class _Sums:
     clip_high: float = 0.0
     clip_region: float = 0.0
 
+    def metrics(self, tokens: float, with_kl: bool) -> dict[str, float]:
+        """The step's metrics (TRL's names) over its ``tokens`` loss tokens."""
+        tokens = max(tokens, 1.0)
+        metrics = {
+            "loss": self.loss,
+            "policy_loss": self.policy_loss,
+            "entropy": self.entropy / tokens,
+            "clip_ratio/low_mean": self.clip_low / tokens,
+            "clip_ratio/high_mean": self.clip_high / tokens,
+            "clip_ratio/region_mean": self.clip_region / tokens,
+        }
+        if with_kl:
+            metrics["kl"] = self.kl / tokens
+        return metrics
 
-def micro_batches(num_rows: int, accumulation_steps: int) -> list[slice]:
-    size = num_rows // accumulation_steps
-    return [slice(start, start + size) for start in range(0, num_rows, size)]
+
+def micro_batch_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    totals: StepTotals,
+    config: GRPOConfig,
+    sums: StepSums,
+    ref_logprobs: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """This micro-batch's share of the step loss (to call ``backward`` on); adds its metric sums
+    to ``sums``. Per-token tensors are ``(n, T)`` for the micro-batch's n rows, ``advantages (n,)``.
+    """
+    m = mask.float()
+    terms = policy_loss_terms(
+        logprobs, old_logprobs, advantages, config.epsilon_low, config.clip_high, config.delta, config.beta,
+        ref_logprobs,
+    )
+    loss = aggregate_loss(config.loss_type, terms.per_token_loss, m, totals)
+    sums.loss += loss.item()
+    kl = terms.kl.detach() if terms.kl is not None else None
+    surrogate = terms.per_token_loss.detach() - (config.beta * kl if kl is not None else 0.0)
+    sums.policy_loss += aggregate_loss(config.loss_type, surrogate, m, totals).item()
+    if entropy is not None:
+        sums.entropy += masked_sum(entropy, m)
+    if kl is not None:
+        sums.kl += masked_sum(kl, m)
+    clipped = clip_counts(terms.ratio.detach(), advantages, m, config.epsilon_low, config.clip_high)
+    sums.clip_low += clipped.low
+    sums.clip_high += clipped.high
+    sums.clip_region += clipped.region
+    return loss
 
 
-def accumulate_gradients(c: RunComponents, exp: Experience) -> dict[str, float]:
+def accumulate_gradients(
+    *, policy: torch.nn.Module, experience: Experience, config: GRPOConfig, placement: Placement
+) -> dict[str, float]:
     """Forward + backward over every micro-batch; returns the step's loss and token metrics.
 
     Raises :class:`NonFiniteLossError` (gradients cleared) when a micro-batch loss is NaN/inf.
     """
-    cfg = c.spec.grpo
-    mask = exp.loss_mask
+    exp, mask = experience, experience.loss_mask
     totals = StepTotals(
-        rows=mask.size(0), tokens=float(mask.sum()), max_completion_length=cfg.max_completion_length
+        rows=mask.size(0), tokens=float(mask.sum()), max_completion_length=config.max_completion_length
     )
-    sums = _Sums()
+    sums = StepSums()
     width = exp.rollout.completion_ids.size(1)
-    for rows in micro_batches(mask.size(0), cfg.gradient_accumulation_steps):
+    for rows in micro_batches(mask.size(0), config.gradient_accumulation_steps):
         part = exp.rollout.select(rows)
-        with c.autocast():
+        with placement.autocast():
             logprobs, entropy = completion_logprobs(
-                c.models.policy,
-                part.input_ids,
-                part.attention_mask,
-                width,
-                cfg.temperature,
-                with_entropy=True,
+                policy, part.input_ids, part.attention_mask, width, config.temperature, with_entropy=True
             )
         old = exp.old_logprobs[rows] if exp.old_logprobs is not None else logprobs.detach()
         ref = exp.ref_logprobs[rows] if exp.ref_logprobs is not None else None
-        adv, m = exp.advantages[rows], mask[rows].float()
-        terms = policy_loss_terms(
-            logprobs, old, adv, cfg.epsilon_low, cfg.clip_high, cfg.delta, cfg.beta, ref
-        )
-        loss = aggregate_loss(cfg.loss_type, terms.per_token_loss, m, totals)
+        adv = exp.advantages[rows]
+        loss = micro_batch_loss(logprobs, old, adv, mask[rows], totals, config, sums, ref, entropy)
         if not torch.isfinite(loss):
-            c.optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteLossError(
-                f"loss is {loss.item()} at a micro-batch of rows {rows.start}..{rows.stop - 1}"
-            )
+            policy.zero_grad(set_to_none=True)
+            where = f"a micro-batch of rows {rows.start}..{rows.stop - 1}"
+            raise NonFiniteLossError(f"loss is {loss.item()} at {where}")
         loss.backward()
-        sums.loss += loss.item()
-        surrogate = terms.per_token_loss.detach() - (
-            cfg.beta * terms.kl.detach() if terms.kl is not None else 0.0
-        )
-        sums.policy_loss += aggregate_loss(cfg.loss_type, surrogate, m, totals).item()
-        sums.entropy += masked_sum(entropy, m)
-        if terms.kl is not None:
-            sums.kl += masked_sum(terms.kl, m)
-        clipped = clip_counts(terms.ratio.detach(), adv, m, cfg.epsilon_low, cfg.clip_high)
-        sums.clip_low, sums.clip_high = sums.clip_low + clipped.low, sums.clip_high + clipped.high
-        sums.clip_region += clipped.region
-    return _step_metrics(sums, max(totals.tokens, 1.0), cfg.beta != 0.0)
+    return sums.metrics(totals.tokens, config.beta != 0.0)
 
 
-def _step_metrics(sums: _Sums, tokens: float, with_kl: bool) -> dict[str, float]:
-    metrics = {
-        "loss": sums.loss,
-        "policy_loss": sums.policy_loss,
-        "entropy": sums.entropy / tokens,
-        "clip_ratio/low_mean": sums.clip_low / tokens,
-        "clip_ratio/high_mean": sums.clip_high / tokens,
-        "clip_ratio/region_mean": sums.clip_region / tokens,
-    }
-    if with_kl:
-        metrics["kl"] = sums.kl / tokens
-    return metrics
-
-
-def optimizer_step(c: RunComponents, exp: Experience) -> dict[str, float]:
+def optimizer_step(
+    *,
+    policy: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    experience: Experience,
+    config: GRPOConfig,
+    placement: Placement,
+) -> dict[str, float]:
     """Accumulate, clip, step. ``grad_norm`` is the norm before clipping."""
     started = time.perf_counter()
-    c.optimizer.zero_grad(set_to_none=True)
-    metrics = accumulate_gradients(c, exp)
-    params = [p for p in c.models.policy.parameters() if p.requires_grad]
-    max_norm = c.spec.grpo.max_grad_norm if c.spec.grpo.max_grad_norm > 0 else math.inf
+    optimizer.zero_grad(set_to_none=True)
+    metrics = accumulate_gradients(policy=policy, experience=experience, config=config, placement=placement)
+    params = [p for p in policy.parameters() if p.requires_grad]
+    max_norm = config.max_grad_norm if config.max_grad_norm > 0 else math.inf
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     if not math.isfinite(grad_norm):
-        c.optimizer.zero_grad(set_to_none=True)
+        optimizer.zero_grad(set_to_none=True)
         raise NonFiniteLossError(f"gradient norm is {grad_norm}; the step was not applied")
-    metrics["learning_rate"] = c.scheduler.get_last_lr()[0]
-    c.optimizer.step()
-    c.scheduler.step()
+    metrics["learning_rate"] = scheduler.get_last_lr()[0]
+    optimizer.step()
+    scheduler.step()
     metrics["grad_norm"] = grad_norm
     metrics["timing/update"] = time.perf_counter() - started
     return metrics

@@ -63,7 +63,7 @@ def train(job: JobRead, settings: Settings, reporter: JobReporter, lease: JobLea
         spec = JobSpec.model_validate(job.spec)
         components = build_components(spec, models_root=Path(settings.models_root),
                                       data_root=Path(settings.data_root), device=None)
-        trainer = GRPOTrainer(components, checkpoint_dir(settings, job.id), reporter, spec.grpo.max_steps)
+        trainer = GRPOTrainer(components, checkpoint_dir(settings, job.id), reporter)
         # A requeued or preempted job continues from its newest complete checkpoint.
         trainer.resume()
         result = trainer.train()

@@ -13,9 +13,10 @@ from grpo_core.rewards.registry import (
     reward_catalog,
     validate_reward_specs,
 )
-from grpo_core.rewards.scoring import score_completions
+from grpo_core.rewards.scoring import RESERVED_COLUMNS, score_completions
 
 __all__ = [
+    "RESERVED_COLUMNS",
     "BoundReward",
     "RewardContext",
     "RewardDefinition",

@@ -16,9 +16,11 @@ from typing import Any
 from grpo_core.errors import GRPOError
 from grpo_core.rewards.registry import BoundReward
 
-__all__ = ["score_completions"]
+__all__ = ["RESERVED_COLUMNS", "score_completions"]
 
-_RESERVED = ("completions", "prompts")
+# The inputs :func:`score_completions` passes every reward besides the dataset's columns; a column
+# of the same name would shadow one of them.
+RESERVED_COLUMNS = frozenset({"completions", "prompts", "raw_completions"})
 
 
 def _check_inputs(n: int, prompts: list[str], columns: dict[str, list[Any]]) -> None:
@@ -26,7 +28,7 @@ def _check_inputs(n: int, prompts: list[str], columns: dict[str, list[Any]]) -> 
     if len(prompts) != n:
         raise ValueError(f"{len(prompts)} prompts for {n} completions; repeat each prompt per completion")
     for name, values in columns.items():
-        if name in _RESERVED:
+        if name in RESERVED_COLUMNS:
             raise ValueError(f"column '{name}' clashes with the reward function argument of that name")
         if len(values) != n:
             raise ValueError(f"column '{name}' has {len(values)} values for {n} completions")
@@ -62,15 +64,24 @@ def _checked(name: str, values: Any, n: int) -> list[float]:
 
 
 def score_completions(
-    rewards: list[BoundReward], completions: list[str], prompts: list[str], columns: dict[str, list[Any]]
+    rewards: list[BoundReward],
+    completions: list[str],
+    prompts: list[str],
+    columns: dict[str, list[Any]],
+    raw_completions: list[str] | None = None,
 ) -> list[list[float]]:
     """An N x F matrix (row per completion, column per reward); NaN where a reward returned None.
 
-    ``columns`` holds every dataset column aligned with the completions plus any extra keyword
-    inputs (``raw_completions``); all of them are passed to every reward as keywords.
+    ``completions`` are the answers rewards score, ``raw_completions`` the whole texts (reasoning
+    included; the answers when not given) for format rewards, ``columns`` every dataset column
+    aligned with the completions. All of them are passed to every reward as keywords.
     """
     n = len(completions)
     _check_inputs(n, prompts, columns)
+    raw = list(completions) if raw_completions is None else list(raw_completions)
+    if len(raw) != n:
+        raise ValueError(f"{len(raw)} raw completions for {n} completions")
+    columns = {**columns, "raw_completions": raw}
     matrix = [[math.nan] * len(rewards) for _ in range(n)]
     for j, reward in enumerate(rewards):
         try:

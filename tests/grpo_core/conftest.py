@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
-from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-from transformers import PreTrainedTokenizerFast
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 # Every word the tests decode must be here: anything else becomes <unk>, which decoding drops.
 WORD_TOKENIZER_CORPUS = [
@@ -18,6 +21,10 @@ WORD_TOKENIZER_CORPUS = [
 
 def _build_word_tokenizer(*, special_tags: bool) -> PreTrainedTokenizerFast:
     """A whitespace word-level tokenizer trained in memory; decoding joins words with spaces."""
+    # Imported here: transformers pulls in torch, which collection does not need.
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
     backend = Tokenizer(models.WordLevel(unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
     trainer = trainers.WordLevelTrainer(special_tokens=["<pad>", "<eos>", "<unk>"])

@@ -43,6 +43,18 @@ def test_train_writes_metrics_samples_and_checkpoints_then_resumes(tiny_model_di
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-2", "step-4"]
 
 
+def test_max_steps_override_is_the_length_the_lr_schedule_decays_over(tiny_model_dir, tmp_path):
+    """In-process: ``--max-steps`` changes the spec itself, so the schedule reads the same value."""
+    from grpo_core.cli import main
+
+    spec = write_spec(tmp_path / "job.yaml", spec_dict(tiny_model_dir, max_steps=4, lr_scheduler="linear"))
+    out = tmp_path / "run"
+    assert main(["train", str(spec), "--output-dir", str(out), "--max-steps", "2", "--quiet"]) == 0
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    base = spec_dict(tiny_model_dir)["grpo"]["learning_rate"]
+    assert [r["learning_rate"] for r in records] == pytest.approx([base, base / 2])
+
+
 def test_relative_model_path_is_relative_to_the_spec_file(tiny_model_dir, tmp_path):
     link = tmp_path / "models" / "tiny"
     link.parent.mkdir()

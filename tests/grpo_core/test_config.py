@@ -6,7 +6,7 @@ import pytest
 from core_specs import spec_dict
 
 from grpo_core.config import GRPOConfig
-from grpo_core.specfile import InvalidSpec, parse_spec
+from grpo_core.specfile import InvalidSpec, parse_spec, with_changes
 
 
 def errors_for(data) -> dict[str, str]:
@@ -29,6 +29,9 @@ def errors_for(data) -> dict[str, str]:
             "must divide prompts_per_step*num_generations = 9",
         ),
         ({"delta": 0.5}, "grpo.delta", "greater than 1"),
+        # At or below 1 + clip_high the cap would bind before the clip: never a dual clip.
+        ({"delta": 1.28}, "grpo.delta", "must be > 1 + epsilon_high (1.28)"),
+        ({"delta": 1.1, "epsilon_high": None}, "grpo.delta", "must be > 1 + epsilon_high (1.2)"),
         ({"top_p": 1.5}, "grpo.top_p", "less than or equal to 1"),
         ({"lr_scheduler": "step"}, "grpo.lr_scheduler", "'constant', 'linear' or 'cosine'"),
     ],
@@ -71,3 +74,22 @@ def test_defaults_follow_design_and_clip_high_falls_back_to_epsilon():
     )
     assert config.clip_high == config.epsilon == 0.2
     assert GRPOConfig(epsilon_high=0.28).clip_high == 0.28
+
+
+def test_delta_just_above_the_upper_clip_is_accepted(tmp_path):
+    assert parse_spec(spec_dict(tmp_path, delta=1.29)).grpo.delta == 1.29
+    assert GRPOConfig(epsilon=0.2, delta=1.21).delta == 1.21
+
+
+def test_changes_are_applied_to_the_spec_and_validated_again(tmp_path):
+    spec = parse_spec(spec_dict(tmp_path, max_steps=4, learning_rate=0.5))
+    changed = with_changes(spec, {"grpo": {"max_steps": 2}, "priority": "high"})
+    assert (changed.grpo.max_steps, changed.priority) == (2, "high")
+    # Only the named fields change; the rest of the section is kept.
+    assert changed.grpo.learning_rate == 0.5 and changed.model_dump(exclude={"grpo", "priority"}) == (
+        spec.model_dump(exclude={"grpo", "priority"})
+    )
+    assert spec.grpo.max_steps == 4, "the original spec is left alone"
+    with pytest.raises(InvalidSpec) as info:
+        with_changes(spec, {"grpo": {"max_steps": 0}})
+    assert [e.field for e in info.value.errors] == ["grpo.max_steps"]

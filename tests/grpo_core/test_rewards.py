@@ -314,7 +314,8 @@ def test_score_completions_builds_an_n_by_f_matrix_with_nan_for_none():
         rewards,
         completions=["72", "71", "5"],
         prompts=["p", "p", "q"],
-        columns={"answer": ["72", "72", None], "raw_completions": ["<think>r</think>72", "71", "5"]},
+        columns={"answer": ["72", "72", None]},
+        raw_completions=["<think>r</think>72", "71", "5"],
     )
     assert len(matrix) == 3 and all(len(row) == 2 for row in matrix)
     assert matrix[0] == [1.0, 1.0]
@@ -334,7 +335,9 @@ def test_score_completions_passes_every_column_and_copies():
     columns = {"answer": [1, 2], "extra": ["e", "f"]}
     matrix = score_completions([BoundReward("spy", 1.0, spy)], completions, ["p", "q"], columns)
     assert matrix == [[1.0], [1.0]]
-    assert seen == {"answer": [1, 2], "extra": ["e", "f"], "prompts": ["p", "q"]}
+    # Without raw texts (no reasoning split) the answers stand in for them.
+    expected = {"answer": [1, 2], "extra": ["e", "f"], "prompts": ["p", "q"], "raw_completions": ["a", "b"]}
+    assert seen == expected
     assert completions == ["a", "b"]
 
 
@@ -387,5 +390,8 @@ def test_misaligned_inputs_are_caller_errors():
         score_completions([], ["a", "b"], ["p"], {})
     with pytest.raises(ValueError, match="column 'answer'"):
         score_completions([], ["a"], ["p"], {"answer": [1, 2]})
-    with pytest.raises(ValueError, match="clashes"):
-        score_completions([], ["a"], ["p"], {"completions": ["x"]})
+    for reserved in ("completions", "prompts", "raw_completions"):
+        with pytest.raises(ValueError, match="clashes"):
+            score_completions([], ["a"], ["p"], {reserved: ["x"]})
+    with pytest.raises(ValueError, match="raw completions"):
+        score_completions([], ["a"], ["p"], {}, raw_completions=["x", "y"])

@@ -8,6 +8,7 @@ from transformers import AutoModelForCausalLM
 
 from grpo_core.models import load_tokenizer
 from grpo_core.rollout import (
+    SamplingOptions,
     completion_mask_from_eos,
     concat_rollouts,
     sample_completions,
@@ -24,7 +25,8 @@ def test_greedy_loop_matches_generate_token_for_token(tiny_model_factory, family
     model = AutoModelForCausalLM.from_pretrained(folder)
     prompts = tokenize_prompts(tokenizer, PROMPTS, 64, torch.device("cpu"))
     eos = torch.tensor([tokenizer.eos_token_id])
-    ours = sample_completions(model, prompts, 1, 20, eos, tokenizer.pad_token_id, greedy=True)
+    greedy = SamplingOptions(20, greedy=True)
+    ours = sample_completions(model, prompts, 1, eos, tokenizer.pad_token_id, greedy)
     theirs = model.generate(
         input_ids=prompts.ids,
         attention_mask=prompts.mask,
@@ -40,7 +42,7 @@ def test_greedy_loop_matches_generate_token_for_token(tiny_model_factory, family
         reference.masked_fill(ours.completion_mask[:, :width] == 0, tokenizer.pad_token_id),
     )
     model.train()
-    sample_completions(model, prompts, 2, 3, eos, tokenizer.pad_token_id)
+    sample_completions(model, prompts, 2, eos, tokenizer.pad_token_id, SamplingOptions(3))
     assert model.training, "sampling must restore train mode"
 
 
@@ -49,16 +51,9 @@ def test_sampling_shapes_and_groups(tiny_model_dir):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     prompts = tokenize_prompts(tokenizer, PROMPTS, 64, torch.device("cpu"))
     torch.manual_seed(0)
+    options = SamplingOptions(max_new_tokens=6, temperature=1.0, top_k=50, top_p=0.9)
     rollout = sample_completions(
-        model,
-        prompts,
-        4,
-        6,
-        torch.tensor([tokenizer.eos_token_id]),
-        tokenizer.pad_token_id,
-        temperature=1.0,
-        top_k=50,
-        top_p=0.9,
+        model, prompts, 4, torch.tensor([tokenizer.eos_token_id]), tokenizer.pad_token_id, options
     )
     assert rollout.completion_ids.shape[0] == 12 and rollout.completion_ids.shape[1] <= 6
     # Rows are grouped: the four rows of a group share their prompt.
@@ -87,10 +82,9 @@ def test_concat_rollouts_pads_prompts_left_and_completions_right(tiny_model_dir)
     tokenizer = load_tokenizer(str(tiny_model_dir))
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     eos = torch.tensor([tokenizer.eos_token_id])
-    a = sample_completions(model, tokenize_prompts(tokenizer, ["one"], 64, torch.device("cpu")), 2, 3, eos, 0)
-    b = sample_completions(
-        model, tokenize_prompts(tokenizer, [PROMPTS[1]], 64, torch.device("cpu")), 2, 5, eos, 0
-    )
+    short, long = (tokenize_prompts(tokenizer, [p], 64, torch.device("cpu")) for p in ("one", PROMPTS[1]))
+    a = sample_completions(model, short, 2, eos, 0, SamplingOptions(3))
+    b = sample_completions(model, long, 2, eos, 0, SamplingOptions(5))
     joined = concat_rollouts([a, b], pad_id=0)
     assert joined.prompt_ids.shape == (4, b.prompt_ids.size(1))
     assert joined.completion_ids.shape[1] == max(a.completion_ids.size(1), b.completion_ids.size(1))
@@ -117,7 +111,7 @@ def test_rows_that_finish_early_leave_the_batch_without_changing_the_others(tiny
     )
     early = int(free_run[0, prompts.ids.size(1) + 1])
     ours = sample_completions(
-        model, prompts, 1, 12, torch.tensor([early]), tokenizer.pad_token_id, greedy=True
+        model, prompts, 1, torch.tensor([early]), tokenizer.pad_token_id, SamplingOptions(12, greedy=True)
     )
     theirs = model.generate(
         input_ids=prompts.ids,

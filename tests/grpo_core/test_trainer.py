@@ -10,11 +10,12 @@ import torch
 from core_specs import make_spec
 
 from grpo_core.callbacks import TrainerCallback
-from grpo_core.components import build_components
+from grpo_core.components import RunComponents, build_components
 from grpo_core.errors import NonFiniteLossError
-from grpo_core.experience import make_experience
+from grpo_core.experience import Experience
+from grpo_core.metrics import experience_metrics, tokens_in
 from grpo_core.trainer import GRPOTrainer
-from grpo_core.update import accumulate_gradients, optimizer_step
+from grpo_core.update import accumulate_gradients
 
 TIMING_KEYS = ("step_time", "tokens_per_second", "peak_memory_mb")
 
@@ -42,6 +43,14 @@ class Recorder(TrainerCallback):
 def comparable(record: dict) -> dict:
     """Drop wall-clock figures, which differ between any two runs."""
     return {k: v for k, v in record.items() if not k.startswith("timing/") and k not in TIMING_KEYS}
+
+
+def gradients(c: RunComponents, exp: Experience, **config) -> list[torch.Tensor]:
+    """The policy's accumulated gradient for ``exp`` under the spec's config changed by ``config``."""
+    c.optimizer.zero_grad(set_to_none=True)
+    changed = c.spec.grpo.model_copy(update=config)
+    accumulate_gradients(policy=c.models.policy, experience=exp, config=changed, placement=c.placement)
+    return [p.grad.detach().clone() for p in c.models.policy.parameters() if p.requires_grad]
 
 
 def run(spec, checkpoint_dir, stop_after=None, resume=False):
@@ -103,22 +112,23 @@ def test_records_carry_the_design_metric_names(tiny_model_dir, tmp_path):
 
 
 @pytest.mark.parametrize("beta", [0.0, 0.04])
-def test_every_trainable_parameter_changes_after_one_step(tiny_model_dir, beta):
+def test_every_trainable_parameter_changes_after_one_step(tiny_model_dir, tmp_path, beta):
     c = build_components(
         make_spec(tiny_model_dir, beta=beta, num_generations=8, prompts_per_step=4, max_completion_length=16),
         device="cpu",
     )
     assert (c.models.reference is None) == (beta == 0.0)
     before = {n: p.detach().clone() for n, p in c.models.policy.named_parameters() if p.requires_grad}
-    exp = make_experience(c)
+    trainer = GRPOTrainer(c, tmp_path)
+    exp = trainer.make_experience()
     assert exp.advantages.abs().sum() > 0, "the toy batch must carry some signal"
-    optimizer_step(c, exp)
+    trainer.optimizer_step(exp)
     unchanged = [n for n, p in c.models.policy.named_parameters() if torch.equal(before[n], p.detach())]
     assert unchanged == []
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
-def test_gradient_accumulation_does_not_change_the_gradient(tiny_model_dir, loss_type):
+def test_gradient_accumulation_does_not_change_the_gradient(tiny_model_dir, tmp_path, loss_type):
     spec = make_spec(
         tiny_model_dir,
         loss_type=loss_type,
@@ -128,28 +138,23 @@ def test_gradient_accumulation_does_not_change_the_gradient(tiny_model_dir, loss
         num_iterations=2,
     )
     c = build_components(spec, device="cpu")
-    exp = make_experience(c)
+    exp = GRPOTrainer(c, tmp_path).make_experience()
     # Off-policy old log-probs so clipping and the ratio are exercised, not just ρ = 1.
     exp.old_logprobs = exp.old_logprobs + 0.3 * torch.randn_like(exp.old_logprobs)
-
-    def grads(accumulation_steps: int) -> list[torch.Tensor]:
-        c.spec.grpo.gradient_accumulation_steps = accumulation_steps
-        c.optimizer.zero_grad(set_to_none=True)
-        accumulate_gradients(c, exp)
-        return [p.grad.detach().clone() for p in c.models.policy.parameters()]
-
-    whole, split = grads(1), grads(4)
+    whole = gradients(c, exp, gradient_accumulation_steps=1)
+    split = gradients(c, exp, gradient_accumulation_steps=4)
     for a, b in zip(whole, split, strict=True):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
-def test_non_finite_loss_is_an_error_and_the_step_is_not_applied(tiny_model_dir):
+def test_non_finite_loss_is_an_error_and_the_step_is_not_applied(tiny_model_dir, tmp_path):
     c = build_components(make_spec(tiny_model_dir), device="cpu")
-    exp = make_experience(c)
+    trainer = GRPOTrainer(c, tmp_path)
+    exp = trainer.make_experience()
     exp.advantages[0] = float("nan")
     before = [p.detach().clone() for p in c.models.policy.parameters()]
     with pytest.raises(NonFiniteLossError) as info:
-        optimizer_step(c, exp)
+        trainer.optimizer_step(exp)
     assert info.value.code == "non_finite_loss"
     assert all(torch.equal(a, p) for a, p in zip(before, c.models.policy.parameters(), strict=True))
 
@@ -173,8 +178,10 @@ def test_num_iterations_reuses_one_generation_batch(tiny_model_dir, tmp_path):
     first, second = rec.records[0], rec.records[1]
     assert first["reward"] == second["reward"] and second["timing/generation"] == 0.0
     assert second["num_tokens"] == first["num_tokens"] < rec.records[2]["num_tokens"]
-    # The second pass is off-policy: the ratio has moved away from 1.
-    assert second["kl"] >= 0.0 and first["policy_loss"] != second["policy_loss"]
+    # The second pass is off-policy: the first update moved the policy, so the same batch scores
+    # differently and the ratio has left 1.
+    assert first["policy_loss"] != second["policy_loss"]
+    assert first["clip_ratio/region_mean"] == 0.0 and second["clip_ratio/region_mean"] > 0.0
 
 
 def test_dynamic_sampling_prefers_groups_with_signal(tiny_model_dir, tmp_path):
@@ -203,17 +210,56 @@ def test_mean_reward_rises_on_a_toy_reward(tiny_model_dir, tmp_path):
     assert last > first + 0.3, f"reward did not rise: first {first:.3f}, last {last:.3f}"
 
 
-def test_gradient_checkpointing_gives_the_same_gradients(tiny_model_dir):
-    def grads(checkpointing: bool) -> list[torch.Tensor]:
-        c = build_components(make_spec(tiny_model_dir, gradient_checkpointing=checkpointing), device="cpu")
-        torch.manual_seed(1)
-        exp = make_experience(c)
-        c.optimizer.zero_grad(set_to_none=True)
-        accumulate_gradients(c, exp)
-        return [p.grad.detach().clone() for p in c.models.policy.parameters()]
+def test_kl_is_zero_while_the_policy_is_the_reference_and_grows_after_updates(tiny_model_dir, tmp_path):
+    """k3 is exactly 0 where log-probs agree; a KL that is not 0 on step 1 means the policy and the
+    reference score the same tokens differently (dropout, positions, autocast...)."""
+    _, rec, _ = run(make_spec(tiny_model_dir, beta=0.04, max_steps=3), tmp_path)
+    kls = [r["kl"] for r in rec.records]
+    assert kls[0] == 0.0
+    assert kls[1] > 1e-6 and kls[2] > 1e-6
 
-    for a, b in zip(grads(False), grads(True), strict=True):
+
+def test_gradient_checkpointing_is_on_and_gives_the_same_gradients(tiny_model_dir, tmp_path):
+    def grads(checkpointing: bool) -> tuple[list[torch.Tensor], int]:
+        spec = make_spec(tiny_model_dir, gradient_checkpointing=checkpointing, gradient_accumulation_steps=2)
+        c = build_components(spec, device="cpu")
+        assert c.models.policy.is_gradient_checkpointing == checkpointing
+        torch.manual_seed(1)
+        exp = GRPOTrainer(c, tmp_path).make_experience()
+        forwards = []
+        # A module inside the layer (transformers keeps the layer's own hooks out of the replay), and
+        # a pre-hook: the replay stops early, once it has what the backward needs.
+        c.models.policy.model.layers[0].self_attn.register_forward_pre_hook(lambda *_: forwards.append(1))
+        return gradients(c, exp), len(forwards)
+
+    plain, plain_forwards = grads(False)
+    checkpointed, checkpointed_forwards = grads(True)
+    # One forward per micro-batch; with checkpointing the backward runs each layer's forward again.
+    assert (plain_forwards, checkpointed_forwards) == (2, 4)
+    for a, b in zip(plain, checkpointed, strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_masking_truncated_completions_keeps_their_lengths_and_tokens(tiny_model_dir, tmp_path):
+    """Only the loss ignores truncated rows: lengths and token counts still measure them."""
+    spec = make_spec(
+        tiny_model_dir, mask_truncated_completions=True, num_generations=8, max_completion_length=6
+    )
+    c = build_components(spec, device="cpu")
+    exp = GRPOTrainer(c, tmp_path).make_experience()
+    truncated = exp.rollout.is_truncated
+    assert truncated.any(), "a random-init model runs 6 tokens without EOS in some rows"
+    eos = set(c.eos_ids.tolist())
+    lengths = [
+        next((i + 1 for i, token in enumerate(row) if token in eos), 6)
+        for row in exp.rollout.completion_ids.tolist()
+    ]
+    metrics = experience_metrics(exp, [r.name for r in c.rewards])
+    assert metrics["completions/mean_length"] == pytest.approx(sum(lengths) / len(lengths))
+    assert metrics["completions/max_length"] == 6 and metrics["completions/min_length"] == min(lengths)
+    assert tokens_in(exp) == int(exp.rollout.prompt_mask.sum()) + sum(lengths)
+    assert exp.loss_mask[truncated].sum() == 0
+    assert torch.equal(exp.loss_mask[~truncated], exp.rollout.completion_mask[~truncated])
 
 
 @pytest.mark.gpu

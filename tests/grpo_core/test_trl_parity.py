@@ -1,8 +1,9 @@
 """Our core against TRL 1.16 (a test-only reference) on identical tensors.
 
-Loss, KL and clip metrics go through a real ``trl.GRPOTrainer._compute_loss``: its model forward
-(``_get_per_token_logps_and_entropies``) is replaced on the instance by fixed tensors, so both sides
-see the same log-probs and only the loss arithmetic is compared.
+Loss, KL, entropy and clip metrics go through a real ``trl.GRPOTrainer._compute_loss`` on one side
+and our update's own :func:`micro_batch_loss` and :meth:`StepSums.metrics` on the other: TRL's model
+forward (``_get_per_token_logps_and_entropies``) is replaced on the instance by fixed tensors, so
+both sides see the same log-probs and only the loss arithmetic is compared.
 
 Advantages are not compared here: TRL computes them inline in ``_generate_and_score_completions``
 (no function to call in isolation); ``test_advantages.py`` checks the same formula against a naive
@@ -13,21 +14,32 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
-from datasets import Dataset
-from trl import GRPOConfig, GRPOTrainer
-from trl.trainer.utils import entropy_from_logits as trl_entropy_from_logits
-from trl.trainer.utils import nanstd as trl_nanstd
-from trl.trainer.utils import selective_log_softmax as trl_selective_log_softmax
 
 from grpo_core.advantages import nanstd
+from grpo_core.config import GRPOConfig as OurConfig
 from grpo_core.logprobs import selective_log_softmax, selective_log_softmax_and_entropy
-from grpo_core.losses import StepTotals, aggregate_loss, clip_counts, policy_loss_terms
+from grpo_core.losses import StepTotals
+from grpo_core.update import StepSums, micro_batch_loss
+
+if TYPE_CHECKING:
+    from trl import GRPOTrainer
 
 N, G, T, P = 6, 3, 5, 4  # rows, generations per prompt, completion length, prompt length
 ATOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def trl_utils() -> ModuleType:
+    """TRL's helpers, imported when a test first needs them: importing trl (which loads peft) and
+    datasets takes seconds that collecting the suite should not pay."""
+    from trl.trainer import utils
+
+    return utils
 
 
 # --- log-probs --------------------------------------------------------------------------------
@@ -35,31 +47,31 @@ ATOL = 1e-5
 
 @pytest.mark.parametrize("vocab", [7, 1000, 32000])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_selective_log_softmax_matches_trl(vocab: int, temperature: float) -> None:
+def test_selective_log_softmax_matches_trl(trl_utils: ModuleType, vocab: int, temperature: float) -> None:
     gen = torch.Generator().manual_seed(vocab)
     logits = torch.randn(3, 4, vocab, generator=gen) * 4
     index = torch.randint(0, vocab, (3, 4), generator=gen)
     ours = selective_log_softmax(logits, index, temperature)
-    theirs = trl_selective_log_softmax(logits, index, temperature)
+    theirs = trl_utils.selective_log_softmax(logits, index, temperature)
     torch.testing.assert_close(ours, theirs, atol=ATOL, rtol=0)
 
 
-def test_entropy_matches_trl() -> None:
+def test_entropy_matches_trl(trl_utils: ModuleType) -> None:
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(3, 4, 500, generator=gen) * 4
     index = torch.randint(0, 500, (3, 4), generator=gen)
     _, entropy = selective_log_softmax_and_entropy(logits, index, temperature=0.7)
-    torch.testing.assert_close(entropy, trl_entropy_from_logits(logits / 0.7), atol=ATOL, rtol=0)
+    torch.testing.assert_close(entropy, trl_utils.entropy_from_logits(logits / 0.7), atol=ATOL, rtol=0)
 
 
-def test_nanstd_matches_trl() -> None:
+def test_nanstd_matches_trl(trl_utils: ModuleType) -> None:
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(5, 4, generator=gen)
     x[0, 1] = x[2, :3] = x[4, :] = float("nan")  # rows with 3, 1 and 0 values left
     for dim in (None, 0, 1):
-        torch.testing.assert_close(nanstd(x, dim=dim), trl_nanstd(x, dim=dim), equal_nan=True)
+        torch.testing.assert_close(nanstd(x, dim=dim), trl_utils.nanstd(x, dim=dim), equal_nan=True)
     torch.testing.assert_close(
-        nanstd(x, dim=1, keepdim=True), trl_nanstd(x, dim=1, keepdim=True), equal_nan=True
+        nanstd(x, dim=1, keepdim=True), trl_utils.nanstd(x, dim=1, keepdim=True), equal_nan=True
     )
 
 
@@ -68,6 +80,9 @@ def test_nanstd_matches_trl() -> None:
 
 @pytest.fixture(scope="module")
 def trainer(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> GRPOTrainer:
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
     args = GRPOConfig(
         output_dir=str(tmp_path_factory.mktemp("trl-parity")),
         use_cpu=True,
@@ -185,29 +200,29 @@ def _our_loss(
     epsilon_high: float,
     delta: float | None,
 ):
+    """Our update's loss for ``batch[rows]`` and the metrics it reports for them."""
+    config = OurConfig(
+        loss_type=loss_type,
+        beta=beta,
+        epsilon=epsilon_low,
+        epsilon_high=epsilon_high,
+        delta=delta,
+        max_completion_length=T,
+    )
     mask = batch["completion_mask"][rows]
-    advantages = batch["advantages"][rows]
-    terms = policy_loss_terms(
+    sums = StepSums()
+    loss = micro_batch_loss(
         logprobs,
         batch["old_per_token_logps"][rows],
-        advantages,
-        epsilon_low,
-        epsilon_high,
-        delta=delta,
-        beta=beta,
+        batch["advantages"][rows],
+        mask,
+        totals,
+        config,
+        sums,
         ref_logprobs=batch["ref_per_token_logps"][rows],
+        entropy=batch["entropies"][rows],
     )
-    loss = aggregate_loss(loss_type, terms.per_token_loss, mask, totals)
-    tokens = float(mask.sum())
-    counts = clip_counts(terms.ratio, advantages, mask, epsilon_low, epsilon_high)
-    metrics = {
-        "clip_ratio/low_mean": counts.low / tokens,
-        "clip_ratio/high_mean": counts.high / tokens,
-        "clip_ratio/region_mean": counts.region / tokens,
-    }
-    if terms.kl is not None:
-        metrics["kl"] = float((terms.kl.detach() * mask).sum()) / tokens
-    return loss, metrics
+    return loss, sums.metrics(float(mask.sum()), with_kl=beta != 0.0)
 
 
 CASES = [
@@ -246,8 +261,11 @@ def test_loss_and_metrics_match_trl(
 
     # The inputs really exercise clipping on both sides, so the metric comparison means something.
     assert our_metrics["clip_ratio/low_mean"] > 0 and our_metrics["clip_ratio/high_mean"] > 0
-    assert ("kl" in trl_metrics) == (beta != 0.0)
-    for name, ours in our_metrics.items():
+    assert ("kl" in trl_metrics) == ("kl" in our_metrics) == (beta != 0.0)
+    shared = {"entropy", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"}
+    assert shared & set(our_metrics) == shared & set(trl_metrics) >= shared - {"kl"}
+    for name in shared & set(our_metrics):
+        ours = our_metrics[name]
         assert trl_metrics[name] == [pytest.approx(ours, abs=ATOL)], (name, trl_metrics[name], ours)
 
 
