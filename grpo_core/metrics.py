@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import resource
 import sys
 from typing import Any
@@ -10,24 +9,10 @@ from typing import Any
 import torch
 
 from grpo_core.advantages import nanstd
+from grpo_core.callbacks import json_safe
 from grpo_core.experience import Experience
 
 MAX_SAMPLE_ROWS = 64
-
-
-def json_safe(value: Any) -> Any:
-    """``value`` with every NaN/inf float, at any depth of dicts, lists and tuples, as None.
-
-    JSON has no such numbers (and Postgres rejects them in JSON columns); a statistic over zero
-    values is reported as null. Tuples become lists, as JSON would make them; keys become strings.
-    """
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    return value
 
 
 def experience_metrics(exp: Experience, reward_names: list[str]) -> dict[str, Any]:

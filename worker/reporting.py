@@ -8,7 +8,6 @@ re-check (they read history from SQL).
 
 from __future__ import annotations
 
-import math
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -19,19 +18,8 @@ from api.store import outbox
 from api.store.db import session_scope
 from api.store.jobs import set_progress
 from api.store.telemetry import add_event, record_checkpoint, record_metrics, record_samples
-from grpo_core.callbacks import TrainerCallback
+from grpo_core.callbacks import TrainerCallback, json_safe
 from worker.heartbeat import JobLease
-
-
-def json_safe(value: Any) -> Any:
-    """NaN/inf become None: JSON has no such numbers and Postgres rejects them in JSON columns."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    return value
 
 
 class JobReporter(TrainerCallback):

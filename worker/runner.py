@@ -22,6 +22,7 @@ from api.store.jobs import finish
 from api.store.scheduling import yield_preempted
 from grpo_core.components import build_components
 from grpo_core.errors import GRPOError
+from grpo_core.models import quiet_library_progress_bars
 from grpo_core.spec import JobSpec
 from grpo_core.trainer import GRPOTrainer
 from worker.heartbeat import JobLease, LeaseLost
@@ -49,16 +50,9 @@ def _failure(code: str, message: str) -> Outcome:
     return Outcome(JobStatus.FAILED, message, code, "\n".join(lines[-TRACEBACK_LINES:]))
 
 
-def _quiet_library_progress_bars() -> None:
-    """transformers draws a bar per weight load and checkpoint save; in a worker log it is noise."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-
-
 def train(job: JobRead, settings: Settings, reporter: JobReporter, lease: JobLease) -> Outcome:
     """Every failure becomes an Outcome with a stable code; only a lost lease propagates."""
-    _quiet_library_progress_bars()
+    quiet_library_progress_bars()
     try:
         spec = JobSpec.model_validate(job.spec)
         components = build_components(spec, models_root=Path(settings.models_root),

@@ -18,9 +18,9 @@ import httpx
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.sync.client import connect
 
-from api.cli.term_view import TERMINAL
+from api.lifecycle import TERMINAL_STATUSES
 
-__all__ = ["TERMINAL", "ApiClient", "ApiError"]
+__all__ = ["ApiClient", "ApiError"]
 JOBS_PAGE = 100  # the API's largest page of jobs
 TELEMETRY_PAGE = 1000  # ... and of events and metrics
 
@@ -137,12 +137,12 @@ class ApiClient:
                         elif message.get("type") == "event":
                             last_event = max(last_event, message["event"].get("id") or 0)
                         on_message(message)
-                        if message.get("type") == "status" and message.get("status") in TERMINAL:
+                        if message.get("type") == "status" and message.get("status") in TERMINAL_STATUSES:
                             return message["status"]
             except (ConnectionClosed, InvalidHandshake, OSError):
                 pass
             status = self.job(job_id)["status"]  # the stream ended early: SQL knows the truth
-            if status in TERMINAL:
+            if status in TERMINAL_STATUSES:
                 return status
             time.sleep(1.0)
         raise ApiError(0, f"lost the stream of job {job_id} {retries + 1} times")

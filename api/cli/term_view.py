@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-TERMINAL = ("succeeded", "failed", "cancelled")
+from api.lifecycle import TERMINAL_STATUSES
+
 NOTABLE_EVENTS = ("running", "requeued", "resumed", "checkpoint", "stopped", "cancel_requested",
                   "preempt_requested", "preempted", "priority_changed")
 STEP_LINE_METRICS = (("reward", "reward"), ("kl", "kl"), ("clip_ratio/region_mean", "clip"), ("loss", "loss"))
@@ -140,7 +141,7 @@ def step_line(message: dict[str, Any], max_steps: int | None = None) -> str | No
     event = message.get("event") or {}
     if kind == "event" and event.get("type") in NOTABLE_EVENTS:
         return f"[{event['type']}] {event.get('message', '')}"
-    if kind == "status" and message.get("status") not in TERMINAL:
+    if kind == "status" and message.get("status") not in TERMINAL_STATUSES:
         return f"status: {message.get('status')}"
     return None
 

@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from waiting import wait_until
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
@@ -198,14 +199,14 @@ def test_mid_run_connect_gets_each_step_once(api, api_server, api_token, worker,
     def run() -> None:
         for step in range(1, last + 1):
             worker.step(job_id, step)
-            time.sleep(0.003)
+            time.sleep(0.003)  # pacing: a job emits its steps over time, not at once
         worker.finish(job_id, "succeeded")
 
     publisher = threading.Thread(target=run)
     publisher.start()
     try:
-        while api.get(f"/v1/jobs/{job_id}").json()["last_step"] < 20:
-            time.sleep(0.005)
+        wait_until(lambda: api.get(f"/v1/jobs/{job_id}").json()["last_step"] >= 20, 30, "step 20 in SQL",
+                   interval=0.005)
         with open_stream(api_server, job_id, api_token, after=7) as ws:
             messages, code = read_until_closed(ws)
     finally:
@@ -330,9 +331,8 @@ def test_slow_client_is_cut_off_and_fast_client_gets_everything(api, api_server,
         for start in range(1, last + 1, chunk):
             worker.burst(job_id, range(start, start + chunk), padding=12_000)
             # Paced by the fast client, so only the slow one can fall behind, however busy the machine.
-            deadline = time.monotonic() + 20
-            while len(steps_of(fast_messages)) < start - chunk and time.monotonic() < deadline:
-                time.sleep(0.002)
+            wait_until(lambda: len(steps_of(fast_messages)) >= start - chunk, 20,  # noqa: B023 - read now
+                       "the fast client to keep up", interval=0.002)
         worker.finish(job_id, "succeeded")
         reader.join(timeout=30)
         slow_messages, slow_code = read_until_closed(slow, timeout=10)
@@ -358,7 +358,7 @@ def test_subscribers_joining_at_different_times_each_get_every_step_once(api, ap
     def run() -> None:
         for step in range(1, last + 1):
             worker.step(job_id, step)
-            time.sleep(0.003)
+            time.sleep(0.003)  # pacing: a job emits its steps over time, not at once
         worker.finish(job_id, "succeeded")
 
     readers = [threading.Thread(target=follow, args=("early", 0))]
@@ -366,8 +366,8 @@ def test_subscribers_joining_at_different_times_each_get_every_step_once(api, ap
     publisher = threading.Thread(target=run)
     publisher.start()
     for name, after, at_step in (("mid", 5, 30), ("late", 0, 90)):
-        while api.get(f"/v1/jobs/{job_id}").json()["last_step"] < at_step:
-            time.sleep(0.005)
+        wait_until(lambda: api.get(f"/v1/jobs/{job_id}").json()["last_step"] >= at_step,  # noqa: B023
+                   30, f"step {at_step} in SQL", interval=0.005)
         readers.append(threading.Thread(target=follow, args=(name, after)))
         readers[-1].start()
     publisher.join()

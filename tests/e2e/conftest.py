@@ -24,8 +24,9 @@ import pytest
 from service_db import fresh_postgres_url
 from waiting import wait_until
 
-from api.cli.client import TERMINAL, ApiClient
+from api.cli.client import ApiClient
 from api.cli.dev import free_port
+from api.lifecycle import TERMINAL_STATUSES
 
 TOKEN = "e2e-secret-token-0123456789"
 
@@ -50,7 +51,7 @@ class Stack:
                           details=lambda: f"last read: {seen}\n{self.log.read_text()[-6000:]}")
 
     def wait_until_done(self, job_id: int) -> dict[str, Any]:
-        return self.wait_for_job(job_id, lambda job: job["status"] in TERMINAL)
+        return self.wait_for_job(job_id, lambda job: job["status"] in TERMINAL_STATUSES)
 
 
 def _database_env(backend: str) -> Iterator[dict[str, str]]:

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from websockets.sync.client import connect
 
-from api.cli.client import TERMINAL
+from api.lifecycle import TERMINAL_STATUSES
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +26,7 @@ def read_stream(stack, job_id: int, after: int = 0) -> list[dict[str, Any]]:
     with connect(url, additional_headers={"Authorization": f"Bearer {stack.token}"}, open_timeout=30) as ws:
         for raw in ws:
             messages.append(json.loads(raw))
-            if messages[-1]["type"] == "status" and messages[-1]["status"] in TERMINAL:
+            if messages[-1]["type"] == "status" and messages[-1]["status"] in TERMINAL_STATUSES:
                 break
     return messages
 
