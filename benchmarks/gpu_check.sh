@@ -24,6 +24,18 @@
 # GPU_CHECK_CAP_SCALE (default 1: multiplies each stage's time cap, for slow CPU runs),
 # GPU_CHECK_STAGES (default "abcde": the stages to run), REDIS_FROM_PATH=1 (use a redis-server
 # already on PATH instead of the carried one).
+#
+# What it carries is not in git (.whl/ and .devkit/ are ignored through .git/info/exclude). To
+# make them again on the development machine (Python 3.12 wheels: the GPU image's python):
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+#     --platform manylinux1_x86_64 -d .whl fastapi starlette pydantic pydantic-core pydantic-settings \
+#     python-dotenv annotated-types typing-inspection typing-extensions sqlalchemy alembic mako \
+#     celery kombu billiard vine amqp click click-didyoumean click-repl click-plugins prompt-toolkit \
+#     wcwidth redis uvicorn websockets opentelemetry-api tzlocal anyio python-dateutil==2.9.0.post0
+#   (pin each to the version in .venv: `pip freeze`); and for Redis, in .devkit/debs:
+#   apt-get download redis-server redis-tools libjemalloc2 liblzf1 libssl3 libsystemd0 libatomic1 \
+#     libc6 libstdc++6 libgcc-s1 libcap2 libgcrypt20 libgpg-error0 liblzma5 libzstd1 liblz4-1
 set -u -o pipefail
 
 cd "$(dirname "$0")/.." || exit 2
