@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from grpo_core.config import GRPOConfig
 
@@ -114,3 +115,19 @@ class JobSpec(_Strict):
     log_completions_every: int = Field(10, ge=1, le=10_000_000)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     priority: Priority = "normal"
+
+    @model_validator(mode="after")
+    def _whole_groups_per_rank(self) -> JobSpec:
+        """A k-GPU job trains as k data-parallel ranks, each generating and scoring whole groups,
+        so every rank must get the same number of prompts."""
+        gpus, prompts = self.resources.gpus, self.grpo.prompts_per_step
+        if prompts % gpus:
+            error = PydanticCustomError(
+                "not_divisible_by_gpus",
+                "must be divisible by resources.gpus ({gpus}): each GPU trains on whole groups of "
+                "the same number of prompts",
+                {"gpus": gpus},
+            )
+            details = InitErrorDetails(type=error, loc=("grpo", "prompts_per_step"), input=prompts)
+            raise ValidationError.from_exception_data(type(self).__name__, [details])
+        return self

@@ -62,8 +62,13 @@ def test_a_submission_must_fit_a_known_pool(client_for, team_keys, job_spec, api
     with session_scope(api_server.settings.database_url) as session:
         ensure_pool(session, "twogpu")
         set_max_worker_gpus(session, "twogpu", 2)
-    too_big = alpha.post("/v1/jobs", json=job_spec(resources={"pool": "twogpu", "gpus": 3}))
+    too_big = alpha.post("/v1/jobs", json=job_spec(resources={"pool": "twogpu", "gpus": 3},
+                                                    grpo={"prompts_per_step": 3}))
     assert too_big.status_code == 422 and error_of(too_big)["param"] == "resources.gpus"
+    uneven = alpha.post("/v1/jobs", json=job_spec(resources={"pool": "twogpu", "gpus": 2},
+                                                  grpo={"prompts_per_step": 3}))
+    assert uneven.status_code == 422 and error_of(uneven)["param"] == "grpo.prompts_per_step"
+    assert "resources.gpus (2)" in error_of(uneven)["message"]
     for bad, param in (({"pool": "twogpu", "gpus": 0}, "resources.gpus"),):
         response = alpha.post("/v1/jobs", json=job_spec(resources=bad))
         assert response.status_code == 422 and error_of(response)["param"] == param

@@ -93,3 +93,13 @@ def test_changes_are_applied_to_the_spec_and_validated_again(tmp_path):
     with pytest.raises(InvalidSpec) as info:
         with_changes(spec, {"grpo": {"max_steps": 0}})
     assert [e.field for e in info.value.errors] == ["grpo.max_steps"]
+
+
+def test_each_gpu_gets_whole_groups_of_the_same_number_of_prompts(tmp_path):
+    """A k-GPU job runs as k ranks over whole groups: prompts_per_step must split evenly."""
+    data = {**spec_dict(tmp_path, prompts_per_step=6), "resources": {"gpus": 4}}
+    found = errors_for(data)
+    assert list(found) == ["grpo.prompts_per_step"]
+    assert "divisible by resources.gpus (4)" in found["grpo.prompts_per_step"]
+    for gpus in (1, 2, 3, 6):
+        assert parse_spec({**data, "resources": {"gpus": gpus}}).resources.gpus == gpus
