@@ -270,6 +270,12 @@ class PromptSampler:
                 self._order = self._permutation(self._epoch)
         return out
 
+    @property
+    def draws_taken(self) -> int:
+        """How many indices were drawn so far: the serial number of the next one. Serials never
+        repeat, unlike row indices (a batch can straddle epochs), so they key sampling randomness."""
+        return self._epoch * self.num_rows + self._position
+
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self._epoch, "position": self._position}
 

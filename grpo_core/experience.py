@@ -16,6 +16,7 @@ from grpo_core.decoding import DecodedCompletion, decode_and_strip_padding
 from grpo_core.logprobs import completion_logprobs
 from grpo_core.models import PolicyAndReference
 from grpo_core.placement import Placement
+from grpo_core.randomness import row_keys
 from grpo_core.rewards import BoundReward, score_completions
 from grpo_core.rollout import (
     Rollout,
@@ -84,14 +85,17 @@ class _Generation:
 
 def _sample_round(gen: _Generation, groups: _Groups) -> None:
     cfg, g = gen.config, gen.config.num_generations
+    first_draw = gen.sampler.draws_taken
     indices = gen.sampler.next_indices()
+    draws = torch.arange(first_draw, first_draw + len(indices), device=gen.placement.device)
     texts = [gen.prompts.texts[i] for i in indices]
     started = time.perf_counter()
     prompt_batch = tokenize_prompts(gen.tokenizer, texts, cfg.max_prompt_length, gen.placement.device)
     options = SamplingOptions(cfg.max_completion_length, cfg.temperature, cfg.top_k, cfg.top_p)
     with gen.placement.autocast():
         rollout = sample_completions(
-            gen.policy, prompt_batch, g, gen.eos_ids, gen.tokenizer.pad_token_id, options
+            gen.policy, prompt_batch, g, gen.eos_ids, gen.tokenizer.pad_token_id, options,
+            row_keys(cfg.seed, draws, g),
         )
     scoring = time.perf_counter()
     groups.generation_seconds += scoring - started

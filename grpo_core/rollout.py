@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from grpo_core.logprobs import position_ids_from_mask
+from grpo_core.randomness import token_uniforms
 from grpo_core.sampling import sample_next_token
 
 
@@ -103,17 +104,22 @@ def sample_completions(
     eos_ids: torch.Tensor,
     pad_id: int,
     options: SamplingOptions,
+    row_keys: torch.Tensor | None = None,
 ) -> Rollout:
     """Sample ``G`` completions for each prompt in one batch of ``N = B·G`` rows.
 
+    ``row_keys (N,)`` (``grpo_core.randomness.row_keys``) key each row's random draws, so a row's
+    tokens depend on its key and prompt only, never on the rest of the batch; greedy needs none.
     The model is put in eval mode while sampling (no dropout) and restored afterwards.
     """
+    if not options.greedy and (row_keys is None or row_keys.numel() != prompts.ids.size(0) * num_generations):
+        raise ValueError("sampling needs one row key per completion (B·G)")
     was_training = model.training
     model.eval()
     try:
         prompt_ids = prompts.ids.repeat_interleave(num_generations, dim=0)
         prompt_mask = prompts.mask.repeat_interleave(num_generations, dim=0)
-        tokens = _decode_loop(model, prompt_ids, prompt_mask, eos_ids, pad_id, options)
+        tokens = _decode_loop(model, prompt_ids, prompt_mask, eos_ids, pad_id, options, row_keys)
     finally:
         model.train(was_training)
     completion_mask = completion_mask_from_eos(tokens, eos_ids)
@@ -134,7 +140,7 @@ def _returned_cache(outputs):
 
 def _decode_loop(
     model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, eos_ids: torch.Tensor,
-    pad_id: int, options: SamplingOptions,
+    pad_id: int, options: SamplingOptions, row_keys: torch.Tensor | None,
 ) -> torch.Tensor:
     """Prefill, then one token per step for the rows still generating.
 
@@ -156,7 +162,11 @@ def _decode_loop(
     width = 0
     for step in range(max_new_tokens):
         logits = out.logits[:, -1, :]
-        token = sample_next_token(logits, options.temperature, options.top_k, options.top_p, options.greedy)
+        # ``active`` maps the shrunken batch back to the rows' keys.
+        uniforms = None if options.greedy else token_uniforms(row_keys[active], step)
+        token = sample_next_token(
+            logits, options.temperature, options.top_k, options.top_p, options.greedy, uniforms
+        )
         if not can_shrink:
             token = token.masked_fill(finished, pad_id)
         tokens[active, step] = token

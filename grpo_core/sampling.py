@@ -34,16 +34,25 @@ def apply_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 def sample_next_token(
-    logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0, greedy: bool = False
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    greedy: bool = False,
+    uniforms: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``logits (N, V)`` → ``(N,)`` token ids."""
+    """``logits (N, V)`` → ``(N,)`` token ids; sampling reads row ``i``'s draw from
+    ``uniforms (N,)`` in [0, 1) (see ``grpo_core.randomness``), greedy needs none."""
     if greedy:
         return logits.argmax(dim=-1)
+    if uniforms is None or uniforms.shape != logits.shape[:1]:
+        raise ValueError("sampling needs one uniform per row")
     scores = logits.float() / temperature
     scores = apply_top_p(apply_top_k(scores, top_k), top_p)
     # Inverse-CDF sampling: one uniform per row instead of one random number per vocabulary
-    # entry (multinomial, Gumbel), which is ~10x cheaper for a decode step on CPU. fp64 keeps the
-    # cumulative sum exact enough; ``right=True`` never lands on a zero-probability token.
+    # entry (multinomial, Gumbel), which is ~10x cheaper for a decode step on CPU, and which lets
+    # the caller key each row's draw. fp64 keeps the cumulative sum exact enough; ``right=True``
+    # never lands on a zero-probability token.
     cdf = scores.softmax(dim=-1).double().cumsum(dim=-1)
-    u = torch.rand(cdf.size(0), 1, dtype=cdf.dtype, device=cdf.device) * cdf[:, -1:]
+    u = uniforms.to(cdf).unsqueeze(1) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=cdf.size(-1) - 1)

@@ -227,6 +227,21 @@ def test_sampler_resume_draws_the_same_batches() -> None:
     assert _draw(resumed, 4) == draws[3:]
 
 
+def test_sampler_draw_serials_count_every_index_drawn_and_survive_a_resume() -> None:
+    sampler = PromptSampler(num_rows=10, batch_size=4, seed=3)
+    serials = []
+    for _ in range(4):  # the third batch straddles the first epoch boundary
+        serials.append(sampler.draws_taken)
+        sampler.next_indices()
+    assert serials == [0, 4, 8, 12] and sampler.draws_taken == 16
+    resumed = PromptSampler(num_rows=10, batch_size=4, seed=3)
+    resumed.load_state_dict(sampler.state_dict())
+    assert resumed.draws_taken == 16
+    wide = PromptSampler(num_rows=3, batch_size=8, seed=1)
+    wide.next_indices()
+    assert wide.draws_taken == 8
+
+
 def test_sampler_batch_larger_than_dataset() -> None:
     sampler = PromptSampler(num_rows=3, batch_size=8, seed=1)
     batch = sampler.next_indices()

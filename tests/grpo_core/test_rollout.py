@@ -7,6 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from grpo_core.models import load_tokenizer
+from grpo_core.randomness import row_keys
 from grpo_core.rollout import (
     SamplingOptions,
     completion_mask_from_eos,
@@ -42,7 +43,8 @@ def test_greedy_loop_matches_generate_token_for_token(tiny_model_factory, family
         reference.masked_fill(ours.completion_mask[:, :width] == 0, tokenizer.pad_token_id),
     )
     model.train()
-    sample_completions(model, prompts, 2, eos, tokenizer.pad_token_id, SamplingOptions(3))
+    keys = row_keys(0, torch.arange(len(PROMPTS)), 2)
+    sample_completions(model, prompts, 2, eos, tokenizer.pad_token_id, SamplingOptions(3), keys)
     assert model.training, "sampling must restore train mode"
 
 
@@ -50,10 +52,10 @@ def test_sampling_shapes_and_groups(tiny_model_dir):
     tokenizer = load_tokenizer(str(tiny_model_dir))
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     prompts = tokenize_prompts(tokenizer, PROMPTS, 64, torch.device("cpu"))
-    torch.manual_seed(0)
     options = SamplingOptions(max_new_tokens=6, temperature=1.0, top_k=50, top_p=0.9)
+    keys = row_keys(0, torch.arange(len(PROMPTS)), 4)
     rollout = sample_completions(
-        model, prompts, 4, torch.tensor([tokenizer.eos_token_id]), tokenizer.pad_token_id, options
+        model, prompts, 4, torch.tensor([tokenizer.eos_token_id]), tokenizer.pad_token_id, options, keys
     )
     assert rollout.completion_ids.shape[0] == 12 and rollout.completion_ids.shape[1] <= 6
     # Rows are grouped: the four rows of a group share their prompt.
@@ -83,8 +85,8 @@ def test_concat_rollouts_pads_prompts_left_and_completions_right(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     eos = torch.tensor([tokenizer.eos_token_id])
     short, long = (tokenize_prompts(tokenizer, [p], 64, torch.device("cpu")) for p in ("one", PROMPTS[1]))
-    a = sample_completions(model, short, 2, eos, 0, SamplingOptions(3))
-    b = sample_completions(model, long, 2, eos, 0, SamplingOptions(5))
+    a = sample_completions(model, short, 2, eos, 0, SamplingOptions(3), row_keys(0, torch.tensor([0]), 2))
+    b = sample_completions(model, long, 2, eos, 0, SamplingOptions(5), row_keys(0, torch.tensor([1]), 2))
     joined = concat_rollouts([a, b], pad_id=0)
     assert joined.prompt_ids.shape == (4, b.prompt_ids.size(1))
     assert joined.completion_ids.shape[1] == max(a.completion_ids.size(1), b.completion_ids.size(1))

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from grpo_core.randomness import row_keys, token_uniforms
 from grpo_core.sampling import apply_top_k, apply_top_p, sample_next_token
 
 
@@ -71,8 +72,8 @@ def test_greedy_is_argmax() -> None:
 
 
 def _frequencies(logits: torch.Tensor, draws: int, **kwargs) -> torch.Tensor:
-    torch.manual_seed(1234)
-    tokens = sample_next_token(logits.expand(draws, -1), **kwargs)
+    uniforms = token_uniforms(row_keys(1234, torch.arange(draws), 1), 0)
+    tokens = sample_next_token(logits.expand(draws, -1), uniforms=uniforms, **kwargs)
     assert tokens.shape == (draws,)
     return torch.bincount(tokens, minlength=logits.size(-1)).double()
 

@@ -159,10 +159,19 @@ def test_non_finite_loss_is_an_error_and_the_step_is_not_applied(tiny_model_dir,
     assert all(torch.equal(a, p) for a, p in zip(before, c.models.policy.parameters(), strict=True))
 
 
-@pytest.mark.parametrize("num_iterations", [1, 2])
-def test_resume_reproduces_the_uninterrupted_run(tiny_model_dir, tmp_path, num_iterations):
-    spec = make_spec(tiny_model_dir, max_steps=5, num_iterations=num_iterations)
+@pytest.mark.parametrize(
+    "config",
+    [{"num_iterations": 1}, {"num_iterations": 2}, {"drop_zero_std_groups": True, "max_resample_batches": 2}],
+)
+def test_resume_reproduces_the_uninterrupted_run(tiny_model_dir, tmp_path, config):
+    spec = make_spec(tiny_model_dir, max_steps=5, **config)
+    if config.get("drop_zero_std_groups"):
+        # The tiny model almost never says "yes": most groups have no signal, so every step
+        # draws extra rounds, and those must resume exactly too.
+        spec = spec.model_copy(update={"rewards": spec.rewards[:1]})
     _, full, _ = run(spec, tmp_path / "full")
+    if config.get("drop_zero_std_groups"):
+        assert sum(r["dynamic_sampling/extra_batches"] for r in full.records) > 0
     # Stop after step 3: with num_iterations=2 that is mid-cycle, so the pending batch is saved too.
     first, part, _ = run(spec, tmp_path / "split", stop_after=3)
     assert first.stopped and first.step == 3 and part.events[-1] == "stopped"
@@ -192,6 +201,21 @@ def test_dynamic_sampling_prefers_groups_with_signal(tiny_model_dir, tmp_path):
         kept = record["dynamic_sampling/informative_groups"]
         # Zero-variance groups only fill the batch when too few informative ones were found.
         assert record["frac_reward_zero_std"] <= 1 - min(kept, 2) / 2 + 1e-6
+
+
+def test_a_generation_batch_does_not_depend_on_the_global_rng(tiny_model_dir, tmp_path):
+    """Sampling is keyed by (seed, prompt draw, generation): the torch RNG's state, which differs
+    between ranks and after any other draw, must not change a single token."""
+    trainer = GRPOTrainer(build_components(make_spec(tiny_model_dir), device="cpu"), tmp_path)
+    sampler = trainer.components.sampler
+    start = sampler.state_dict()
+    batches = []
+    for rng_seed in (1, 999):
+        sampler.load_state_dict(start)
+        torch.manual_seed(rng_seed)
+        batches.append(trainer.make_experience().rollout.completion_ids)
+    assert torch.equal(batches[0], batches[1])
+    assert len({tuple(row) for row in batches[0].tolist()}) > 1
 
 
 @pytest.mark.slow
