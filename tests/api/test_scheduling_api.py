@@ -116,6 +116,7 @@ def test_queue_and_cluster_show_the_schedulers_order_scoped_to_the_team(
     assert (waiting["pending_reason"], waiting["queue_position"]) == ("fair_share", 2)
     running = alpha.get(f"/v1/jobs/{a1}").json()
     assert running["status"] == "dispatched" and running["worker_id"] == worker_id
+    assert running["devices"] == [0]  # recorded with the dispatch: the worker's only device
     assert running["pending_reason"] is None and running["queue_position"] is None
 
     cluster = alpha.get("/v1/cluster").json()
