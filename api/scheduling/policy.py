@@ -23,9 +23,9 @@ The rules, per pool (pools are independent):
   half-life (:func:`decayed_usage`), so a team that just had the pool for hours waits behind
   one that did not. Ties go to the older job (lower id).
 * A job is dispatched when its pool is not held, its team stays within its quota for the pool,
-  and a free worker fits it. Otherwise it is skipped and the next job is tried: a smaller job
-  behind a blocked one is backfilled into what is free.
-* Preemption: a ``high`` job that could not be placed for want of a free worker, whose team is
+  and a worker has enough free devices for it. Otherwise it is skipped and the next job is tried:
+  a smaller job behind a blocked one is backfilled into what is free.
+* Preemption: a ``high`` job that could not be placed for want of free devices, whose team is
   within its quota including this job (and those this pass already preempts for), may preempt
   one running job of *another* team that is over its fair share of the pool (pool GPUs x weight
   / sum of the weights of teams with jobs in the pool), has a lower priority, and whose devices
@@ -165,7 +165,7 @@ def decayed_usage(
     return usage
 
 
-# Reasons that mean "no free worker fits now": the only ones preemption can help.
+# Reasons that mean "no worker has enough free devices now": the only ones preemption can help.
 _WANTS_A_WORKER = frozenset({"lower_priority", "fair_share", "no_capacity"})
 
 

@@ -49,14 +49,15 @@ class SchedulingState:
 
 def schedulable_workers(heartbeats: list[Heartbeat], holding: list[policy.HoldingJob],
                         ) -> list[policy.Worker]:
-    """Live workers as the policy sees them. One still running a job SQL no longer gives it (its
-    lease was lost; the child is stopping) is left out until it reports itself idle."""
-    assigned = {job.worker_id for job in holding}
+    """Live workers as the policy sees them. Devices a worker reports in use by a job SQL no
+    longer gives it (its lease was lost; the child is stopping) stay busy until it reports them
+    free; the devices of jobs SQL does give it are counted from SQL (they may not have started)."""
+    assigned = {(job.id, job.worker_id) for job in holding}
     workers = []
     for beat in heartbeats:
-        if beat.running_job and beat.worker_id not in assigned:
-            continue
-        workers.append(policy.Worker(beat.worker_id, beat.pool, beat.gpus))
+        busy = {device for job_id, devices in beat.jobs.items() if (job_id, beat.worker_id) not in assigned
+                for device in devices}
+        workers.append(policy.Worker(beat.worker_id, beat.pool, beat.gpus, tuple(sorted(busy))))
     return workers
 
 

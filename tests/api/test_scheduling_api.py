@@ -42,8 +42,7 @@ def advertise(api_server) -> Iterator:
         worker_id = f"w-{uuid.uuid4().hex[:6]}"
         bus.advertise_worker(client, Heartbeat(worker_id=worker_id, pool=pool, gpus=gpus,
                                                  gpu_model="H200", gpu_memory_mb=143771,
-                                                 memory_mb=1024, hostname="node-1",
-                                                 running_job=None), 60)
+                                                 memory_mb=1024, hostname="node-1"), 60)
         made.append(worker_id)
         return worker_id
 
@@ -123,9 +122,9 @@ def test_queue_and_cluster_show_the_schedulers_order_scoped_to_the_team(
     ours = next(p for p in cluster["pools"] if p["name"] == pool)
     assert (ours["gpus_total"], ours["gpus_busy"], ours["gpus_free"], ours["waiting"]) == (1, 1, 0, 2)
     [seen] = ours["workers"]
-    assert (seen["worker_id"], seen["gpu_model"], seen["gpu_memory_mb"], seen["running_job"]) == (
-        worker_id, "H200", 143771, a1)
-    assert [r["job_id"] for r in cluster["running"] if r["pool"] == pool] == [a1]
+    assert (seen["worker_id"], seen["gpu_model"], seen["gpu_memory_mb"], seen["devices"]) == (
+        worker_id, "H200", 143771, [{"index": 0, "busy": True, "job_id": a1}])
+    assert [(r["job_id"], r["devices"]) for r in cluster["running"] if r["pool"] == pool] == [(a1, [0])]
     usage = {t["team"]: t["pools"].get(pool) for t in cluster["teams"]}
     assert usage["alpha"]["held_gpus"] == 1 and usage["alpha"]["fair_share"] == pytest.approx(0.5)
     assert usage["beta"]["held_gpus"] == 0 and usage["beta"]["waiting"] == 1
@@ -133,7 +132,7 @@ def test_queue_and_cluster_show_the_schedulers_order_scoped_to_the_team(
     # Beta sees the pool and every team's usage, but not alpha's job.
     theirs = beta.get("/v1/cluster").json()
     [seen] = next(p for p in theirs["pools"] if p["name"] == pool)["workers"]
-    assert seen["running_job"] is None and seen["busy"]
+    assert seen["devices"] == [{"index": 0, "busy": True, "job_id": None}] and seen["busy"]
     assert all(r["job_id"] != a1 for r in theirs["running"])
 
 
