@@ -8,7 +8,7 @@ The job's statuses and their transitions live in :mod:`api.lifecycle`.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, get_args
 
 from grpo_core.spec import POOL_NAME_PATTERN, Priority
@@ -31,7 +31,8 @@ def worker_queue(worker_id: str) -> str:
 
 @dataclass(frozen=True)
 class Heartbeat:
-    """What a live worker advertises (``api.store.bus``): its pool and capacity, what it runs."""
+    """What a live worker advertises (``api.store.bus``): its pool and capacity (devices
+    ``0..gpus-1``), and which of its devices each job it runs now uses."""
 
     worker_id: str
     pool: str = DEFAULT_POOL
@@ -40,11 +41,17 @@ class Heartbeat:
     gpu_memory_mb: int | None = None
     memory_mb: int | None = None
     hostname: str | None = None
-    running_job: int | None = None  # the job its child runs now, even one SQL no longer gives it
-    busy_gpus: int = 0
+    # job id -> the device indices its child uses now, even for a job SQL no longer gives it
+    jobs: dict[int, list[int]] = field(default_factory=dict)
+
+    @property
+    def free_devices(self) -> list[int]:
+        busy = {device for devices in self.jobs.values() for device in devices}
+        return [device for device in range(self.gpus) if device not in busy]
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
+        # free_devices is written for readers of the raw key; from_json derives it again.
+        return json.dumps({**asdict(self), "free_devices": self.free_devices}, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, raw: str | bytes) -> Heartbeat | None:
@@ -53,4 +60,6 @@ class Heartbeat:
         if not isinstance(data, dict) or not data.get("worker_id"):
             return None
         known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        if isinstance(known.get("jobs"), dict):  # JSON keys are strings
+            known["jobs"] = {int(job): list(devices) for job, devices in known["jobs"].items()}
         return cls(**known)

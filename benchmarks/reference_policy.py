@@ -2,8 +2,8 @@
 
 ``reference_plan`` follows the rules of ``api.scheduling.policy`` word for word, with no heap, no bisect and
 no incremental bookkeeping: after every pop it re-sorts all remaining jobs of the class by the
-fair-share key, and every total (GPUs held, quota use, fair share) is summed again from the raw
-lists when it is needed. It is O(N^2 log N) per pool, so it is only for cross-checks
+fair-share key, and every total (GPUs held, quota use, fair share, a worker's free devices) is
+summed again from the raw lists when it is needed. It is O(N^2 log N) per pool, so it is only for cross-checks
 (``tests/api/test_policy.py``) and as the baseline of ``benchmarks/scheduler_decision.py``.
 Preemption is included, in the same naive style.
 
@@ -14,6 +14,7 @@ Preemption is included, in the same naive style.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from api.scheduling.policy import (
     PRIORITY_ORDER,
@@ -65,20 +66,30 @@ def naive_order(state: ClusterState, pool: str) -> list[WaitingJob]:
     return order
 
 
+def devices_of(holder: HoldingJob, worker: Worker) -> list[int]:
+    return list(holder.devices) if holder.devices else list(range(worker.gpus))
+
+
+def free_of(state: ClusterState, worker: Worker, dispatched: list[Dispatch]) -> list[int]:
+    """The worker's free devices, summed again from the raw lists every time."""
+    taken = list(worker.busy)
+    taken += [d for h in state.holding if h.worker_id == worker.worker_id for d in devices_of(h, worker)]
+    taken += [d for x in dispatched if x.worker_id == worker.worker_id for d in x.devices]
+    return sorted(d for d in range(worker.gpus) if d not in taken)
+
+
 def reference_plan(state: ClusterState) -> Plan:
     result = Plan()
-    busy = [h.worker_id for h in state.holding]
     pools = {x.pool for x in (*state.workers, *state.waiting, *state.holding)}
     for pool in sorted(pools):
         workers = [w for w in state.workers if w.pool == pool]
-        free = [w for w in workers if w.worker_id not in busy]
-        given: list[tuple[Worker, WaitingJob]] = []
+        given: list[tuple[int, WaitingJob]] = []  # (free devices the worker had, the job)
         order = naive_order(state, pool)
         for job in order:
             limit = quota(state, job.team_id, pool)
             after = holding_gpus(state, job.team_id, pool) + job.gpus
             after += sum(j.gpus for _, j in given if j.team_id == job.team_id)
-            fits = [w for w in free if w.gpus >= job.gpus]
+            fits = [w for w in workers if len(free_of(state, w, result.dispatch)) >= job.gpus]
             if pool in state.held_pools:
                 reason = "pool_held"
             elif not workers:
@@ -88,14 +99,14 @@ def reference_plan(state: ClusterState) -> Plan:
             elif limit is not None and after > limit:
                 reason = "quota_exceeded"
             elif fits:
-                best = min(fits, key=lambda w: (w.gpus, w.worker_id))
-                free.remove(best)
-                given.append((best, job))
-                result.dispatch.append(Dispatch(job.id, best.worker_id))
+                best = min(fits, key=lambda w: (len(free_of(state, w, result.dispatch)), w.worker_id))
+                devices = free_of(state, best, result.dispatch)
+                given.append((len(devices), job))
+                result.dispatch.append(Dispatch(job.id, best.worker_id, tuple(devices[:job.gpus])))
                 continue
-            elif any(w.gpus >= job.gpus and rank(j.priority) < rank(job.priority) for w, j in given):
+            elif any(n >= job.gpus and rank(j.priority) < rank(job.priority) for n, j in given):
                 reason = "lower_priority"
-            elif any(w.gpus >= job.gpus and rank(j.priority) == rank(job.priority) for w, j in given):
+            elif any(n >= job.gpus and rank(j.priority) == rank(job.priority) for n, j in given):
                 reason = "fair_share"
             else:
                 reason = "no_capacity"
@@ -122,30 +133,38 @@ def _reference_preempt(
     for team in teams:
         result.fair_share[(team, pool)] = fair[team]
     live = {w.worker_id: w for w in workers}
-    claimed: list[WaitingJob] = []
+    claimed: list[tuple[WaitingJob, HoldingJob]] = []  # (high job, the holder whose devices it takes)
     victims: list[HoldingJob] = []
 
     def within_quota(job: WaitingJob) -> bool:
         limit = quota(state, job.team_id, pool)
-        after = sum(j.gpus for j in placed + claimed if j.team_id == job.team_id) + job.gpus
+        after = sum(j.gpus for j in placed + [j for j, _ in claimed] if j.team_id == job.team_id) + job.gpus
         return limit is None or holding_gpus(state, job.team_id, pool) + after <= limit
+
+    def room(holder: HoldingJob) -> int:
+        worker = live[holder.worker_id]
+        free = len(free_of(state, worker, result.dispatch))
+        # a claim takes from the worker's free devices what the holder's own do not cover
+        free -= sum(max(0, j.gpus - len(devices_of(h, worker))) for j, h in claimed
+                    if h.worker_id == worker.worker_id)
+        return free + len(set(devices_of(holder, worker)))
 
     high = [j for j in left if j.priority == "high" and result.pending[j.id] in WANTS_A_WORKER]
     freeing = [
-        live[h.worker_id]
-        for h in state.holding
+        h for h in state.holding
         if h.pool == pool and h.status == "running" and h.preempt_requested and h.worker_id in live
     ]
     remaining = []
     for job in high:
-        if not within_quota(job):
-            continue
-        fits = [w for w in freeing if w.gpus >= job.gpus]
+        fits = [h for h in freeing if room(h) >= job.gpus]
         if not fits:
             remaining.append(job)
             continue
-        freeing.remove(min(fits, key=lambda w: (w.gpus, w.worker_id)))
-        claimed.append(job)
+        if not within_quota(job):
+            continue
+        holder = min(fits, key=lambda h: (room(h), h.worker_id, h.id))
+        freeing.remove(holder)
+        claimed.append((job, holder))
         result.pending[job.id] = "preempting"
     for job in remaining:
         if not within_quota(job):
@@ -155,14 +174,14 @@ def _reference_preempt(
             for h in state.holding
             if h.pool == pool and h.status == "running" and not h.preempt_requested
             and rank(h.priority) > 0 and h.team_id != job.team_id and h not in victims
-            and h.worker_id in live and live[h.worker_id].gpus >= job.gpus
+            and h.worker_id in live and room(h) >= job.gpus
             and holding_gpus(state, h.team_id, pool)
             - sum(v.gpus for v in victims if v.team_id == h.team_id) > fair[h.team_id]
         ]
         if candidates:
             victim = max(candidates, key=lambda h: (rank(h.priority), h.since, h.id))
             victims.append(victim)
-            claimed.append(job)
+            claimed.append((job, victim))
             result.pending[job.id] = "preempting"
             result.preempt.append(Preemption(victim.id, job.id))
 
@@ -171,14 +190,18 @@ def random_state(
     rng: random.Random, jobs: int, teams: int, workers: int, pools: tuple[str, ...] = ("a", "b"),
     busy: float = 0.5, edge_cases: bool = True,
 ) -> ClusterState:
-    """A seeded synthetic state: a ``busy`` fraction of the workers busy (on average), weights
+    """A seeded synthetic state: workers packed with holders on disjoint devices (one more while
+    a draw is under ``busy``), weights
     0.5-4, some quotas (0 included), mixed priorities, jobs mostly of 1 GPU, some 2 or 4. Values
     come from short lists so that fair-share keys tie often. ``edge_cases`` adds what a benchmark
-    does not need: a held pool now and then, jobs for a pool with no workers or too large for any
+    does not need: a held pool now and then, holders with no devices recorded, devices a
+    worker reports busy outside SQL, jobs for a pool with no workers or too large for any
     worker, holders on workers that stopped heartbeating, and teams missing from ``state.teams``."""
     live = tuple(
         Worker(f"w{i:03d}", rng.choice(pools), rng.choice((1, 1, 2, 4, 8))) for i in range(workers)
     )
+    if edge_cases:  # now and then a device held by a job SQL no longer gives its worker
+        live = tuple(replace(w, busy=(rng.randrange(w.gpus),)) if rng.random() < 0.05 else w for w in live)
     team_map = {
         t: Team(t, rng.choice((0.5, 1.0, 1.0, 2.0, 3.0, 4.0)),
                 {p: rng.choice((0, 2, 4, 8, 16)) for p in pools if rng.random() < 0.3})
@@ -187,14 +210,20 @@ def random_state(
     team_ids = list(range(teams + (max(1, teams // 5) if edge_cases else 0)))
     job_pools = (*pools, "nowhere") if edge_cases else pools
     job_gpus = (1, 1, 1, 1, 2, 4, 16) if edge_cases else (1, 1, 1, 1, 1, 2, 4)
-    ids = iter(rng.sample(range(1, 10 * (jobs + workers + 10)), jobs + workers + 10))  # unique, unordered
-    holders = [
-        HoldingJob(next(ids), rng.choice(team_ids), w.pool, rng.randint(1, w.gpus),
-                   rng.choice(PRIORITY_ORDER), w.worker_id,
-                   rng.choice(("running", "running", "running", "dispatched", "cancelling")),
-                   float(rng.randint(0, 5)), preempt_requested=rng.random() < 0.1)
-        for w in live if rng.random() < busy
-    ]
+    slots = jobs + 9 * workers + 10  # a worker has at most 8 holders
+    ids = iter(rng.sample(range(1, 10 * slots), slots))  # unique, unordered
+    holders = []
+    for w in live:  # each worker packed with holders on disjoint devices while the dice say busy
+        spare = rng.sample(range(w.gpus), w.gpus)
+        while spare and rng.random() < busy:
+            count = rng.randint(1, len(spare))
+            devices, spare = tuple(sorted(spare[:count])), spare[count:]
+            if edge_cases and rng.random() < 0.05:  # dispatched before devices were recorded
+                devices = ()
+            holders.append(HoldingJob(
+                next(ids), rng.choice(team_ids), w.pool, count, rng.choice(PRIORITY_ORDER), w.worker_id,
+                rng.choice(("running", "running", "running", "dispatched", "cancelling")),
+                float(rng.randint(0, 5)), preempt_requested=rng.random() < 0.1, devices=devices))
     if edge_cases:  # holders whose worker is gone: they count for quota and fair share only
         holders += [
             HoldingJob(next(ids), rng.choice(team_ids), rng.choice(pools), rng.choice((1, 2)), "normal",

@@ -1,10 +1,14 @@
 """Liveness, two kinds.
 
-* :class:`WorkerHeartbeat` runs in the Celery main process and advertises the worker's pool and
-  capacity (``api.store.bus.advertise_worker``) with a TTL, so a dead worker drops out of the
-  scheduler's view on its own. It never touches CUDA: the GPU model comes from ``nvidia-smi``.
+* :class:`WorkerHeartbeat` runs in the Celery main process and advertises the worker's pool,
+  devices and the jobs on them (``api.store.bus.advertise_worker``) with a TTL, so a dead worker
+  drops out of the scheduler's view on its own. It never touches CUDA: the GPU model comes from
+  ``nvidia-smi``.
 * :class:`JobLease` runs in the job's child process and renews the job's SQL lease; the answer
-  also says whether a cancel was requested or the lease was lost (the job was requeued).
+  also says whether a cancel was requested or the lease was lost (the job was requeued). It also
+  marks the job's devices busy in a hash of the worker's (:func:`busy_key`), which is how the main
+  process learns what its children run: each entry carries its own deadline, so a killed child's
+  devices free up about as fast as a dead worker's heartbeat expires.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import shutil
 import socket
 import subprocess
 import threading
+import time
 from dataclasses import replace
 
 import redis
@@ -27,6 +32,7 @@ from api.store import bus
 from api.store.db import session_scope
 from api.store.jobs import renew_lease
 from api.vocabulary import Heartbeat
+from worker.devices import device_count
 
 WORKER_ID_ENV = "GRPO_WORKER_ID"
 log = logging.getLogger(__name__)
@@ -37,8 +43,26 @@ class LeaseLost(Exception):  # noqa: N818 - a signal, like TrainingStopped
 
 
 def busy_key(worker_id: str) -> str:
-    """Set by the job's child while it runs; outside ``bus.WORKER_PREFIX`` so it is no heartbeat."""
+    """A hash, job id -> ``{"devices": [...], "until": epoch ms}``, written by each job's child
+    while it runs; outside ``bus.WORKER_PREFIX`` so it is no heartbeat."""
     return f"grpo:busy:{worker_id}"
+
+
+def running_jobs(client: redis.Redis, worker_id: str, gpus: int, now_ms: int) -> dict[int, list[int]]:
+    """Job id -> devices, for the jobs the worker's children marked and whose mark has not
+    expired; expired marks (a child killed before it could remove its own) are dropped. A job
+    with no devices recorded uses the whole worker."""
+    running, stale = {}, []
+    for job_id, raw in client.hgetall(busy_key(worker_id)).items():
+        mark = json.loads(raw)
+        if mark["until"] < now_ms:
+            stale.append(job_id)
+        else:
+            devices = mark["devices"]
+            running[int(job_id)] = list(range(gpus)) if devices is None else sorted(devices)
+    if stale:
+        client.hdel(busy_key(worker_id), *stale)
+    return running
 
 
 def current_worker_id() -> str:
@@ -107,7 +131,7 @@ class WorkerHeartbeat(_Ticker):
         self.client = redis.Redis.from_url(settings.redis_url)
         self.worker_id = worker_id
         self.ttl = 3 * settings.heartbeat_seconds
-        self.static = Heartbeat(worker_id=worker_id, pool=settings.pool, gpus=settings.worker_gpus,
+        self.static = Heartbeat(worker_id=worker_id, pool=settings.pool, gpus=device_count(settings),
                                 **detect_gpus(), memory_mb=host_memory_mb(), hostname=socket.gethostname())
         self._withdrawn = threading.Event()
 
@@ -115,10 +139,8 @@ class WorkerHeartbeat(_Ticker):
         if self._withdrawn.is_set():
             return
         try:
-            running = self.client.get(busy_key(self.worker_id))
-            job = json.loads(running) if running else None
-            beat = replace(self.static, running_job=job, busy_gpus=self.static.gpus if job else 0)
-            bus.advertise_worker(self.client, beat, self.ttl)
+            jobs = running_jobs(self.client, self.worker_id, self.static.gpus, int(time.time() * 1000))
+            bus.advertise_worker(self.client, replace(self.static, jobs=jobs), self.ttl)
         except RedisError as exc:  # the key expires meanwhile: the scheduler sees no capacity here
             log.warning("heartbeat failed: %s", exc)
 
@@ -134,10 +156,11 @@ class WorkerHeartbeat(_Ticker):
 class JobLease(_Ticker):
     """Renews the lease from a thread (model loading can take minutes) and on every step."""
 
-    def __init__(self, settings: Settings, job_id: int, worker_id: str, client: redis.Redis) -> None:
+    def __init__(self, settings: Settings, job_id: int, worker_id: str, client: redis.Redis,
+                 devices: list[int] | None = None) -> None:
         super().__init__(settings.heartbeat_seconds, f"grpo-lease-{job_id}")
         self.database_url = settings.database_url
-        self.job_id, self.worker_id, self.client = job_id, worker_id, client
+        self.job_id, self.worker_id, self.client, self.devices = job_id, worker_id, client, devices
         # Short, so a killed child's mark vanishes about as fast as a dead worker's heartbeat.
         self.busy_ttl_ms = int(3 * settings.heartbeat_seconds * 1000)
         self._lock = threading.Lock()
@@ -157,10 +180,15 @@ class JobLease(_Ticker):
             self.cancel_requested = self.cancel_requested or cancel
             self.preempt_requested = self.preempt_requested or preempt
         if still_ours:
+            mark = {"devices": self.devices, "until": int(time.time() * 1000) + self.busy_ttl_ms}
             try:
-                self.client.set(busy_key(self.worker_id), json.dumps(self.job_id), px=self.busy_ttl_ms)
+                with self.client.pipeline() as pipe:
+                    pipe.hset(busy_key(self.worker_id), str(self.job_id), json.dumps(mark))
+                    # The whole hash goes once no child renews it (a worker that died with its jobs).
+                    pipe.pexpire(busy_key(self.worker_id), self.busy_ttl_ms)
+                    pipe.execute()
             except RedisError as exc:
-                log.warning("could not mark worker busy: %s", exc)
+                log.warning("could not mark the job's devices busy: %s", exc)
 
     def should_stop(self) -> bool:
         """Checked before every step: a cancel or a preemption stops the trainer, which then
@@ -173,6 +201,6 @@ class JobLease(_Ticker):
     def stop(self) -> None:
         super().stop()
         try:
-            self.client.delete(busy_key(self.worker_id))
+            self.client.hdel(busy_key(self.worker_id), str(self.job_id))
         except RedisError:
             pass

@@ -2,12 +2,14 @@
 
 The claim is one guarded UPDATE (``dispatched → running``), so a duplicate delivery of the same
 message finds the job already running (or finished) and returns without touching anything.
-Torch is imported only after a successful claim, inside the job's child process.
+Torch is imported only after a successful claim, inside the job's child process, and only once
+the child is confined to the job's devices (:func:`worker.devices.confine`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 
 import redis
 from celery import shared_task
@@ -17,7 +19,9 @@ from api.settings import Settings, get_settings
 from api.store import bus, outbox
 from api.store.db import session_scope
 from api.store.jobs import claim, finish
+from api.store.telemetry import add_event
 from api.vocabulary import RUN_JOB
+from worker.devices import CUDA_ENV, confine
 from worker.heartbeat import JobLease, current_worker_id
 
 log = logging.getLogger(__name__)
@@ -37,9 +41,13 @@ def run_job(job_id: int) -> str:
         client.close()
         return "not_claimed"
     # Renewal starts before torch is imported: loading it can outlast a short lease.
-    lease = JobLease(settings, job_id, worker_id, client)
+    lease = JobLease(settings, job_id, worker_id, client, job.devices)
     lease.start()
     try:
+        try:
+            _confine(settings, publish, job_id, job.devices)
+        except ValueError as exc:
+            return _fail(settings, publish, job_id, worker_id, f"the job cannot run here: {exc}")
         try:
             from worker.runner import run_claimed_job  # torch loads here, in the job's child only
         except Exception as exc:  # a broken install would otherwise requeue the job forever
@@ -47,6 +55,16 @@ def run_job(job_id: int) -> str:
         return run_claimed_job(job, worker_id, settings, lease, client)
     finally:
         lease.stop()
+
+
+def _confine(settings: Settings, publish: outbox.Publish, job_id: int, devices: list[int] | None) -> None:
+    """Show the job only its devices, and record what this process now exposes to CUDA."""
+    visible = confine(devices)
+    if visible is None:
+        return
+    with session_scope(settings.database_url, publish=publish) as session:
+        add_event(session, job_id, "devices", f"runs on devices {visible} (process {os.getpid()})",
+                  {"devices": devices, "cuda_visible_devices": os.environ[CUDA_ENV], "pid": os.getpid()})
 
 
 def _fail(settings: Settings, publish: outbox.Publish, job_id: int, worker_id: str, message: str) -> str:

@@ -59,7 +59,8 @@ def _worker(args: argparse.Namespace) -> int:
     from worker.celery_app import app
 
     pool = get_settings().pool
-    app.worker_main(["worker", "-c", "1", "--pool", "prefork", "--without-gossip",
+    # No -c: the app's concurrency is the worker's device count (worker.celery_app).
+    app.worker_main(["worker", "--pool", "prefork", "--without-gossip",
                      "--without-mingle", "-n", f"grpo-{pool}-{os.getpid()}@%h", "--loglevel", args.loglevel])
     return 0
 

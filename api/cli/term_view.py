@@ -290,6 +290,11 @@ def _usage(held: int, quota: int | None) -> str:
     return f"[{bar(held / quota if quota else 1.0, 10)}] {held}/{quota}"
 
 
+def _devices(devices: Sequence[dict[str, Any]]) -> str:
+    """``0:12,1:free``: each device and its job (``busy``: another team's)."""
+    return ",".join(f"{d['index']}:{d['job_id'] or ('busy' if d['busy'] else 'free')}" for d in devices)
+
+
 def cluster_lines(cluster: dict[str, Any], queue: dict[str, Any], now: datetime, width: int | None = None
                   ) -> list[str]:
     """``grpo cluster``: pools, workers, every team's GPUs against its quota, running jobs, queue."""
@@ -297,7 +302,7 @@ def cluster_lines(cluster: dict[str, Any], queue: dict[str, Any], now: datetime,
               pool["gpus_free"], pool["waiting"], len(pool["workers"]), pool["max_worker_gpus"]]
              for pool in cluster["pools"]]
     workers = [[worker["worker_id"], pool["name"], worker["gpus"], worker["gpu_model"],
-                worker["gpu_memory_mb"], "busy" if worker["busy"] else "idle", worker["running_job"],
+                worker["gpu_memory_mb"], "busy" if worker["busy"] else "idle", _devices(worker["devices"]),
                 worker["hostname"]]
                for pool in cluster["pools"] for worker in pool["workers"]]
     teams = [[team["team"], team["weight"], pool, usage["held_gpus"],
@@ -306,17 +311,18 @@ def cluster_lines(cluster: dict[str, Any], queue: dict[str, Any], now: datetime,
              for team in cluster["teams"] for pool, usage in team["pools"].items()]
     teams += [[team["team"], team["weight"], *[None] * 6] for team in cluster["teams"] if not team["pools"]]
     running = [[job["job_id"], job["team"], job["pool"], job["gpus"], job["priority"], job["status"],
-                job["worker_id"], "yes" if job["preempt_requested"] else None] for job in cluster["running"]]
+                job["worker_id"], ",".join(map(str, job["devices"] or ())) or None,
+                "yes" if job["preempt_requested"] else None] for job in cluster["running"]]
     out = ["Pools", *table(["POOL", "STATE", "GPUS", "BUSY", "FREE", "WAITING", "WORKERS", "MAX/WORKER"],
                            pools, width)]
-    out += ["", "Workers", *(table(["WORKER", "POOL", "GPUS", "MODEL", "GPU MB", "STATE", "JOB", "HOST"],
-                                   workers, width) if workers else ["no live workers"])]
+    headers = ["WORKER", "POOL", "GPUS", "MODEL", "GPU MB", "STATE", "DEVICE:JOB", "HOST"]
+    out += ["", "Workers", *(table(headers, workers, width) if workers else ["no live workers"])]
     out += ["", "Teams (GPUs held vs quota)",
             *table(["TEAM", "WEIGHT", "POOL", "HELD", "QUOTA USE", "FAIR SHARE", "RECENT", "WAITING"], teams,
                    width)]
     if running:
         out += ["", "Running", *table(["JOB", "TEAM", "POOL", "GPUS", "PRIORITY", "STATUS", "WORKER",
-                                       "PREEMPTING"], running, width)]
+                                       "DEVICES", "PREEMPTING"], running, width)]
     return [*out, "", *queue_lines(queue, now, width)]
 
 

@@ -108,7 +108,9 @@ def _capacity(heartbeats: list[Heartbeat]) -> Iterator[Metric]:
     for beat in heartbeats:
         counts = by_pool.setdefault(beat.pool, [0, 0, 0])
         counts[0] += 1
-        counts[1 if beat.running_job is not None else 2] += beat.gpus
+        free = len(beat.free_devices)
+        counts[1] += beat.gpus - free
+        counts[2] += free
     for pool, (count, busy, free) in sorted(by_pool.items()):
         workers.add_metric([pool], count)
         gpus.add_metric([pool, "busy"], busy)

@@ -19,6 +19,12 @@ from api.store.scheduling import SchedulingState
 from api.vocabulary import Heartbeat
 
 
+class DeviceView(BaseModel):
+    index: int  # the scheduler's index on its worker (what CUDA_VISIBLE_DEVICES maps it to is the worker's)
+    busy: bool  # held by a job SQL gives it, or used by one its heartbeat reports
+    job_id: int | None  # the job on it; None also when the job is another team's (members)
+
+
 class WorkerView(BaseModel):
     worker_id: str
     hostname: str | None
@@ -26,8 +32,8 @@ class WorkerView(BaseModel):
     gpu_model: str | None
     gpu_memory_mb: int | None
     memory_mb: int | None
-    running_job: int | None  # None also when the job is another team's (members)
-    busy: bool
+    busy: bool  # any of its devices is
+    devices: list[DeviceView]
 
 
 class PoolView(BaseModel):
@@ -64,6 +70,7 @@ class RunningView(BaseModel):
     priority: str
     status: str
     worker_id: str | None
+    devices: list[int] | None  # its indices on worker_id; None: dispatched before they were recorded
     preempt_requested: bool
 
 
@@ -95,15 +102,18 @@ def cluster_view(state: SchedulingState, heartbeats: list[Heartbeat],
                  fair_share: dict[tuple[int, str], float], scope: int | None) -> ClusterView:
     """``scope``: the caller's team id, or None for an admin."""
     cluster = state.cluster
-    on_worker = {job.worker_id: job for job in cluster.holding if job.worker_id}
+    on_worker: dict[str, list[policy.HoldingJob]] = {}
+    for job in cluster.holding:
+        if job.worker_id:
+            on_worker.setdefault(job.worker_id, []).append(job)
     pool_names = sorted({*state.pools, *(beat.pool for beat in heartbeats)})
     waiting = _count((job.team_id, job.pool) for job in cluster.waiting)
     pools = []
     for name in pool_names:
-        workers = [_worker_view(beat, on_worker.get(beat.worker_id), scope)
+        workers = [_worker_view(beat, on_worker.get(beat.worker_id, []), scope)
                    for beat in heartbeats if beat.pool == name]
         total = sum(worker.gpus for worker in workers)
-        busy = sum(worker.gpus for worker in workers if worker.busy)
+        busy = sum(device.busy for worker in workers for device in worker.devices)
         held, most = state.pools.get(name, (False, None))
         pools.append(PoolView(name=name, held=held, max_worker_gpus=most, gpus_total=total, gpus_busy=busy,
                               gpus_free=total - busy, workers=sorted(workers, key=lambda w: w.worker_id),
@@ -125,7 +135,7 @@ def cluster_view(state: SchedulingState, heartbeats: list[Heartbeat],
                               weight=team.weight, pools=usage))
     running = [RunningView(job_id=job.id, team=state.team_names.get(job.team_id), pool=job.pool,
                            gpus=job.gpus, priority=job.priority, status=job.status, worker_id=job.worker_id,
-                           preempt_requested=job.preempt_requested)
+                           devices=list(job.devices) or None, preempt_requested=job.preempt_requested)
                for job in sorted(cluster.holding, key=lambda job: job.id) if scope in (None, job.team_id)]
     return ClusterView(pools=pools, teams=teams, running=running)
 
@@ -142,12 +152,21 @@ def queue_view(snapshot: dict[str, Any] | None, scheduler_pass_at: str | None, s
                      waiting=dict(sorted(waiting.items())), items=mine)
 
 
-def _worker_view(beat: Heartbeat, job: policy.HoldingJob | None, scope: int | None) -> WorkerView:
-    visible = job is not None and scope in (None, job.team_id)
+def _worker_view(beat: Heartbeat, holders: list[policy.HoldingJob], scope: int | None) -> WorkerView:
+    """Each device of the worker and the job on it: SQL's holders first (by the devices recorded
+    with their dispatch), then jobs only the heartbeat reports (an admin sees their ids; their
+    team is not known here)."""
+    owner: dict[int, int | None] = {}
+    for job_id, devices in beat.jobs.items():
+        owner.update(dict.fromkeys(devices, job_id if scope is None else None))
+    for job in holders:
+        owner.update(dict.fromkeys(policy.held_devices(job, beat.gpus),
+                                   job.id if scope in (None, job.team_id) else None))
+    devices = [DeviceView(index=index, busy=index in owner, job_id=owner.get(index))
+               for index in range(beat.gpus)]
     return WorkerView(worker_id=beat.worker_id, hostname=beat.hostname, gpus=beat.gpus,
                       gpu_model=beat.gpu_model, gpu_memory_mb=beat.gpu_memory_mb, memory_mb=beat.memory_mb,
-                      running_job=job.id if visible else None,
-                      busy=job is not None or beat.running_job is not None)
+                      busy=bool(owner), devices=devices)
 
 
 def _count(keys, amounts: list[int] | None = None) -> dict:

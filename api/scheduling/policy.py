@@ -7,10 +7,14 @@ below is unit-tested on hand-built states (``tests/api/test_policy.py``) and tim
 
 The rules, per pool (pools are independent):
 
-* Capacity is what live workers advertise. A worker runs one job at a time; a job's GPUs all
-  come from one worker (gang: all of them or none), so a job needing ``g`` GPUs needs a free
-  worker with at least ``g``. Of the free workers that fit, the smallest is taken (best fit:
-  big workers stay free for big jobs).
+* Capacity is what live workers advertise, device by device. A worker owns ``gpus`` devices
+  (indices ``0..gpus-1``); its free devices are those that neither a job holding it (by the
+  indices recorded with the dispatch; a holder with none recorded holds the whole worker) nor the
+  worker itself (``Worker.busy``: jobs SQL no longer gives it, still stopping) is using. A job's
+  GPUs all come from one worker (gang: all of them or none), so a job needing ``g`` GPUs needs a
+  worker with at least ``g`` free devices. Of the workers that fit, the one with the fewest free
+  devices is taken (best fit: big free blocks stay whole for big jobs), and the job gets its
+  ``g`` lowest free indices. Several jobs share a worker on disjoint devices.
 * Order: priority class first (high, normal, low). Within a class, the next job is the oldest
   waiting job of the team with the lowest fair-share key
   ``(gpus the team holds in the pool + its recent usage) / weight``; every job placed in the
@@ -19,15 +23,17 @@ The rules, per pool (pools are independent):
   half-life (:func:`decayed_usage`), so a team that just had the pool for hours waits behind
   one that did not. Ties go to the older job (lower id).
 * A job is dispatched when its pool is not held, its team stays within its quota for the pool,
-  and a free worker fits it. Otherwise it is skipped and the next job is tried: a smaller job
-  behind a blocked one is backfilled into what is free.
-* Preemption: a ``high`` job that could not be placed for want of a free worker, whose team is
+  and a worker has enough free devices for it. Otherwise it is skipped and the next job is tried:
+  a smaller job behind a blocked one is backfilled into what is free.
+* Preemption: a ``high`` job that could not be placed for want of free devices, whose team is
   within its quota including this job (and those this pass already preempts for), may preempt
   one running job of *another* team that is over its fair share of the pool (pool GPUs x weight
-  / sum of the weights of teams with jobs in the pool), has a lower priority, and runs on a
-  worker big enough for the high job. The victim is the lowest-priority one, newest first. A
-  running job already asked to yield is counted as a worker about to free up, so the same high
-  job never preempts twice.
+  / sum of the weights of teams with jobs in the pool), has a lower priority, and whose devices
+  plus its worker's devices still free after this pass's dispatches are enough for the high
+  job: preemption frees exactly the victim's devices. The victim is the lowest-priority one,
+  newest first. A running job already asked to yield is counted as devices about to free up, so
+  the same high job never preempts twice. A high job that claims such devices also takes the
+  free devices of that worker it needs beyond them, which no later claim of the pass counts.
 * Every job left waiting gets a ``pending_reason`` (one of :data:`PENDING_REASONS`) and its
   1-based position in its pool's order.
 """
@@ -36,7 +42,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -52,9 +58,9 @@ PENDING_REASONS = (
     "too_large",  # no live worker of the pool has as many GPUs as the job asks for
     "quota_exceeded",  # the team would exceed its GPU quota for the pool
     "preempting",  # a lower-priority job is checkpointing to make room for this one
-    "lower_priority",  # a worker that fits went to a job of a higher priority class
-    "fair_share",  # a worker that fits went to a job ahead in the same class (another team's turn)
-    "no_capacity",  # every worker that fits is busy
+    "lower_priority",  # free devices that fit went to a job of a higher priority class
+    "fair_share",  # free devices that fit went to a job ahead in the same class (another team's turn)
+    "no_capacity",  # no worker that is large enough has that many devices free
 )
 
 
@@ -62,7 +68,8 @@ PENDING_REASONS = (
 class Worker:
     worker_id: str
     pool: str
-    gpus: int
+    gpus: int  # devices 0..gpus-1
+    busy: tuple[int, ...] = ()  # devices it reports in use by jobs SQL no longer gives it
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,7 @@ class HoldingJob:
     status: str  # dispatched | running | cancelling
     since: float  # when it was dispatched (epoch seconds): newest is preempted first
     preempt_requested: bool = False
+    devices: tuple[int, ...] = ()  # its indices on the worker; none recorded: the whole worker
 
 
 @dataclass(frozen=True)
@@ -110,6 +118,7 @@ class ClusterState:
 class Dispatch:
     job_id: int
     worker_id: str
+    devices: tuple[int, ...]  # the job's device indices on that worker, ascending
 
 
 @dataclass(frozen=True)
@@ -156,7 +165,7 @@ def decayed_usage(
     return usage
 
 
-# Reasons that mean "no free worker fits now": the only ones preemption can help.
+# Reasons that mean "no worker has enough free devices now": the only ones preemption can help.
 _WANTS_A_WORKER = frozenset({"lower_priority", "fair_share", "no_capacity"})
 
 
@@ -232,17 +241,33 @@ def _order(state: ClusterState, pool: _Pool) -> Iterator[WaitingJob]:
             yield job
 
 
+def held_devices(holder: HoldingJob, worker_gpus: int) -> frozenset[int]:
+    """The devices ``holder`` keeps busy on its worker (of ``worker_gpus``): those recorded with its
+    dispatch, or all of them for a job dispatched before devices were recorded."""
+    return frozenset(holder.devices) if holder.devices else frozenset(range(worker_gpus))
+
+
+def free_devices(state: ClusterState) -> dict[str, list[int]]:
+    """Every live worker's free device indices, ascending (see the module docstring)."""
+    taken = {w.worker_id: set(w.busy) for w in state.workers}
+    sizes = {w.worker_id: w.gpus for w in state.workers}
+    for holder in state.holding:
+        if holder.worker_id in taken:  # a holder of a dead worker frees nothing and takes nothing
+            taken[holder.worker_id] |= held_devices(holder, sizes[holder.worker_id])
+    return {w.worker_id: [d for d in range(w.gpus) if d not in taken[w.worker_id]] for w in state.workers}
+
+
 def _place(
-    state: ClusterState, pool: _Pool, busy: set[str], result: Plan
+    state: ClusterState, pool: _Pool, devices: dict[str, list[int]], result: Plan
 ) -> tuple[list[WaitingJob], dict[int, int]]:
-    """Dispatch the pool's jobs in order into its free workers (best fit) and give every other job
-    its reason and position; returns the jobs left waiting, in order, and team -> GPUs held once
-    this pass's dispatches run."""
-    free = sorted((w.gpus, w.worker_id) for w in pool.workers if w.worker_id not in busy)
+    """Dispatch the pool's jobs in order onto its workers' free devices (best fit; ``devices`` is
+    updated as they are taken) and give every other job its reason and position; returns the
+    jobs left waiting, in order, and team -> GPUs held once this pass's dispatches run."""
+    free = sorted((len(devices[w.worker_id]), w.worker_id) for w in pool.workers if devices[w.worker_id])
     biggest = max((w.gpus for w in pool.workers), default=0)
     real_held = dict(pool.held)  # grows with this pass's dispatches: quotas bind within one pass
-    # Largest worker each class got in this pass: a job that finds nothing free learns whether a
-    # worker that fits it went to a higher class or to its own (another team's turn).
+    # Most free devices a worker had when it went to a job of each class in this pass: a job that
+    # finds nothing free learns whether room that fits it went to a higher class or to its own.
     given = [0] * (len(PRIORITY_ORDER) + 1)
     left: list[WaitingJob] = []
     for job in _order(state, pool):
@@ -256,13 +281,16 @@ def _place(
         elif quota is not None and real_held.get(job.team_id, 0) + job.gpus > quota:
             reason = "quota_exceeded"
         else:
-            fit = bisect_left(free, (job.gpus, ""))  # the smallest free worker with enough GPUs
+            fit = bisect_left(free, (job.gpus, ""))  # the worker with the fewest free devices that fit
             rank = _rank(job.priority)
             if fit < len(free):
-                gpus, worker_id = free.pop(fit)
-                given[rank] = max(given[rank], gpus)
+                count, worker_id = free.pop(fit)
+                taken, devices[worker_id] = devices[worker_id][:job.gpus], devices[worker_id][job.gpus:]
+                if count > job.gpus:
+                    insort(free, (count - job.gpus, worker_id))
+                given[rank] = max(given[rank], count)
                 real_held[job.team_id] = real_held.get(job.team_id, 0) + job.gpus
-                result.dispatch.append(Dispatch(job.id, worker_id))
+                result.dispatch.append(Dispatch(job.id, worker_id, tuple(taken)))
                 continue
             if max(given[:rank], default=0) >= job.gpus:
                 reason = "lower_priority"
@@ -287,7 +315,7 @@ def _fair_shares(state: ClusterState, pool: _Pool) -> dict[int, float]:
 def _victims(pool: _Pool, live: dict[str, int]) -> list[HoldingJob]:
     """The pool's jobs that may be asked to yield, most preferred first: the lowest priority, then
     the newest. Only running jobs on live workers: a job still starting or cancelling frees its
-    worker anyway, and one on a dead worker frees nothing."""
+    devices anyway, and one on a dead worker frees nothing."""
     candidates = [
         h
         for h in pool.holding
@@ -302,38 +330,43 @@ def _preempt(
     left: list[WaitingJob],
     real_held: dict[int, int],
     fair: dict[int, float],
+    free: dict[str, int],
     result: Plan,
 ) -> None:
-    """Let the pool's waiting ``high`` jobs that want a worker claim one that is about to free, or
-    else ask one running job of a team over its fair share to yield (see the module docstring)."""
+    """Let the pool's waiting ``high`` jobs that want devices claim some that are about to free, or
+    else ask one running job of a team over its fair share to yield (see the module docstring).
+    ``free`` is worker -> devices still free after this pass's dispatches."""
     live = {w.worker_id: w.gpus for w in pool.workers}
     high = [job for job in left if _rank(job.priority) == 0 and result.pending[job.id] in _WANTS_A_WORKER]
     # The quota check counts what the team will hold once this pass's preemptions land, so two
     # high jobs of one team cannot together overshoot its quota through preemption.
     reserved = defaultdict(int, real_held)
 
-    def claim(job: WaitingJob) -> bool:
+    def room(holder: HoldingJob) -> int:
+        return free[holder.worker_id] + len(held_devices(holder, live[holder.worker_id]))
+
+    def claim(job: WaitingJob, holder: HoldingJob) -> bool:
         quota = _quota(state, job.team_id, pool.name)
         if quota is not None and reserved[job.team_id] + job.gpus > quota:
             return False
         reserved[job.team_id] += job.gpus
         result.pending[job.id] = "preempting"
+        free[holder.worker_id] -= max(0, job.gpus - len(held_devices(holder, live[holder.worker_id])))
         return True
 
-    # A worker whose job was already asked to yield is about to free: it goes to a high job before
+    # Devices whose job was already asked to yield are about to free: they go to a high job before
     # any new victim is chosen, so a preemption in flight is never doubled.
-    freeing = sorted(
-        (live[h.worker_id], h.worker_id)
-        for h in pool.holding
-        if h.status == "running" and h.preempt_requested and h.worker_id in live
-    )
+    freeing = [h for h in pool.holding
+               if h.status == "running" and h.preempt_requested and h.worker_id in live]
     remaining = []
     for job in high:
-        fit = bisect_left(freeing, (job.gpus, ""))
-        if fit == len(freeing):
+        fits = [h for h in freeing if room(h) >= job.gpus]
+        if not fits:
             remaining.append(job)
-        elif claim(job):
-            freeing.pop(fit)
+            continue
+        holder = min(fits, key=lambda h: (room(h), h.worker_id, h.id))
+        if claim(job, holder):
+            freeing.remove(holder)
 
     victims = _victims(pool, live)
     held = defaultdict(int, pool.held)  # less the victims already chosen in this pass
@@ -344,12 +377,11 @@ def _preempt(
             (
                 h
                 for h in victims
-                if h.team_id != job.team_id and held[h.team_id] > fair[h.team_id]
-                and live[h.worker_id] >= job.gpus
+                if h.team_id != job.team_id and held[h.team_id] > fair[h.team_id] and room(h) >= job.gpus
             ),
             None,
         )
-        if victim is not None and claim(job):
+        if victim is not None and claim(job, victim):
             victims.remove(victim)
             held[victim.team_id] -= victim.gpus
             result.preempt.append(Preemption(victim.id, job.id))
@@ -365,10 +397,11 @@ def fair_shares(state: ClusterState) -> dict[tuple[int, str], float]:
 def plan(state: ClusterState) -> Plan:
     """The scheduler's decisions for one tick; see the module docstring for the rules."""
     result = Plan()
-    busy = {h.worker_id for h in state.holding if h.worker_id is not None}
+    devices = free_devices(state)
     for pool in _pools(state):
-        left, real_held = _place(state, pool, busy, result)
+        left, real_held = _place(state, pool, devices, result)
         fair = _fair_shares(state, pool)
         result.fair_share.update({(team, pool.name): share for team, share in fair.items()})
-        _preempt(state, pool, left, real_held, fair, result)
+        free = {w.worker_id: len(devices[w.worker_id]) for w in pool.workers}
+        _preempt(state, pool, left, real_held, fair, free, result)
     return result

@@ -127,7 +127,7 @@ class Scheduler:
     def dispatch(self, item: policy.Dispatch) -> bool:
         """Commit ``dispatched`` first, then send: a worker never sees a job SQL does not know."""
         with self._session() as session:
-            if not dispatch_job(session, item.job_id, item.worker_id):
+            if not dispatch_job(session, item.job_id, item.worker_id, item.devices):
                 return False
         queue = worker_queue(item.worker_id)
         try:
@@ -136,7 +136,8 @@ class Scheduler:
             log.error("job %s: send failed, back to the queue: %s", item.job_id, exc)
             with self._session() as session:
                 transition(session, item.job_id, via=Transition.UNDISPATCH, message=str(exc),
-                           worker_id=item.worker_id, values={"dispatched_at": None, "worker_id": None})
+                           worker_id=item.worker_id,
+                           values={"dispatched_at": None, "worker_id": None, "devices": None})
             return False
         log.info("job %s dispatched to %s", item.job_id, queue)
         self._count("dispatches")

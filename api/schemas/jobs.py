@@ -37,6 +37,7 @@ class JobRead(BaseModel):
     gpus: int
     attempt: int
     worker_id: str | None
+    devices: list[int] | None = None  # its device indices on worker_id, from the last dispatch
     max_steps: int
     last_step: int
     cancel_requested: bool

@@ -30,6 +30,7 @@ def job_read(job: Job | Row[Any], *, traceback: bool = False) -> JobRead:
         gpus=job.gpus,
         attempt=job.attempt,
         worker_id=job.worker_id,
+        devices=job.devices,
         max_steps=job.max_steps,
         last_step=job.last_step,
         cancel_requested=job.cancel_requested,

@@ -284,7 +284,7 @@ def requeue_expired(session: Session, lease_seconds: float, now: datetime | None
         else:
             job = transition(session, job_id, via=Transition.REQUEUE, guard=expired,
                              message="lease expired; back to the queue", data={"previous_status": status},
-                             values={"worker_id": None, "preempt_requested": False})
+                             values={"worker_id": None, "devices": None, "preempt_requested": False})
         if job is not None:
             moved.append(job_id)
     return moved

@@ -138,6 +138,8 @@ class Job(Base):
     max_steps: Mapped[int] = mapped_column(Integer)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     worker_id: Mapped[str | None] = mapped_column(String(128))
+    # Indices of the worker's devices the job runs on (api.scheduling.policy.Dispatch.devices).
+    devices: Mapped[list[Any] | None] = mapped_column(JSON)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     preempt_requested: Mapped[bool] = mapped_column(Boolean, default=False)

@@ -49,14 +49,15 @@ class SchedulingState:
 
 def schedulable_workers(heartbeats: list[Heartbeat], holding: list[policy.HoldingJob],
                         ) -> list[policy.Worker]:
-    """Live workers as the policy sees them. One still running a job SQL no longer gives it (its
-    lease was lost; the child is stopping) is left out until it reports itself idle."""
-    assigned = {job.worker_id for job in holding}
+    """Live workers as the policy sees them. Devices a worker reports in use by a job SQL no
+    longer gives it (its lease was lost; the child is stopping) stay busy until it reports them
+    free; the devices of jobs SQL does give it are counted from SQL (they may not have started)."""
+    assigned = {(job.id, job.worker_id) for job in holding}
     workers = []
     for beat in heartbeats:
-        if beat.running_job and beat.worker_id not in assigned:
-            continue
-        workers.append(policy.Worker(beat.worker_id, beat.pool, beat.gpus))
+        busy = {device for job_id, devices in beat.jobs.items() if (job_id, beat.worker_id) not in assigned
+                for device in devices}
+        workers.append(policy.Worker(beat.worker_id, beat.pool, beat.gpus, tuple(sorted(busy))))
     return workers
 
 
@@ -75,10 +76,11 @@ def load_state(session: Session, heartbeats: list[Heartbeat], now: datetime, hal
         info[job_id] = WaitingInfo(name, reason)
     holding = [
         policy.HoldingJob(row.id, row.team_id, row.pool, row.gpus, row.priority, row.worker_id, row.status,
-                          epoch(row.dispatched_at) if row.dispatched_at else 0.0, bool(row.preempt_requested))
+                          epoch(row.dispatched_at) if row.dispatched_at else 0.0, bool(row.preempt_requested),
+                          tuple(row.devices or ()))
         for row in conn.execute(
             select(c.id, c.team_id, c.pool, c.gpus, c.priority, c.worker_id, c.status, c.dispatched_at,
-                   c.preempt_requested).where(c.status.in_(HOLDING_STATUSES))
+                   c.preempt_requested, c.devices).where(c.status.in_(HOLDING_STATUSES))
         )
     ]
     quotas = quotas_by_team(session)
@@ -107,14 +109,18 @@ def load_state(session: Session, heartbeats: list[Heartbeat], now: datetime, hal
     return SchedulingState(cluster, pools, names, info)
 
 
-def dispatch_job(session: Session, job_id: int, worker_id: str) -> bool:
-    """A waiting job is promised to ``worker_id``: it holds its GPUs from now (the transition
-    opens an allocation, which quotas and fair share count) until it leaves the holding
-    statuses. Only that worker may claim it."""
-    values = {"worker_id": worker_id, "dispatched_at": utcnow(), "pending_reason": None,
-              "preempt_requested": False}
-    return transition(session, job_id, via=Transition.DISPATCH, message=f"dispatched to {worker_id}",
-                      values=values) is not None
+def dispatch_job(session: Session, job_id: int, worker_id: str, devices: tuple[int, ...] | None = None,
+                 ) -> bool:
+    """A waiting job is promised to ``devices`` of ``worker_id`` (None: the whole worker, as before
+    devices were recorded): it holds them from now (the transition opens an allocation, which
+    quotas and fair share count) until it leaves the holding statuses. Only that worker may claim
+    it, and its child sees only those devices."""
+    recorded = None if devices is None else list(devices)
+    values = {"worker_id": worker_id, "devices": recorded, "dispatched_at": utcnow(),
+              "pending_reason": None, "preempt_requested": False}
+    where = worker_id if devices is None else f"{worker_id} devices {','.join(map(str, devices))}"
+    return transition(session, job_id, via=Transition.DISPATCH, values=values,
+                      message=f"dispatched to {where}", data={"devices": recorded}) is not None
 
 
 def request_preempt(session: Session, job_id: int, for_job_id: int) -> bool:
@@ -136,7 +142,7 @@ def request_preempt(session: Session, job_id: int, for_job_id: int) -> bool:
 def yield_preempted(session: Session, job_id: int, worker_id: str, step: int) -> bool:
     """The preempted job checkpointed at ``step``: back to the queue (status ``preempted``),
     where it keeps its place by age and later resumes from that checkpoint."""
-    values = {"worker_id": None, "preempt_requested": False, "heartbeat_at": None}
+    values = {"worker_id": None, "devices": None, "preempt_requested": False, "heartbeat_at": None}
     message = f"preempted at step {step}; back in the queue"
     return transition(session, job_id, via=Transition.YIELD, message=message, data={"step": step},
                       worker_id=worker_id, values=values) is not None

@@ -202,7 +202,7 @@ def test_cluster_and_queue(grpo, alpha, api_server, job_spec, own_pool) -> None:
     assert next(line for line in lines if line.startswith(f"{pool} ")).split() == \
         [pool, "open", "1", "1", "0", "1", "1", "1"]  # the largest worker's GPUs
     assert next(line for line in lines if line.startswith(worker_id)).split() == \
-        [worker_id, pool, "1", "H200", "143771", "busy", str(first["id"]), "node-1"]
+        [worker_id, pool, "1", "H200", "143771", "busy", f"0:{first['id']}", "node-1"]
     alpha_row = next(line for line in lines if line.startswith("alpha ") and f" {pool} " in line).split()
     assert alpha_row[2:6] == [pool, "1", "[█████", "]"] and alpha_row[6] == "1/2"
     assert any(line.split()[:3] == [str(first["id"]), "alpha", pool] for line in lines)

@@ -44,8 +44,9 @@ def job(job_id: int, team: int, gpus: int = 1, priority: str = "normal", pool: s
 
 
 def hold(job_id: int, team: int, worker_id: str | None, gpus: int = 1, priority: str = "normal",
-         since: float = 0.0, pool: str = "a", status: str = "running", preempt: bool = False) -> HoldingJob:
-    return HoldingJob(job_id, team, pool, gpus, priority, worker_id, status, since, preempt)
+         since: float = 0.0, pool: str = "a", status: str = "running", preempt: bool = False,
+         devices: tuple[int, ...] = ()) -> HoldingJob:
+    return HoldingJob(job_id, team, pool, gpus, priority, worker_id, status, since, preempt, devices)
 
 
 def cluster(workers=(), waiting=(), holding=(), teams=(), **extra) -> ClusterState:
@@ -65,13 +66,13 @@ def teams_placed(state: ClusterState, result: Plan) -> Counter[int]:
 
 def test_priority_beats_age():
     result = plan(cluster([worker("w1")], [job(1, 1, priority="low"), job(2, 1, priority="high")]))
-    assert result.dispatch == [Dispatch(2, "w1")]
+    assert result.dispatch == [Dispatch(2, "w1", (0,))]
     assert result.pending == {1: "lower_priority"}
 
 
 def test_fifo_within_a_team_whatever_the_input_order():
     result = plan(cluster([worker("w1"), worker("w2")], [job(5, 1), job(3, 1), job(9, 1)]))
-    assert result.dispatch == [Dispatch(3, "w1"), Dispatch(5, "w2")]
+    assert result.dispatch == [Dispatch(3, "w1", (0,)), Dispatch(5, "w2", (0,))]
     assert result.pending == {9: "fair_share"} and result.position == {9: 1}
 
 
@@ -94,7 +95,7 @@ def test_recent_usage_sends_a_heavy_past_user_last():
     waiting = [job(i, 1 + (i - 1) // 3) for i in range(1, 10)]
     state = cluster([worker("w1"), worker("w2")], waiting, recent_usage={(1, "a"): 5.0})
     result = plan(state)
-    assert result.dispatch == [Dispatch(4, "w1"), Dispatch(7, "w2")]
+    assert result.dispatch == [Dispatch(4, "w1", (0,)), Dispatch(7, "w2", (0,))]
     assert result.position == {5: 1, 8: 2, 6: 3, 9: 4, 1: 5, 2: 6, 3: 7}
     assert set(result.pending.values()) == {"fair_share"}
 
@@ -103,13 +104,13 @@ def test_gpus_held_count_in_the_key_and_unknown_team_weighs_one():
     # Team 1 holds a GPU, team 99 is not in state.teams (weight 1): 99's newer job goes first.
     waiting = [job(1, 1), job(2, 99)]
     state = cluster([worker("w1"), worker("w2")], waiting, [hold(50, 1, "w2")], [Team(1, 1.0)])
-    assert plan(state).dispatch == [Dispatch(2, "w1")]
+    assert plan(state).dispatch == [Dispatch(2, "w1", (0,))]
 
 
 def test_order_carries_team_counts_from_class_to_class():
     # Team 1's high job counts against it in the normal class: team 2's newer normal job goes first.
     state = cluster([worker("w1"), worker("w2")], [job(1, 1, priority="high"), job(2, 1), job(3, 2)])
-    assert plan(state).dispatch == [Dispatch(1, "w1"), Dispatch(3, "w2")]
+    assert plan(state).dispatch == [Dispatch(1, "w1", (0,)), Dispatch(3, "w2", (0,))]
 
 
 # ---- placement ----
@@ -128,7 +129,7 @@ def test_quota_zero_and_quota_is_per_pool():
     teams = [Team(1, 1.0, {"a": 0, "b": 8})]
     state = cluster([worker("w1"), worker("w2", pool="b")], [job(1, 1), job(2, 1, pool="b")], teams=teams)
     result = plan(state)
-    assert result.dispatch == [Dispatch(2, "w2")]
+    assert result.dispatch == [Dispatch(2, "w2", (0,))]
     assert result.pending == {1: "quota_exceeded"}
 
 
@@ -144,7 +145,7 @@ def test_backfill_a_small_job_behind_a_blocked_big_one():
     workers = [worker("big", 2), worker("small", 1)]
     state = cluster(workers, [job(1, 1, gpus=2), job(2, 1)], [hold(50, 2, "big", 2)])
     result = plan(state)
-    assert result.dispatch == [Dispatch(2, "small")]
+    assert result.dispatch == [Dispatch(2, "small", (0,))]
     assert result.pending == {1: "no_capacity"} and result.position == {1: 1}
 
 
@@ -162,14 +163,74 @@ def test_gang_job_is_never_split():
 def test_free_workers_exclude_busy_ones_and_holders_of_dead_workers_free_nothing():
     holding = [hold(50, 2, "w1"), hold(51, 2, "gone", status="cancelling")]
     result = plan(cluster([worker("w1"), worker("w2")], [job(1, 1), job(2, 1)], holding))
-    assert result.dispatch == [Dispatch(1, "w2")]
+    assert result.dispatch == [Dispatch(1, "w2", (0,))]
+
+
+# ---- packing: devices within a worker ----
+
+def test_two_one_gpu_jobs_share_a_two_slot_worker():
+    result = plan(cluster([worker("w1", 2)], [job(1, 1), job(2, 2)]))
+    assert result.dispatch == [Dispatch(1, "w1", (0,)), Dispatch(2, "w1", (1,))]
+    assert result.pending == {}
+
+
+def test_a_one_gpu_job_takes_the_lowest_free_device():
+    result = plan(cluster([worker("w1", 4)], [job(1, 1)], [hold(50, 2, "w1", 2, devices=(0, 2))]))
+    assert result.dispatch == [Dispatch(1, "w1", (1,))]
+
+
+def test_a_two_gpu_job_waits_for_both_slots():
+    state = cluster([worker("w1", 2)], [job(1, 1, gpus=2)], [hold(50, 2, "w1", devices=(1,))])
+    result = plan(state)
+    assert result.dispatch == [] and result.pending == {1: "no_capacity"}
+    # Once the holder is gone both devices are free, and the job takes them together.
+    result = plan(cluster([worker("w1", 2)], [job(1, 1, gpus=2)]))
+    assert result.dispatch == [Dispatch(1, "w1", (0, 1))]
+
+
+def test_best_fit_goes_by_free_devices_not_worker_size():
+    # "big" has 4 devices but only 1 free; "mid" has 2 free: the 1-GPU job takes big's last one,
+    # the 2-GPU job then still finds mid whole.
+    workers = [worker("big", 4), worker("mid", 2)]
+    state = cluster(workers, [job(1, 1), job(2, 2, gpus=2)], [hold(50, 3, "big", 3, devices=(0, 1, 3))])
+    result = plan(state)
+    assert result.dispatch == [Dispatch(1, "big", (2,)), Dispatch(2, "mid", (0, 1))]
+
+
+def test_holder_without_devices_holds_the_whole_worker_and_busy_devices_are_not_free():
+    # A job dispatched before devices were recorded, and a device the worker reports busy.
+    workers = [Worker("old", "a", 2), Worker("w2", "a", 2, busy=(0,))]
+    result = plan(cluster(workers, [job(1, 1), job(2, 1)], [hold(50, 2, "old")]))
+    assert result.dispatch == [Dispatch(1, "w2", (1,))]
+    assert result.pending == {2: "fair_share"}
+
+
+def test_preemption_frees_the_victims_device_only():
+    # Team 2 holds both devices of w1 with two 1-GPU jobs (over its fair share of 1). The high
+    # 1-GPU job preempts the newest; its neighbour keeps running.
+    holding = [hold(10, 2, "w1", priority="low", since=1.0, devices=(0,)),
+               hold(11, 2, "w1", priority="low", since=5.0, devices=(1,))]
+    result = plan(_preemption_state(holding, workers=[worker("w1", 2)]))
+    assert result.preempt == [Preemption(11, 1)]
+    # A 2-GPU high job needs more than one victim's device: nothing on w1 frees enough alone.
+    result = plan(_preemption_state(holding, [job(1, 1, 2, "high")], workers=[worker("w1", 2)]))
+    assert result.preempt == [] and result.pending == {1: "no_capacity"}
+
+
+def test_preemption_counts_the_victims_devices_plus_what_is_free_beside_them():
+    # w1 (4 devices): device 3 free, a low job of team 2 on 0-1, its high job on 2. A 3-GPU high
+    # job of team 1 preempts the low one: its 2 devices plus the free one make 3.
+    holding = [hold(10, 2, "w1", 2, priority="low", devices=(0, 1)),
+               hold(11, 2, "w1", 1, priority="high", devices=(2,))]
+    result = plan(_preemption_state(holding, [job(1, 1, 3, "high")], workers=[worker("w1", 4)]))
+    assert result.preempt == [Preemption(10, 1)] and result.pending == {1: "preempting"}
 
 
 def test_pools_are_independent():
     state = cluster([worker("w1"), worker("w2", pool="b")], [job(1, 1), job(2, 1), job(3, 2, pool="b")],
                     held_pools=frozenset({"a"}))
     result = plan(state)
-    assert result.dispatch == [Dispatch(3, "w2")]
+    assert result.dispatch == [Dispatch(3, "w2", (0,))]
     assert result.pending == {1: "pool_held", 2: "pool_held"}
     assert result.position == {1: 1, 2: 2}
 
@@ -261,7 +322,7 @@ def test_no_preemption_when_the_requester_would_exceed_its_quota():
     state = _preemption_state([hold(10, 2, "big", 2, priority="low")], [job(1, 1, 2, "high"), job(2, 1)],
                               teams, [worker("big", 2), worker("small")])
     result = plan(state)
-    assert result.dispatch == [Dispatch(2, "small")]
+    assert result.dispatch == [Dispatch(2, "small", (0,))]
     assert result.preempt == [] and result.pending == {1: "no_capacity"}
 
 
@@ -287,7 +348,7 @@ def test_victims_already_chosen_leave_the_team_within_its_share():
     holding = [hold(10 + i, 2, f"w{i}", priority="low", since=i) for i in (1, 2, 3)]
     waiting = [job(1, 1, priority="high"), job(2, 1, priority="high")]
     result = plan(_preemption_state(holding, waiting, workers=[worker(f"w{i}") for i in range(1, 5)]))
-    assert result.dispatch == [Dispatch(1, "w4")]
+    assert result.dispatch == [Dispatch(1, "w4", (0,))]
     assert result.preempt == [Preemption(13, 2)]
 
     result = plan(_preemption_state(holding, waiting + [job(3, 1, priority="high")],
@@ -346,12 +407,17 @@ def test_decayed_usage_closed_forms():
 def _check_invariants(state: ClusterState, result: Plan) -> None:
     workers = {w.worker_id: w for w in state.workers}
     jobs = {j.id: j for j in state.waiting}
-    used = [d.worker_id for d in result.dispatch]
-    assert len(used) == len(set(used))
-    assert not set(used) & {h.worker_id for h in state.holding}
+    used = [(d.worker_id, device) for d in result.dispatch for device in d.devices]
+    assert len(used) == len(set(used))  # no device is given twice
+    taken = {(w.worker_id, device) for w in state.workers for device in w.busy}
+    for h in state.holding:
+        if h.worker_id in workers:
+            taken |= {(h.worker_id, device) for device in h.devices or range(workers[h.worker_id].gpus)}
+    assert not set(used) & taken  # nor one a holder or the worker itself uses
     for d in result.dispatch:
         assert workers[d.worker_id].pool == jobs[d.job_id].pool
-        assert workers[d.worker_id].gpus >= jobs[d.job_id].gpus
+        assert len(d.devices) == jobs[d.job_id].gpus and list(d.devices) == sorted(set(d.devices))
+        assert set(d.devices) <= set(range(workers[d.worker_id].gpus))
     assert set(result.pending) | {d.job_id for d in result.dispatch} == set(jobs)
     assert set(result.pending) == set(result.position)
     held = Counter()

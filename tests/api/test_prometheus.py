@@ -82,14 +82,15 @@ def test_the_scrape_reports_queue_dispatches_running_jobs_and_streams(api, api_s
 
     client = redis.Redis.from_url(api_server.settings.redis_url)
     idle, busy = f"w-{uuid.uuid4().hex[:6]}", f"w-{uuid.uuid4().hex[:6]}"
-    bus.advertise_worker(client, Heartbeat(worker_id=idle, pool=pool, gpus=2), 60)
+    bus.advertise_worker(client, Heartbeat(worker_id=idle, pool=pool, gpus=1), 60)
     try:
         ticked = time.monotonic()
         assert Scheduler(api_server.settings).tick() == [first]
-        # A second worker runs another job, at 0.5 s per step (it heartbeats after the pass,
-        # so the scheduler never saw it).
+        # A second worker runs another job on 2 of its 3 devices, at 0.5 s per step (it
+        # heartbeats after the pass, so the scheduler never saw it).
         worker.start(second)
-        bus.advertise_worker(client, Heartbeat(worker_id=busy, pool=pool, gpus=3, running_job=second), 60)
+        beat = Heartbeat(worker_id=busy, pool=pool, gpus=3, jobs={second: [0, 2]})
+        bus.advertise_worker(client, beat, 60)
         with session_scope(api_server.settings.database_url) as session:
             for step in (1, 2):
                 record_metrics(session, second, {"step": step, "step_time": 0.5, "reward": 0.1})
@@ -121,6 +122,7 @@ def test_the_scrape_reports_queue_dispatches_running_jobs_and_streams(api, api_s
         assert job_labels(after, name) == job_labels(start, name) | {str(second)}
     assert after[("grpo_steps_per_second", ())] == start[("grpo_steps_per_second", ())] + 2.0
     assert after[("grpo_workers", (("pool", pool),))] == 2
+    # Device by device, as the heartbeats say: the idle worker's one and the busy one's device 1.
     assert after[("grpo_gpus", (("pool", pool), ("state", "free")))] == 2
-    assert after[("grpo_gpus", (("pool", pool), ("state", "busy")))] == 3
+    assert after[("grpo_gpus", (("pool", pool), ("state", "busy")))] == 2
     assert 0 <= after[("grpo_scheduler_pass_age_seconds", ())] <= elapsed

@@ -42,8 +42,7 @@ def advertise(api_server) -> Iterator:
         worker_id = f"w-{uuid.uuid4().hex[:6]}"
         bus.advertise_worker(client, Heartbeat(worker_id=worker_id, pool=pool, gpus=gpus,
                                                  gpu_model="H200", gpu_memory_mb=143771,
-                                                 memory_mb=1024, hostname="node-1",
-                                                 running_job=None), 60)
+                                                 memory_mb=1024, hostname="node-1"), 60)
         made.append(worker_id)
         return worker_id
 
@@ -121,15 +120,16 @@ def test_queue_and_cluster_show_the_schedulers_order_scoped_to_the_team(
     assert (waiting["pending_reason"], waiting["queue_position"]) == ("fair_share", 2)
     running = alpha.get(f"/v1/jobs/{a1}").json()
     assert running["status"] == "dispatched" and running["worker_id"] == worker_id
+    assert running["devices"] == [0]  # recorded with the dispatch: the worker's only device
     assert running["pending_reason"] is None and running["queue_position"] is None
 
     cluster = alpha.get("/v1/cluster").json()
     ours = next(p for p in cluster["pools"] if p["name"] == pool)
     assert (ours["gpus_total"], ours["gpus_busy"], ours["gpus_free"], ours["waiting"]) == (1, 1, 0, 2)
     [seen] = ours["workers"]
-    assert (seen["worker_id"], seen["gpu_model"], seen["gpu_memory_mb"], seen["running_job"]) == (
-        worker_id, "H200", 143771, a1)
-    assert [r["job_id"] for r in cluster["running"] if r["pool"] == pool] == [a1]
+    assert (seen["worker_id"], seen["gpu_model"], seen["gpu_memory_mb"], seen["devices"]) == (
+        worker_id, "H200", 143771, [{"index": 0, "busy": True, "job_id": a1}])
+    assert [(r["job_id"], r["devices"]) for r in cluster["running"] if r["pool"] == pool] == [(a1, [0])]
     usage = {t["team"]: t["pools"].get(pool) for t in cluster["teams"]}
     assert usage["alpha"]["held_gpus"] == 1 and usage["alpha"]["fair_share"] == pytest.approx(0.5)
     assert usage["beta"]["held_gpus"] == 0 and usage["beta"]["waiting"] == 1
@@ -137,7 +137,7 @@ def test_queue_and_cluster_show_the_schedulers_order_scoped_to_the_team(
     # Beta sees the pool and every team's usage, but not alpha's job.
     theirs = beta.get("/v1/cluster").json()
     [seen] = next(p for p in theirs["pools"] if p["name"] == pool)["workers"]
-    assert seen["running_job"] is None and seen["busy"]
+    assert seen["devices"] == [{"index": 0, "busy": True, "job_id": None}] and seen["busy"]
     assert all(r["job_id"] != a1 for r in theirs["running"])
 
 
@@ -150,3 +150,32 @@ def test_a_retried_telemetry_write_is_reported_as_a_duplicate(api, api_server, j
               lambda s: record_checkpoint(s, job_id, 1, "/c"))
     with session_scope(api_server.settings.database_url) as session:
         assert [(write(session), write(session)) for write in writes] == [(True, False)] * 3
+
+
+def test_a_packed_worker_shows_each_device_and_its_job_and_keeps_unknown_jobs_devices_busy() -> None:
+    """Pure: heartbeats and SQL's holders as the scheduler reads them, no server."""
+    from api.scheduling import policy
+    from api.scheduling.cluster_views import cluster_view
+    from api.store.scheduling import SchedulingState, schedulable_workers
+
+    # SQL gives w1 job 10 (team 1) on device 0 and job 11 (team 2) on device 2, dispatched but not
+    # started; the worker's children run 10 and job 12, whose lease was lost, on device 3.
+    holding = [policy.HoldingJob(10, 1, "a", 1, "normal", "w1", "running", 0.0, devices=(0,)),
+               policy.HoldingJob(11, 2, "a", 1, "normal", "w1", "dispatched", 0.0, devices=(2,))]
+    beat = Heartbeat(worker_id="w1", pool="a", gpus=4, jobs={10: [0], 12: [3]})
+    [worker] = schedulable_workers([beat], holding)
+    assert worker == policy.Worker("w1", "a", 4, busy=(3,))  # 10's and 11's devices come from SQL
+    state = policy.ClusterState((worker,), (policy.WaitingJob(20, 1, "a", 1, "normal"),), tuple(holding), {})
+    assert policy.plan(state).dispatch == [policy.Dispatch(20, "w1", (1,))]
+
+    scheduling = SchedulingState(state, {"a": (False, 4)}, {1: "alpha", 2: "beta"})
+
+    def devices(scope: int | None) -> list[tuple[int, bool, int | None]]:
+        view = cluster_view(scheduling, [beat], {}, scope)
+        return [(d.index, d.busy, d.job_id) for d in view.pools[0].workers[0].devices]
+
+    assert devices(None) == [(0, True, 10), (1, False, None), (2, True, 11), (3, True, 12)]
+    assert devices(1) == [(0, True, 10), (1, False, None), (2, True, None), (3, True, None)]
+    view = cluster_view(scheduling, [beat], {}, 1)
+    assert (view.pools[0].gpus_busy, view.pools[0].gpus_free) == (3, 1)
+    assert [(r.job_id, r.devices) for r in view.running] == [(10, [0])]

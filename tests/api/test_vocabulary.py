@@ -7,8 +7,10 @@ from api.vocabulary import Heartbeat
 
 def test_a_heartbeat_round_trips_through_its_json() -> None:
     beat = Heartbeat(worker_id="h:1", pool="a100", gpus=4, gpu_model="A100", gpu_memory_mb=81920,
-                     memory_mb=1024, hostname="h", running_job=7, busy_gpus=4)
+                     memory_mb=1024, hostname="h", jobs={7: [0, 2], 9: [3]})
     assert Heartbeat.from_json(beat.to_json()) == beat
+    assert beat.free_devices == [1]
+    assert '"free_devices":[1]' in beat.to_json()  # what a reader of the raw key finds
 
 
 def test_fields_of_another_version_are_ignored_and_missing_ones_default() -> None:

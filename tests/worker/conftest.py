@@ -106,9 +106,10 @@ class Processes:
         return process
 
     def worker(self, pool: str, **env: str) -> subprocess.Popen:
-        # No -Q: a worker consumes its own queue (api.vocabulary.worker_queue).
+        # No -Q: a worker consumes its own queue (api.vocabulary.worker_queue). No -c: it runs
+        # one child per device it owns (GRPO_WORKER_GPUS CPU slots here).
         return self.start(["-m", "celery", "-A", "worker.celery_app", "worker",
-                           "-c", "1", "--pool", "prefork", "--without-gossip", "--without-mingle",
+                           "--pool", "prefork", "--without-gossip", "--without-mingle",
                            "--loglevel", "INFO", "-n", f"{pool}-{uuid.uuid4().hex[:4]}@%h"],
                           "worker", GRPO_POOL=pool, **env)
 

@@ -4,7 +4,9 @@ concurrent claims exactly one wins, and a delivery that finds its job no longer 
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -79,22 +81,37 @@ def test_a_delivery_of_a_job_that_is_not_dispatched_has_no_effect(task_settings,
 
 def test_the_lease_reports_a_cancel_and_refuses_a_worker_that_lost_the_job(submit, tiny_spec, settings,
                                                                           database_url, redis_url):
-    from worker.heartbeat import JobLease, LeaseLost, busy_key
+    from worker.heartbeat import JobLease, LeaseLost, busy_key, running_jobs
 
     job_id = submit(tiny_spec())
     dispatched(database_url, job_id)
     with session_scope(database_url) as session:
         claim(session, job_id, "owner")
     client = redis.Redis.from_url(redis_url)
-    owner = JobLease(settings, job_id, "owner", client)
+    owner = JobLease(settings, job_id, "owner", client, devices=[1])
     stranger = JobLease(settings, job_id, "stranger", client)
 
     assert owner.should_stop() is False
-    assert client.get(busy_key("owner")) == str(job_id).encode()  # what the worker's heartbeat reports
+    # What the worker's heartbeat reports: the job on its device, and device 0 of 2 free.
+    assert running_jobs(client, "owner", 2, int(time.time() * 1000)) == {job_id: [1]}
+    assert client.hexists(busy_key("stranger"), str(job_id)) is False  # a lost lease marks nothing
     with session_scope(database_url) as session:
         assert request_cancel(session, job_id).status == "cancelling"
     assert owner.should_stop() is True  # the trainer checkpoints and ends the run
     with pytest.raises(LeaseLost):
         stranger.should_stop()  # e.g. requeued and claimed by another worker meanwhile
     owner.stop()
-    assert client.get(busy_key("owner")) is None
+    assert client.hlen(busy_key("owner")) == 0
+
+
+def test_an_expired_device_mark_is_dropped_and_a_job_without_devices_has_the_whole_worker(redis_url):
+    from worker.heartbeat import busy_key, running_jobs
+
+    client = redis.Redis.from_url(redis_url)
+    key = busy_key(f"w-{time.time_ns()}")
+    now = int(time.time() * 1000)
+    client.hset(key, mapping={"7": json.dumps({"devices": None, "until": now + 60_000}),
+                              "8": json.dumps({"devices": [2], "until": now - 1})})  # its child was killed
+    assert running_jobs(client, key.removeprefix("grpo:busy:"), 3, now) == {7: [0, 1, 2]}
+    assert client.hkeys(key) == [b"7"]
+    client.delete(key)

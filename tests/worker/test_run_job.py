@@ -59,9 +59,10 @@ def test_a_job_delivered_twice_runs_once_and_reports_every_step(processes, submi
     [worker_id] = wait_worker_ready(pool, processes)
     dispatch_by_hand(database_url, celery_client(settings), job_id, worker_id, copies=2)
     client = redis.Redis.from_url(redis_url)
-    beat = wait_for(lambda: [w for w in bus.live_workers(client) if w.pool == pool and w.running_job],
+    beat = wait_for(lambda: [w for w in bus.live_workers(client) if w.pool == pool and w.jobs],
                     60, "the worker to advertise its running job", processes)[0]
-    assert beat.running_job == job_id and beat.gpus == beat.busy_gpus == 1
+    # Dispatched by hand without devices: the job has the whole (1-slot) worker.
+    assert beat.jobs == {job_id: [0]} and beat.gpus == 1 and beat.free_devices == []
     assert beat.gpu_model and beat.hostname and beat.worker_id
     job = wait_for(lambda: finished(job_id), 120, "the job to end", processes)
     assert job.status == "succeeded", job.error

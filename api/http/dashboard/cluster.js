@@ -53,15 +53,16 @@ function poolView(pool) {
       {title: "GPU model", cell: (w) => w.gpu_model || "–"},
       {title: "GPU memory", className: "num", cell: (w) => megabytes(w.gpu_memory_mb)},
       {title: "host memory", className: "num", cell: (w) => megabytes(w.memory_mb)},
-      {title: "running", cell: runningOn},
+      {title: "device: job", cell: runningOn},
     ], pool.workers, {empty: "No live worker in this pool.",
       rowProps: (w) => ({dataset: {worker: w.worker_id}})}));
 }
 
-// A member is not shown which job of another team keeps a worker busy.
+// Which job holds each device. A member is not shown which job of another team holds one.
 function runningOn(worker) {
-  if (worker.running_job) return jobLink(worker.running_job);
-  return worker.busy ? "another team's job" : "idle";
+  if (!worker.busy) return "idle";
+  return worker.devices.flatMap((d, i) => [i ? ", " : null, `${d.index}: `,
+    d.job_id ? jobLink(d.job_id) : (d.busy ? "another team's job" : "free")]);
 }
 
 function teamsTable(teams) {
@@ -88,6 +89,7 @@ function runningTable(running) {
     {title: "priority", cell: (j) => j.priority},
     {title: "status", cell: (j) => [statusBadge(j.status), j.preempt_requested ? " preempting" : null]},
     {title: "worker", cell: (j) => j.worker_id || "–"},
+    {title: "devices", cell: (j) => (j.devices || []).join(", ") || "–"},
   ], running, {empty: "No job is running that this key may see."});
 }
 
