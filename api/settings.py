@@ -26,7 +26,8 @@ class Settings(BaseSettings):
     # The JobSpec's pool pattern: a worker must serve a pool that a job can name.
     pool: str = Field(DEFAULT_POOL, pattern=POOL_NAME_PATTERN,
                       description="The GPU pool this worker serves.")
-    worker_gpus: int = Field(1, ge=1, le=64, description="GPUs this worker advertises.")
+    worker_gpus: int = Field(1, ge=1, le=64, description="CPU slots a worker without CUDA advertises; "
+                             "with CUDA it owns every device it sees.")
     api_host: str = "127.0.0.1"
     api_port: int = Field(8000, ge=1, le=65535)
     auth: Literal["keys", "none"] = Field(

@@ -18,6 +18,7 @@ from celery import Celery, signals
 
 from api.settings import Settings, get_settings
 from api.vocabulary import worker_queue
+from worker.devices import device_count
 from worker.heartbeat import WorkerHeartbeat, current_worker_id
 
 
@@ -30,7 +31,8 @@ def create_celery(settings: Settings) -> Celery:
         task_reject_on_worker_lost=True,
         task_ignore_result=True,
         worker_prefetch_multiplier=1,
-        worker_concurrency=1,
+        # One child per device the worker owns: it runs that many jobs at once, each on its own.
+        worker_concurrency=device_count(settings),
         worker_pool="prefork",
         worker_max_tasks_per_child=1,
         # Jobs run for hours: a message must not be redelivered to another worker while its job
