@@ -53,34 +53,39 @@ def group_std(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     return nanstd(rewards.view(-1, num_generations), dim=1)
 
 
-def _group_scale(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
+def _group_scale(
+    rewards: torch.Tensor, num_generations: int, step_rewards: torch.Tensor | None = None
+) -> torch.Tensor:
     return group_std(rewards, num_generations).repeat_interleave(num_generations)
 
 
-def _batch_scale(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
-    return nanstd(rewards).expand_as(rewards)
+def _batch_scale(rewards: torch.Tensor, num_generations: int, step_rewards: torch.Tensor) -> torch.Tensor:
+    return nanstd(step_rewards).expand_as(rewards)
 
 
-_SCALES: dict[str, Callable[[torch.Tensor, int], torch.Tensor]] = {
+_SCALES: dict[str, Callable[[torch.Tensor, int, torch.Tensor], torch.Tensor]] = {
     "group": _group_scale,
     "batch": _batch_scale,
     "none": _group_scale,  # computed for the zero-std statistic only; not divided by
 }
 
 
-def compute_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards: str) -> Advantages:
+def compute_advantages(
+    rewards: torch.Tensor, num_generations: int, scale_rewards: str, step_rewards: torch.Tensor | None = None
+) -> Advantages:
     """Group-relative advantages.
 
     ``A = (r − mean_g) / (std + 1e-4)`` with std the group's (``group``) or the batch's
     (``batch``) nan-aware std, or ``A = r − mean_g`` (``none``, Dr. GRPO). Unscorable rows
-    (NaN reward) get ``A = 0``.
+    (NaN reward) get ``A = 0``. ``step_rewards``: the whole step's rewards when ``rewards`` is
+    one data-parallel rank's share of them, so the ``batch`` std is the step's (default: ``rewards``).
     """
     if scale_rewards not in _SCALES:
         raise ValueError(f"unknown scale_rewards '{scale_rewards}'; valid: {', '.join(_SCALES)}")
     if rewards.dim() != 1 or rewards.numel() % num_generations:
         raise ValueError(f"rewards must be (N,) with N divisible by G={num_generations}")
     mean = torch.nanmean(rewards.view(-1, num_generations), dim=1).repeat_interleave(num_generations)
-    std = _SCALES[scale_rewards](rewards, num_generations)
+    std = _SCALES[scale_rewards](rewards, num_generations, rewards if step_rewards is None else step_rewards)
     advantages = rewards - mean
     if scale_rewards != "none":
         advantages = advantages / (std + STD_EPSILON)

@@ -16,9 +16,19 @@ def _train(args: argparse.Namespace) -> int:
     spec = load_spec_file(args.spec)
     if args.max_steps is not None:
         spec = with_changes(spec, {"grpo": {"max_steps": args.max_steps}})
-    result = run_local(
-        spec, args.spec.resolve().parent, args.output_dir, args.resume, args.device, progress=not args.quiet
-    )
+    nproc = args.nproc_per_node or spec.resources.gpus
+    if nproc > 1:
+        from grpo_core.launch import run_data_parallel
+
+        result = run_data_parallel(
+            spec, args.spec.resolve().parent, args.output_dir, nproc, args.resume, args.device,
+            progress=not args.quiet,
+        )
+    else:
+        result = run_local(
+            spec, args.spec.resolve().parent, args.output_dir, args.resume, args.device,
+            progress=not args.quiet,
+        )
     print(f"finished at step {result.step}; checkpoint: {result.checkpoint}")
     return 0
 
@@ -50,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in the dir")
     train.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda when present)")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.add_argument(
+        "--nproc-per-node", type=int, default=None,
+        help="data-parallel ranks (default: the spec's resources.gpus); gloo on CPU, NCCL on CUDA",
+    )
     train.set_defaults(handler=_train)
 
     tiny = commands.add_parser("tiny-model", help="write a tiny random-init model + tokenizer (no network)")
@@ -69,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     quiet_library_progress_bars()
     if getattr(args, "max_steps", None) is not None and args.max_steps < 1:
         print("error: --max-steps: must be >= 1", file=sys.stderr)
+        return 2
+    if getattr(args, "nproc_per_node", None) is not None and args.nproc_per_node < 1:
+        print("error: --nproc-per-node: must be >= 1", file=sys.stderr)
         return 2
     return run_handler(args)
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from grpo_core.data import PromptSampler, PromptSet, columns_of, load_rows, render_prompt
+from grpo_core.distributed import SINGLE, Ranks
 from grpo_core.errors import SpecError
 from grpo_core.models import (
     PolicyAndReference,
@@ -64,6 +65,7 @@ def build_components(
     data_root: Path | None = None,
     base_dir: Path | None = None,
     device: str | None = None,
+    ranks: Ranks = SINGLE,
 ) -> RunComponents:
     rows = load_rows(spec.dataset, data_root=data_root, base_dir=base_dir)
     clash = RESERVED_COLUMNS & columns_of(rows)
@@ -76,7 +78,7 @@ def build_components(
     rewards = bind_rewards(spec.rewards, RewardContext(tokenizer=tokenizer), columns_of(rows))
     prompts = PromptSet(rows, [render_prompt(row["prompt"], tokenizer) for row in rows])
     torch.manual_seed(spec.grpo.seed)
-    placement = place(device, spec.model.dtype)
+    placement = place(device, spec.model.dtype, ranks)
     models = build_policy_and_reference(
         spec.model, location, spec.grpo.beta, placement.device, spec.grpo.gradient_checkpointing
     )

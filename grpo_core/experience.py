@@ -13,6 +13,7 @@ from grpo_core.advantages import combine_rewards, compute_advantages, group_std
 from grpo_core.config import GRPOConfig
 from grpo_core.data import PromptSampler, PromptSet
 from grpo_core.decoding import DecodedCompletion, decode_and_strip_padding
+from grpo_core.distributed import Ranks
 from grpo_core.logprobs import completion_logprobs
 from grpo_core.models import PolicyAndReference
 from grpo_core.placement import Placement
@@ -86,8 +87,12 @@ class _Generation:
 def _sample_round(gen: _Generation, groups: _Groups) -> None:
     cfg, g = gen.config, gen.config.num_generations
     first_draw = gen.sampler.draws_taken
-    indices = gen.sampler.next_indices()
-    draws = torch.arange(first_draw, first_draw + len(indices), device=gen.placement.device)
+    # Every rank draws the whole batch (so samplers stay in step) and keeps its whole groups,
+    # keyed by their global serials: they sample exactly what the 1-process run samples.
+    drawn = gen.sampler.next_indices()
+    share = gen.placement.ranks.share(len(drawn))
+    indices = drawn[share]
+    draws = torch.arange(first_draw + share.start, first_draw + share.stop, device=gen.placement.device)
     texts = [gen.prompts.texts[i] for i in indices]
     started = time.perf_counter()
     prompt_batch = tokenize_prompts(gen.tokenizer, texts, cfg.max_prompt_length, gen.placement.device)
@@ -145,7 +150,8 @@ def make_experience(
     gen = _Generation(
         models.policy, tokenizer, prompts, sampler, rewards, eos_ids, config, reasoning, placement
     )
-    g, b = config.num_generations, config.prompts_per_step
+    ranks = placement.ranks
+    g, b = config.num_generations, config.prompts_per_step // ranks.world_size
     weights = torch.tensor([r.weight for r in rewards], dtype=torch.float32)
     groups = _Groups()
     _sample_round(gen, groups)
@@ -159,7 +165,8 @@ def make_experience(
     rollout = concat_rollouts(groups.rollouts, tokenizer.pad_token_id).select(rows.to(placement.device))
     scores = torch.cat(groups.scores)[rows]
     combined = combine_rewards(scores, weights)
-    adv = compute_advantages(combined, g, config.scale_rewards)
+    step_rewards = ranks.gather_rows(combined) if config.scale_rewards == "batch" else None
+    adv = compute_advantages(combined, g, config.scale_rewards, step_rewards)
     loss_mask = rollout.completion_mask
     if config.mask_truncated_completions:
         loss_mask = loss_mask * (~rollout.is_truncated).unsqueeze(1).long()
@@ -175,17 +182,19 @@ def make_experience(
     )
     exp.metrics["timing/generation"] = groups.generation_seconds
     exp.metrics["timing/reward"] = groups.reward_seconds
-    exp.metrics.update(_sampling_metrics(groups, informative, extra_rounds, config.drop_zero_std_groups))
+    dynamic = config.drop_zero_std_groups
+    exp.metrics.update(_sampling_metrics(groups, informative, extra_rounds, dynamic, ranks))
     started = time.perf_counter()
     exp.ref_logprobs, exp.old_logprobs = fixed_logprobs(models, rollout, config, placement)
     exp.metrics["timing/ref"] = time.perf_counter() - started
     return exp
 
 
-def _sampling_metrics(groups: _Groups, informative: int, extra_rounds: int, dynamic: bool) -> dict[str, Any]:
-    metrics: dict[str, Any] = {
-        "prompts/truncated_ratio": groups.truncated_prompts / max(1, groups.prompt_count)
-    }
+def _sampling_metrics(
+    groups: _Groups, informative: int, extra_rounds: int, dynamic: bool, ranks: Ranks
+) -> dict[str, Any]:
+    truncated, count = ranks.sum([groups.truncated_prompts, groups.prompt_count])
+    metrics: dict[str, Any] = {"prompts/truncated_ratio": truncated / max(1.0, count)}
     if dynamic:
         metrics["dynamic_sampling/informative_groups"] = informative
         metrics["dynamic_sampling/extra_batches"] = extra_rounds

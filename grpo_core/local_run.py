@@ -8,6 +8,7 @@ from typing import Any
 
 from grpo_core.callbacks import CallbackList, TrainerCallback
 from grpo_core.components import build_components
+from grpo_core.distributed import SINGLE, Ranks
 from grpo_core.spec import JobSpec
 from grpo_core.trainer import GRPOTrainer, TrainResult
 
@@ -66,19 +67,25 @@ def run_local(
     resume: bool = False,
     device: str | None = None,
     progress: bool = True,
+    ranks: Ranks = SINGLE,
 ) -> TrainResult:
-    """Build (validating everything) before creating ``output_dir``, so a bad spec writes nothing."""
-    components = build_components(spec, base_dir=spec_dir, device=device)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    recorder = JsonlRecorder(output_dir)
-    callbacks = CallbackList([recorder])
+    """Build (validating everything) before creating ``output_dir``, so a bad spec writes nothing.
+    One of several data-parallel ``ranks`` writes only if it is rank 0."""
+    components = build_components(spec, base_dir=spec_dir, device=device, ranks=ranks)
+    callbacks = CallbackList()
+    recorder = None
+    if ranks.is_main:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        recorder = JsonlRecorder(output_dir)
+        callbacks.callbacks.append(recorder)
     trainer = GRPOTrainer(components, output_dir / "checkpoints", callbacks)
     if resume and trainer.resume():
-        recorder.truncate_after(trainer.state.step)
-    elif not resume:
+        if recorder is not None:
+            recorder.truncate_after(trainer.state.step)
+    elif not resume and recorder is not None:
         for path in (recorder.metrics, recorder.samples, recorder.events):
             path.unlink(missing_ok=True)
-    bar = ProgressBar(trainer.max_steps, trainer.state.step) if progress else None
+    bar = ProgressBar(trainer.max_steps, trainer.state.step) if progress and ranks.is_main else None
     if bar is not None:
         callbacks.callbacks.append(bar)
     try:

@@ -10,43 +10,57 @@ import torch
 
 from grpo_core.advantages import nanstd
 from grpo_core.callbacks import json_safe
+from grpo_core.distributed import SINGLE, Ranks
 from grpo_core.experience import Experience
 
 MAX_SAMPLE_ROWS = 64
 
 
-def experience_metrics(exp: Experience, reward_names: list[str]) -> dict[str, Any]:
-    """Reward, advantage and completion statistics of one generation batch."""
+def _step_columns(exp: Experience, ranks: Ranks) -> dict[str, torch.Tensor]:
+    """The per-row values metrics are computed from, for the whole step's rows in the 1-process
+    order (one gather across ranks), so every statistic is the exact 1-process one."""
+    local = {
+        "rewards": exp.rewards,
+        "is_std_zero": exp.is_std_zero,
+        "advantages": exp.advantages,
+        "lengths": exp.rollout.completion_mask.sum(dim=1),
+        "truncated": exp.rollout.is_truncated,
+        "unclosed": torch.tensor([float(d.unclosed_reasoning) for d in exp.decoded]),
+    }
+    columns = [v.detach().reshape(len(exp.decoded), -1).to("cpu", torch.float64) for v in local.values()]
+    step = ranks.gather_rows(torch.cat([*columns, exp.rewards_per_func.to("cpu", torch.float64)], dim=1))
+    out = {name: step[:, i].float() for i, name in enumerate(local)}
+    out["rewards_per_func"] = step[:, len(local) :].float()
+    return out
+
+
+def experience_metrics(exp: Experience, reward_names: list[str], ranks: Ranks = SINGLE) -> dict[str, Any]:
+    """Reward, advantage and completion statistics of one generation batch (the whole step's)."""
+    rows = _step_columns(exp, ranks)
+    rewards, adv, lengths = rows["rewards"], rows["advantages"], rows["lengths"]
+    truncated = rows["truncated"].bool()
     out: dict[str, Any] = {
-        "reward": torch.nanmean(exp.rewards).item(),
-        "reward_std": nanstd(exp.rewards).item(),
-        "frac_reward_zero_std": exp.is_std_zero.float().mean().item(),
+        "reward": torch.nanmean(rewards).item(),
+        "reward_std": nanstd(rewards).item(),
+        "frac_reward_zero_std": rows["is_std_zero"].mean().item(),
     }
     for i, name in enumerate(reward_names):
-        column = exp.rewards_per_func[:, i]
+        column = rows["rewards_per_func"][:, i]
         out[f"rewards/{name}/mean"] = torch.nanmean(column).item()
         out[f"rewards/{name}/std"] = nanstd(column).item()
-    adv = exp.advantages.float()
+    terminated = lengths[~truncated]
     out.update(
         {
             "advantages/mean": adv.mean().item(),
             "advantages/std": adv.std().item(),
             "advantages/min": adv.min().item(),
             "advantages/max": adv.max().item(),
-        }
-    )
-    lengths = exp.rollout.completion_mask.sum(dim=1).float()
-    truncated = exp.rollout.is_truncated
-    terminated = lengths[~truncated.to(lengths.device)]
-    out.update(
-        {
             "completions/mean_length": lengths.mean().item(),
             "completions/min_length": lengths.min().item(),
             "completions/max_length": lengths.max().item(),
             "completions/clipped_ratio": truncated.float().mean().item(),
             "completions/mean_terminated_length": terminated.mean().item() if terminated.numel() else 0.0,
-            "reasoning/unclosed_ratio": sum(d.unclosed_reasoning for d in exp.decoded)
-            / max(1, len(exp.decoded)),
+            "reasoning/unclosed_ratio": rows["unclosed"].mean().item() if rows["unclosed"].numel() else 0.0,
         }
     )
     out.update(exp.metrics)
@@ -66,8 +80,13 @@ def peak_memory_mb(device: torch.device) -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024
 
 
-def sample_rows(exp: Experience, reward_names: list[str], step: int) -> list[dict[str, Any]]:
-    """The first rows of the batch (whole groups) for the dashboard's completions table."""
+def sample_rows(
+    exp: Experience, reward_names: list[str], step: int, ranks: Ranks = SINGLE
+) -> list[dict[str, Any]]:
+    """The first rows of the step's batch (whole groups) for the dashboard's completions table."""
+    if ranks.world_size > 1:
+        parts = ranks.gather_objects(sample_rows(exp, reward_names, step))
+        return [row for part in parts for row in part][:MAX_SAMPLE_ROWS]
     rows = []
     for i in range(min(MAX_SAMPLE_ROWS, len(exp.decoded))):
         per_func = {n: exp.rewards_per_func[i, j].item() for j, n in enumerate(reward_names)}

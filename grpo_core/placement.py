@@ -12,11 +12,14 @@ from dataclasses import dataclass
 
 import torch
 
+from grpo_core.distributed import SINGLE, Ranks
+
 
 @dataclass(frozen=True)
 class Placement:
     device: torch.device
     autocast_dtype: torch.dtype | None = None  # None: forwards run in the weights' own dtype
+    ranks: Ranks = SINGLE  # the data-parallel ranks this process is one of
 
     def autocast(self) -> AbstractContextManager[object]:
         if self.autocast_dtype is None:
@@ -30,10 +33,13 @@ def pick_device(requested: str | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def place(requested: str | None, weights_dtype: str) -> Placement:
+def place(requested: str | None, weights_dtype: str, ranks: Ranks = SINGLE) -> Placement:
     """``requested`` device (default: CUDA when present). fp32 weights on CUDA run under bf16
-    autocast; on CPU autocast would only slow us down, and half-precision weights need none."""
+    autocast; on CPU autocast would only slow us down, and half-precision weights need none.
+    A rank's device is its own GPU (``ranks.device``) when it trains on CUDA."""
     device = pick_device(requested)
+    if device.type == "cuda" and ranks.device.type == "cuda":
+        device = ranks.device
     if device.type == "cuda" and weights_dtype == "float32":
-        return Placement(device, torch.bfloat16)
-    return Placement(device)
+        return Placement(device, torch.bfloat16, ranks)
+    return Placement(device, None, ranks)

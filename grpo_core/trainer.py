@@ -14,6 +14,7 @@ from grpo_core.callbacks import TrainerCallback
 from grpo_core.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
 from grpo_core.components import RunComponents
 from grpo_core.config import GRPOConfig
+from grpo_core.errors import GRPOError
 from grpo_core.experience import Experience, make_experience
 from grpo_core.metrics import experience_metrics, peak_memory_mb, sample_rows, tokens_in
 from grpo_core.update import optimizer_step
@@ -47,6 +48,7 @@ class GRPOTrainer:
         self.state = TrainerState(step=0, num_tokens=0, sampler={}, iteration=0, has_experience=False)
         self.pending: Experience | None = None
         self.last_checkpoint: Path | None = None
+        self.ranks = components.placement.ranks
 
     @property
     def max_steps(self) -> int:
@@ -88,6 +90,13 @@ class GRPOTrainer:
         self.state, self.pending = load_checkpoint(
             path, models=c.models, optimizer=c.optimizer, scheduler=c.scheduler, sampler=c.sampler
         )
+        if self.pending is not None and self.ranks.world_size > 1:
+            # The checkpoint holds rank 0's rows only; the other ranks' shares are not saved.
+            raise GRPOError(
+                f"{path} was taken between the num_iterations passes over a batch; resuming it "
+                "on several ranks is not supported yet: resume it on one process",
+                code="resume_unsupported",
+            )
         self.last_checkpoint = path
         self.callbacks.on_event(
             "resumed",
@@ -100,7 +109,7 @@ class GRPOTrainer:
         if self.state.step == 0:
             self.callbacks.on_event("started", "training started", {"max_steps": self.max_steps})
         while self.state.step < self.max_steps:
-            if self.callbacks.should_stop():
+            if self.ranks.any(self.callbacks.should_stop()):
                 path = self._checkpoint()
                 self.callbacks.on_event(
                     "stopped", f"stopped at step {self.state.step}", {"step": self.state.step}
@@ -115,8 +124,8 @@ class GRPOTrainer:
         started = time.perf_counter()
         fresh = self.pending is None
         exp = self.make_experience() if fresh else self.pending
-        if fresh:
-            self.state.num_tokens += tokens_in(exp)
+        step_tokens = self.ranks.sum([tokens_in(exp)])[0] if fresh else 0.0
+        self.state.num_tokens += int(step_tokens)
         update = self.optimizer_step(exp)
         self.state.iteration += 1
         self.pending = exp if self.state.iteration < self.config.num_iterations else None
@@ -124,26 +133,30 @@ class GRPOTrainer:
             self.state.iteration = 0
         self.state.step += 1
         step_time = time.perf_counter() - started
-        record = {"step": self.state.step, **experience_metrics(exp, self.reward_names), **update}
+        record = {"step": self.state.step, **experience_metrics(exp, self.reward_names, self.ranks), **update}
         if not fresh:
             record.update(dict.fromkeys(_GENERATION_TIMINGS, 0.0))
+        record["peak_memory_mb"] = peak_memory_mb(self.components.device)
+        # Wall-clock figures and memory are the slowest (largest) rank's.
+        slowest = [k for k in record if k.startswith("timing/") or k == "peak_memory_mb"]
+        record.update(zip(slowest, self.ranks.max([record[k] for k in slowest]), strict=True))
         record.update(
             {
                 "num_tokens": self.state.num_tokens,
                 "step_time": step_time,
-                "tokens_per_second": (tokens_in(exp) / step_time) if fresh else 0.0,
-                "peak_memory_mb": peak_memory_mb(self.components.device),
+                "tokens_per_second": (step_tokens / step_time) if fresh else 0.0,
             }
         )
         self.callbacks.on_step(record)
         if self.state.step % self.components.spec.log_completions_every == 0 or self.state.step == 1:
-            self.callbacks.on_samples(self.state.step, sample_rows(exp, self.reward_names, self.state.step))
+            rows = sample_rows(exp, self.reward_names, self.state.step, self.ranks)
+            self.callbacks.on_samples(self.state.step, rows)
         if self.state.step % self.components.spec.checkpoint_every == 0:
             self._checkpoint()
 
     def _checkpoint(self) -> Path | None:
         """Save the current step unless it is already saved (or nothing was trained)."""
-        if self.state.step == 0:
+        if self.state.step == 0 or not self.ranks.is_main:
             return None
         if self.last_checkpoint is not None and self.last_checkpoint.name == f"step-{self.state.step}":
             return self.last_checkpoint

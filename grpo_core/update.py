@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
 from grpo_core.config import GRPOConfig
+from grpo_core.distributed import Ranks
 from grpo_core.errors import NonFiniteLossError
 from grpo_core.experience import Experience
 from grpo_core.logprobs import completion_logprobs
@@ -33,6 +34,11 @@ class StepSums:
     clip_low: float = 0.0
     clip_high: float = 0.0
     clip_region: float = 0.0
+
+    def across(self, ranks: Ranks) -> StepSums:
+        """The whole step's sums: each rank's sums added up (its loss is already its share)."""
+        names = [f.name for f in fields(self)]
+        return StepSums(**dict(zip(names, ranks.sum([getattr(self, n) for n in names]), strict=True)))
 
     def metrics(self, tokens: float, with_kl: bool) -> dict[str, float]:
         """The step's metrics (TRL's names) over its ``tokens`` loss tokens."""
@@ -93,9 +99,10 @@ def accumulate_gradients(
     Raises :class:`NonFiniteLossError` (gradients cleared) when a micro-batch loss is NaN/inf.
     """
     exp, mask = experience, experience.loss_mask
-    totals = StepTotals(
-        rows=mask.size(0), tokens=float(mask.sum()), max_completion_length=config.max_completion_length
-    )
+    # Normalisers over the whole step on every rank, so each rank's loss is its share of the
+    # 1-process loss and summing the ranks' gradients gives the 1-process gradient.
+    rows, tokens = placement.ranks.sum([mask.size(0), float(mask.sum())])
+    totals = StepTotals(rows=int(rows), tokens=tokens, max_completion_length=config.max_completion_length)
     sums = StepSums()
     width = exp.rollout.completion_ids.size(1)
     for rows in micro_batches(mask.size(0), config.gradient_accumulation_steps):
@@ -113,7 +120,7 @@ def accumulate_gradients(
             where = f"a micro-batch of rows {rows.start}..{rows.stop - 1}"
             raise NonFiniteLossError(f"loss is {loss.item()} at {where}")
         loss.backward()
-    return sums.metrics(totals.tokens, config.beta != 0.0)
+    return sums.across(placement.ranks).metrics(totals.tokens, config.beta != 0.0)
 
 
 def optimizer_step(
@@ -130,6 +137,7 @@ def optimizer_step(
     optimizer.zero_grad(set_to_none=True)
     metrics = accumulate_gradients(policy=policy, experience=experience, config=config, placement=placement)
     params = [p for p in policy.parameters() if p.requires_grad]
+    placement.ranks.sum_gradients(params)  # before clipping: the norm is the whole step's
     max_norm = config.max_grad_norm if config.max_grad_norm > 0 else math.inf
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
     if not math.isfinite(grad_norm):

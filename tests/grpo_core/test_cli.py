@@ -139,3 +139,28 @@ def test_spec_files_refuse_yaml_aliases_and_name_the_problem(tmp_path):
     with pytest.raises(InvalidSpec) as tagged:
         load_spec_file(unsafe)
     assert "not valid YAML" in tagged.value.errors[0].reason
+
+
+@pytest.mark.slow
+def test_nproc_per_node_trains_on_ranks_and_a_rank_failure_exits_1(tiny_model_dir, tmp_path):
+    data = spec_dict(tiny_model_dir, max_steps=2, num_iterations=2)
+    spec = write_spec(tmp_path / "job.yaml", data)
+    out = tmp_path / "run"
+    args = ["train", str(spec), "--output-dir", str(out), "--quiet", "--device", "cpu"]
+    done = grpo(*args, "--nproc-per-node", "2", "--max-steps", "1")
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1]
+    # Step 1 ended between the two passes over its batch: only rank 0's rows are in the checkpoint.
+    resumed = grpo(*args, "--nproc-per-node", "2", "--resume")
+    assert resumed.returncode == 1
+    assert "rank 0 failed" in resumed.stderr and "not supported yet" in resumed.stderr
+
+
+def test_nproc_per_node_that_splits_groups_is_refused_before_anything_runs(tiny_model_dir, tmp_path):
+    spec = write_spec(tmp_path / "job.yaml", spec_dict(tiny_model_dir, prompts_per_step=3))
+    done = grpo("train", str(spec), "--output-dir", str(tmp_path / "run"), "--nproc-per-node", "2")
+    assert done.returncode == 2
+    assert "grpo.prompts_per_step" in done.stderr
+    assert not (tmp_path / "run").exists()
+    zero = grpo("train", str(spec), "--output-dir", str(tmp_path / "run"), "--nproc-per-node", "0")
+    assert zero.returncode == 2 and "--nproc-per-node" in zero.stderr
