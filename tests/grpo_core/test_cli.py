@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -153,7 +154,8 @@ def test_nproc_per_node_trains_on_ranks_and_a_rank_failure_exits_1(tiny_model_di
     # Step 1 ended between the two passes over its batch: only rank 0's rows are in the checkpoint.
     resumed = grpo(*args, "--nproc-per-node", "2", "--resume")
     assert resumed.returncode == 1
-    assert "rank 0 failed" in resumed.stderr and "not supported yet" in resumed.stderr
+    # Every rank refuses; which one the launcher reports first is a race.
+    assert re.search(r"rank [01] failed", resumed.stderr) and "not supported yet" in resumed.stderr
 
 
 def test_nproc_per_node_that_splits_groups_is_refused_before_anything_runs(tiny_model_dir, tmp_path):
