@@ -111,6 +111,3 @@ def target(status: str, transition: Transition) -> JobStatus:
         raise TransitionRefused(f"a {status} job cannot {transition.value}")
     return rule(transition).target
 
-
-def is_terminal(status: str) -> bool:
-    return status in TERMINAL_STATUSES
