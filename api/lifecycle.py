@@ -110,4 +110,3 @@ def target(status: str, transition: Transition) -> JobStatus:
     if not allowed(status, transition):
         raise TransitionRefused(f"a {status} job cannot {transition.value}")
     return rule(transition).target
-
