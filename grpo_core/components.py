@@ -26,6 +26,7 @@ from grpo_core.models import (
 from grpo_core.optim import build_optimizer, build_scheduler
 from grpo_core.placement import Placement, place
 from grpo_core.rewards import RESERVED_COLUMNS, BoundReward, RewardContext, bind_rewards
+from grpo_core.sharding import shard_models
 from grpo_core.spec import JobSpec
 
 if TYPE_CHECKING:
@@ -83,6 +84,8 @@ def build_components(
         spec.model, location, spec.grpo.beta, placement.device, spec.grpo.gradient_checkpointing
     )
     models.policy.train()
+    if spec.resources.sharding == "fsdp" and ranks.world_size > 1:
+        shard_models(models, ranks)  # before the optimizer, which must hold the shards
     optimizer = build_optimizer(models.policy, spec.grpo)
     eos = eos_token_ids(tokenizer, models.policy)
     if not eos:
