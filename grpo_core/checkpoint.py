@@ -128,6 +128,11 @@ def _state_dict_options(**options: bool):
     return StateDictOptions(ignore_frozen_params=True, **options)
 
 
+def _alone() -> bool:
+    """One process (no process group): the distributed format is written and read without one."""
+    return not (torch.distributed.is_available() and torch.distributed.is_initialized())
+
+
 def _save_distributed(
     folder: Path, models: PolicyAndReference, optimizer: torch.optim.Optimizer
 ) -> dict[str, torch.Tensor]:
@@ -137,7 +142,7 @@ def _save_distributed(
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
     weights, optim = get_state_dict(models.policy, optimizer, options=_state_dict_options())
-    dcp.save({"model": weights, "optimizer": optim}, checkpoint_id=folder / DISTRIBUTED_DIR)
+    dcp.save({"model": weights, "optimizer": optim}, checkpoint_id=folder / DISTRIBUTED_DIR, no_dist=_alone())
     full = _state_dict_options(full_state_dict=True, cpu_offload=True)
     return get_model_state_dict(models.policy, options=full)
 
@@ -150,7 +155,7 @@ def _load_distributed(folder: Path, models: PolicyAndReference, optimizer: torch
     options = _state_dict_options()
     weights, optim = get_state_dict(models.policy, optimizer, options=options)
     state = {"model": weights, "optimizer": optim}
-    dcp.load(state, checkpoint_id=folder / DISTRIBUTED_DIR)
+    dcp.load(state, checkpoint_id=folder / DISTRIBUTED_DIR, no_dist=_alone())
     set_state_dict(
         models.policy,
         optimizer,
