@@ -128,11 +128,6 @@ def _state_dict_options(**options: bool):
     return StateDictOptions(ignore_frozen_params=True, **options)
 
 
-def _alone() -> bool:
-    """One process (no process group): the distributed format is written and read without one."""
-    return not (torch.distributed.is_available() and torch.distributed.is_initialized())
-
-
 def _save_distributed(
     folder: Path, models: PolicyAndReference, optimizer: torch.optim.Optimizer
 ) -> dict[str, torch.Tensor]:
@@ -142,7 +137,7 @@ def _save_distributed(
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
     weights, optim = get_state_dict(models.policy, optimizer, options=_state_dict_options())
-    dcp.save({"model": weights, "optimizer": optim}, checkpoint_id=folder / DISTRIBUTED_DIR, no_dist=_alone())
+    dcp.save({"model": weights, "optimizer": optim}, checkpoint_id=folder / DISTRIBUTED_DIR)
     full = _state_dict_options(full_state_dict=True, cpu_offload=True)
     return get_model_state_dict(models.policy, options=full)
 
@@ -155,7 +150,7 @@ def _load_distributed(folder: Path, models: PolicyAndReference, optimizer: torch
     options = _state_dict_options()
     weights, optim = get_state_dict(models.policy, optimizer, options=options)
     state = {"model": weights, "optimizer": optim}
-    dcp.load(state, checkpoint_id=folder / DISTRIBUTED_DIR, no_dist=_alone())
+    dcp.load(state, checkpoint_id=folder / DISTRIBUTED_DIR)
     set_state_dict(
         models.policy,
         optimizer,
@@ -189,7 +184,8 @@ def load_checkpoint(
     state and this rank's share of the pending experience (or None). Every rank calls this."""
     state = TrainerState(**json.loads((path / STATE_FILE).read_text()))
     if state.has_experience and state.world_size != ranks.world_size:
-        # Each rank's rows were sampled for its share; a new split would change the batch order.
+        # Each rank's file holds its rows, padded to its own width; another split would need
+        # them joined and padded again, which is refused rather than made nearly equal.
         raise GRPOError(
             f"{path} was taken between the num_iterations passes over a batch that was split over "
             f"{state.world_size} rank(s); it resumes on {state.world_size}, not {ranks.world_size} "

@@ -25,7 +25,9 @@ What changes for the rest of the core, and why:
   per token and dummy forwards on ranks whose rows have ended.
 
 Every other forward (reference and old-policy log-probs, the update's micro-batches) runs the
-same number of times on every rank: equal row counts and the same accumulation steps.
+same number of times on every rank: equal row counts and the same accumulation steps. Sampling
+rounds must be too (each gathers the policy): extra rounds, as ``drop_zero_std_groups`` takes,
+have to be decided for all ranks at once.
 """
 
 from __future__ import annotations
@@ -80,10 +82,10 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 def is_sharded(model: torch.nn.Module) -> bool:
-    if not torch.distributed.is_available():
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # a torch without FSDP2 (or without distributed) has sharded nothing
         return False
-    from torch.distributed.fsdp import FSDPModule
-
     return isinstance(model, FSDPModule)
 
 
