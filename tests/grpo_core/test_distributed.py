@@ -3,39 +3,18 @@ final parameters (issue 10, world-size invariance)."""
 
 from __future__ import annotations
 
-import json
-import math
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import torch
 from core_specs import make_spec
+from run_records import assert_close_records, records
 from safetensors.torch import load_file
 
 from grpo_core.distributed import Ranks
 from grpo_core.errors import SpecError
 from grpo_core.launch import check_data_parallel, run_data_parallel
 from grpo_core.local_run import run_local
-
-# Wall-clock figures differ from run to run; everything else must not.
-_UNEQUAL = ("timing/", "step_time", "tokens_per_second", "peak_memory_mb")
-
-
-def _records(out: Path, name: str) -> list[dict]:
-    return [json.loads(line) for line in (out / f"{name}.jsonl").read_text().splitlines()]
-
-
-def _assert_close(one: dict, two: dict, where: str) -> None:
-    assert one.keys() == two.keys(), where
-    for key, value in one.items():
-        if key.startswith(_UNEQUAL):
-            continue
-        if isinstance(value, float) and isinstance(two[key], float):
-            close = math.isclose(value, two[key], rel_tol=1e-5, abs_tol=1e-5)
-            assert close, f"{where} {key}: {value} != {two[key]}"
-        else:
-            assert value == two[key], f"{where} {key}"
 
 
 @pytest.mark.slow
@@ -53,16 +32,16 @@ def test_two_gloo_ranks_train_exactly_like_one_process(tiny_model_dir, tmp_path)
     assert single.step == double.step == 3
     assert double.checkpoint == tmp_path / "two" / "checkpoints" / "step-3"
 
-    samples_one, samples_two = _records(tmp_path / "one", "samples"), _records(tmp_path / "two", "samples")
+    samples_one, samples_two = records(tmp_path / "one", "samples"), records(tmp_path / "two", "samples")
     assert [s["completion"] for s in samples_one] == [s["completion"] for s in samples_two]
     # The whole step's rows (4 prompts x 4 generations), not rank 0's half.
     assert [s["step"] for s in samples_two].count(1) == 4 * 4
     for i, (a, b) in enumerate(zip(samples_one, samples_two, strict=True)):
-        _assert_close(a, b, f"sample {i}")
-    metrics_one, metrics_two = _records(tmp_path / "one", "metrics"), _records(tmp_path / "two", "metrics")
+        assert_close_records(a, b, f"sample {i}")
+    metrics_one, metrics_two = records(tmp_path / "one", "metrics"), records(tmp_path / "two", "metrics")
     assert [m["step"] for m in metrics_two] == [1, 2, 3]
     for a, b in zip(metrics_one, metrics_two, strict=True):
-        _assert_close(a, b, f"step {a['step']}")
+        assert_close_records(a, b, f"step {a['step']}")
     assert any(m["loss"] != 0.0 for m in metrics_two)
 
     weights_one = load_file(single.checkpoint / "model.safetensors")
@@ -73,7 +52,7 @@ def test_two_gloo_ranks_train_exactly_like_one_process(tiny_model_dir, tmp_path)
     for name, tensor in weights_one.items():
         torch.testing.assert_close(weights_two[name], tensor, rtol=0, atol=1e-5, msg=name)
     # Rank 0 alone wrote: one event stream, one started/finished pair.
-    events = [e["type"] for e in _records(tmp_path / "two", "events")]
+    events = [e["type"] for e in records(tmp_path / "two", "events")]
     assert events.count("started") == 1 and events.count("finished") == 1
 
 
