@@ -158,3 +158,11 @@ def test_prestart_modules_import_without_torch(services: dict[str, dict[str, Any
             [sys.executable, "-c", probe, module], cwd=REPO, capture_output=True, text=True, timeout=60
         )
         assert result.returncode == 0, f"{module} is missing or imports torch:\n{result.stderr}"
+
+
+def test_the_worker_gives_a_jobs_ranks_shared_memory(services):
+    """A k-GPU job's rank processes exchange tensors through /dev/shm; Docker's 64 MB default
+    is too small for that, so the worker must set its own size (in GB)."""
+    size = str(services["worker"].get("shm_size", ""))
+    match = re.fullmatch(r"(\d+)\s*g[b]?", size.lower())
+    assert match and int(match.group(1)) >= 1, f"worker shm_size {size!r}: needs at least 1gb"
