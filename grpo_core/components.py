@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from grpo_core.data import PromptSampler, PromptSet, columns_of, load_rows, render_prompt
-from grpo_core.distributed import SINGLE, Ranks
+from grpo_core.distributed import SINGLE, Ranks, in_process_group
 from grpo_core.errors import SpecError
 from grpo_core.models import (
     PolicyAndReference,
@@ -80,7 +80,9 @@ def build_components(
     prompts = PromptSet(rows, [render_prompt(row["prompt"], tokenizer) for row in rows])
     torch.manual_seed(spec.grpo.seed)
     placement = place(device, spec.model.dtype, ranks)
-    sharded = spec.resources.sharding == "fsdp" and ranks.world_size > 1
+    # Sharded wherever the ranks form a process group: k ranks, or one launched rank (a 1-GPU
+    # measurement of FSDP's own cost); a plain process has no group to shard over.
+    sharded = spec.resources.sharding == "fsdp" and in_process_group()
     # A sharded model is loaded on the CPU: fully_shard moves it to the device one layer at a time
     # and keeps only this rank's shard there, so no GPU ever holds the whole policy and reference.
     load_device = torch.device("cpu") if sharded else placement.device

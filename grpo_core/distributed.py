@@ -18,6 +18,12 @@ import torch
 import torch.distributed as dist
 
 
+def in_process_group() -> bool:
+    """Whether this process is a rank the launcher started (a process group exists), even the
+    only one; a plain process is not."""
+    return dist.is_available() and dist.is_initialized()
+
+
 @dataclass(frozen=True)
 class Ranks:
     rank: int = 0
