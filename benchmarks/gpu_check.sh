@@ -12,6 +12,7 @@
 #      its per-step metrics read back through the API (GET /v1/jobs/ID, GET /v1/jobs/ID/metrics)
 #   e. a bf16 core-step timing on a larger random-init model (hidden 512, 8 layers), fp32 weights
 #      under bf16 autocast and bf16 weights
+#   f. the same tiny job through the data-parallel launcher (elastic launch, NCCL) on one rank
 #
 # Each stage is bounded by `timeout` and by an overall deadline (GPU_CHECK_BUDGET seconds); a stage
 # that fails does not stop the later ones. Everything is teed to $OUT/gpu_check.log; the summary
@@ -22,7 +23,7 @@
 # go, default /tmp/site), GPU_CHECK_BUDGET (default 420 s),
 # GPU_CHECK_CPU=1 (no CUDA here: run stages c and e on the CPU with few steps, to test the script),
 # GPU_CHECK_CAP_SCALE (default 1: multiplies each stage's time cap, for slow CPU runs),
-# GPU_CHECK_STAGES (default "abcde": the stages to run), REDIS_FROM_PATH=1 (use a redis-server
+# GPU_CHECK_STAGES (default "abcdef": the stages to run), REDIS_FROM_PATH=1 (use a redis-server
 # already on PATH instead of the carried one).
 #
 # What it carries is not in git (.whl/ and .devkit/ are ignored through .git/info/exclude). To
@@ -43,7 +44,7 @@ REPO=$PWD
 PY=${PY:-python3}
 OUT=${OUT:-/tmp/gpu_check_out}
 BUDGET=${GPU_CHECK_BUDGET:-420}
-STAGES=${GPU_CHECK_STAGES:-abcde}
+STAGES=${GPU_CHECK_STAGES:-abcdef}
 CPU_MODE=${GPU_CHECK_CPU:-0}
 SITE=${GPU_CHECK_SITE:-/tmp/site}
 mkdir -p "$OUT"
@@ -309,6 +310,40 @@ else:
     sys.exit(f"{deb}: no data.tar member")
 EOF
 
+cat > "$WORK/ranks_cuda.py" <<'EOF'
+# ranks_cuda.py WORK DEVICE [MAX_STEPS]: examples/tiny.yaml through the data-parallel launcher (torch's elastic
+# launcher, one rank per process, NCCL on CUDA / gloo on CPU) with one rank, since this machine
+# may have one GPU: the path a k-GPU job takes, from rendezvous to process-group teardown.
+import json
+import statistics
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from grpo_core.launch import run_data_parallel
+from grpo_core.specfile import load_spec_file
+
+def main() -> None:
+    work, device = Path(sys.argv[1]), sys.argv[2]
+    spec = load_spec_file(Path("examples/tiny.yaml"))
+    if len(sys.argv) > 3:
+        spec = spec.model_copy(update={"grpo": spec.grpo.model_copy(update={"max_steps": int(sys.argv[3])})})
+    started = time.perf_counter()
+    result = run_data_parallel(spec, Path("examples"), work / "ranks", 1, device=device, progress=False,
+                               hang_timeout=timedelta(seconds=120))
+    wall = time.perf_counter() - started
+    records = [json.loads(line) for line in (work / "ranks" / "metrics.jsonl").read_text().splitlines()]
+    steady = [r["step_time"] for r in records[1:]] or [r["step_time"] for r in records]
+    print(f"FIGURES: 1 rank via elastic launch on {device}: {result.step} steps, "
+          f"{1 / statistics.fmean(steady):.2f} steps/s after step 1, wall {wall:.1f}s incl. launch, "
+          f"peak {max(r['peak_memory_mb'] for r in records):.0f} MB")
+
+
+if __name__ == "__main__":  # the launcher's rank processes are spawned: they re-import this file
+    main()
+EOF
+
 # --- the redis-server the service's `dev` starts ------------------------------------------
 
 # Unpacks .devkit/debs (redis-server, redis-tools and every library they link, glibc and its
@@ -557,6 +592,21 @@ main() {
                 "${shape_e[@]:1}" 2>&1 | tee "$log"
             rc=${PIPESTATUS[0]}
             record e "larger model bf16 steps ($device)" "$( ((rc == 0)) && echo ok || echo failed)" \
+                $(( $(date +%s) - t )) "$(figures "$log" || true)$( ((rc != 0)) && echo " (rc $rc)")"
+        fi
+    fi
+
+    if wants f; then
+        hr "f. the data-parallel launcher on $device (one rank per process)"
+        t=$(date +%s)
+        if (( cuda == 0 )) && [[ $device == cuda ]]; then
+            record f "launcher, 1 rank" skipped 0 "no CUDA"
+        else
+            ensure_tiny_model
+            log=$WORK/f.txt
+            bounded "$(stage_limit 120)" "$PY" "$WORK/ranks_cuda.py" "$WORK" "$device" ${steps_c#--max-steps } 2>&1 | tee "$log"
+            rc=${PIPESTATUS[0]}
+            record f "launcher, 1 rank ($device)" "$( ((rc == 0)) && echo ok || echo failed)" \
                 $(( $(date +%s) - t )) "$(figures "$log" || true)$( ((rc != 0)) && echo " (rc $rc)")"
         fi
     fi

@@ -3,8 +3,17 @@
 ``step-N/`` holds the weights as a Hugging Face folder (safetensors; the adapter only with
 LoRA) plus the tokenizer, so it is usable on its own, and beside them the optimizer,
 scheduler, RNG states, data position and, when stopped in the middle of a ``num_iterations``
-cycle, the generation batch being trained on. A checkpoint is written to a temporary folder
-and renamed into place, so a crash never leaves a half-written ``step-N``.
+cycle, the generation batch being trained on: every rank's share of it, one file per rank
+(``experience.pt`` alone on one process), so it resumes on the same number of ranks.
+
+Under ``sharding: fsdp`` the trainable weights and the optimizer state are also written with
+``torch.distributed.checkpoint`` into ``step-N/distributed/`` by every rank, each its shards;
+that format is resharded on load, so such a checkpoint resumes on any number of ranks (one
+process included), and the Hugging Face folder beside it is the gathered export. Under ddp
+rank 0 writes ``optimizer.pt``, as a single process does.
+
+All ranks write into one temporary folder that rank 0 renames into place once every rank is
+done, so a crash never leaves a half-written ``step-N``.
 """
 
 from __future__ import annotations
@@ -22,7 +31,10 @@ import torch
 from safetensors.torch import load_file
 
 from grpo_core.data import PromptSampler
+from grpo_core.distributed import SINGLE, Ranks
+from grpo_core.errors import GRPOError
 from grpo_core.models import PolicyAndReference
+from grpo_core.sharding import is_sharded
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -30,6 +42,7 @@ if TYPE_CHECKING:
     from grpo_core.experience import Experience
 
 STATE_FILE = "trainer_state.json"
+DISTRIBUTED_DIR = "distributed"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -40,6 +53,7 @@ class TrainerState:
     sampler: dict[str, int]
     iteration: int  # optimizer passes already taken over the pending experience
     has_experience: bool
+    world_size: int = 1  # ranks the pending experience is split over, one file each
 
 
 def rng_state() -> dict[str, Any]:
@@ -65,24 +79,85 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     experience: Experience | None = None,
+    ranks: Ranks = SINGLE,
+    distributed: bool = False,
 ) -> Path:
-    """Write ``root/step-{state.step}`` atomically and return it."""
+    """Write ``root/step-{state.step}`` atomically and return it. Every rank calls this;
+    ``distributed`` selects the ``torch.distributed.checkpoint`` format (``sharding: fsdp``)."""
     final = root / f"step-{state.step}"
-    tmp = root / f".step-{state.step}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    models.policy.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-    torch.save(rng_state(), tmp / "rng.pt")
+    tmp = _shared_tmp_folder(root, state.step, ranks)
+    weights = _save_distributed(tmp, models, optimizer) if distributed else None
+    if ranks.is_main:
+        # ``weights`` is the gathered state under fsdp; None saves the module's own.
+        models.policy.save_pretrained(tmp, safe_serialization=True, state_dict=weights)
+        tokenizer.save_pretrained(tmp)
+        if not distributed:
+            torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+        torch.save(rng_state(), tmp / "rng.pt")
     if experience is not None:
-        torch.save(experience, tmp / "experience.pt")
-    # Written last: its presence marks the checkpoint complete.
-    (tmp / STATE_FILE).write_text(json.dumps(state.__dict__, indent=2))
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
+        torch.save(experience, tmp / _experience_file(ranks.rank, ranks.world_size))
+    ranks.barrier()
+    if ranks.is_main:
+        # Written last: its presence marks the checkpoint complete.
+        (tmp / STATE_FILE).write_text(json.dumps(state.__dict__, indent=2))
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
     return final
+
+
+def _shared_tmp_folder(root: Path, step: int, ranks: Ranks) -> Path:
+    """Rank 0 makes a fresh temporary folder (its pid in the name) and every rank learns it; the
+    exchange also keeps the other ranks from writing before it exists."""
+    tmp = None
+    if ranks.is_main:
+        tmp = root / f".step-{step}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    return ranks.gather_objects(tmp)[0]
+
+
+def _experience_file(rank: int, world_size: int) -> str:
+    return "experience.pt" if world_size == 1 else f"experience-rank{rank}.pt"
+
+
+def _state_dict_options(**options: bool):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    # Frozen parameters (a LoRA base) come from the model source, as with the adapter export.
+    return StateDictOptions(ignore_frozen_params=True, **options)
+
+
+def _save_distributed(
+    folder: Path, models: PolicyAndReference, optimizer: torch.optim.Optimizer
+) -> dict[str, torch.Tensor]:
+    """Every rank writes its shards of the trainable weights and optimizer state; returns the
+    gathered full weights on rank 0 (empty elsewhere), for the Hugging Face export."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
+
+    weights, optim = get_state_dict(models.policy, optimizer, options=_state_dict_options())
+    dcp.save({"model": weights, "optimizer": optim}, checkpoint_id=folder / DISTRIBUTED_DIR)
+    full = _state_dict_options(full_state_dict=True, cpu_offload=True)
+    return get_model_state_dict(models.policy, options=full)
+
+
+def _load_distributed(folder: Path, models: PolicyAndReference, optimizer: torch.optim.Optimizer) -> None:
+    """Read the shards this rank's (possibly differently sharded, or unsharded) model needs."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    options = _state_dict_options()
+    weights, optim = get_state_dict(models.policy, optimizer, options=options)
+    state = {"model": weights, "optimizer": optim}
+    dcp.load(state, checkpoint_id=folder / DISTRIBUTED_DIR)
+    set_state_dict(
+        models.policy,
+        optimizer,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optimizer"],
+        options=options,
+    )
 
 
 def latest_checkpoint(root: Path) -> Path | None:
@@ -103,16 +178,38 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     sampler: PromptSampler,
+    ranks: Ranks = SINGLE,
 ) -> tuple[TrainerState, Experience | None]:
     """Restore weights, optimizer, scheduler, data position and RNG in place; return the trainer
-    state and the pending experience (or None)."""
+    state and this rank's share of the pending experience (or None). Every rank calls this."""
     state = TrainerState(**json.loads((path / STATE_FILE).read_text()))
-    _load_weights(path, models)
-    optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
+    if state.has_experience and state.world_size != ranks.world_size:
+        # Each rank's file holds its rows, padded to its own width; another split would need
+        # them joined and padded again, which is refused rather than made nearly equal.
+        raise GRPOError(
+            f"{path} was taken between the num_iterations passes over a batch that was split over "
+            f"{state.world_size} rank(s); it resumes on {state.world_size}, not {ranks.world_size} "
+            "(checkpoints at the end of a batch resume on any number)",
+            code="resume_unsupported",
+        )
+    if (path / DISTRIBUTED_DIR).is_dir():
+        _load_distributed(path, models, optimizer)
+    elif is_sharded(models.policy):
+        raise GRPOError(
+            f"{path} was written under sharding: ddp; a sharded (fsdp) run resumes only from its "
+            "own distributed checkpoints",
+            code="resume_unsupported",
+        )
+    else:
+        _load_weights(path, models)
+        optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
     sampler.load_state_dict(state.sampler)
     restore_rng_state(torch.load(path / "rng.pt", weights_only=False))
-    experience = torch.load(path / "experience.pt", weights_only=False) if state.has_experience else None
+    experience = None
+    if state.has_experience:
+        file = path / _experience_file(ranks.rank, ranks.world_size)
+        experience = torch.load(file, weights_only=False)
     return state, experience
 
 

@@ -26,6 +26,7 @@ from grpo_core.models import (
 from grpo_core.optim import build_optimizer, build_scheduler
 from grpo_core.placement import Placement, place
 from grpo_core.rewards import RESERVED_COLUMNS, BoundReward, RewardContext, bind_rewards
+from grpo_core.sharding import shard_models
 from grpo_core.spec import JobSpec
 
 if TYPE_CHECKING:
@@ -79,10 +80,16 @@ def build_components(
     prompts = PromptSet(rows, [render_prompt(row["prompt"], tokenizer) for row in rows])
     torch.manual_seed(spec.grpo.seed)
     placement = place(device, spec.model.dtype, ranks)
+    sharded = spec.resources.sharding == "fsdp" and ranks.world_size > 1
+    # A sharded model is loaded on the CPU: fully_shard moves it to the device one layer at a time
+    # and keeps only this rank's shard there, so no GPU ever holds the whole policy and reference.
+    load_device = torch.device("cpu") if sharded else placement.device
     models = build_policy_and_reference(
-        spec.model, location, spec.grpo.beta, placement.device, spec.grpo.gradient_checkpointing
+        spec.model, location, spec.grpo.beta, load_device, spec.grpo.gradient_checkpointing
     )
     models.policy.train()
+    if sharded:
+        shard_models(models, ranks)  # before the optimizer, which must hold the shards
     optimizer = build_optimizer(models.policy, spec.grpo)
     eos = eos_token_ids(tokenizer, models.policy)
     if not eos:

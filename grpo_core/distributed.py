@@ -47,6 +47,10 @@ class Ranks:
     def any(self, flag: bool) -> bool:
         return bool(self.max([float(flag)])[0])
 
+    def barrier(self) -> None:
+        """Wait until every rank gets here (a one-number reduction, on the collectives' device)."""
+        self.sum([0.0])
+
     def _reduce(self, values: list[float], op: dist.ReduceOp) -> list[float]:
         if self.world_size == 1:
             return [float(v) for v in values]

@@ -16,6 +16,7 @@ import torch
 from grpo_core.logprobs import position_ids_from_mask
 from grpo_core.randomness import token_uniforms
 from grpo_core.sampling import sample_next_token
+from grpo_core.sharding import gathered_for_generation
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,9 @@ def sample_completions(
     try:
         prompt_ids = prompts.ids.repeat_interleave(num_generations, dim=0)
         prompt_mask = prompts.mask.repeat_interleave(num_generations, dim=0)
-        tokens = _decode_loop(model, prompt_ids, prompt_mask, eos_ids, pad_id, options, row_keys)
+        # A sharded model is gathered for the whole loop: its length differs between ranks.
+        with gathered_for_generation(model):
+            tokens = _decode_loop(model, prompt_ids, prompt_mask, eos_ids, pad_id, options, row_keys)
     finally:
         model.train(was_training)
     completion_mask = completion_mask_from_eos(tokens, eos_ids)

@@ -99,9 +99,43 @@ class ReasoningSpec(_Strict):
     close_tag: str = Field("</think>", min_length=1, max_length=64)
 
 
+Sharding = Literal["ddp", "fsdp"]
+
+
 class ResourcesSpec(_Strict):
     gpus: int = Field(1, ge=1, le=64)
     pool: str = Field("default", pattern=POOL_NAME_PATTERN)
+    sharding: Sharding = Field(
+        "ddp",
+        description=(
+            "How the gpus share the model. ddp: every GPU holds the whole model and optimizer and "
+            "gradients are all-reduced. fsdp: parameters, gradients and optimizer state are sharded "
+            "across the GPUs (FSDP2, one shard group per decoder layer), for models whose training "
+            "state does not fit one GPU; needs gpus >= 2. Both train exactly like one process."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _fsdp_shards_over_several_gpus(self) -> ResourcesSpec:
+        if self.sharding == "fsdp" and self.gpus < 2:
+            raise _located_error(
+                type(self).__name__,
+                ("sharding",),
+                self.sharding,
+                "fsdp_needs_several_gpus",
+                "fsdp shards the model across GPUs and needs gpus >= 2 (got {gpus}); use ddp on one GPU",
+                {"gpus": self.gpus},
+            )
+        return self
+
+
+def _located_error(
+    title: str, loc: tuple[str, ...], value: Any, kind: str, message: str, context: dict[str, Any]
+) -> ValidationError:
+    """A validation error placed on the field to fix (``loc``), not on the model that checked it,
+    so an HTTP 422 names that field."""
+    error = PydanticCustomError(kind, message, context)
+    return ValidationError.from_exception_data(title, [InitErrorDetails(type=error, loc=loc, input=value)])
 
 
 class JobSpec(_Strict):
@@ -122,12 +156,13 @@ class JobSpec(_Strict):
         so every rank must get the same number of prompts."""
         gpus, prompts = self.resources.gpus, self.grpo.prompts_per_step
         if prompts % gpus:
-            error = PydanticCustomError(
+            raise _located_error(
+                type(self).__name__,
+                ("grpo", "prompts_per_step"),
+                prompts,
                 "not_divisible_by_gpus",
                 "must be divisible by resources.gpus ({gpus}): each GPU trains on whole groups of "
                 "the same number of prompts",
                 {"gpus": gpus},
             )
-            details = InitErrorDetails(type=error, loc=("grpo", "prompts_per_step"), input=prompts)
-            raise ValidationError.from_exception_data(type(self).__name__, [details])
         return self

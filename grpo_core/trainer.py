@@ -14,7 +14,6 @@ from grpo_core.callbacks import TrainerCallback
 from grpo_core.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
 from grpo_core.components import RunComponents
 from grpo_core.config import GRPOConfig
-from grpo_core.errors import GRPOError
 from grpo_core.experience import Experience, make_experience
 from grpo_core.metrics import experience_metrics, peak_memory_mb, sample_rows, tokens_in
 from grpo_core.update import optimizer_step
@@ -88,15 +87,13 @@ class GRPOTrainer:
             return False
         c = self.components
         self.state, self.pending = load_checkpoint(
-            path, models=c.models, optimizer=c.optimizer, scheduler=c.scheduler, sampler=c.sampler
+            path,
+            models=c.models,
+            optimizer=c.optimizer,
+            scheduler=c.scheduler,
+            sampler=c.sampler,
+            ranks=self.ranks,
         )
-        if self.pending is not None and self.ranks.world_size > 1:
-            # The checkpoint holds rank 0's rows only; the other ranks' shares are not saved.
-            raise GRPOError(
-                f"{path} was taken between the num_iterations passes over a batch; resuming it "
-                "on several ranks is not supported yet: resume it on one process",
-                code="resume_unsupported",
-            )
         self.last_checkpoint = path
         self.callbacks.on_event(
             "resumed",
@@ -155,14 +152,16 @@ class GRPOTrainer:
             self._checkpoint()
 
     def _checkpoint(self) -> Path | None:
-        """Save the current step unless it is already saved (or nothing was trained)."""
-        if self.state.step == 0 or not self.ranks.is_main:
+        """Save the current step unless it is already saved (or nothing was trained). Every rank
+        takes part (each writes its share); rank 0 alone reports it."""
+        if self.state.step == 0:
             return None
         if self.last_checkpoint is not None and self.last_checkpoint.name == f"step-{self.state.step}":
             return self.last_checkpoint
         c = self.components
         self.state.sampler = c.sampler.state_dict()
         self.state.has_experience = self.pending is not None
+        self.state.world_size = self.ranks.world_size
         path = save_checkpoint(
             self.checkpoint_dir,
             self.state,
@@ -171,12 +170,15 @@ class GRPOTrainer:
             optimizer=c.optimizer,
             scheduler=c.scheduler,
             experience=self.pending,
+            ranks=self.ranks,
+            distributed=c.spec.resources.sharding == "fsdp",
         )
         self.last_checkpoint = path
-        self.callbacks.on_checkpoint(self.state.step, path)
-        self.callbacks.on_event(
-            "checkpoint",
-            f"checkpoint at step {self.state.step}",
-            {"step": self.state.step, "path": str(path)},
-        )
+        if self.ranks.is_main:
+            self.callbacks.on_checkpoint(self.state.step, path)
+            self.callbacks.on_event(
+                "checkpoint",
+                f"checkpoint at step {self.state.step}",
+                {"step": self.state.step, "path": str(path)},
+            )
         return path

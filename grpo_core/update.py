@@ -21,6 +21,7 @@ from grpo_core.logprobs import completion_logprobs
 from grpo_core.losses import StepTotals, aggregate_loss, clip_counts, masked_sum, policy_loss_terms
 from grpo_core.placement import Placement
 from grpo_core.rollout import micro_batches
+from grpo_core.sharding import clip_gradients, reduce_gradients
 
 
 @dataclass
@@ -137,9 +138,9 @@ def optimizer_step(
     optimizer.zero_grad(set_to_none=True)
     metrics = accumulate_gradients(policy=policy, experience=experience, config=config, placement=placement)
     params = [p for p in policy.parameters() if p.requires_grad]
-    placement.ranks.sum_gradients(params)  # before clipping: the norm is the whole step's
+    reduce_gradients(policy, params, placement.ranks)  # before clipping: the norm is the whole step's
     max_norm = config.max_grad_norm if config.max_grad_norm > 0 else math.inf
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    grad_norm = clip_gradients(params, max_norm)
     if not math.isfinite(grad_norm):
         optimizer.zero_grad(set_to_none=True)
         raise NonFiniteLossError(f"gradient norm is {grad_norm}; the step was not applied")

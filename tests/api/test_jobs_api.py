@@ -259,6 +259,8 @@ BAD_SPECS = [
     ({"dataset": {"source": "path:leak.jsonl"}}, "dataset.source"),
     ({"dataset": {"source": "path:../outside/secret.jsonl"}}, "dataset.source"),
     ({"dataset": {"prompts": [{"prompt": "x"}], "source": "path:prompts.jsonl"}}, "dataset"),
+    ({"resources": {"gpus": 1, "sharding": "fsdp"}}, "resources.sharding"),  # nothing to shard over
+    ({"resources": {"sharding": "zero3"}}, "resources.sharding"),
 ]
 
 

@@ -151,11 +151,12 @@ def test_nproc_per_node_trains_on_ranks_and_a_rank_failure_exits_1(tiny_model_di
     done = grpo(*args, "--nproc-per-node", "2", "--max-steps", "1")
     assert done.returncode == 0, done.stderr
     assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1]
-    # Step 1 ended between the two passes over its batch: only rank 0's rows are in the checkpoint.
+    # The same job, now sharded: its ranks cannot resume the replicated (ddp) checkpoint.
+    write_spec(spec, {**data, "resources": {"gpus": 2, "sharding": "fsdp"}})
     resumed = grpo(*args, "--nproc-per-node", "2", "--resume")
     assert resumed.returncode == 1
     # Every rank refuses; which one the launcher reports first is a race.
-    assert re.search(r"rank [01] failed", resumed.stderr) and "not supported yet" in resumed.stderr
+    assert re.search(r"rank [01] failed", resumed.stderr) and "under sharding: ddp" in resumed.stderr
 
 
 def test_nproc_per_node_that_splits_groups_is_refused_before_anything_runs(tiny_model_dir, tmp_path):

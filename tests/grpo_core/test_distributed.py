@@ -1,16 +1,15 @@
 """One job on 2 gloo ranks equals the 1-process run: same completions, rewards, metrics and
-final parameters (issue 10, world-size invariance)."""
+final parameters (issue 10, world-size invariance), with dynamic sampling too."""
 
 from __future__ import annotations
 
-import json
-import math
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import torch
 from core_specs import PROMPTS, make_spec, spec_dict
+from run_records import assert_same_run, assert_same_samples, records
 from safetensors.torch import load_file
 
 from grpo_core.components import build_components
@@ -20,48 +19,9 @@ from grpo_core.experience import Experience
 from grpo_core.launch import check_data_parallel, run_data_parallel
 from grpo_core.local_run import JsonlRecorder, run_local
 from grpo_core.spec import JobSpec
-from grpo_core.trainer import GRPOTrainer, TrainResult
+from grpo_core.trainer import GRPOTrainer
 
-# Wall-clock figures differ from run to run; everything else must not.
-_UNEQUAL = ("timing/", "step_time", "tokens_per_second", "peak_memory_mb")
-
-
-def _records(out: Path, name: str) -> list[dict]:
-    return [json.loads(line) for line in (out / f"{name}.jsonl").read_text().splitlines()]
-
-
-def _assert_close(one: dict, two: dict, where: str) -> None:
-    assert one.keys() == two.keys(), where
-    for key, value in one.items():
-        if key.startswith(_UNEQUAL):
-            continue
-        if isinstance(value, float) and isinstance(two[key], float):
-            close = math.isclose(value, two[key], rel_tol=1e-5, abs_tol=1e-5)
-            assert close, f"{where} {key}: {value} != {two[key]}"
-        else:
-            assert value == two[key], f"{where} {key}"
-
-
-def _assert_same_run(single: TrainResult, double: TrainResult, one: Path, two: Path, model_dir: Path) -> None:
-    """Same samples and metrics (timings aside) at every step, same final parameters."""
-    assert single.step == double.step
-    samples_one, samples_two = _records(one, "samples"), _records(two, "samples")
-    assert [s["completion"] for s in samples_one] == [s["completion"] for s in samples_two]
-    for i, (a, b) in enumerate(zip(samples_one, samples_two, strict=True)):
-        _assert_close(a, b, f"sample {i}")
-    metrics_one, metrics_two = _records(one, "metrics"), _records(two, "metrics")
-    assert [m["step"] for m in metrics_two] == list(range(1, double.step + 1))
-    for a, b in zip(metrics_one, metrics_two, strict=True):
-        _assert_close(a, b, f"step {a['step']}")
-    assert any(m["loss"] != 0.0 for m in metrics_two)
-
-    weights_one = load_file(single.checkpoint / "model.safetensors")
-    weights_two = load_file(double.checkpoint / "model.safetensors")
-    initial = load_file(model_dir / "model.safetensors")
-    assert weights_one.keys() == weights_two.keys()
-    assert any(not torch.equal(weights_one[k], initial[k]) for k in initial if k in weights_one)
-    for name, tensor in weights_one.items():
-        torch.testing.assert_close(weights_two[name], tensor, rtol=0, atol=1e-5, msg=name)
+HANG = timedelta(seconds=120)  # a rank left waiting fails the test instead of hanging it
 
 
 @pytest.mark.slow
@@ -72,18 +32,22 @@ def test_two_gloo_ranks_train_exactly_like_one_process(tiny_model_dir, tmp_path)
         num_iterations=2, gradient_accumulation_steps=2,
     )
     single = run_local(spec, tmp_path, tmp_path / "one", device="cpu", progress=False)
-    # Bounded: a rank left waiting on the other fails the run instead of hanging the test.
     double = run_data_parallel(
-        spec, tmp_path, tmp_path / "two", 2, device="cpu", progress=False, hang_timeout=timedelta(seconds=120)
+        spec, tmp_path, tmp_path / "two", 2, device="cpu", progress=False, hang_timeout=HANG
     )
     assert single.step == double.step == 3
     assert double.checkpoint == tmp_path / "two" / "checkpoints" / "step-3"
 
-    _assert_same_run(single, double, tmp_path / "one", tmp_path / "two", tiny_model_dir)
+    assert_same_samples(tmp_path / "one", tmp_path / "two")
     # The whole step's rows (4 prompts x 4 generations), not rank 0's half.
-    assert [s["step"] for s in _records(tmp_path / "two", "samples")].count(1) == 4 * 4
+    assert [s["step"] for s in records(tmp_path / "two", "samples")].count(1) == 4 * 4
+    assert_same_run(tmp_path / "one", tmp_path / "two")
+    assert any(m["loss"] != 0.0 for m in records(tmp_path / "two", "metrics"))
+    initial = load_file(tiny_model_dir / "model.safetensors")
+    final = load_file(double.checkpoint / "model.safetensors")
+    assert any(not torch.equal(final[k], initial[k]) for k in initial if k in final)
     # Rank 0 alone wrote: one event stream, one started/finished pair.
-    events = [e["type"] for e in _records(tmp_path / "two", "events")]
+    events = [e["type"] for e in records(tmp_path / "two", "events")]
     assert events.count("started") == 1 and events.count("finished") == 1
 
 
@@ -102,7 +66,7 @@ def _dynamic_sampling_spec(model_dir: Path) -> JobSpec:
 @pytest.mark.slow
 def test_dynamic_sampling_on_two_gloo_ranks_selects_like_one_process(tiny_model_dir, tmp_path):
     spec = _dynamic_sampling_spec(tiny_model_dir)
-    # The 1-process run, watching which groups each step keeps (run_local, plus the selection).
+    # The 1-process run (what run_local does), watching which groups each step keeps.
     one = tmp_path / "one"
     one.mkdir()
     trainer = GRPOTrainer(build_components(spec, device="cpu"), one / "checkpoints", JsonlRecorder(one))
@@ -115,13 +79,13 @@ def test_dynamic_sampling_on_two_gloo_ranks_selects_like_one_process(tiny_model_
         return exp
 
     trainer.make_experience = recording_selection
-    single = trainer.train()
-    double = run_data_parallel(
-        spec, tmp_path, tmp_path / "two", 2, device="cpu", progress=False, hang_timeout=timedelta(seconds=120)
-    )
-    _assert_same_run(single, double, one, tmp_path / "two", tiny_model_dir)
+    assert trainer.train().step == 3
+    run_data_parallel(spec, tmp_path, tmp_path / "two", 2, device="cpu", progress=False, hang_timeout=HANG)
+    assert_same_samples(one, tmp_path / "two")
+    assert_same_run(one, tmp_path / "two")
 
-    metrics = _records(tmp_path / "two", "metrics")
+    metrics = records(tmp_path / "two", "metrics")
+    assert any(m["loss"] != 0.0 for m in metrics)
     # Resampling happened and zero-variance groups were skipped: the selection is not the first round.
     assert sum(m["dynamic_sampling/extra_batches"] for m in metrics) > 0
     assert any(selection != [0, 1, 2, 3] for selection in selections)
