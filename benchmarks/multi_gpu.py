@@ -42,6 +42,8 @@ How it is measured
       CUDA.
     * ``--repeats`` runs each side that many times, in ABBA order, and pools the steps; the
       machine may be shared, so only the ratio of runs in the same invocation is meaningful.
+      ``other_load``: cores' worth of CPU that processes outside the run used meanwhile (from
+      ``/proc/stat``; the run's own ranks excluded), to tell a slow run from a crowded one.
 
 Run: ``.venv/bin/python benchmarks/multi_gpu.py [--steps 20 --sharding ddp,fsdp --json-out out.json]``.
 ``--budget`` bounds the whole invocation in seconds: a side that would start after it is
@@ -62,7 +64,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import format_table, median, run_child, write_result
+from _common import ForeignCpu, format_table, median, run_child, write_result
 
 TABLE_COLUMNS = (
     "side",
@@ -73,6 +75,7 @@ TABLE_COLUMNS = (
     "vs_one",
     "peak_memory_mb",
     "wall_s",
+    "other_load",
 )
 PROMPTS = [f"Question {i}: is {i} plus {i} equal to {2 * i}? Answer yes or no." for i in range(32)]
 
@@ -209,6 +212,7 @@ def summarise(side: str, runs: list[dict[str, Any]], reference: float) -> dict[s
         "vs_one": steps_per_s / reference if reference else float("nan"),
         "peak_memory_mb": max(run["peak_memory_mb"] for run in runs),
         "wall_s": median([run["wall_s"] for run in runs]),
+        "other_load": median([run["other_load"] for run in runs]),
         "final_reward": runs[-1]["final_reward"],
     }
 
@@ -250,11 +254,14 @@ def main(argv: list[str] | None = None) -> int:
                     "--max-completion-length", str(args.max_completion_length),
                 ]  # fmt: skip
                 log = logs / f"{side}-{repeat + 1}.log"
+                others, started = ForeignCpu(children=True), time.monotonic()  # ranks reaped: counted
                 result = run_child(Path(__file__), child, threads, log, timeout_s=left)
+                result["other_load"] = others.seconds() / (time.monotonic() - started)
                 runs[side].append(result)
                 print(
                     f"{side} run {repeat + 1}: median step {1000 * median(result['step_times']):.1f} ms, "
-                    f"peak {result['peak_memory_mb']:.0f} MB, wall {result['wall_s']:.1f} s",
+                    f"peak {result['peak_memory_mb']:.0f} MB, wall {result['wall_s']:.1f} s, "
+                    f"other processes {result['other_load']:.2f} cores",
                     flush=True,
                 )
     if not runs["one"]:
