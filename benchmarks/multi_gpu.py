@@ -64,6 +64,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _bench_sides import CORE_REWARDS
 from _common import ForeignCpu, format_table, median, run_child, write_result
 
 TABLE_COLUMNS = (
@@ -118,10 +119,7 @@ def job_spec(args: argparse.Namespace, model_dir: str, sharding: str, gpus: int)
         "name": "multi-gpu-bench",
         "model": {"source": f"path:{model_dir}"},
         "dataset": {"prompts": [{"prompt": p} for p in PROMPTS]},
-        "rewards": [
-            {"name": "contains", "args": {"text": "yes"}},
-            {"name": "length_target", "weight": 0.5, "args": {"target": 12}},
-        ],
+        "rewards": CORE_REWARDS,  # core_vs_trl's: "yes" + 0.5 x closeness to 12 chars
         "reasoning": {"enabled": False},
         "grpo": {
             "num_generations": args.num_generations,
