@@ -4,13 +4,15 @@ that make the k-rank step equal the 1-process one.
 Every rank builds the same components and draws the same global prompt batch; it keeps a
 contiguous slice of whole groups (:meth:`Ranks.share`). What crosses ranks: the step's loss
 normalisers and metric sums (:meth:`Ranks.sum`), the gradients (:meth:`Ranks.sum_gradients`),
-and the per-row statistics metrics are computed from (:meth:`Ranks.gather_rows`), so no metric
-is ever a mean of per-rank means. With one rank every method is the identity and nothing
-touches ``torch.distributed``.
+the per-row statistics metrics are computed from (:meth:`Ranks.gather_rows`), so no metric
+is ever a mean of per-rank means; with ``drop_zero_std_groups``, also the chosen groups' rows,
+moved to the rank that trains them (:meth:`Ranks.exchange_objects`). With one rank every method
+is the identity and nothing touches ``torch.distributed``.
 """
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +81,25 @@ class Ranks:
         out: list[Any] = [None] * self.world_size
         dist.all_gather_object(out, obj)
         return out
+
+    def exchange_objects(self, outgoing: list[Any]) -> list[Any]:
+        """Personalised all-to-all: ``outgoing[r]`` (picklable, CPU tensors only) goes to rank
+        ``r``; returns what each rank sent to this one, in rank order. Unlike
+        :meth:`gather_objects`, a rank receives only what is meant for it."""
+        if self.world_size == 1:
+            return list(outgoing)
+        payloads = [torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8) for obj in outgoing]
+        sizes = torch.tensor([p.numel() for p in payloads], dtype=torch.long, device=self.device)
+        incoming = torch.empty_like(sizes)
+        dist.all_to_all_single(incoming, sizes)  # how many bytes each rank will send here
+        received = torch.empty(int(incoming.sum()), dtype=torch.uint8, device=self.device)
+        dist.all_to_all_single(
+            received,
+            torch.cat(payloads).to(self.device),
+            output_split_sizes=incoming.tolist(),
+            input_split_sizes=sizes.tolist(),
+        )
+        return [pickle.loads(part.cpu().numpy().tobytes()) for part in received.split(incoming.tolist())]
 
     def sum_gradients(self, params: list[torch.nn.Parameter]) -> None:
         """All-reduce (sum) the gradients in one flat buffer: each rank's loss is already its share

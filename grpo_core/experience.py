@@ -52,17 +52,48 @@ class Experience:
     loss_mask: torch.Tensor  # (N, T)
     ref_logprobs: torch.Tensor | None = None  # (N, T)
     old_logprobs: torch.Tensor | None = None  # (N, T)
+    # The step's trained groups (all ranks'), as indices into every group it sampled, round by
+    # round in draw order: which ones drop_zero_std_groups kept.
+    selected_groups: list[int] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
-class _Groups:
-    """Candidate groups from one or more sampling rounds, before selection."""
+class _Rows:
+    """Whole groups' rows with everything a row carries: what a rank keeps, and what it sends
+    to the rank that trains a group it sampled."""
 
-    rollouts: list[Rollout] = field(default_factory=list)
-    prompts: list[str] = field(default_factory=list)
-    decoded: list[DecodedCompletion] = field(default_factory=list)
-    scores: list[torch.Tensor] = field(default_factory=list)
+    rollout: Rollout
+    prompts: list[str]  # (N,)
+    decoded: list[DecodedCompletion]  # (N,)
+    scores: torch.Tensor  # (N, F) per reward function, on the CPU
+
+    def group_on_cpu(self, index: int, g: int) -> _Rows:
+        """Group ``index``'s G rows, with tensors on the CPU: rows cross ranks pickled."""
+        rows = slice(index * g, (index + 1) * g)
+        rollout = self.rollout.select(rows).to("cpu")
+        return _Rows(rollout, self.prompts[rows], self.decoded[rows], self.scores[rows])
+
+    @staticmethod
+    def concat(parts: list[_Rows], pad_id: int) -> _Rows:
+        return _Rows(
+            concat_rollouts([p.rollout for p in parts], pad_id),
+            [prompt for p in parts for prompt in p.prompts],
+            [d for p in parts for d in p.decoded],
+            torch.cat([p.scores for p in parts]),
+        )
+
+
+@dataclass
+class _Groups:
+    """Candidate groups from one or more sampling rounds, before selection.
+
+    ``rounds`` holds this rank's share of each round; ``informative`` has a flag for every group
+    of every rank, in the 1-process order (round by round, each in draw order), so all ranks take
+    the same decisions from it."""
+
+    rounds: list[_Rows] = field(default_factory=list)
+    informative: list[bool] = field(default_factory=list)
     truncated_prompts: int = 0
     prompt_count: int = 0
     generation_seconds: float = 0.0
@@ -82,6 +113,10 @@ class _Generation:
     config: GRPOConfig
     reasoning: ReasoningSpec
     placement: Placement
+
+    @property
+    def weights(self) -> torch.Tensor:
+        return torch.tensor([r.weight for r in self.rewards], dtype=torch.float32)
 
 
 def _sample_round(gen: _Generation, groups: _Groups) -> None:
@@ -116,21 +151,39 @@ def _sample_round(gen: _Generation, groups: _Groups) -> None:
         raw_completions=[d.text for d in decoded],
     )
     groups.reward_seconds += time.perf_counter() - scoring
-    groups.rollouts.append(rollout)
-    groups.prompts += row_prompts
-    groups.decoded += decoded
-    groups.scores.append(torch.tensor(matrix, dtype=torch.float32).reshape(len(decoded), len(gen.rewards)))
+    scores = torch.tensor(matrix, dtype=torch.float32).reshape(len(decoded), len(gen.rewards))
+    groups.rounds.append(_Rows(rollout, row_prompts, decoded, scores))
+    spread = torch.nan_to_num(group_std(combine_rewards(scores, gen.weights), g), nan=0.0)
+    has_signal = ~torch.isclose(spread, torch.tensor(0.0))
+    # Every rank learns every rank's flags, so all decide alike whether to resample and what to keep.
+    groups.informative += gen.placement.ranks.gather_rows(has_signal.long()).bool().tolist()
     groups.truncated_prompts += prompt_batch.num_truncated
     groups.prompt_count += len(indices)
 
 
-def _select_groups(groups: _Groups, weights: torch.Tensor, g: int, b: int) -> tuple[torch.Tensor, int]:
-    """Indices of the B groups to train on: groups with reward variance first, in sampling order,
-    then zero-variance groups to fill the batch if the resampling cap was reached."""
-    rewards = combine_rewards(torch.cat(groups.scores), weights)
-    informative = ~torch.isclose(torch.nan_to_num(group_std(rewards, g), nan=0.0), torch.tensor(0.0))
-    order = torch.cat([informative.nonzero().flatten(), (~informative).nonzero().flatten()])
-    return order[:b].sort().values, int(informative.sum())
+def _select_groups(informative: list[bool], b: int) -> list[int]:
+    """Indices (into ``informative``'s order) of the B groups to train on: groups with reward
+    variance first, in sampling order, then zero-variance groups to fill the batch if the
+    resampling cap was reached; returned in sampling order."""
+    flags = torch.tensor(informative)
+    order = torch.cat([flags.nonzero().flatten(), (~flags).nonzero().flatten()])
+    return order[:b].sort().values.tolist()
+
+
+def _take_selected(groups: _Groups, selected: list[int], g: int, pad_id: int, ranks: Ranks) -> _Rows:
+    """This rank's rows of the selected groups: rank r trains the r-th contiguous share of
+    ``selected``, as with no resampling, wherever each group was sampled. Each rank sends the
+    groups it sampled to the ranks that train them (with one rank, it keeps them all)."""
+    share = len(selected) // ranks.world_size
+    outgoing: list[list[tuple[int, _Rows]]] = [[] for _ in range(ranks.world_size)]
+    for position, index in enumerate(selected):
+        round_index, in_round = divmod(index, len(selected))  # a round draws B = len(selected)
+        sampled_by, local = divmod(in_round, share)
+        if sampled_by == ranks.rank:
+            rows = groups.rounds[round_index].group_on_cpu(local, g)
+            outgoing[position // share].append((position, rows))
+    arrived = sorted((item for part in ranks.exchange_objects(outgoing) for item in part), key=lambda i: i[0])
+    return _Rows.concat([rows for _, rows in arrived], pad_id)
 
 
 def make_experience(
@@ -151,20 +204,18 @@ def make_experience(
         models.policy, tokenizer, prompts, sampler, rewards, eos_ids, config, reasoning, placement
     )
     ranks = placement.ranks
-    g, b = config.num_generations, config.prompts_per_step // ranks.world_size
-    weights = torch.tensor([r.weight for r in rewards], dtype=torch.float32)
+    g, b = config.num_generations, config.prompts_per_step
     groups = _Groups()
     _sample_round(gen, groups)
     extra_rounds = 0
     if config.drop_zero_std_groups:
-        while _select_groups(groups, weights, g, b)[1] < b and extra_rounds < config.max_resample_batches:
+        while sum(groups.informative) < b and extra_rounds < config.max_resample_batches:
             _sample_round(gen, groups)
             extra_rounds += 1
-    chosen, informative = _select_groups(groups, weights, g, b)
-    rows = (chosen.unsqueeze(1) * g + torch.arange(g)).flatten()
-    rollout = concat_rollouts(groups.rollouts, tokenizer.pad_token_id).select(rows.to(placement.device))
-    scores = torch.cat(groups.scores)[rows]
-    combined = combine_rewards(scores, weights)
+    selected = _select_groups(groups.informative, b)
+    rows = _take_selected(groups, selected, g, tokenizer.pad_token_id, ranks)
+    rollout = rows.rollout.to(placement.device)
+    combined = combine_rewards(rows.scores, gen.weights)
     step_rewards = ranks.gather_rows(combined) if config.scale_rewards == "batch" else None
     adv = compute_advantages(combined, g, config.scale_rewards, step_rewards)
     loss_mask = rollout.completion_mask
@@ -172,31 +223,30 @@ def make_experience(
         loss_mask = loss_mask * (~rollout.is_truncated).unsqueeze(1).long()
     exp = Experience(
         rollout=rollout,
-        prompts=[groups.prompts[i] for i in rows.tolist()],
-        decoded=[groups.decoded[i] for i in rows.tolist()],
-        rewards_per_func=scores,
+        prompts=rows.prompts,
+        decoded=rows.decoded,
+        rewards_per_func=rows.scores,
         rewards=combined,
         advantages=adv.advantages.to(placement.device),
         is_std_zero=adv.is_std_zero,
         loss_mask=loss_mask,
+        selected_groups=selected,
     )
     exp.metrics["timing/generation"] = groups.generation_seconds
     exp.metrics["timing/reward"] = groups.reward_seconds
     dynamic = config.drop_zero_std_groups
-    exp.metrics.update(_sampling_metrics(groups, informative, extra_rounds, dynamic, ranks))
+    exp.metrics.update(_sampling_metrics(groups, extra_rounds, dynamic, ranks))
     started = time.perf_counter()
     exp.ref_logprobs, exp.old_logprobs = fixed_logprobs(models, rollout, config, placement)
     exp.metrics["timing/ref"] = time.perf_counter() - started
     return exp
 
 
-def _sampling_metrics(
-    groups: _Groups, informative: int, extra_rounds: int, dynamic: bool, ranks: Ranks
-) -> dict[str, Any]:
+def _sampling_metrics(groups: _Groups, extra_rounds: int, dynamic: bool, ranks: Ranks) -> dict[str, Any]:
     truncated, count = ranks.sum([groups.truncated_prompts, groups.prompt_count])
     metrics: dict[str, Any] = {"prompts/truncated_ratio": truncated / max(1.0, count)}
     if dynamic:
-        metrics["dynamic_sampling/informative_groups"] = informative
+        metrics["dynamic_sampling/informative_groups"] = sum(groups.informative)
         metrics["dynamic_sampling/extra_batches"] = extra_rounds
     return metrics
 

@@ -31,9 +31,6 @@ def check_data_parallel(spec: JobSpec, nproc: int) -> None:
             "grpo.prompts_per_step",
             f"must be divisible by the number of ranks ({nproc}): each rank trains on whole groups",
         )
-    if spec.grpo.drop_zero_std_groups:
-        # Selecting groups after resampling needs every rank's candidates: not built yet.
-        raise SpecError("grpo.drop_zero_std_groups", "is not supported with more than one rank yet")
 
 
 def run_data_parallel(

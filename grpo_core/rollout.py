@@ -70,6 +70,15 @@ class Rollout:
             self.is_truncated[rows],
         )
 
+    def to(self, device: torch.device | str) -> Rollout:
+        return Rollout(
+            self.prompt_ids.to(device),
+            self.prompt_mask.to(device),
+            self.completion_ids.to(device),
+            self.completion_mask.to(device),
+            self.is_truncated.to(device),
+        )
+
 
 def tokenize_prompts(
     tokenizer, texts: list[str], max_prompt_length: int, device: torch.device

@@ -6,6 +6,9 @@ import json
 import math
 from pathlib import Path
 
+import torch
+from safetensors.torch import load_file
+
 # Wall-clock figures differ from run to run; everything else must not.
 UNEQUAL = ("timing/", "step_time", "tokens_per_second", "peak_memory_mb")
 
@@ -26,3 +29,24 @@ def assert_close_records(one: dict, two: dict, where: str) -> None:
             assert close, f"{where} {key}: {value} != {two[key]}"
         else:
             assert value == two[key], f"{where} {key}"
+
+
+def assert_same_samples(one: Path, other: Path) -> None:
+    """The same completions, and sample rows (rewards, advantages) within 1e-5."""
+    samples_one, samples_other = records(one, "samples"), records(other, "samples")
+    assert [s["completion"] for s in samples_one] == [s["completion"] for s in samples_other]
+    for i, (a, b) in enumerate(zip(samples_one, samples_other, strict=True)):
+        assert_close_records(a, b, f"sample {i}")
+
+
+def assert_same_run(one: Path, other: Path, step: int = 3) -> None:
+    """Same metrics at every step and parameters within 1e-5 after ``step``."""
+    metrics_one, metrics_other = records(one, "metrics"), records(other, "metrics")
+    assert [m["step"] for m in metrics_other] == list(range(1, step + 1))
+    for a, b in zip(metrics_one, metrics_other, strict=False):
+        assert_close_records(a, b, f"step {a['step']}")
+    weights_one = load_file(one / "checkpoints" / f"step-{step}" / "model.safetensors")
+    weights_other = load_file(other / "checkpoints" / f"step-{step}" / "model.safetensors")
+    assert weights_one.keys() == weights_other.keys()
+    for name, tensor in weights_one.items():
+        torch.testing.assert_close(weights_other[name], tensor, rtol=0, atol=1e-5, msg=name)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from core_specs import spec_dict
 from pydantic import ValidationError
-from run_records import assert_close_records, records
+from run_records import assert_close_records, assert_same_run, records
 from safetensors.torch import load_file
 
 from grpo_core.errors import GRPOError
@@ -76,19 +76,6 @@ def resume_from(runs_root: Path, source: str, name: str, step: int) -> Path:
         if folder.name != f"step-{step}":
             shutil.rmtree(folder)
     return target
-
-
-def assert_same_run(one: Path, other: Path, step: int = 3) -> None:
-    """Same metrics at every step and parameters within 1e-5 after ``step``."""
-    metrics_one, metrics_other = records(one, "metrics"), records(other, "metrics")
-    assert [m["step"] for m in metrics_other] == list(range(1, step + 1))
-    for a, b in zip(metrics_one, metrics_other, strict=False):
-        assert_close_records(a, b, f"step {a['step']}")
-    weights_one = load_file(one / "checkpoints" / f"step-{step}" / "model.safetensors")
-    weights_other = load_file(other / "checkpoints" / f"step-{step}" / "model.safetensors")
-    assert weights_one.keys() == weights_other.keys()
-    for name, tensor in weights_one.items():
-        torch.testing.assert_close(weights_other[name], tensor, rtol=0, atol=1e-5, msg=name)
 
 
 @dataclass
