@@ -13,17 +13,19 @@
 #   e. a bf16 core-step timing on a larger random-init model (hidden 512, 8 layers), fp32 weights
 #      under bf16 autocast and bf16 weights
 #   f. the same tiny job through the data-parallel launcher (elastic launch, NCCL) on one rank
+#   g. benchmarks/multi_gpu.py: 1 process vs one launched rank under ddp and under fsdp (FSDP2 on
+#      a 1-device mesh: its code paths and cost on CUDA; the memory saving needs k >= 2 GPUs)
 #
 # Each stage is bounded by `timeout` and by an overall deadline (GPU_CHECK_BUDGET seconds); a stage
 # that fails does not stop the later ones. Everything is teed to $OUT/gpu_check.log; the summary
-# table ends the log and is also $OUT/summary.txt. At most 7 files are written under $OUT.
+# table ends the log and is also $OUT/summary.txt. At most 8 files are written under $OUT.
 #
 # Knobs (environment): PY (python, default python3), OUT (default /tmp/gpu_check_out),
 # SKIP_WHEELS=1 (the service packages are already importable), GPU_CHECK_SITE (where the wheels
 # go, default /tmp/site), GPU_CHECK_BUDGET (default 420 s),
 # GPU_CHECK_CPU=1 (no CUDA here: run stages c and e on the CPU with few steps, to test the script),
 # GPU_CHECK_CAP_SCALE (default 1: multiplies each stage's time cap, for slow CPU runs),
-# GPU_CHECK_STAGES (default "abcdef": the stages to run), REDIS_FROM_PATH=1 (use a redis-server
+# GPU_CHECK_STAGES (default "abcdefg": the stages to run), REDIS_FROM_PATH=1 (use a redis-server
 # already on PATH instead of the carried one).
 #
 # What it carries is not in git (.whl/ and .devkit/ are ignored through .git/info/exclude). To
@@ -44,7 +46,7 @@ REPO=$PWD
 PY=${PY:-python3}
 OUT=${OUT:-/tmp/gpu_check_out}
 BUDGET=${GPU_CHECK_BUDGET:-420}
-STAGES=${GPU_CHECK_STAGES:-abcdef}
+STAGES=${GPU_CHECK_STAGES:-abcdefg}
 CPU_MODE=${GPU_CHECK_CPU:-0}
 SITE=${GPU_CHECK_SITE:-/tmp/site}
 mkdir -p "$OUT"
@@ -607,6 +609,24 @@ main() {
             bounded "$(stage_limit 120)" "$PY" "$WORK/ranks_cuda.py" "$WORK" "$device" ${steps_c#--max-steps } 2>&1 | tee "$log"
             rc=${PIPESTATUS[0]}
             record f "launcher, 1 rank ($device)" "$( ((rc == 0)) && echo ok || echo failed)" \
+                $(( $(date +%s) - t )) "$(figures "$log" || true)$( ((rc != 0)) && echo " (rc $rc)")"
+        fi
+    fi
+
+    if wants g; then
+        hr "g. benchmarks/multi_gpu.py on $device: 1 process vs the launcher under ddp and fsdp"
+        t=$(date +%s)
+        if (( cuda == 0 )) && [[ $device == cuda ]]; then
+            record g "multi_gpu.py ddp,fsdp" skipped 0 "no CUDA"
+        else
+            log=$WORK/g.txt
+            local shape_g=(--hidden-size 512 --num-layers 8 --steps 10 --warmup 2)
+            [[ $device == cpu ]] && shape_g=(--steps 3 --warmup 1)
+            bounded "$(stage_limit 200)" "$PY" benchmarks/multi_gpu.py --device "$device" --nproc 1 \
+                --sharding ddp,fsdp "${shape_g[@]}" --budget "$(( $(stage_limit 200) - 15 ))" \
+                --json-out "$OUT/g_multi_gpu.json" 2>&1 | tee "$log"
+            rc=${PIPESTATUS[0]}
+            record g "multi_gpu.py ddp,fsdp ($device)" "$( ((rc == 0)) && echo ok || echo failed)" \
                 $(( $(date +%s) - t )) "$(figures "$log" || true)$( ((rc != 0)) && echo " (rc $rc)")"
         fi
     fi

@@ -24,11 +24,13 @@ What runs
     process), not a speed-up: there are no extra cores to gain.
 
     GPU mode (CUDA available, or ``--device cuda``): ``one`` on GPU 0, then each mode on
-    ``--nproc`` GPUs (default: all visible). What ``fsdp`` on one GPU measures: nothing of its
-    own. A single rank holds the whole model whatever the setting (the core shards only when
-    there are several ranks, and a spec asking ``fsdp`` with ``gpus: 1`` is refused with a 422
-    naming ``resources.sharding``), so on one GPU the script reports fsdp as skipped and the
-    ddp row is the 1-GPU figure: one NCCL rank through the launcher, against ``one``. With k >= 2
+    ``--nproc`` GPUs (default: all visible). What ``fsdp`` on one GPU measures: FSDP2's own cost
+    and none of its saving. One launched rank is sharded over a 1-device mesh (the core shards
+    wherever the ranks form a process group), so the run pays for the wrapping, the per-layer
+    hooks, gathering the policy for sampling and the distributed checkpoint format, while every
+    parameter still lives on the one GPU. (The service refuses ``fsdp`` with ``gpus: 1`` for
+    that reason; this run asks the spec for 2 GPUs and launches 1 rank.) The ddp row is the
+    1-GPU data-parallel figure: one NCCL rank through the launcher, against ``one``. With k >= 2
     GPUs, fsdp's per-GPU peak is the figure that shows the sharding (parameters, gradients and
     AdamW state ~1/k per GPU, plus the whole policy while sampling).
 
@@ -147,9 +149,10 @@ def run_side(args: argparse.Namespace) -> dict[str, Any]:
 
     torch.set_num_threads(args.threads)
     one = args.side == "one"
-    spec = JobSpec.model_validate(
-        job_spec(args, args.model_dir, "ddp" if one else args.side, 1 if one else args.nproc)
-    )
+    # The spec's gpus is what the service would place; the launcher starts --nproc ranks. fsdp
+    # on one rank asks for 2 (the spec refuses fsdp on 1) and runs 1: see the docstring.
+    gpus = 1 if one else (2 if args.side == "fsdp" and args.nproc == 1 else args.nproc)
+    spec = JobSpec.model_validate(job_spec(args, args.model_dir, "ddp" if one else args.side, gpus))
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="multi-gpu-bench-") as tmp:
         out = Path(tmp) / "run"
@@ -179,23 +182,20 @@ def resolve_device(requested: str) -> tuple[str, int]:
     return ("cuda" if gpus and requested != "cpu" else "cpu"), gpus
 
 
-def plan_sides(args: argparse.Namespace, gpus: int) -> tuple[list[str], dict[str, str]]:
-    """The sides to run and, for modes that cannot run here, why not."""
-    sides, skipped = ["one"], {}
+def plan_sides(args: argparse.Namespace, gpus: int) -> list[str]:
+    """The sides to run: the 1-process reference, then each mode asked for."""
+    sides = ["one"]
     for mode in [m.strip() for m in args.sharding.split(",") if m.strip()]:
         if mode not in ("ddp", "fsdp"):
             raise SystemExit(f"--sharding: unknown mode {mode!r} (ddp or fsdp)")
-        if mode == "fsdp" and args.nproc < 2:
-            skipped[mode] = "one rank holds the whole model: fsdp needs >= 2 ranks (the docstring says why)"
-        else:
-            sides.append(mode)
+        sides.append(mode)
     if args.device == "cuda" and args.nproc > gpus:
         raise SystemExit(f"--nproc {args.nproc}: only {gpus} CUDA device(s) visible (one NCCL rank per GPU)")
     if args.prompts_per_step % args.nproc:
         raise SystemExit(
             f"--prompts-per-step {args.prompts_per_step} must be divisible by --nproc {args.nproc}"
         )
-    return sides, skipped
+    return sides
 
 
 def summarise(side: str, runs: list[dict[str, Any]], reference: float) -> dict[str, Any]:
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     args.device, gpus = resolve_device(args.device)
     args.nproc = args.nproc or (gpus if args.device == "cuda" else 2)
-    sides, skipped = plan_sides(args, gpus)
+    sides = plan_sides(args, gpus)
     deadline = time.monotonic() + args.budget
     from grpo_core.tiny import build_tiny_model
 
@@ -270,8 +270,6 @@ def main(argv: list[str] | None = None) -> int:
     headers = TABLE_COLUMNS
     print()
     print(format_table(headers, [[row[h] for h in headers] for row in rows]))
-    for mode, why in skipped.items():
-        print(f"{mode}: skipped ({why})")
     summary = {
         "device": args.device,
         "gpus_visible": gpus,
@@ -285,7 +283,6 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "load_average": os.getloadavg(),
         "sides": rows,
-        "skipped": skipped,
         "runs": runs,
     }
     print("FIGURES: " + json.dumps({r["side"]: round(r["steps_per_s"], 3) for r in rows}))
