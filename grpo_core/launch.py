@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import pickle
 import shutil
 import signal
 import sys
@@ -54,8 +55,9 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class RankFailed(GRPOError):
-    """A rank raised. ``code`` is its own :class:`GRPOError` code (``rank_failed`` for any other
-    exception); ``exception_type`` is the qualified name of what it raised."""
+    """A rank raised. ``code`` is its own :class:`GRPOError` code, ``rank_failed`` for any other
+    exception (``rank_code`` is then None); ``exception_type`` is the qualified name of what it
+    raised, ``reason`` its message and ``traceback`` its last lines."""
 
     code = "rank_failed"
 
@@ -63,6 +65,7 @@ class RankFailed(GRPOError):
                  code: str | None = None) -> None:
         super().__init__(f"rank {rank} failed: {message}", code=code)
         self.rank, self.exception_type, self.reason, self.traceback = rank, exception_type, message, traceback
+        self.rank_code = code
 
 
 class RankDied(GRPOError):
@@ -116,10 +119,10 @@ def _train_rank(ranks: Ranks, spec: JobSpec, spec_dir: Path, output_dir: Path, r
 def launch_ranks(entry: Callable[..., T], args: Sequence[Any], nproc: int, *, device: str | None = None,
                  hang_timeout: timedelta = DEFAULT_HANG_TIMEOUT) -> list[T]:
     """Run ``entry(ranks, *args)`` in ``nproc`` new processes, one per rank, and return each
-    rank's value in rank order. ``entry`` must be a module-level function and ``args`` picklable
-    (the ranks are spawned). Ranks train on ``device`` (default: CUDA when present, rank ``i``
-    on ``cuda:i`` of the devices this process sees); a rank waiting longer than ``hang_timeout``
-    on the others fails. Raises :class:`RankFailed` or :class:`RankDied`; all ranks are gone by
+    rank's value in rank order. ``entry`` must be a module-level function; it, ``args`` and its
+    value travel pickled. Ranks train on ``device`` (default: CUDA when present, rank ``i`` on
+    ``cuda:i`` of the devices this process sees); a rank waiting longer than ``hang_timeout`` on
+    the others fails. Raises :class:`RankFailed` or :class:`RankDied`; all ranks are gone by
     then, and they die with this process however it ends."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -139,12 +142,17 @@ def launch_ranks(entry: Callable[..., T], args: Sequence[Any], nproc: int, *, de
         signals_to_handle=_HANDLED_SIGNALS,
         logs_specs=DefaultLogsSpecs(log_dir=str(folder / "elastic")),  # removed with the folder
     )
+    # Each rank is a fresh interpreter (the launcher's command form, as torchrun runs a script),
+    # not a multiprocessing child: the caller may be a process multiprocessing will not let have
+    # children (a Celery pool process is daemonic to it). The call goes through the folder.
+    (folder / _CALL).write_bytes(pickle.dumps((entry, tuple(args), device, hang_timeout)))
+    command = ("-c", _BOOTSTRAP, json.dumps(sys.path), str(folder), str(os.getpid()))
     # The agent installs its own handlers for these (to take the ranks down before it exits) and
     # leaves them behind; the caller's come back afterwards.
     handlers = _current_handlers()
     try:
-        results = elastic_launch(config, _rank_main)(entry, os.getpid(), str(folder), device, hang_timeout,
-                                                     *args)
+        elastic_launch(config, sys.executable)(*command)
+        return [pickle.loads((folder / _value_file(rank)).read_bytes()) for rank in range(nproc)]
     except ChildFailedError as exc:
         raise _rank_error(exc, folder) from exc
     except SignalException as exc:
@@ -156,25 +164,39 @@ def launch_ranks(entry: Callable[..., T], args: Sequence[Any], nproc: int, *, de
     finally:
         _restore_handlers(handlers)
         shutil.rmtree(folder, ignore_errors=True)
-    return [results[rank] for rank in range(nproc)]
 
 
-def _rank_main(entry: Callable[..., T], parent_pid: int, folder: str, device: str | None,
-               hang_timeout: timedelta, *args: Any) -> T:
-    """One rank, in a process the launcher started (rank and rendezvous in its environment)."""
-    _die_with_parent(parent_pid)
+# A rank's command: the launcher's import path first, so whatever it could import, the rank can.
+_BOOTSTRAP = (
+    "import json, sys; sys.path[:0] = json.loads(sys.argv[1]); "
+    "from grpo_core.launch import rank_process; rank_process(sys.argv[2], int(sys.argv[3]))"
+)
+_CALL = "call.pkl"
+
+
+def _value_file(rank: int) -> str:
+    return f"value-{rank}.pkl"
+
+
+def rank_process(folder: str, parent_pid: int) -> None:
+    """One rank, in a process the launcher started (rank and rendezvous in its environment):
+    run the launch's call and leave the value in ``folder``, or a report of what it raised."""
+    _die_with_parent(parent_pid)  # first: loading the call imports for seconds
+    path, rank = Path(folder), int(os.environ["RANK"])
     try:
+        entry, args, device, hang_timeout = pickle.loads((path / _CALL).read_bytes())
         cuda = pick_device(device).type == "cuda"
         local_rank = int(os.environ["LOCAL_RANK"])
         comm_device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
         if cuda:
             torch.cuda.set_device(comm_device)
         dist.init_process_group("nccl" if cuda else "gloo", timeout=hang_timeout)
-        return entry(Ranks(dist.get_rank(), dist.get_world_size(), comm_device), *args)
+        value = entry(Ranks(dist.get_rank(), dist.get_world_size(), comm_device), *args)
+        _write_whole(path / _value_file(rank), pickle.dumps(value))
     except Exception as exc:
         # Before the group goes: destroying it breaks the other ranks' collectives, and their
         # reports of that must come later than this one, the cause.
-        _write_report(Path(folder), int(os.environ["RANK"]), exc)
+        _write_report(path, rank, exc)
         raise
     finally:
         if dist.is_initialized():
@@ -182,13 +204,11 @@ def _rank_main(entry: Callable[..., T], parent_pid: int, folder: str, device: st
 
 
 def _die_with_parent(parent_pid: int) -> None:
-    """Ask the kernel to SIGKILL this rank when the launching process dies. Whatever kills it (a
-    SIGKILLed worker, the OOM killer) gives it no chance to take its ranks down, and orphaned
-    ranks would keep their GPU and wait in collectives until the hang timeout. Torch's spawn asks
-    for SIGINT, which a rank blocked in native code (a collective, a CUDA sync) or catching
-    KeyboardInterrupt does not act on; this replaces it. The kernel signals when the thread that
-    started the rank exits: the launch runs in the caller's thread and returns only once every
-    rank has ended."""
+    """Ask the kernel to SIGKILL this rank when the launching process dies. Whatever kills that
+    process (a SIGKILLed worker, the OOM killer) gives it no chance to take its ranks down, and
+    the ranks, in a session of their own, would live on holding their GPU and waiting in
+    collectives until the hang timeout. The kernel signals when the thread that started the rank
+    exits: the launch runs in the caller's thread and returns only once every rank has ended."""
     if not sys.platform.startswith("linux"):
         return
     libc = ctypes.CDLL(None, use_errno=True)
@@ -200,7 +220,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def _write_report(folder: Path, rank: int, exc: Exception) -> None:
-    """What the rank raised, as JSON; written whole (rename) so the parent never reads half."""
+    """What the rank raised, as JSON."""
     lines = traceback.format_exc().rstrip().splitlines()
     report = {
         "rank": rank,
@@ -210,9 +230,14 @@ def _write_report(folder: Path, rank: int, exc: Exception) -> None:
         "traceback": "\n".join(lines[-TRACEBACK_LINES:]),
         "time": time.time(),
     }
-    partial = folder / f".rank-{rank}.json"
-    partial.write_text(json.dumps(report))
-    partial.rename(folder / f"rank-{rank}.json")
+    _write_whole(folder / f"rank-{rank}.json", json.dumps(report).encode())
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    """Written under another name, then renamed: the launcher never reads half a file."""
+    partial = path.with_name(f".{path.name}")
+    partial.write_bytes(data)
+    partial.rename(path)
 
 
 def _rank_error(exc: Any, folder: Path) -> GRPOError:

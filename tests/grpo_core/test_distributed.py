@@ -4,7 +4,6 @@ final parameters (issue 10, world-size invariance)."""
 from __future__ import annotations
 
 import json
-import math
 from datetime import timedelta
 from pathlib import Path
 
@@ -12,30 +11,16 @@ import pytest
 import torch
 from core_specs import make_spec
 from safetensors.torch import load_file
+from same_records import assert_same_record
 
 from grpo_core.distributed import Ranks
 from grpo_core.errors import SpecError
 from grpo_core.launch import check_data_parallel, run_data_parallel
 from grpo_core.local_run import run_local
 
-# Wall-clock figures differ from run to run; everything else must not.
-_UNEQUAL = ("timing/", "step_time", "tokens_per_second", "peak_memory_mb")
-
 
 def _records(out: Path, name: str) -> list[dict]:
     return [json.loads(line) for line in (out / f"{name}.jsonl").read_text().splitlines()]
-
-
-def _assert_close(one: dict, two: dict, where: str) -> None:
-    assert one.keys() == two.keys(), where
-    for key, value in one.items():
-        if key.startswith(_UNEQUAL):
-            continue
-        if isinstance(value, float) and isinstance(two[key], float):
-            close = math.isclose(value, two[key], rel_tol=1e-5, abs_tol=1e-5)
-            assert close, f"{where} {key}: {value} != {two[key]}"
-        else:
-            assert value == two[key], f"{where} {key}"
 
 
 @pytest.mark.slow
@@ -58,11 +43,11 @@ def test_two_gloo_ranks_train_exactly_like_one_process(tiny_model_dir, tmp_path)
     # The whole step's rows (4 prompts x 4 generations), not rank 0's half.
     assert [s["step"] for s in samples_two].count(1) == 4 * 4
     for i, (a, b) in enumerate(zip(samples_one, samples_two, strict=True)):
-        _assert_close(a, b, f"sample {i}")
+        assert_same_record(a, b, f"sample {i}")
     metrics_one, metrics_two = _records(tmp_path / "one", "metrics"), _records(tmp_path / "two", "metrics")
     assert [m["step"] for m in metrics_two] == [1, 2, 3]
     for a, b in zip(metrics_one, metrics_two, strict=True):
-        _assert_close(a, b, f"step {a['step']}")
+        assert_same_record(a, b, f"step {a['step']}")
     assert any(m["loss"] != 0.0 for m in metrics_two)
 
     weights_one = load_file(single.checkpoint / "model.safetensors")

@@ -2,8 +2,7 @@
 caller with its rank, code and traceback; a rank process that dies without raising is told apart
 (the machine's fault); and no rank outlives the process that launched it, however that ends.
 
-The entries are module-level so the spawned ranks can import them (this folder is on the path
-they inherit).
+The entries are module-level so the ranks can import them (they get the launcher's import path).
 """
 
 from __future__ import annotations
@@ -44,9 +43,6 @@ def kill_self_on(ranks: Ranks, rank: int) -> None:
 
 
 def wait_forever(ranks: Ranks, folder: str) -> None:
-    # Deaf to SIGINT, as a rank blocked in native code is: what torch's spawn sends its children
-    # when their parent dies must not be what ends them.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     (Path(folder) / f"rank-{ranks.rank}.pid").write_text(str(os.getpid()))
     while True:
         time.sleep(1)
