@@ -14,9 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
-from waiting import wait_until
+from waiting import process_gone, wait_until
 
 from grpo_core.distributed import Ranks
 from grpo_core.errors import GRPOError
@@ -69,13 +68,6 @@ def test_a_rank_killed_by_a_signal_is_a_death_not_an_error():
     assert died.value.code == "rank_died" and "rank 1" in died.value.message
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
 def test_no_rank_outlives_its_launcher(tmp_path, how):
     script = ("import sys; from grpo_core.launch import launch_ranks; from test_launch import wait_forever; "
@@ -94,7 +86,7 @@ def test_no_rank_outlives_its_launcher(tmp_path, how):
         # SIGKILL: the kernel kills the ranks (PR_SET_PDEATHSIG). SIGTERM: the launcher takes them
         # down, then dies of the signal as it would have without ranks.
         assert launcher.wait(timeout=60) == -how
-        wait_until(lambda: all(_gone(pid) for pid in pids), 30, f"ranks {pids} to end")
+        wait_until(lambda: all(process_gone(pid) for pid in pids), 30, f"ranks {pids} to end")
     finally:
         if launcher.poll() is None:
             launcher.kill()

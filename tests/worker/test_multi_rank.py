@@ -14,8 +14,8 @@ from typing import Any
 import psutil
 import pytest
 from same_records import assert_same_record
+from waiting import process_gone
 
-from api.lifecycle import TERMINAL_STATUSES
 from api.scheduling.scheduler import Scheduler
 from api.store.db import session_scope
 from api.store.jobs import request_cancel
@@ -47,32 +47,17 @@ def rank_processes(database_url: str, job_id: int, count: int = 2) -> list[psuti
     ``devices`` event names), once ``count`` of them run; else []."""
     try:
         job_process = psutil.Process(events(database_url, job_id, "devices")[-1].data["pid"])
-        ranks = [p for p in job_process.children() if "spawn_main" in " ".join(p.cmdline())]
+        ranks = [p for p in job_process.children() if "rank_process" in " ".join(p.cmdline())]
     except (IndexError, psutil.NoSuchProcess):
         return []
     return ranks if len(ranks) == count else []
 
 
 def gone(processes: list[psutil.Process]) -> bool:
-    def ended(process: psutil.Process) -> bool:
-        try:
-            return process.status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
-
-    return all(ended(p) for p in processes)
+    return all(process_gone(p.pid) for p in processes)
 
 
-@pytest.fixture
-def ended(job_of):
-    def check(job_id: int):
-        job = job_of(job_id)
-        return job if job.status in TERMINAL_STATUSES else None
-
-    return check
-
-
-def test_a_two_device_job_trains_on_two_ranks_exactly_like_one(processes, submit, tiny_spec, job_of, ended,
+def test_a_two_device_job_trains_on_two_ranks_exactly_like_one(processes, submit, tiny_spec, job_of, finished,
                                                                wait_for, pool, settings, database_url,
                                                                wait_worker_ready):
     processes.worker(pool, **TWO_SLOTS)
@@ -86,7 +71,7 @@ def test_a_two_device_job_trains_on_two_ranks_exactly_like_one(processes, submit
         job_id = submit(two_rank_spec(tiny_spec, pool, gpus, name=f"gpus{gpus}", **varied))
         # The second waits until the worker advertises the first job's devices free again.
         wait_for(lambda j=job_id: j in scheduler.tick(), 30, f"the {gpus}-device job's dispatch", processes)
-        runs[gpus] = wait_for(lambda j=job_id: ended(j), 180, f"the {gpus}-device job to end", processes)
+        runs[gpus] = wait_for(lambda j=job_id: finished(j), 180, f"the {gpus}-device job to end", processes)
         assert runs[gpus].status == "succeeded", runs[gpus].error
 
     assert runs[2].devices == [0, 1] and runs[1].devices == [0]
@@ -101,7 +86,7 @@ def test_a_two_device_job_trains_on_two_ranks_exactly_like_one(processes, submit
 
 
 def test_a_killed_rank_requeues_the_job_a_preemption_yields_it_and_it_resumes_each_time(
-        processes, submit, tiny_spec, job_of, ended, wait_for, pool, database_url, wait_worker_ready):
+        processes, submit, tiny_spec, job_of, finished, wait_for, pool, database_url, wait_worker_ready):
     processes.worker(pool, **TWO_SLOTS)
     wait_worker_ready(pool, processes)
     processes.scheduler(**FAST)
@@ -130,7 +115,7 @@ def test_a_killed_rank_requeues_the_job_a_preemption_yields_it_and_it_resumes_ea
     assert preempted.last_step < 30 and preempted.latest_checkpoint.endswith(f"step-{preempted.last_step}")
     wait_for(lambda: gone(second), 30, "every rank of the second attempt to end", processes)
 
-    done = wait_for(lambda: ended(job_id), 240, "the job to resume and finish", processes, interval=0.5)
+    done = wait_for(lambda: finished(job_id), 240, "the job to resume and finish", processes, interval=0.5)
     assert done.status == "succeeded", done.error
     assert done.attempt == 3 and done.devices == [0, 1]
     assert job_of(urgent).finished_at <= done.started_at  # the preempted job's devices went to it
@@ -140,7 +125,7 @@ def test_a_killed_rank_requeues_the_job_a_preemption_yields_it_and_it_resumes_ea
 
 
 def test_a_worker_killed_mid_run_leaves_no_rank_behind_and_the_job_resumes(
-        processes, submit, tiny_spec, job_of, ended, wait_for, pool, database_url, wait_worker_ready):
+        processes, submit, tiny_spec, job_of, finished, wait_for, pool, database_url, wait_worker_ready):
     worker = processes.worker(pool, **TWO_SLOTS)
     wait_worker_ready(pool, processes)
     processes.scheduler(**FAST)
@@ -155,7 +140,7 @@ def test_a_worker_killed_mid_run_leaves_no_rank_behind_and_the_job_resumes(
     assert job_of(job_id).status == "running"
 
     processes.worker(pool, **TWO_SLOTS)
-    done = wait_for(lambda: ended(job_id), 240, "the job to resume on the new worker", processes,
+    done = wait_for(lambda: finished(job_id), 240, "the job to resume on the new worker", processes,
                     interval=0.5)
     assert done.status == "succeeded", done.error
     assert done.attempt == 2
@@ -165,7 +150,7 @@ def test_a_worker_killed_mid_run_leaves_no_rank_behind_and_the_job_resumes(
 
 
 def test_cancelling_a_running_two_rank_job_ends_it_and_every_rank(processes, submit, tiny_spec, job_of,
-                                                                  ended, wait_for, pool, settings,
+                                                                  finished, wait_for, pool, settings,
                                                                   database_url, wait_worker_ready):
     processes.worker(pool, **TWO_SLOTS)
     wait_worker_ready(pool, processes)
@@ -175,13 +160,13 @@ def test_cancelling_a_running_two_rank_job_ends_it_and_every_rank(processes, sub
                      "the job to train on both ranks", processes)
     with session_scope(database_url) as session:
         request_cancel(session, job_id)
-    job = wait_for(lambda: ended(job_id), 60, "the cancel", processes)
+    job = wait_for(lambda: finished(job_id), 60, "the cancel", processes)
     assert job.status == "cancelled" and job.last_step < 500
     assert gone(ranks)  # the outcome is written only once the launcher has taken every rank down
     assert job.latest_checkpoint.endswith(f"step-{job.last_step}")  # rank 0 checkpointed on the way out
 
 
-def test_a_job_error_inside_the_ranks_fails_the_job_with_its_own_code(processes, submit, tiny_spec, ended,
+def test_a_job_error_inside_the_ranks_fails_the_job_with_its_own_code(processes, submit, tiny_spec, finished,
                                                                       wait_for, pool, settings, database_url,
                                                                       roots, wait_worker_ready):
     # Found only when each rank builds its components: the stored spec itself is valid.
@@ -190,7 +175,7 @@ def test_a_job_error_inside_the_ranks_fails_the_job_with_its_own_code(processes,
     processes.worker(pool, **TWO_SLOTS)
     wait_worker_ready(pool, processes)
     assert Scheduler(settings).tick() == [job_id]
-    job = wait_for(lambda: ended(job_id), 120, "the job to end", processes)
+    job = wait_for(lambda: finished(job_id), 120, "the job to end", processes)
     assert job.status == "failed" and job.attempt == 1  # a job error is not retried
     assert job.error.code == "invalid_spec" and "prompt" in job.error.message
     assert job.error.message.startswith(("rank 0 failed: ", "rank 1 failed: "))
