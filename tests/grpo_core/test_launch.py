@@ -74,7 +74,8 @@ def test_no_rank_outlives_its_launcher(tmp_path, how):
               "launch_ranks(wait_forever, (sys.argv[1],), 2, device='cpu')")
     # This module imports the test helpers' folder too.
     path = [str(REPO), str(REPO / "tests"), str(Path(__file__).parent)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+    # TMPDIR: a SIGKILLed launcher cannot remove its launch folder; it stays in the test's.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "TMPDIR": str(tmp_path)}
     launcher = subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], env=env, cwd=REPO)
     try:
         pid_files = [tmp_path / f"rank-{rank}.pid" for rank in (0, 1)]

@@ -125,8 +125,10 @@ def test_a_killed_rank_requeues_the_job_a_preemption_yields_it_and_it_resumes_ea
 
 
 def test_a_worker_killed_mid_run_leaves_no_rank_behind_and_the_job_resumes(
-        processes, submit, tiny_spec, job_of, finished, wait_for, pool, database_url, wait_worker_ready):
-    worker = processes.worker(pool, **TWO_SLOTS)
+        processes, submit, tiny_spec, job_of, finished, wait_for, pool, database_url, wait_worker_ready,
+        tmp_path):
+    # TMPDIR: the killed job process cannot remove its launch folder; it stays in the test's.
+    worker = processes.worker(pool, **TWO_SLOTS, TMPDIR=str(tmp_path))
     wait_worker_ready(pool, processes)
     processes.scheduler(**FAST)
     job_id = submit(two_rank_spec(tiny_spec, pool, grpo={"max_steps": 30}, checkpoint_every=3))
