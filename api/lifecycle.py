@@ -8,7 +8,7 @@ and consults :data:`RULES` for every move it makes.
       ▲  ▲                 │   │                │  │
       │  └─undispatch──────┘   │                │  └─request_cancel──► cancelling
       │                        │                │                       ├─stop_cancelled─► cancelled
-      ├──────requeue (lease expired)────────────┤                       └─succeed/fail (ended first)
+      ├──requeue (lease expired, rank died)─────┤                       └─succeed/fail (ended first)
       │                                         └─yield──► preempted ──dispatch──► dispatched
       └─ queued | preempted | dispatched ──cancel──► cancelled
 
@@ -55,7 +55,7 @@ class Transition(StrEnum):
     REQUEST_CANCEL = "request_cancel"  # a running job is asked to stop at its next step
     STOP_CANCELLED = "stop_cancelled"  # the attempt stopped for a cancel (or died while cancelling)
     YIELD = "yield"  # preempted: checkpointed and back in the queue
-    REQUEUE = "requeue"  # the lease expired: back in the queue, resumes from its checkpoint
+    REQUEUE = "requeue"  # lease expired or a rank died (the machine's fault): queued, resumes its checkpoint
 
 
 @dataclass(frozen=True)

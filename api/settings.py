@@ -48,6 +48,13 @@ class Settings(BaseSettings):
     heartbeat_seconds: float = Field(2.0, gt=0, description="How often a worker renews its job lease.")
     lease_seconds: float = Field(30.0, gt=0, description="A job whose lease is older goes back to the queue.")
     scheduler_interval_seconds: float = Field(0.5, gt=0)
+    max_attempts: int = Field(
+        5, ge=1, description="An attempt that a machine fault ended (a rank process killed) sends its "
+        "job back to the queue at once, until the job has had this many attempts; then it fails "
+        "`too_many_attempts`.")
+    rank_timeout_seconds: float = Field(
+        1800.0, gt=0, description="A rank of a multi-GPU job that waits longer than this on the others "
+        "(at the rendezvous or in a collective) fails the attempt.")
     fair_share_half_life_seconds: float = Field(
         3600.0, gt=0, description="Half-life of a team's past GPU usage in the fair-share order.")
     max_request_bytes: int = Field(1024 * 1024, ge=1024)

@@ -30,3 +30,14 @@ def wait_until(predicate: Callable[[], T], timeout: float, what: str, *, interva
         time.sleep(interval)
     extra = details() if details is not None else ""
     raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f"\n{extra}" if extra else ""))
+
+
+def process_gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie its parent has not reaped yet counts): a
+    predicate to wait on."""
+    import psutil  # only the tests that watch processes need it
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True

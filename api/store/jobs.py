@@ -268,6 +268,11 @@ def finish(
     )
 
 
+# What a job leaves behind when it goes back to the queue without yielding: its worker and devices.
+_BACK_IN_QUEUE = {"worker_id": None, "devices": None, "preempt_requested": False}
+TOO_MANY_ATTEMPTS = "too_many_attempts"
+
+
 def requeue_expired(session: Session, lease_seconds: float, now: datetime | None = None) -> list[int]:
     """Jobs whose worker went silent go back to the queue (they resume from their checkpoint);
     one that was being cancelled ends cancelled instead. The staleness is checked again by each
@@ -284,10 +289,31 @@ def requeue_expired(session: Session, lease_seconds: float, now: datetime | None
         else:
             job = transition(session, job_id, via=Transition.REQUEUE, guard=expired,
                              message="lease expired; back to the queue", data={"previous_status": status},
-                             values={"worker_id": None, "devices": None, "preempt_requested": False})
+                             values=_BACK_IN_QUEUE)
         if job is not None:
             moved.append(job_id)
     return moved
+
+
+def requeue_after_fault(session: Session, job_id: int, *, worker_id: str, message: str, data: dict[str, Any],
+                        max_attempts: int) -> JobRead | None:
+    """The attempt was ended by the machine, not by the job (a rank process killed, e.g. by the OOM
+    killer): back to the queue at once, to resume from its checkpoint, rather than once its lease
+    expires. Bounded: a job that has had ``max_attempts`` attempts fails ``too_many_attempts`` with
+    this ``message`` as its error instead; one being cancelled ends cancelled. Only the worker
+    holding the lease may; None when it no longer does."""
+    c = _JOBS.c
+    job = transition(session, job_id, via=Transition.STOP_CANCELLED, worker_id=worker_id,
+                     guard=c.status == JobStatus.CANCELLING.value, message=f"{message} while cancelling",
+                     data=data, values={"finished_at": utcnow()})
+    job = job or transition(session, job_id, via=Transition.REQUEUE, worker_id=worker_id,
+                            guard=c.attempt < max_attempts, message=f"{message}; back to the queue",
+                            data=data, values=_BACK_IN_QUEUE)
+    error = f"gave up after {max_attempts} attempts; the last: {message}"
+    return job or transition(session, job_id, via=Transition.FAIL, worker_id=worker_id, message=error,
+                             data={**data, "error_code": TOO_MANY_ATTEMPTS},
+                             values={"finished_at": utcnow(), "error_code": TOO_MANY_ATTEMPTS,
+                                     "error_message": error, "error_traceback": None})
 
 
 def set_progress(session: Session, job_id: int, step: int, checkpoint: str | None = None) -> None:

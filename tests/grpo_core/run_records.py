@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
-
-# Wall-clock figures differ from run to run; everything else must not.
-UNEQUAL = ("timing/", "step_time", "tokens_per_second", "peak_memory_mb")
+from same_records import assert_same_record
 
 
 def records(out: Path, name: str) -> list[dict]:
@@ -18,25 +15,12 @@ def records(out: Path, name: str) -> list[dict]:
     return [json.loads(line) for line in (out / f"{name}.jsonl").read_text().splitlines()]
 
 
-def assert_close_records(one: dict, two: dict, where: str) -> None:
-    """Same keys; floats within 1e-5, everything else equal, wall-clock figures aside."""
-    assert one.keys() == two.keys(), where
-    for key, value in one.items():
-        if key.startswith(UNEQUAL):
-            continue
-        if isinstance(value, float) and isinstance(two[key], float):
-            close = math.isclose(value, two[key], rel_tol=1e-5, abs_tol=1e-5)
-            assert close, f"{where} {key}: {value} != {two[key]}"
-        else:
-            assert value == two[key], f"{where} {key}"
-
-
 def assert_same_samples(one: Path, other: Path) -> None:
     """The same completions, and sample rows (rewards, advantages) within 1e-5."""
     samples_one, samples_other = records(one, "samples"), records(other, "samples")
     assert [s["completion"] for s in samples_one] == [s["completion"] for s in samples_other]
     for i, (a, b) in enumerate(zip(samples_one, samples_other, strict=True)):
-        assert_close_records(a, b, f"sample {i}")
+        assert_same_record(a, b, f"sample {i}")
 
 
 def assert_same_run(one: Path, other: Path, step: int = 3) -> None:
@@ -44,7 +28,7 @@ def assert_same_run(one: Path, other: Path, step: int = 3) -> None:
     metrics_one, metrics_other = records(one, "metrics"), records(other, "metrics")
     assert [m["step"] for m in metrics_other] == list(range(1, step + 1))
     for a, b in zip(metrics_one, metrics_other, strict=False):
-        assert_close_records(a, b, f"step {a['step']}")
+        assert_same_record(a, b, f"step {a['step']}")
     weights_one = load_file(one / "checkpoints" / f"step-{step}" / "model.safetensors")
     weights_other = load_file(other / "checkpoints" / f"step-{step}" / "model.safetensors")
     assert weights_one.keys() == weights_other.keys()

@@ -14,8 +14,9 @@ import pytest
 import torch
 from core_specs import spec_dict
 from pydantic import ValidationError
-from run_records import assert_close_records, assert_same_run, records
+from run_records import assert_same_run, records
 from safetensors.torch import load_file
+from same_records import assert_same_record
 
 from grpo_core.errors import GRPOError
 from grpo_core.launch import run_data_parallel
@@ -98,7 +99,7 @@ def test_fsdp_on_two_gloo_ranks_trains_exactly_like_one_process(runs, early_eos_
     samples_one, samples_fsdp = records(runs.one, "samples"), records(runs.fsdp, "samples")
     assert [s["completion"] for s in samples_one] == [s["completion"] for s in samples_fsdp]
     for i, (a, b) in enumerate(zip(samples_one, samples_fsdp, strict=True)):
-        assert_close_records(a, b, f"sample {i}")
+        assert_same_record(a, b, f"sample {i}")
     assert_same_run(runs.one, runs.fsdp)
     initial = load_file(early_eos_model_dir / "model.safetensors")
     final = load_file(runs.fsdp / "checkpoints" / "step-3" / "model.safetensors")

@@ -28,6 +28,7 @@ from service_db import fresh_postgres_url, migrated
 from waiting import wait_until
 
 from api.cli.dev import start_redis, stop_process
+from api.lifecycle import TERMINAL_STATUSES
 from api.settings import Settings
 from api.store.db import session_scope
 from api.store.jobs import create_job, get_job
@@ -191,6 +192,16 @@ def job_of(database_url: str) -> Callable[[int], Any]:
             return get_job(session, job_id)
 
     return read
+
+
+@pytest.fixture
+def finished(job_of: Callable[[int], Any]) -> Callable[[int], Any]:
+    """``finished(job_id)``: the job once it is terminal, else None (a predicate to wait on)."""
+    def check(job_id: int):
+        job = job_of(job_id)
+        return job if job.status in TERMINAL_STATUSES else None
+
+    return check
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
 """The claim is the one guarded UPDATE that makes delivery at-least-once safe: of two
 concurrent claims exactly one wins, and a delivery that finds its job no longer ``dispatched``
-(a duplicate, or a stale message) leaves no trace at all."""
+(a duplicate, or a stale message) leaves no trace at all. Only the worker holding the lease moves
+the job on: a machine fault requeues it (as many times as its attempts allow) or, while being
+cancelled, ends it cancelled."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from api.lifecycle import Transition
 from api.settings import get_settings
 from api.store import bus
 from api.store.db import session_scope
-from api.store.jobs import claim, request_cancel, transition
+from api.store.jobs import TOO_MANY_ATTEMPTS, claim, request_cancel, requeue_after_fault, transition
 from api.store.models import utcnow
 from api.store.telemetry import list_events
 
@@ -115,3 +117,41 @@ def test_an_expired_device_mark_is_dropped_and_a_job_without_devices_has_the_who
     assert running_jobs(client, key.removeprefix("grpo:busy:"), 3, now) == {7: [0, 1, 2]}
     assert client.hkeys(key) == [b"7"]
     client.delete(key)
+
+
+def test_a_machine_fault_requeues_the_job_until_its_attempts_run_out(submit, tiny_spec, job_of, database_url):
+    def died(worker_id: str):
+        with session_scope(database_url) as session:
+            return requeue_after_fault(session, job_id, worker_id=worker_id, message="rank 1 was killed",
+                                       data={"rank": 1}, max_attempts=2)
+
+    job_id = submit(tiny_spec())
+    dispatched(database_url, job_id)
+    with session_scope(database_url) as session:
+        claim(session, job_id, "owner")
+    requeued = died("owner")
+    assert (requeued.status, requeued.worker_id, requeued.devices) == ("queued", None, None)
+    with session_scope(database_url) as session:
+        event = list_events(session, job_id)[-1]
+    assert (event.type, event.data) == ("requeued", {"rank": 1})
+    assert event.message == "rank 1 was killed; back to the queue"
+
+    dispatched(database_url, job_id)
+    with session_scope(database_url) as session:
+        claim(session, job_id, "owner")
+    assert died("stranger") is None and job_of(job_id).status == "running"  # not its lease
+    failed = died("owner")  # the second attempt of at most 2
+    assert (failed.status, failed.error.code) == ("failed", TOO_MANY_ATTEMPTS)
+    assert failed.error.message == "gave up after 2 attempts; the last: rank 1 was killed"
+
+
+def test_a_machine_fault_while_cancelling_ends_the_job_cancelled(submit, tiny_spec, database_url):
+    job_id = submit(tiny_spec())
+    dispatched(database_url, job_id)
+    with session_scope(database_url) as session:
+        claim(session, job_id, "owner")
+        request_cancel(session, job_id)
+    with session_scope(database_url) as session:
+        job = requeue_after_fault(session, job_id, worker_id="owner", message="rank 0 was killed", data={},
+                                  max_attempts=5)
+    assert job.status == "cancelled"

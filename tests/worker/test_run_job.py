@@ -12,7 +12,6 @@ import pytest
 import redis
 from celery import Celery
 
-from api.lifecycle import TERMINAL_STATUSES
 from api.scheduling.scheduler import celery_client
 from api.store import bus
 from api.store.db import session_scope
@@ -28,16 +27,6 @@ def dispatch_by_hand(database_url: str, sender: Celery, job_id: int, worker_id: 
         assert dispatch_job(session, job_id, worker_id)
     for _ in range(copies):
         sender.send_task(RUN_JOB, args=[job_id], queue=worker_queue(worker_id))
-
-
-@pytest.fixture
-def finished(job_of):
-    """``finished(job_id)``: the job once it is terminal, else None."""
-    def check(job_id: int):
-        job = job_of(job_id)
-        return job if job.status in TERMINAL_STATUSES else None
-
-    return check
 
 
 def stream(redis_url: str, job_id: int) -> list[dict]:
