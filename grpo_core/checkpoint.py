@@ -13,11 +13,13 @@ process included), and the Hugging Face folder beside it is the gathered export.
 rank 0 writes ``optimizer.pt``, as a single process does.
 
 All ranks write into one temporary folder that rank 0 renames into place once every rank is
-done, so a crash never leaves a half-written ``step-N``.
+done, so a crash never leaves a half-written ``step-N``; a failed write removes that folder, and a
+full disk is reported as ``disk_full`` with the path and the space left.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -43,7 +45,11 @@ if TYPE_CHECKING:
 
 STATE_FILE = "trainer_state.json"
 DISTRIBUTED_DIR = "distributed"
+OPTIMIZER_FILE = "optimizer.pt"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+# What torch's PytorchStreamWriter says when the disk fills under it (the errno is lost).
+_TORCH_SHORT_WRITE = ("unexpected pos", "PytorchStreamWriter failed")
 
 
 @dataclass
@@ -86,13 +92,51 @@ def save_checkpoint(
     ``distributed`` selects the ``torch.distributed.checkpoint`` format (``sharding: fsdp``)."""
     final = root / f"step-{state.step}"
     tmp = _shared_tmp_folder(root, state.step, ranks)
+    try:
+        _write_into(
+            tmp,
+            state,
+            models=models,
+            tokenizer=tokenizer,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            experience=experience,
+            ranks=ranks,
+            distributed=distributed,
+        )
+    except BaseException as exc:
+        # Whichever rank fails removes the shared folder: a half-written checkpoint is useless,
+        # and on a full disk its bytes are the ones the next attempt needs.
+        shutil.rmtree(tmp, ignore_errors=True)
+        full = disk_full_error(exc, tmp)
+        if full is not None:
+            raise full from exc
+        raise
+    if ranks.is_main:
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+    return final
+
+
+def _write_into(
+    tmp: Path,
+    state: TrainerState,
+    *,
+    models: PolicyAndReference,
+    tokenizer: PreTrainedTokenizerBase,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    experience: Experience | None,
+    ranks: Ranks,
+    distributed: bool,
+) -> None:
     weights = _save_distributed(tmp, models, optimizer) if distributed else None
     if ranks.is_main:
         # ``weights`` is the gathered state under fsdp; None saves the module's own.
         models.policy.save_pretrained(tmp, safe_serialization=True, state_dict=weights)
         tokenizer.save_pretrained(tmp)
         if not distributed:
-            torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+            torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         torch.save(rng_state(), tmp / "rng.pt")
     if experience is not None:
@@ -101,9 +145,28 @@ def save_checkpoint(
     if ranks.is_main:
         # Written last: its presence marks the checkpoint complete.
         (tmp / STATE_FILE).write_text(json.dumps(state.__dict__, indent=2))
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-    return final
+
+
+def disk_full_error(exc: BaseException, path: Path) -> GRPOError | None:
+    """``exc`` as a ``disk_full`` error naming ``path`` and the space left, or None when it is
+    not one. torch's zip writer reports a short write as a RuntimeError without the errno."""
+    full = isinstance(exc, OSError) and exc.errno in _DISK_FULL_ERRNOS
+    full = full or (isinstance(exc, RuntimeError) and any(m in str(exc) for m in _TORCH_SHORT_WRITE))
+    if not full:
+        return None
+    free = _free_bytes(path)
+    left = f"{free} bytes free" if free is not None else "free space unknown"
+    return GRPOError(f"no space left writing checkpoint {path} ({left}): {exc}", code="disk_full")
+
+
+def _free_bytes(path: Path) -> int | None:
+    for folder in (path, *path.parents):
+        if folder.exists():
+            try:
+                return shutil.disk_usage(folder).free
+            except OSError:
+                return None
+    return None
 
 
 def _shared_tmp_folder(root: Path, step: int, ranks: Ranks) -> Path:
@@ -202,7 +265,7 @@ def load_checkpoint(
         )
     else:
         _load_weights(path, models)
-        optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
+        optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, weights_only=False))
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
     sampler.load_state_dict(state.sampler)
     restore_rng_state(torch.load(path / "rng.pt", weights_only=False))

@@ -1,0 +1,95 @@
+"""Checkpoint writes on a failing or full disk, through the real trainer (``run_local``): the
+temporary folder goes, earlier checkpoints stay, and a full disk is reported as ``disk_full``."""
+
+from __future__ import annotations
+
+import errno
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from core_specs import spec_dict
+
+from grpo_core.checkpoint import disk_full_error
+from grpo_core.errors import GRPOError
+from grpo_core.local_run import run_local
+from grpo_core.spec import JobSpec
+
+real_save = torch.save
+
+
+def spec(model_dir: Path, max_steps: int, **top) -> JobSpec:
+    return JobSpec.model_validate({**spec_dict(model_dir, max_steps=max_steps), "checkpoint_every": 1, **top})
+
+
+def fail_writes_into(step: int, error: BaseException):
+    """A ``torch.save`` that writes part of the file, then fails, for files of ``step``'s
+    checkpoint: what a disk filling up mid-write does."""
+
+    def save(obj, f, *args, **kwargs):
+        if f".step-{step}.tmp-" in str(f):
+            Path(f).write_bytes(b"partial")
+            raise error
+        return real_save(obj, f, *args, **kwargs)
+
+    return save
+
+
+def step_folders(out: Path) -> list[str]:
+    return sorted(p.name for p in (out / "checkpoints").iterdir())
+
+
+def test_a_full_disk_fails_as_disk_full_leaves_no_temp_folder_and_keeps_earlier_checkpoints(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    out = tmp_path / "run"
+    full = OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(torch, "save", fail_writes_into(2, full))
+    with pytest.raises(GRPOError) as raised:
+        run_local(spec(tiny_model_dir, 3), tmp_path, out, device="cpu", progress=False)
+    assert raised.value.code == "disk_full"
+    assert str(out / "checkpoints" / ".step-2.tmp-") in raised.value.message
+    assert "bytes free" in raised.value.message
+    assert step_folders(out) == ["step-1"]
+    # The checkpoint before the full disk is whole: the run resumes from it once there is room.
+    monkeypatch.setattr(torch, "save", real_save)
+    result = run_local(spec(tiny_model_dir, 3), tmp_path, out, resume=True, device="cpu", progress=False)
+    assert result.step == 3
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    assert {"type": "resumed", "step": 1} in [
+        {"type": e["type"], "step": e["data"].get("step")} for e in events
+    ]
+    assert step_folders(out) == ["step-1", "step-2", "step-3"]
+
+
+def test_any_other_write_failure_also_removes_the_temp_folder_and_is_raised_as_it_was(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    out = tmp_path / "run"
+    monkeypatch.setattr(torch, "save", fail_writes_into(1, PermissionError(errno.EACCES, "denied")))
+    with pytest.raises(PermissionError):
+        run_local(spec(tiny_model_dir, 1), tmp_path, out, device="cpu", progress=False)
+    assert step_folders(out) == []
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError(errno.ENOSPC, "No space left on device"),
+        OSError(errno.EDQUOT, "Disk quota exceeded"),
+        RuntimeError("[enforce fail at inline_container.cc:783] . PytorchStreamWriter failed writing file"),
+        RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 1024 vs 998"),
+    ],
+)
+def test_what_a_full_disk_raises_is_recognised(error, tmp_path):
+    found = disk_full_error(error, tmp_path / ".step-3.tmp-1" / "optimizer.pt")
+    assert found is not None and found.code == "disk_full"
+    assert f"{tmp_path / '.step-3.tmp-1' / 'optimizer.pt'}" in found.message and "bytes free" in found.message
+
+
+@pytest.mark.parametrize(
+    "error", [OSError(errno.EACCES, "denied"), RuntimeError("size mismatch"), ValueError()]
+)
+def test_other_errors_are_not_taken_for_a_full_disk(error, tmp_path):
+    assert disk_full_error(error, tmp_path) is None
