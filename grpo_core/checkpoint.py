@@ -14,7 +14,9 @@ rank 0 writes ``optimizer.pt``, as a single process does.
 
 All ranks write into one temporary folder that rank 0 renames into place once every rank is
 done, so a crash never leaves a half-written ``step-N``; a failed write removes that folder, and a
-full disk is reported as ``disk_full`` with the path and the space left.
+full disk is reported as ``disk_full`` with the path and the space left. Once a checkpoint is
+complete, rank 0 deletes those beyond the spec's ``checkpoint_keep_last`` and the optimizer state
+of all but the newest (``prune_checkpoints``).
 """
 
 from __future__ import annotations
@@ -223,15 +225,37 @@ def _load_distributed(folder: Path, models: PolicyAndReference, optimizer: torch
     )
 
 
-def latest_checkpoint(root: Path) -> Path | None:
+def _complete_checkpoints(root: Path) -> list[Path]:
+    """The complete ``step-N`` folders under ``root``, oldest step first."""
     if not root.is_dir():
-        return None
+        return []
     complete = [
         (int(m.group(1)), p)
         for p in root.iterdir()
         if (m := _STEP_DIR.match(p.name)) and (p / STATE_FILE).is_file()
     ]
-    return max(complete)[1] if complete else None
+    return [p for _, p in sorted(complete)]
+
+
+def latest_checkpoint(root: Path) -> Path | None:
+    complete = _complete_checkpoints(root)
+    return complete[-1] if complete else None
+
+
+def prune_checkpoints(root: Path, keep_last: int, written: Path) -> None:
+    """Keep the newest ``keep_last`` complete checkpoints and ``written`` (the one just saved,
+    the final one included); drop ``optimizer.pt`` from all but ``written`` and the one a resume
+    would use, which is what makes old checkpoints large. Rank 0 alone calls this, after
+    ``written`` is complete, so a crash part-way still leaves a checkpoint to resume from."""
+    complete = _complete_checkpoints(root)
+    if not complete:
+        return
+    kept = {*complete[-keep_last:], written}
+    for path in complete:
+        if path not in kept:
+            shutil.rmtree(path, ignore_errors=True)
+    for path in kept - {written, complete[-1]}:
+        (path / OPTIMIZER_FILE).unlink(missing_ok=True)
 
 
 def load_checkpoint(
@@ -261,6 +285,12 @@ def load_checkpoint(
         raise GRPOError(
             f"{path} was written under sharding: ddp; a sharded (fsdp) run resumes only from its "
             "own distributed checkpoints",
+            code="resume_unsupported",
+        )
+    elif not (path / OPTIMIZER_FILE).is_file():
+        raise GRPOError(
+            f"{path} has no optimizer state: checkpoint_keep_last keeps it only in the newest "
+            "checkpoint, which is the one a run resumes from",
             code="resume_unsupported",
         )
     else:

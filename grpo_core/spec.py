@@ -146,6 +146,13 @@ class JobSpec(_Strict):
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     reasoning: ReasoningSpec = Field(default_factory=ReasoningSpec)
     checkpoint_every: int = Field(50, ge=1, le=10_000_000, description="Steps between checkpoints.")
+    checkpoint_keep_last: int = Field(
+        3,
+        ge=1,
+        le=1_000_000,
+        description="Checkpoints kept on disk, newest first; older ones are deleted and only the newest "
+        "keeps the optimizer state. The final checkpoint is always kept.",
+    )
     log_completions_every: int = Field(10, ge=1, le=10_000_000)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     priority: Priority = "normal"

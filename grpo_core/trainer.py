@@ -11,7 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_core.callbacks import TrainerCallback
-from grpo_core.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
+from grpo_core.checkpoint import (
+    TrainerState,
+    latest_checkpoint,
+    load_checkpoint,
+    prune_checkpoints,
+    save_checkpoint,
+)
 from grpo_core.components import RunComponents
 from grpo_core.config import GRPOConfig
 from grpo_core.experience import Experience, make_experience
@@ -175,6 +181,7 @@ class GRPOTrainer:
         )
         self.last_checkpoint = path
         if self.ranks.is_main:
+            prune_checkpoints(self.checkpoint_dir, c.spec.checkpoint_keep_last, path)
             self.callbacks.on_checkpoint(self.state.step, path)
             self.callbacks.on_event(
                 "checkpoint",

@@ -1,5 +1,6 @@
-"""Checkpoint writes on a failing or full disk, through the real trainer (``run_local``): the
-temporary folder goes, earlier checkpoints stay, and a full disk is reported as ``disk_full``."""
+"""Checkpoints and the disk, through the real trainer (``run_local``): a failing or full disk
+leaves no temporary folder and earlier checkpoints intact, and is reported as ``disk_full``;
+retention (``checkpoint_keep_last``) bounds what a run keeps."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 from core_specs import spec_dict
+from pydantic import ValidationError
 
 from grpo_core.checkpoint import disk_full_error
+from grpo_core.components import build_components
 from grpo_core.errors import GRPOError
 from grpo_core.local_run import run_local
 from grpo_core.spec import JobSpec
+from grpo_core.trainer import GRPOTrainer
 
 real_save = torch.save
 
@@ -93,3 +97,38 @@ def test_what_a_full_disk_raises_is_recognised(error, tmp_path):
 )
 def test_other_errors_are_not_taken_for_a_full_disk(error, tmp_path):
     assert disk_full_error(error, tmp_path) is None
+
+
+def test_retention_keeps_the_newest_checkpoints_with_the_optimizer_only_in_the_newest(
+    tiny_model_dir, tmp_path
+):
+    out = tmp_path / "run"
+    run_local(spec(tiny_model_dir, 5, checkpoint_keep_last=2), tmp_path, out, device="cpu", progress=False)
+    assert step_folders(out) == ["step-4", "step-5"]
+    checkpoints = out / "checkpoints"
+    assert (checkpoints / "step-5" / "optimizer.pt").is_file()
+    assert not (checkpoints / "step-4" / "optimizer.pt").exists()
+    assert (checkpoints / "step-4" / "trainer_state.json").is_file()  # still a usable model folder
+    # --resume takes the newest, which has everything; a longer run continues from it.
+    longer = spec(tiny_model_dir, 6, checkpoint_keep_last=2)
+    result = run_local(longer, tmp_path, out, resume=True, device="cpu", progress=False)
+    assert result.step == 6
+    assert step_folders(out) == ["step-5", "step-6"]
+    assert not (checkpoints / "step-5" / "optimizer.pt").exists()
+
+
+def test_an_older_checkpoint_without_its_optimizer_state_is_refused_by_name(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    run_local(spec(tiny_model_dir, 2, checkpoint_keep_last=2), tmp_path, out, device="cpu", progress=False)
+    components = build_components(spec(tiny_model_dir, 3), device="cpu")
+    trainer = GRPOTrainer(components, out / "checkpoints")
+    with pytest.raises(GRPOError) as raised:
+        trainer.resume(out / "checkpoints" / "step-1")
+    assert raised.value.code == "resume_unsupported" and "optimizer" in raised.value.message
+
+
+def test_keep_last_is_validated_by_field(tiny_model_dir):
+    with pytest.raises(ValidationError) as raised:
+        spec(tiny_model_dir, 2, checkpoint_keep_last=0)
+    assert raised.value.errors()[0]["loc"] == ("checkpoint_keep_last",)
+    assert spec(tiny_model_dir, 2).checkpoint_keep_last == 3
