@@ -124,6 +124,26 @@ def list_jobs(
     return [job_read(job, traceback=traceback) for job in session.scalars(query)]
 
 
+# Failure text comes from anywhere (a reward's exception, a tokenizer's bytes); storing it must not
+# fail, or the attempt that failed cannot end and its job is requeued forever.
+MAX_MESSAGE_CHARS = 4_000
+MAX_TRACEBACK_CHARS = 32_000
+_FAILURE_TEXT_LIMITS = {"error_message": MAX_MESSAGE_CHARS, "error_traceback": MAX_TRACEBACK_CHARS}
+
+
+def storable_text(text: str, limit: int) -> str:
+    """``text`` as any database stores it: NUL (which Postgres refuses in text) and unpaired
+    surrogates (which UTF-8 cannot encode) replaced, at most ``limit`` characters, keeping the
+    start and the end (a traceback's last lines say the most)."""
+    text = text.replace("\x00", "\ufffd").encode("utf-8", errors="replace").decode("utf-8")
+    if len(text) <= limit:
+        return text
+    marker = " [... {} characters cut ...] "
+    cut = len(text) - limit + len(marker.format(len(text)))
+    head = (len(text) - cut) // 2
+    return text[:head] + marker.format(cut) + text[head + cut :]
+
+
 def transition(
     session: Session,
     job_id: int,
@@ -145,12 +165,17 @@ def transition(
     rule = RULES[via]
     if values and "status" in values:
         raise ValueError("a transition's target status comes from its rule, not from values")
+    message = storable_text(message, MAX_MESSAGE_CHARS)
+    values = {**(values or {})}
+    for column, limit in _FAILURE_TEXT_LIMITS.items():
+        if values.get(column) is not None:
+            values[column] = storable_text(values[column], limit)
     conditions = [_JOBS.c.id == job_id, _JOBS.c.status.in_(sorted(s.value for s in rule.sources))]
     if worker_id is not None:
         conditions.append(_JOBS.c.worker_id == worker_id)
     if guard is not None:
         conditions.append(guard)
-    stmt = update(_JOBS).where(*conditions).values(status=rule.target.value, **(values or {}))
+    stmt = update(_JOBS).where(*conditions).values(status=rule.target.value, **values)
     row = session.execute(stmt.returning(*_JOBS.c)).first()
     if row is None:
         return None
