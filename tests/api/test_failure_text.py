@@ -19,8 +19,16 @@ def test_a_failure_with_nul_bytes_and_an_overlong_traceback_is_stored_and_shown(
     message = "reward crashed on b'\x00\x01' \ud800 row"
     lines = "Traceback (most recent call last):\n" + "  frame\x00\n" * 20_000 + "ValueError: bad row\x00"
     with session_scope(api_server.settings.database_url) as session:
-        assert jobs.finish(session, job_id, worker_id="scripted", outcome=JobStatus.FAILED, message=message,
-                           error_code="reward_error", error_message=message, traceback=lines)
+        assert jobs.finish(
+            session,
+            job_id,
+            worker_id="scripted",
+            outcome=JobStatus.FAILED,
+            message=message,
+            error_code="reward_error",
+            error_message=message,
+            traceback=lines,
+        )
     error = api.get(f"/v1/jobs/{job_id}").json()["error"]
     assert error["code"] == "reward_error"
     assert error["message"] == "reward crashed on b'\ufffd\x01' ? row"
