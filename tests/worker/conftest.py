@@ -29,7 +29,7 @@ from waiting import wait_until
 
 from api.cli.dev import start_redis, stop_process
 from api.lifecycle import TERMINAL_STATUSES
-from api.settings import Settings
+from api.settings import Settings, get_settings
 from api.store.db import session_scope
 from api.store.jobs import create_job, get_job
 from api.store.teams import DEFAULT_TEAM, team_id_by_name
@@ -220,3 +220,15 @@ def wait_worker_ready(redis_url: str) -> Callable[..., list[str]]:
                           details=procs.logs)
 
     return wait
+
+
+@pytest.fixture
+def task_settings(monkeypatch, service_env):
+    """The task reads the settings from the environment, as in a worker's child."""
+    for key, value in service_env.items():
+        if key.startswith("GRPO_"):
+            monkeypatch.setenv(key, value)
+    monkeypatch.setenv("GRPO_WORKER_ID", "late-worker")
+    get_settings.cache_clear()
+    yield get_settings()
+    get_settings.cache_clear()

@@ -15,7 +15,6 @@ import pytest
 import redis
 
 from api.lifecycle import Transition
-from api.settings import get_settings
 from api.store import bus
 from api.store.db import session_scope
 from api.store.jobs import TOO_MANY_ATTEMPTS, claim, request_cancel, requeue_after_fault, transition
@@ -47,18 +46,6 @@ def test_of_two_concurrent_claims_exactly_one_wins(submit, tiny_spec, job_of, da
     assert (job.status, job.worker_id, job.attempt) == ("running", winners[0].worker_id, 1)
     with session_scope(database_url) as session:
         assert [e.type for e in list_events(session, job_id)].count("running") == 1
-
-
-@pytest.fixture
-def task_settings(monkeypatch, service_env):
-    """The task reads the settings from the environment, as in a worker's child."""
-    for key, value in service_env.items():
-        if key.startswith("GRPO_"):
-            monkeypatch.setenv(key, value)
-    monkeypatch.setenv("GRPO_WORKER_ID", "late-worker")
-    get_settings.cache_clear()
-    yield get_settings()
-    get_settings.cache_clear()
 
 
 def test_a_delivery_of_a_job_that_is_not_dispatched_has_no_effect(task_settings, submit, tiny_spec, job_of,

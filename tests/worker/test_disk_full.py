@@ -1,0 +1,47 @@
+"""A full disk under a job's checkpoint, through the worker's task body (run in this process, as
+the worker's child runs it, so ``torch.save`` can be made to fail like a full disk): the job fails
+``disk_full`` rather than ``internal_error``, no temporary folder is left, the checkpoint before it
+stays whole, and failure text a database would refuse (a NUL) is still recorded."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import torch
+
+from api.lifecycle import Transition
+from api.store.db import session_scope
+from api.store.jobs import transition
+from api.store.models import utcnow
+
+real_save = torch.save
+
+
+def test_a_full_disk_at_a_checkpoint_fails_the_job_as_disk_full_and_cleans_up(
+    task_settings, submit, tiny_spec, job_of, database_url, monkeypatch
+):
+    from worker.tasks import run_job
+    from worker.training import checkpoint_dir
+
+    job_id = submit(tiny_spec(max_steps=3, checkpoint_every=1))
+    with session_scope(database_url) as session:
+        assert transition(session, job_id, via=Transition.DISPATCH, values={"dispatched_at": utcnow()})
+
+    def full_at_step_2(obj, f, *args, **kwargs):
+        if ".step-2.tmp-" in str(f):
+            Path(f).write_bytes(b"partial")
+            raise OSError(errno.ENOSPC, "No space left on device\x00")  # the NUL: text Postgres refuses
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", full_at_step_2)
+    assert run_job(job_id) == "failed"
+
+    job = job_of(job_id)
+    assert (job.status, job.error.code) == ("failed", "disk_full")
+    assert ".step-2.tmp-" in job.error.message and "bytes free" in job.error.message
+    assert "\x00" not in job.error.message
+    checkpoints = checkpoint_dir(task_settings, job_id)
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-1"]
+    assert (checkpoints / "step-1" / "trainer_state.json").is_file()
+    assert job.latest_checkpoint == str(checkpoints / "step-1")
