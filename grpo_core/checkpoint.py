@@ -15,8 +15,9 @@ rank 0 writes ``optimizer.pt``, as a single process does.
 All ranks write into one temporary folder that rank 0 renames into place once every rank is
 done, so a crash never leaves a half-written ``step-N``; a failed write removes that folder, and a
 full disk is reported as ``disk_full`` with the path and the space left. Once a checkpoint is
-complete, rank 0 deletes those beyond the spec's ``checkpoint_keep_last`` and the optimizer state
-of all but the newest (``prune_checkpoints``).
+complete, rank 0 deletes those beyond the spec's ``checkpoint_keep_last`` and ``optimizer.pt``
+from all but the newest (``prune_checkpoints``); the sharded ``distributed/`` state, which holds
+the weights too, stays whole.
 """
 
 from __future__ import annotations

@@ -151,7 +151,8 @@ class JobSpec(_Strict):
         ge=1,
         le=1_000_000,
         description="Checkpoints kept on disk, newest first; older ones are deleted and only the newest "
-        "keeps the optimizer state. The final checkpoint is always kept.",
+        "keeps optimizer.pt (under fsdp each keeps its distributed/ state). The final checkpoint is "
+        "always kept.",
     )
     log_completions_every: int = Field(10, ge=1, le=10_000_000)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
