@@ -26,6 +26,8 @@ pytestmark = pytest.mark.slow
 # A short lease so a killed worker's job is requeued quickly; a bounded wait in collectives.
 FAST = {"GRPO_LEASE_SECONDS": "3", "GRPO_RANK_TIMEOUT_SECONDS": "120"}
 TWO_SLOTS = {"GRPO_WORKER_GPUS": "2", **FAST}
+# Long enough for a checkpoint, a fault and a resume with steps still left to train after it.
+STEPS = 18
 
 
 def two_rank_spec(tiny_spec: Callable[..., dict], pool: str, gpus: int = 2, **fields: Any) -> dict:
@@ -90,7 +92,7 @@ def test_a_killed_rank_requeues_the_job_a_preemption_yields_it_and_it_resumes_ea
     processes.worker(pool, **TWO_SLOTS)
     wait_worker_ready(pool, processes)
     processes.scheduler(**FAST)
-    job_id = submit(two_rank_spec(tiny_spec, pool, grpo={"max_steps": 30}, checkpoint_every=3))
+    job_id = submit(two_rank_spec(tiny_spec, pool, grpo={"max_steps": STEPS}, checkpoint_every=3))
 
     # A rank process dies mid-run (as under the OOM killer): the machine's fault, not the job's.
     wait_for(lambda: job_of(job_id).latest_checkpoint, 180, "a first checkpoint", processes, interval=0.02)
@@ -112,14 +114,14 @@ def test_a_killed_rank_requeues_the_job_a_preemption_yields_it_and_it_resumes_ea
         assert request_preempt(session, job_id, urgent)
     preempted = wait_for(lambda: (job := job_of(job_id)).status == "preempted" and job, 60, "the yield",
                          processes, interval=0.05)
-    assert preempted.last_step < 30 and preempted.latest_checkpoint.endswith(f"step-{preempted.last_step}")
+    assert preempted.last_step < STEPS and preempted.latest_checkpoint.endswith(f"step-{preempted.last_step}")
     wait_for(lambda: gone(second), 30, "every rank of the second attempt to end", processes)
 
     done = wait_for(lambda: finished(job_id), 240, "the job to resume and finish", processes, interval=0.5)
     assert done.status == "succeeded", done.error
     assert done.attempt == 3 and done.devices == [0, 1]
     assert job_of(urgent).finished_at <= done.started_at  # the preempted job's devices went to it
-    assert [m.step for m in metrics(database_url, job_id)] == list(range(1, 31))  # each step once
+    assert [m.step for m in metrics(database_url, job_id)] == list(range(1, STEPS + 1))  # each step once
     steps = [e.data["step"] for e in events(database_url, job_id, "resumed")]
     assert steps == [at, preempted.last_step]
 
@@ -131,7 +133,7 @@ def test_a_worker_killed_mid_run_leaves_no_rank_behind_and_the_job_resumes(
     worker = processes.worker(pool, **TWO_SLOTS, TMPDIR=str(tmp_path))
     wait_worker_ready(pool, processes)
     processes.scheduler(**FAST)
-    job_id = submit(two_rank_spec(tiny_spec, pool, grpo={"max_steps": 30}, checkpoint_every=3))
+    job_id = submit(two_rank_spec(tiny_spec, pool, grpo={"max_steps": STEPS}, checkpoint_every=3))
     wait_for(lambda: job_of(job_id).latest_checkpoint, 180, "a first checkpoint", processes, interval=0.02)
     ranks = wait_for(lambda: rank_processes(database_url, job_id), 30, "both ranks", processes)
     job_process = ranks[0].parent()
@@ -146,7 +148,7 @@ def test_a_worker_killed_mid_run_leaves_no_rank_behind_and_the_job_resumes(
                     interval=0.5)
     assert done.status == "succeeded", done.error
     assert done.attempt == 2
-    assert [m.step for m in metrics(database_url, job_id)] == list(range(1, 31))
+    assert [m.step for m in metrics(database_url, job_id)] == list(range(1, STEPS + 1))
     assert events(database_url, job_id, "requeued")[0].data["previous_status"] == "running"  # lease expired
     assert len(events(database_url, job_id, "resumed")) == 1
 
