@@ -38,6 +38,9 @@ class TrainerCallback:
     def on_checkpoint(self, step: int, path: Path) -> None:
         """A complete checkpoint now exists at ``path``."""
 
+    def on_checkpoints_removed(self, steps: list[int]) -> None:
+        """Retention deleted the checkpoints of these steps (``checkpoint_keep_last``)."""
+
     def should_stop(self) -> bool:
         """Asked once per step; True ends the run after a checkpoint (cancel, preemption)."""
         return False
@@ -64,6 +67,10 @@ class CallbackList(TrainerCallback):
     def on_checkpoint(self, step: int, path: Path) -> None:
         for cb in self.callbacks:
             cb.on_checkpoint(step, path)
+
+    def on_checkpoints_removed(self, steps: list[int]) -> None:
+        for cb in self.callbacks:
+            cb.on_checkpoints_removed(steps)
 
     def should_stop(self) -> bool:
         return any(cb.should_stop() for cb in self.callbacks)

@@ -243,20 +243,22 @@ def latest_checkpoint(root: Path) -> Path | None:
     return complete[-1] if complete else None
 
 
-def prune_checkpoints(root: Path, keep_last: int, written: Path) -> None:
+def prune_checkpoints(root: Path, keep_last: int, written: Path) -> list[int]:
     """Keep the newest ``keep_last`` complete checkpoints and ``written`` (the one just saved,
     the final one included); drop ``optimizer.pt`` from all but ``written`` and the one a resume
     would use, which is what makes old checkpoints large. Rank 0 alone calls this, after
-    ``written`` is complete, so a crash part-way still leaves a checkpoint to resume from."""
+    ``written`` is complete, so a crash part-way still leaves a checkpoint to resume from.
+    Returns the steps whose checkpoints it deleted, oldest first."""
     complete = _complete_checkpoints(root)
     if not complete:
-        return
+        return []
     kept = {*complete[-keep_last:], written}
-    for path in complete:
-        if path not in kept:
-            shutil.rmtree(path, ignore_errors=True)
+    removed = [path for path in complete if path not in kept]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
     for path in kept - {written, complete[-1]}:
         (path / OPTIMIZER_FILE).unlink(missing_ok=True)
+    return [int(_STEP_DIR.match(path.name).group(1)) for path in removed]
 
 
 def load_checkpoint(

@@ -181,8 +181,10 @@ class GRPOTrainer:
         )
         self.last_checkpoint = path
         if self.ranks.is_main:
-            prune_checkpoints(self.checkpoint_dir, c.spec.checkpoint_keep_last, path)
+            removed = prune_checkpoints(self.checkpoint_dir, c.spec.checkpoint_keep_last, path)
             self.callbacks.on_checkpoint(self.state.step, path)
+            if removed:
+                self.callbacks.on_checkpoints_removed(removed)
             self.callbacks.on_event(
                 "checkpoint",
                 f"checkpoint at step {self.state.step}",

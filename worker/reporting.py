@@ -17,7 +17,13 @@ from sqlalchemy.orm import Session
 from api.store import outbox
 from api.store.db import session_scope
 from api.store.jobs import set_progress
-from api.store.telemetry import add_event, record_checkpoint, record_metrics, record_samples
+from api.store.telemetry import (
+    add_event,
+    forget_checkpoints,
+    record_checkpoint,
+    record_metrics,
+    record_samples,
+)
 from grpo_core.callbacks import TrainerCallback, json_safe
 from worker.heartbeat import JobLease
 
@@ -55,6 +61,10 @@ class JobReporter(TrainerCallback):
         with self._session() as session:
             record_checkpoint(session, self.job_id, step, str(path))
             set_progress(session, self.job_id, step, checkpoint=str(path))
+
+    def on_checkpoints_removed(self, steps: list[int]) -> None:
+        with self._session() as session:
+            forget_checkpoints(session, self.job_id, steps)
 
     def should_stop(self) -> bool:
         return self.lease is not None and self.lease.should_stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from api.schemas.jobs import CheckpointRead, EventRead, MetricRead, SamplesRead
@@ -52,6 +52,11 @@ def record_checkpoint(session: Session, job_id: int, step: int, path: str) -> bo
     return insert_ignoring_duplicates(
         session, Checkpoint.__table__, {"job_id": job_id, "step": step, "path": path, "created_at": utcnow()}
     )
+
+
+def forget_checkpoints(session: Session, job_id: int, steps: list[int]) -> None:
+    """Retention deleted these checkpoints' folders: the job no longer lists them."""
+    session.execute(delete(Checkpoint).where(Checkpoint.job_id == job_id, Checkpoint.step.in_(steps)))
 
 
 def list_events(session: Session, job_id: int, after: int = 0, limit: int = 100) -> list[EventRead]:

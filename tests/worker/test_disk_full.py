@@ -45,3 +45,23 @@ def test_a_full_disk_at_a_checkpoint_fails_the_job_as_disk_full_and_cleans_up(
     assert sorted(p.name for p in checkpoints.iterdir()) == ["step-1"]
     assert (checkpoints / "step-1" / "trainer_state.json").is_file()
     assert job.latest_checkpoint == str(checkpoints / "step-1")
+
+
+def test_retention_removes_pruned_checkpoints_from_the_jobs_list(task_settings, submit, tiny_spec, job_of,
+                                                                 database_url):
+    from api.store.telemetry import list_checkpoints
+    from worker.tasks import run_job
+    from worker.training import checkpoint_dir
+
+    job_id = submit(tiny_spec(max_steps=4, checkpoint_every=1, checkpoint_keep_last=2))
+    with session_scope(database_url) as session:
+        assert transition(session, job_id, via=Transition.DISPATCH, values={"dispatched_at": utcnow()})
+    assert run_job(job_id) == "succeeded"
+
+    folders = sorted(p.name for p in checkpoint_dir(task_settings, job_id).iterdir())
+    assert folders == ["step-3", "step-4"]
+    with session_scope(database_url) as session:
+        listed = list_checkpoints(session, job_id)
+    # The job lists what is on disk: the rows of deleted checkpoints go with their folders.
+    assert [(c.step, Path(c.path).name) for c in listed] == [(3, "step-3"), (4, "step-4")]
+    assert job_of(job_id).latest_checkpoint.endswith("step-4")
