@@ -49,9 +49,9 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(30.0, gt=0, description="A job whose lease is older goes back to the queue.")
     scheduler_interval_seconds: float = Field(0.5, gt=0)
     max_attempts: int = Field(
-        5, ge=1, description="An attempt that a machine fault ended (a rank process killed) sends its "
-        "job back to the queue at once, until the job has had this many attempts; then it fails "
-        "`too_many_attempts`.")
+        5, ge=1, description="An attempt that a machine fault ended (a rank process killed, at once; "
+        "a worker gone silent, once its lease expires) sends its job back to the queue, until the "
+        "job has had this many attempts; then it fails `too_many_attempts`.")
     rank_timeout_seconds: float = Field(
         1800.0, gt=0, description="A rank of a multi-GPU job that waits longer than this on the others "
         "(at the rendezvous or in a collective) fails the attempt.")

@@ -110,8 +110,9 @@ class Scheduler:
         """One pass; the ids dispatched, in order."""
         url = self.settings.database_url
         with self._session() as session:
-            for job_id in requeue_expired(session, self.settings.lease_seconds):
-                log.warning("job %s: lease expired, back to the queue", job_id)
+            for job_id in requeue_expired(session, self.settings.lease_seconds,
+                                          max_attempts=self.settings.max_attempts):
+                log.warning("job %s: lease expired (requeued, or failed once out of attempts)", job_id)
         heartbeats = bus.live_workers(self.client)
         with session_scope(url) as session:
             state = load_state(session, heartbeats, utcnow(), self.settings.fair_share_half_life_seconds)

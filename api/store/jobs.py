@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, bindparam, insert, or_, select, update
+from sqlalchemy import ColumnElement, Row, and_, bindparam, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from api.errors import Conflict, InvalidInput, NotFound
@@ -298,10 +298,13 @@ _BACK_IN_QUEUE = {"worker_id": None, "devices": None, "preempt_requested": False
 TOO_MANY_ATTEMPTS = "too_many_attempts"
 
 
-def requeue_expired(session: Session, lease_seconds: float, now: datetime | None = None) -> list[int]:
+def requeue_expired(session: Session, lease_seconds: float, now: datetime | None = None,
+                    max_attempts: int | None = None) -> list[int]:
     """Jobs whose worker went silent go back to the queue (they resume from their checkpoint);
-    one that was being cancelled ends cancelled instead. The staleness is checked again by each
-    move, so a lease renewed meanwhile keeps its job."""
+    one that was being cancelled ends cancelled instead, and a running one that has had
+    ``max_attempts`` attempts fails ``too_many_attempts`` (a job that kills its worker each
+    time, say, must not loop forever). The staleness is checked again by each move, so a lease
+    renewed meanwhile keeps its job."""
     cutoff = (now or utcnow()) - timedelta(seconds=lease_seconds)
     c = _JOBS.c
     expired = or_(c.status.in_(ACTIVE_STATUSES) & (c.heartbeat_at < cutoff),
@@ -312,9 +315,9 @@ def requeue_expired(session: Session, lease_seconds: float, now: datetime | None
             job = transition(session, job_id, via=Transition.STOP_CANCELLED, guard=expired,
                              message="worker lost while cancelling", values={"finished_at": utcnow()})
         else:
-            job = transition(session, job_id, via=Transition.REQUEUE, guard=expired,
-                             message="lease expired; back to the queue", data={"previous_status": status},
-                             values=_BACK_IN_QUEUE)
+            job = _requeue_or_give_up(session, job_id, guard=expired, worker_id=None,
+                                      message="lease expired", data={"previous_status": status},
+                                      max_attempts=max_attempts)
         if job is not None:
             moved.append(job_id)
     return moved
@@ -331,14 +334,30 @@ def requeue_after_fault(session: Session, job_id: int, *, worker_id: str, messag
     job = transition(session, job_id, via=Transition.STOP_CANCELLED, worker_id=worker_id,
                      guard=c.status == JobStatus.CANCELLING.value, message=f"{message} while cancelling",
                      data=data, values={"finished_at": utcnow()})
-    job = job or transition(session, job_id, via=Transition.REQUEUE, worker_id=worker_id,
-                            guard=c.attempt < max_attempts, message=f"{message}; back to the queue",
-                            data=data, values=_BACK_IN_QUEUE)
+    return job or _requeue_or_give_up(session, job_id, guard=None, worker_id=worker_id, message=message,
+                                      data=data, max_attempts=max_attempts)
+
+
+def _requeue_or_give_up(session: Session, job_id: int, *, guard: ColumnElement[bool] | None,
+                        worker_id: str | None, message: str, data: dict[str, Any],
+                        max_attempts: int | None) -> JobRead | None:
+    """Back to the queue, unless the job has used ``max_attempts`` attempts (None: no limit): then
+    it fails ``too_many_attempts`` with ``message`` as the last error. A dispatched job that was
+    never claimed has used no attempt, so it always goes back."""
+    c = _JOBS.c
+    within = None if max_attempts is None else or_(c.attempt < max_attempts,
+                                                   c.status == JobStatus.DISPATCHED.value)
+    conditions = [g for g in (guard, within) if g is not None]
+    requeue_guard = and_(*conditions) if conditions else None
+    job = transition(session, job_id, via=Transition.REQUEUE, worker_id=worker_id, guard=requeue_guard,
+                     message=f"{message}; back to the queue", data=data, values=_BACK_IN_QUEUE)
+    if job is not None or max_attempts is None:
+        return job
     error = f"gave up after {max_attempts} attempts; the last: {message}"
-    return job or transition(session, job_id, via=Transition.FAIL, worker_id=worker_id, message=error,
-                             data={**data, "error_code": TOO_MANY_ATTEMPTS},
-                             values={"finished_at": utcnow(), "error_code": TOO_MANY_ATTEMPTS,
-                                     "error_message": error, "error_traceback": None})
+    return transition(session, job_id, via=Transition.FAIL, worker_id=worker_id, guard=guard, message=error,
+                      data={**data, "error_code": TOO_MANY_ATTEMPTS},
+                      values={"finished_at": utcnow(), "error_code": TOO_MANY_ATTEMPTS,
+                              "error_message": error, "error_traceback": None})
 
 
 def set_progress(session: Session, job_id: int, step: int, checkpoint: str | None = None) -> None:

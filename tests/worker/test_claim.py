@@ -17,7 +17,14 @@ import redis
 from api.lifecycle import Transition
 from api.store import bus
 from api.store.db import session_scope
-from api.store.jobs import TOO_MANY_ATTEMPTS, claim, request_cancel, requeue_after_fault, transition
+from api.store.jobs import (
+    TOO_MANY_ATTEMPTS,
+    claim,
+    request_cancel,
+    requeue_after_fault,
+    requeue_expired,
+    transition,
+)
 from api.store.models import utcnow
 from api.store.telemetry import list_events
 
@@ -142,3 +149,27 @@ def test_a_machine_fault_while_cancelling_ends_the_job_cancelled(submit, tiny_sp
         job = requeue_after_fault(session, job_id, worker_id="owner", message="rank 0 was killed", data={},
                                   max_attempts=5)
     assert job.status == "cancelled"
+
+
+def test_an_expired_lease_requeues_the_job_until_its_attempts_run_out(submit, tiny_spec, job_of,
+                                                                      database_url):
+    def reap() -> list[int]:
+        with session_scope(database_url) as session:  # lease 0 s: every lease has expired
+            return requeue_expired(session, 0.0, max_attempts=2)
+
+    job_id = submit(tiny_spec())
+    for attempt in (1, 2):
+        dispatched(database_url, job_id)
+        if attempt == 2:  # never claimed: no attempt used, so it goes back whatever the count
+            assert job_id in reap() and job_of(job_id).status == "queued"
+            dispatched(database_url, job_id)
+        with session_scope(database_url) as session:
+            claim(session, job_id, f"worker-{attempt}")
+        assert job_id in reap()  # (with other tests' jobs: the database is the module's)
+        job = job_of(job_id)
+        assert job.attempt == attempt
+        assert job.status == ("queued" if attempt == 1 else "failed")  # the second of at most 2
+    assert job.error.code == TOO_MANY_ATTEMPTS
+    assert job.error.message == "gave up after 2 attempts; the last: lease expired"
+    with session_scope(database_url) as session:
+        assert list_events(session, job_id)[-1].data["previous_status"] == "running"
