@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis.exceptions
+import sqlalchemy.exc
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError, WebSocketRequestValidationError
 from fastapi.responses import JSONResponse
@@ -31,7 +33,13 @@ STATUS_BY_CODE = {
     "conflict": 409,
     "request_too_large": 413,
     "not_ready": 503,
+    "unavailable": 503,
 }
+# A backend outage is the service's, not the request's: a 503 the client may retry after this
+# many seconds (a database restart or a Redis failover takes a few), never a 500.
+RETRY_AFTER_SECONDS = 5
+_DATABASE_DOWN = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, sqlalchemy.exc.TimeoutError)
+_REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 _CODE_BY_STATUS = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized", 413: "request_too_large"}
 
 
@@ -101,6 +109,16 @@ def _param(err: dict[str, Any]) -> str:
     return str(loc[1]).title() if loc[0] == "header" else str(loc[1])
 
 
+async def _backend_unavailable(_conn: HTTPConnection, exc: Exception) -> JSONResponse:
+    """The database or Redis did not answer (connection refused or dropped, pool exhausted):
+    503 ``unavailable`` with ``Retry-After``; the response is an ordinary one, so the client's
+    connection stays open. On a WebSocket not yet accepted it is the handshake's answer."""
+    backend = "the database" if isinstance(exc, _DATABASE_DOWN) else "redis"
+    response = error_response(503, "unavailable", f"{backend} is unavailable; retry in a few seconds")
+    response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
 async def _http_error(_conn: HTTPConnection, exc: StarletteHTTPException) -> JSONResponse:
     code = _CODE_BY_STATUS.get(exc.status_code, "http_error")
     return error_response(exc.status_code, code, str(exc.detail))
@@ -115,6 +133,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(WebSocketRequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    for outage in (*_DATABASE_DOWN, *_REDIS_DOWN):
+        app.add_exception_handler(outage, _backend_unavailable)
 
 
 class BodySizeLimit:

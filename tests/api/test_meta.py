@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 
 def closed_port() -> int:
@@ -44,6 +48,44 @@ def test_readyz_is_503_when_the_database_is_unreachable(api_settings_factory, se
     assert response.status_code == 503
     assert response.json()["checks"]["redis"] == "ok"
     assert response.json()["error"]["message"].startswith("database: ")
+
+
+def operator(settings) -> dict[str, str]:
+    return {"Authorization": f"Bearer {settings.api_token.get_secret_value()}"}
+
+
+def test_routes_answer_503_unavailable_while_the_database_is_down(api_settings_factory, serve_api) -> None:
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{closed_port()}/nothing"
+    with serve_api(api_settings_factory(url)) as server, \
+            httpx.Client(base_url=server.http_url, trust_env=False,
+                         headers=operator(server.settings)) as client:
+        responses = [client.get("/v1/jobs"), client.get("/v1/jobs/1"), client.get("/v1/queue")]
+        assert client.get("/healthz").status_code == 200  # the same connection, still open
+        # The WebSocket handshake is refused the same way, before any stream opens.
+        with pytest.raises(InvalidStatus) as refused:
+            connect(f"{server.ws_url}/v1/jobs/1/stream", additional_headers=operator(server.settings),
+                    proxy=None, open_timeout=5)
+    assert refused.value.response.status_code == 503
+    assert json.loads(refused.value.response.body)["error"]["code"] == "unavailable"
+    for response in responses:
+        assert response.status_code == 503, response.text
+        assert response.headers["retry-after"] == "5"
+        assert response.headers.get("connection") != "close"
+        error = response.json()["error"]
+        assert error["code"] == "unavailable" and error["message"].startswith("the database is unavailable")
+
+
+def test_routes_that_need_redis_answer_503_unavailable_while_it_is_down(
+        api_database_url, api_settings_factory, serve_api) -> None:
+    settings = api_settings_factory(api_database_url, redis_url=f"redis://127.0.0.1:{closed_port()}/0")
+    with serve_api(settings) as server, \
+            httpx.Client(base_url=server.http_url, trust_env=False,
+                         headers=operator(settings)) as client:
+        cluster = client.get("/v1/cluster")
+        jobs = client.get("/v1/jobs")  # SQL alone: still answers
+    assert cluster.status_code == 503 and cluster.json()["error"]["code"] == "unavailable"
+    assert cluster.json()["error"]["message"].startswith("redis is unavailable")
+    assert jobs.status_code == 200
 
 
 def test_reward_catalog_lists_argument_schemas(api) -> None:
