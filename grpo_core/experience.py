@@ -213,7 +213,12 @@ def make_experience(
             _sample_round(gen, groups)
             extra_rounds += 1
     selected = _select_groups(groups.informative, b)
-    rows = _take_selected(groups, selected, g, tokenizer.pad_token_id, ranks)
+    # One round (no resampling) selects every group, each already on the rank that trains it:
+    # regrouping would only copy the batch to the CPU and back on every step.
+    if len(groups.rounds) == 1:
+        rows = groups.rounds[0]
+    else:
+        rows = _take_selected(groups, selected, g, tokenizer.pad_token_id, ranks)
     rollout = rows.rollout.to(placement.device)
     combined = combine_rewards(rows.scores, gen.weights)
     step_rewards = ranks.gather_rows(combined) if config.scale_rewards == "batch" else None
