@@ -6,6 +6,15 @@ map them to exit codes, job error records or HTTP statuses without parsing messa
 
 from __future__ import annotations
 
+import traceback
+
+TRACEBACK_LINES = 30
+
+
+def traceback_tail(lines: int = TRACEBACK_LINES) -> str:
+    """The last ``lines`` lines of the exception being handled: what a job's error record keeps."""
+    return "\n".join(traceback.format_exc().rstrip().splitlines()[-lines:])
+
 
 class GRPOError(Exception):
     """Base class: ``code`` is stable, ``message`` is for people."""

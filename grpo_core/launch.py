@@ -27,7 +27,6 @@ import sys
 import tempfile
 import threading
 import time
-import traceback
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -38,7 +37,7 @@ import torch
 import torch.distributed as dist
 
 from grpo_core.distributed import Ranks
-from grpo_core.errors import GRPOError, SpecError
+from grpo_core.errors import GRPOError, SpecError, traceback_tail
 from grpo_core.local_run import run_local
 from grpo_core.placement import pick_device
 from grpo_core.spec import JobSpec
@@ -46,7 +45,6 @@ from grpo_core.trainer import TrainResult
 
 T = TypeVar("T")
 DEFAULT_HANG_TIMEOUT = timedelta(minutes=30)
-TRACEBACK_LINES = 30
 # The agent's teardown signal for the surviving ranks once one has failed: a rank that ended by
 # it is collateral, never the cause.
 _TEARDOWN_SIGNAL = signal.SIGTERM
@@ -218,13 +216,12 @@ def _die_with_parent(parent_pid: int) -> None:
 
 def _write_report(folder: Path, rank: int, exc: Exception) -> None:
     """What the rank raised, as JSON."""
-    lines = traceback.format_exc().rstrip().splitlines()
     report = {
         "rank": rank,
         "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
         "code": exc.code if isinstance(exc, GRPOError) else None,
         "message": exc.message if isinstance(exc, GRPOError) else f"{type(exc).__name__}: {exc}",
-        "traceback": "\n".join(lines[-TRACEBACK_LINES:]),
+        "traceback": traceback_tail(),
         "time": time.time(),
     }
     _write_whole(folder / f"rank-{rank}.json", json.dumps(report).encode())

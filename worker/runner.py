@@ -7,7 +7,6 @@ it only in the job's child, so the Celery main process never loads it.
 from __future__ import annotations
 
 import logging
-import traceback
 
 import redis
 from pydantic import ValidationError
@@ -19,7 +18,7 @@ from api.store import bus, outbox
 from api.store.db import session_scope
 from api.store.jobs import finish, requeue_after_fault
 from api.store.scheduling import yield_preempted
-from grpo_core.errors import GRPOError
+from grpo_core.errors import GRPOError, traceback_tail
 from grpo_core.launch import RankDied
 from grpo_core.models import quiet_library_progress_bars
 from grpo_core.spec import JobSpec
@@ -28,13 +27,11 @@ from worker.ranks import train_on_ranks
 from worker.reporting import JobReporter
 from worker.training import Outcome, ending, train_job
 
-TRACEBACK_LINES = 30
 log = logging.getLogger(__name__)
 
 
 def _failure(code: str, message: str) -> Outcome:
-    lines = traceback.format_exc().rstrip().splitlines()
-    return Outcome(JobStatus.FAILED, message, code, "\n".join(lines[-TRACEBACK_LINES:]))
+    return Outcome(JobStatus.FAILED, message, code, traceback_tail())
 
 
 def train(job: JobRead, settings: Settings, reporter: JobReporter, lease: JobLease) -> Outcome:
