@@ -57,6 +57,8 @@ class Team(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     weight: Mapped[float] = mapped_column(Float, default=1.0)
+    # The most bytes the team's checkpoints may occupy under the artifacts root (None: no limit).
+    artifact_quota_bytes: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
@@ -141,6 +143,8 @@ class Job(Base):
     # Indices of the worker's devices the job runs on (api.scheduling.policy.Dispatch.devices).
     devices: Mapped[list[Any] | None] = mapped_column(JSON)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Requeued after a fault: not dispatched before this (the database's clock; None: now).
+    retry_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     preempt_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     pending_reason: Mapped[str | None] = mapped_column(String(32))
@@ -176,6 +180,8 @@ class JobMetric(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     step: Mapped[int] = mapped_column(Integer)
+    # The attempt that wrote it: a later attempt that trains the step again replaces the record.
+    attempt: Mapped[int | None] = mapped_column(Integer)
     ts: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
 
