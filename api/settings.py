@@ -55,6 +55,15 @@ class Settings(BaseSettings):
     rank_timeout_seconds: float = Field(
         1800.0, gt=0, description="A rank of a multi-GPU job that waits longer than this on the others "
         "(at the rendezvous or in a collective) fails the attempt.")
+    stall_seconds: float = Field(
+        1800.0, gt=0, description="A job with no finished step for this long (its first step counts "
+        "from the start of its process, model loading included) is killed and fails `stalled`; a "
+        "spec's `stall_seconds` may only lower it.")
+    cancel_grace_seconds: float = Field(
+        300.0, gt=0, description="A running job asked to cancel or yield has this long to checkpoint "
+        "and stop; then its process is ended (SIGTERM, then SIGKILL after `kill_grace_seconds`).")
+    kill_grace_seconds: float = Field(
+        10.0, gt=0, description="Between the SIGTERM and the SIGKILL that end a job's process.")
     fair_share_half_life_seconds: float = Field(
         3600.0, gt=0, description="Half-life of a team's past GPU usage in the fair-share order.")
     max_request_bytes: int = Field(1024 * 1024, ge=1024)

@@ -17,7 +17,6 @@ SIGKILL: the machine's fault, not the job's).
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import pickle
@@ -38,6 +37,7 @@ import torch.distributed as dist
 
 from grpo_core.distributed import Ranks
 from grpo_core.errors import GRPOError, SpecError, traceback_tail
+from grpo_core.lifetime import die_with_parent
 from grpo_core.local_run import run_local
 from grpo_core.placement import pick_device
 from grpo_core.spec import JobSpec
@@ -49,7 +49,6 @@ DEFAULT_HANG_TIMEOUT = timedelta(minutes=30)
 # it is collateral, never the cause.
 _TEARDOWN_SIGNAL = signal.SIGTERM
 _HANDLED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class RankFailed(GRPOError):
@@ -176,7 +175,9 @@ def _value_file(rank: int) -> str:
 def rank_process(folder: str, parent_pid: int) -> None:
     """One rank, in a process the launcher started (rank and rendezvous in its environment):
     run the launch's call and leave the value in ``folder``, or a report of what it raised."""
-    _die_with_parent(parent_pid)  # first: loading the call imports for seconds
+    # First: loading the call imports for seconds. The launch runs in the caller's thread and
+    # returns only once every rank has ended, so that thread outlives its ranks.
+    die_with_parent(parent_pid)
     path, rank = Path(folder), int(os.environ["RANK"])
     try:
         entry, args, device, hang_timeout = pickle.loads((path / _CALL).read_bytes())
@@ -196,22 +197,6 @@ def rank_process(folder: str, parent_pid: int) -> None:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Ask the kernel to SIGKILL this rank when the launching process dies. Whatever kills that
-    process (a SIGKILLed worker, the OOM killer) gives it no chance to take its ranks down, and
-    the ranks, in a session of their own, would live on holding their GPU and waiting in
-    collectives until the hang timeout. The kernel signals when the thread that started the rank
-    exits: the launch runs in the caller's thread and returns only once every rank has ended."""
-    if not sys.platform.startswith("linux"):
-        return
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"prctl(PR_SET_PDEATHSIG): {os.strerror(errno)}")
-    if os.getppid() != parent_pid:  # the parent died before the request took effect
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _write_report(folder: Path, rank: int, exc: Exception) -> None:

@@ -155,6 +155,11 @@ class JobSpec(_Strict):
         "always kept.",
     )
     log_completions_every: int = Field(10, ge=1, le=10_000_000)
+    stall_seconds: int | None = Field(
+        None, ge=1, le=7 * 24 * 3600,
+        description="In the service: end the job as `stalled` when no step finishes for this long "
+        "(its first step counts from the start, model loading included). Only lowers the service's "
+        "own limit (GRPO_STALL_SECONDS); `grpo train` ignores it.")
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     priority: Priority = "normal"
 

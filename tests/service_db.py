@@ -38,10 +38,10 @@ def fresh_postgres_url(prefix: str = "grpo_test") -> Iterator[str]:
     try:
         yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
     finally:
-        from api.store.db import get_engine
+        from api.store.db import dispose_engine
 
         # Engines are cached by URL: a cached one would point at the dropped database.
-        get_engine.cache_clear()
+        dispose_engine(make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False))
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()

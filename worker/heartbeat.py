@@ -3,12 +3,15 @@
 * :class:`WorkerHeartbeat` runs in the Celery main process and advertises the worker's pool,
   devices and the jobs on them (``api.store.bus.advertise_worker``) with a TTL, so a dead worker
   drops out of the scheduler's view on its own. It never touches CUDA: the GPU model comes from
-  ``nvidia-smi``.
-* :class:`JobLease` runs in the job's child process and renews the job's SQL lease; the answer
-  also says whether a cancel was requested or the lease was lost (the job was requeued). It also
-  marks the job's devices busy in a hash of the worker's (:func:`busy_key`), which is how the main
-  process learns what its children run: each entry carries its own deadline, so a killed child's
-  devices free up about as fast as a dead worker's heartbeat expires.
+  ``nvidia-smi``. It also notices a pool process that died under its job (Celery's
+  WorkerLostError: the OOM killer, a crash) and sends that job back to the queue at once,
+  rather than after its lease expires.
+* :class:`JobLease` runs in the pool process that supervises a job (:mod:`worker.supervisor`) and
+  renews the job's SQL lease; the answer also says whether a cancel was requested or the lease
+  was lost (the job was requeued). It also marks the job's devices busy in a hash of the worker's
+  (:func:`busy_key`), with the pids of the supervisor and of the job's process, which is how the
+  main process learns what its children run: each mark carries its own deadline, and a mark whose
+  processes are all gone frees its devices at once.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import subprocess
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import redis
 from redis.exceptions import RedisError
@@ -30,16 +34,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from api.settings import Settings
 from api.store import bus
 from api.store.db import session_scope
-from api.store.jobs import renew_lease
+from api.store.jobs import renew_lease, requeue_after_fault
 from api.vocabulary import Heartbeat
 from worker.devices import device_count
 
 WORKER_ID_ENV = "GRPO_WORKER_ID"
 log = logging.getLogger(__name__)
-
-
-class LeaseLost(Exception):  # noqa: N818 - a signal, like TrainingStopped
-    """Another attempt owns the job now: stop at once, write no checkpoint, record no outcome."""
 
 
 def busy_key(worker_id: str) -> str:
@@ -50,19 +50,51 @@ def busy_key(worker_id: str) -> str:
 
 def running_jobs(client: redis.Redis, worker_id: str, gpus: int, now_ms: int) -> dict[int, list[int]]:
     """Job id -> devices, for the jobs the worker's children marked and whose mark has not
-    expired; expired marks (a child killed before it could remove its own) are dropped. A job
-    with no devices recorded uses the whole worker."""
+    expired nor outlived its processes; such marks (a child killed before it could remove its
+    own) are dropped. A job with no devices recorded uses the whole worker."""
     running, stale = {}, []
-    for job_id, raw in client.hgetall(busy_key(worker_id)).items():
-        mark = json.loads(raw)
-        if mark["until"] < now_ms:
+    for job_id, mark in _marks(client, worker_id).items():
+        if mark["until"] < now_ms or not any(process_alive(pid) for pid in _pids(mark)):
             stale.append(job_id)
         else:
             devices = mark["devices"]
-            running[int(job_id)] = list(range(gpus)) if devices is None else sorted(devices)
+            running[job_id] = list(range(gpus)) if devices is None else sorted(devices)
     if stale:
-        client.hdel(busy_key(worker_id), *stale)
+        client.hdel(busy_key(worker_id), *map(str, stale))
     return running
+
+
+def orphaned_jobs(client: redis.Redis, worker_id: str) -> dict[int, int]:
+    """Job id -> pid, for the marks whose supervising pool process is gone: its job's attempt
+    ended without a record (the job's own process dies with it)."""
+    return {job_id: mark["pid"] for job_id, mark in _marks(client, worker_id).items()
+            if mark.get("pid") and not process_alive(mark["pid"])}
+
+
+def _marks(client: redis.Redis, worker_id: str) -> dict[int, dict]:
+    return {int(job_id): json.loads(raw) for job_id, raw in client.hgetall(busy_key(worker_id)).items()}
+
+
+def _pids(mark: dict) -> list[int]:
+    pids = [mark.get("pid"), mark.get("job_pid")]
+    return [pid for pid in pids if pid] or [os.getpid()]  # a mark without pids: trust its deadline
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs on this host (a zombie does not: it only awaits its parent's reaping)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no procfs: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
 def current_worker_id() -> str:
@@ -128,6 +160,7 @@ class _Ticker:
 class WorkerHeartbeat(_Ticker):
     def __init__(self, settings: Settings, worker_id: str) -> None:
         super().__init__(settings.heartbeat_seconds, "grpo-worker-heartbeat")
+        self.settings = settings
         self.client = redis.Redis.from_url(settings.redis_url)
         self.worker_id = worker_id
         self.ttl = 3 * settings.heartbeat_seconds
@@ -139,10 +172,26 @@ class WorkerHeartbeat(_Ticker):
         if self._withdrawn.is_set():
             return
         try:
+            self._requeue_orphans()
             jobs = running_jobs(self.client, self.worker_id, self.static.gpus, int(time.time() * 1000))
             bus.advertise_worker(self.client, replace(self.static, jobs=jobs), self.ttl)
         except RedisError as exc:  # the key expires meanwhile: the scheduler sees no capacity here
             log.warning("heartbeat failed: %s", exc)
+
+    def _requeue_orphans(self) -> None:
+        """A pool process died under its job (this process is its parent, so it sees at once):
+        the job goes back to the queue now, bounded by the attempt limit."""
+        for job_id, pid in orphaned_jobs(self.client, self.worker_id).items():
+            message = f"the worker's process for the job (pid {pid}) died"
+            try:
+                with session_scope(self.settings.database_url) as session:
+                    moved = requeue_after_fault(session, job_id, worker_id=self.worker_id, message=message,
+                                                data={"pid": pid}, max_attempts=self.settings.max_attempts)
+            except SQLAlchemyError as exc:  # tried again next beat; the lease expires meanwhile anyway
+                log.warning("could not requeue job %s after its process died: %s", job_id, exc)
+                continue
+            log.warning("job %s: %s; %s", job_id, message, moved.status if moved else "no longer ours")
+            self.client.hdel(busy_key(self.worker_id), str(job_id))
 
     def stop(self) -> None:
         self._withdrawn.set()
@@ -154,7 +203,8 @@ class WorkerHeartbeat(_Ticker):
 
 
 class JobLease(_Ticker):
-    """Renews the lease from a thread (model loading can take minutes) and on every step."""
+    """Renews the lease from a thread of the supervising process, whatever the job's process is
+    doing (loading a model for minutes, or stuck)."""
 
     def __init__(self, settings: Settings, job_id: int, worker_id: str, client: redis.Redis,
                  devices: list[int] | None = None) -> None:
@@ -164,6 +214,7 @@ class JobLease(_Ticker):
         # Short, so a killed child's mark vanishes about as fast as a dead worker's heartbeat.
         self.busy_ttl_ms = int(3 * settings.heartbeat_seconds * 1000)
         self._lock = threading.Lock()
+        self.job_pid: int | None = None
         self.lost = False
         self.cancel_requested = False
         self.preempt_requested = False
@@ -180,7 +231,8 @@ class JobLease(_Ticker):
             self.cancel_requested = self.cancel_requested or cancel
             self.preempt_requested = self.preempt_requested or preempt
         if still_ours:
-            mark = {"devices": self.devices, "until": int(time.time() * 1000) + self.busy_ttl_ms}
+            mark = {"devices": self.devices, "until": int(time.time() * 1000) + self.busy_ttl_ms,
+                    "pid": os.getpid(), "job_pid": self.job_pid}
             try:
                 with self.client.pipeline() as pipe:
                     pipe.hset(busy_key(self.worker_id), str(self.job_id), json.dumps(mark))
@@ -190,13 +242,10 @@ class JobLease(_Ticker):
             except RedisError as exc:
                 log.warning("could not mark the job's devices busy: %s", exc)
 
-    def should_stop(self) -> bool:
-        """Checked before every step: a cancel or a preemption stops the trainer, which then
-        checkpoints; raising on a lost lease skips that checkpoint."""
+    def track_process(self, pid: int) -> None:
+        """The job's process: its devices stay marked busy until it is gone too."""
+        self.job_pid = pid
         self.beat()
-        if self.lost:
-            raise LeaseLost(f"job {self.job_id} is no longer leased to {self.worker_id}")
-        return self.cancel_requested or self.preempt_requested
 
     def stop(self) -> None:
         super().stop()

@@ -1,15 +1,24 @@
-"""One attempt at a claimed job, inside the job's child process: train (in this process, or on
-one rank per device for a job holding several) and record the outcome. This is the only worker
-module the task body imports that loads torch (through ``grpo_core``), and the task body imports
-it only in the job's child, so the Celery main process never loads it.
+"""One attempt at a claimed job, in the Celery pool process that claimed it: supervise the job's
+own process (:mod:`worker.supervisor`) and record how the attempt ended, as the attempt's last
+write. Torch never loads here: the job's process trains.
+
+What the supervisor saw becomes one of:
+
+* the job's own outcome (succeeded, failed with its code, cancelled, preempted);
+* a machine fault (a rank died, the database stayed away, the job's process was killed or
+  crashed without saying why): back to the queue at once, to resume from its checkpoint, bounded
+  by ``GRPO_MAX_ATTEMPTS``; a kill by the kernel's OOM killer is recorded as ``out_of_memory``;
+* an ending the supervisor forced: ``stalled`` (failed), a cancel or a preemption the job did not
+  honour in time (cancelled, or back to the queue);
+* nothing, when the lease was lost: another attempt owns the job.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 
 import redis
-from pydantic import ValidationError
 
 from api.lifecycle import JobStatus
 from api.schemas.jobs import JobRead
@@ -18,56 +27,74 @@ from api.store import bus, outbox
 from api.store.db import session_scope
 from api.store.jobs import finish, requeue_after_fault
 from api.store.scheduling import yield_preempted
-from grpo_core.errors import GRPOError, traceback_tail
-from grpo_core.launch import RankDied
-from grpo_core.models import quiet_library_progress_bars
-from grpo_core.spec import JobSpec
-from worker.heartbeat import JobLease, LeaseLost
-from worker.ranks import train_on_ranks
-from worker.reporting import JobReporter
-from worker.training import Outcome, ending, train_job
+from worker.attempt_files import CANCEL, PREEMPT
+from worker.heartbeat import JobLease
+from worker.outcome import Fault, Outcome
+from worker.supervisor import LEASE_LOST, STALLED, Ended, stall_limit, supervise
 
 log = logging.getLogger(__name__)
-
-
-def _failure(code: str, message: str) -> Outcome:
-    return Outcome(JobStatus.FAILED, message, code, traceback_tail())
-
-
-def train(job: JobRead, settings: Settings, reporter: JobReporter, lease: JobLease) -> Outcome:
-    """Every failure becomes an Outcome with a stable code; only a lost lease and a rank process
-    that died (the machine's fault, not the job's) propagate."""
-    quiet_library_progress_bars()
-    try:
-        spec = JobSpec.model_validate(job.spec)
-        if len(job.devices or ()) > 1:
-            return train_on_ranks(job, spec, settings, lease.worker_id)
-        result = train_job(job, spec, settings, reporter)
-    except (LeaseLost, RankDied):
-        raise
-    except ValidationError as exc:
-        return _failure("invalid_spec", f"stored spec no longer validates: {exc}")
-    except GRPOError as exc:
-        return _failure(exc.code, exc.message)
-    except Exception as exc:  # noqa: BLE001 - any crash must still end the job with a record
-        return _failure("internal_error", f"{type(exc).__name__}: {exc}")
-    return ending(result, lease)
+OUT_OF_MEMORY = "out_of_memory"
 
 
 def run_claimed_job(job: JobRead, worker_id: str, settings: Settings, lease: JobLease,
                     client: redis.Redis) -> str:
     """Run ``job`` (claimed by ``worker_id``, lease renewing) and return its final status, or
     ``lost`` when another attempt owns it now."""
-    publish = bus.publisher(client, settings.stream_maxlen)
-    try:
-        outcome = train(job, settings, JobReporter(settings.database_url, job.id, publish, lease), lease)
-    except LeaseLost as exc:
-        log.warning("%s; leaving the job to its new attempt", exc)
+    ended = supervise(job, settings, worker_id, lease)
+    if ended.killed_for == LEASE_LOST:
+        log.warning("job %s: lease lost; its process was killed and the job left to its new attempt", job.id)
         return "lost"
-    except RankDied as exc:
-        lease.stop()
-        return _requeue(job, worker_id, settings, publish, exc)
     lease.stop()  # no renewal may race the outcome: it is the attempt's last write
+    publish = bus.publisher(client, settings.stream_maxlen)
+    report = ended.report if ended.killed_for is None else None
+    if isinstance(report, Fault):
+        return _requeue(job, worker_id, settings, publish, report)
+    if isinstance(report, Outcome):
+        return record_outcome(job, worker_id, settings, publish, report)
+    if ended.killed_for is not None:
+        return record_outcome(job, worker_id, settings, publish, forced_outcome(ended, settings, job))
+    return _requeue(job, worker_id, settings, publish, death_fault(ended))
+
+
+def forced_outcome(ended: Ended, settings: Settings, job: JobRead) -> Outcome:
+    """The outcome of a process the supervisor ended (not for a lost lease)."""
+    at = f"after step {ended.last_step}" if ended.last_step else "before its first step"
+    if ended.killed_for == STALLED:
+        limit = stall_limit(job, settings)
+        message = f"no step finished for {limit:.0f} s ({at}); the job's process was killed"
+        return Outcome(JobStatus.FAILED, message, STALLED, step=ended.last_step)
+    grace = f"did not stop within {settings.cancel_grace_seconds:.0f} s; its process was killed {at}"
+    if ended.killed_for == CANCEL:
+        return Outcome(JobStatus.CANCELLED, f"cancelled: {grace}", step=ended.last_step)
+    if ended.killed_for == PREEMPT:  # resumes from its last checkpoint
+        return Outcome(JobStatus.PREEMPTED, f"preempted: {grace}", step=ended.last_step)
+    raise ValueError(f"unknown reason to end a job's process: {ended.killed_for}")
+
+
+def death_fault(ended: Ended) -> Fault:
+    """The job's process ended without an outcome and nobody here ended it: killed from outside
+    (the OOM killer, an operator) or crashed (the worker's log has its output)."""
+    data = {"pid": ended.pid, "exitcode": ended.returncode, "step": ended.last_step}
+    if ended.returncode < 0:
+        name = _signal_name(-ended.returncode)
+        data["signal"] = name
+        if ended.oom_killed:
+            return Fault(f"out of memory: the kernel's OOM killer ended the job's process with {name}",
+                         {**data, "error_code": OUT_OF_MEMORY}, OUT_OF_MEMORY)
+        return Fault(f"the job's process was killed by {name}", data)
+    return Fault(f"the job's process exited with code {ended.returncode} before reporting how the "
+                 "attempt ended (the worker's log has its output)", data)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def record_outcome(job: JobRead, worker_id: str, settings: Settings, publish: outbox.Publish | None,
+            outcome: Outcome) -> str:
     # The transition stages the final status: readers learn it after the commit, and find it
     # (and every step) in SQL.
     with session_scope(settings.database_url, publish=publish) as session:
@@ -85,16 +112,14 @@ def run_claimed_job(job: JobRead, worker_id: str, settings: Settings, lease: Job
     return outcome.status.value
 
 
-def _requeue(job: JobRead, worker_id: str, settings: Settings, publish: outbox.Publish,
-             died: RankDied) -> str:
-    """A rank process died: the machine's fault, so the job goes back to the queue now (bounded by
-    ``max_attempts``) to resume from its checkpoint, rather than when its lease expires."""
-    data = {"rank": died.rank, "pid": died.pid, "exitcode": died.exitcode, "signal": died.signal_name}
+def _requeue(job: JobRead, worker_id: str, settings: Settings, publish: outbox.Publish, fault: Fault) -> str:
+    """The machine's fault: back to the queue now (bounded by ``max_attempts``) to resume from its
+    checkpoint, rather than when its lease expires."""
     with session_scope(settings.database_url, publish=publish) as session:
-        moved = requeue_after_fault(session, job.id, worker_id=worker_id, message=died.message, data=data,
-                                    max_attempts=settings.max_attempts)
+        moved = requeue_after_fault(session, job.id, worker_id=worker_id, message=fault.message,
+                                    data=fault.data, max_attempts=settings.max_attempts)
     if moved is None:
-        log.warning("job %s: lease lost before its rank's death was recorded (%s)", job.id, died.message)
+        log.warning("job %s: lease lost before its fault was recorded (%s)", job.id, fault.message)
         return "lost"
-    log.warning("job %s %s: %s", job.id, moved.status, died.message)
+    log.warning("job %s %s: %s", job.id, moved.status, fault.message)
     return moved.status

@@ -2,8 +2,10 @@
 
 The claim is one guarded UPDATE (``dispatched → running``), so a duplicate delivery of the same
 message finds the job already running (or finished) and returns without touching anything.
-Torch is imported only after a successful claim, inside the job's child process, and only once
-the child is confined to the job's devices (:func:`worker.devices.confine`).
+The task's process supervises the job's own process (:mod:`worker.runner`,
+:mod:`worker.supervisor`), which it confines to the job's devices first
+(:func:`worker.devices.confine`: the job's process inherits the environment). Torch never loads in
+Celery's processes.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from api.store.telemetry import add_event
 from api.vocabulary import RUN_JOB
 from worker.devices import CUDA_ENV, confine
 from worker.heartbeat import JobLease, current_worker_id
+from worker.runner import run_claimed_job
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +43,6 @@ def run_job(job_id: int) -> str:
         log.info("job %s is not dispatched (duplicate or stale delivery); nothing to do", job_id)
         client.close()
         return "not_claimed"
-    # Renewal starts before torch is imported: loading it can outlast a short lease.
     lease = JobLease(settings, job_id, worker_id, client, job.devices)
     lease.start()
     try:
@@ -48,10 +50,6 @@ def run_job(job_id: int) -> str:
             _confine(settings, publish, job_id, job.devices)
         except ValueError as exc:
             return _fail(settings, publish, job_id, worker_id, f"the job cannot run here: {exc}")
-        try:
-            from worker.runner import run_claimed_job  # torch loads here, in the job's child only
-        except Exception as exc:  # a broken install would otherwise requeue the job forever
-            return _fail(settings, publish, job_id, worker_id, f"the worker cannot load the trainer: {exc!r}")
         return run_claimed_job(job, worker_id, settings, lease, client)
     finally:
         lease.stop()

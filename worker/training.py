@@ -1,35 +1,100 @@
 """What each process of an attempt trains: the job's components (as the only process, or as one
 rank of several), resumed from the newest checkpoint, trained to the end or to a stop; and how
-the attempt ended. Imported only where torch may load: the job's child and its rank processes.
+the attempt ended. Imported only where torch may load: the job's process and its rank processes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import redis
+from pydantic import ValidationError
 
 from api.lifecycle import JobStatus
 from api.schemas.jobs import JobRead
 from api.settings import Settings
-from grpo_core.callbacks import TrainerCallback
+from api.store import bus
+from grpo_core.callbacks import CallbackList, TrainerCallback
 from grpo_core.components import build_components
 from grpo_core.distributed import SINGLE, Ranks
+from grpo_core.errors import GRPOError, traceback_tail
+from grpo_core.launch import RankDied
+from grpo_core.models import quiet_library_progress_bars
 from grpo_core.spec import JobSpec
 from grpo_core.trainer import GRPOTrainer, TrainResult
-from worker.heartbeat import JobLease
-
-
-@dataclass
-class Outcome:
-    status: JobStatus  # succeeded | failed | cancelled | preempted
-    message: str
-    error_code: str | None = None
-    traceback: str | None = None
-    step: int = 0
+from worker.attempt_files import CANCEL, PREEMPT, AttemptFiles
+from worker.outcome import Fault, Outcome
+from worker.reporting import JobReporter
 
 
 def checkpoint_dir(settings: Settings, job_id: int) -> Path:
     return Path(settings.artifacts_root) / "jobs" / str(job_id) / "checkpoints"
+
+
+class SupervisorLink(TrainerCallback):
+    """The job's side of :mod:`worker.attempt_files`: progress for the supervisor's watchdog
+    after every step and every event (training started or resumed, a checkpoint: the model has
+    loaded, so the stall limit need only cover one step from there), and its stop request read
+    before every step."""
+
+    def __init__(self, files: AttemptFiles, step: int = 0) -> None:
+        self.files, self.step, self.marks = files, step, 0
+
+    def _mark(self) -> None:
+        self.marks += 1
+        self.files.mark_progress(self.step, self.marks)
+
+    def on_step(self, record: dict[str, Any]) -> None:
+        self.step = int(record["step"])
+        self._mark()
+
+    def on_event(self, type: str, message: str, data: dict[str, Any]) -> None:  # noqa: A002
+        self._mark()
+
+    def should_stop(self) -> bool:
+        return self.files.stop_reason() is not None
+
+
+def run_attempt(job: JobRead, settings: Settings, worker_id: str, files: AttemptFiles) -> Outcome | Fault:
+    """Train ``job`` and say how the attempt ended. Every failure of the job's own becomes an
+    Outcome with a stable code; a machine fault (a rank process that died) becomes a Fault."""
+    from worker.ranks import train_on_ranks  # it imports this module
+
+    quiet_library_progress_bars()
+    try:
+        spec = JobSpec.model_validate(job.spec)
+        if len(job.devices or ()) > 1:
+            return train_on_ranks(job, spec, settings, files)
+        return train_reporting(job, spec, settings, files, SINGLE)
+    except RankDied as exc:
+        data = {"rank": exc.rank, "pid": exc.pid, "exitcode": exc.exitcode, "signal": exc.signal_name}
+        return Fault(exc.message, data)
+    except ValidationError as exc:
+        return failure("invalid_spec", f"stored spec no longer validates: {exc}")
+    except GRPOError as exc:
+        return failure(exc.code, exc.message)
+    except Exception as exc:  # noqa: BLE001 - any crash must still end the job with a record
+        return failure("internal_error", f"{type(exc).__name__}: {exc}")
+
+
+def failure(code: str, message: str) -> Outcome:
+    return Outcome(JobStatus.FAILED, message, code, traceback_tail())
+
+
+def train_reporting(job: JobRead, spec: JobSpec, settings: Settings, files: AttemptFiles,
+                    ranks: Ranks) -> Outcome:
+    """Train as the process that reports (the only one, or rank 0): to SQL and the job's stream,
+    and to the supervisor through ``files``."""
+    client = redis.Redis.from_url(settings.redis_url)
+    try:
+        publish = bus.publisher(client, settings.stream_maxlen)
+        reporter = JobReporter(settings.database_url, job.id, publish, None)
+        callbacks = CallbackList([reporter, SupervisorLink(files, job.last_step)])
+        result = train_job(job, spec, settings, callbacks, ranks)
+    finally:
+        client.close()
+    return ending(result, files.stop_reason())
 
 
 def train_job(job: JobRead, spec: JobSpec, settings: Settings, callbacks: TrainerCallback,
@@ -43,10 +108,10 @@ def train_job(job: JobRead, spec: JobSpec, settings: Settings, callbacks: Traine
     return trainer.train()
 
 
-def ending(result: TrainResult, lease: JobLease) -> Outcome:
+def ending(result: TrainResult, stop_reason: str | None) -> Outcome:
     """How a run that returned ended: stopped for a cancel or a preemption, or finished."""
-    if result.stopped and lease.cancel_requested:  # a cancel wins over a preemption
+    if result.stopped and stop_reason == CANCEL:  # a cancel wins over a preemption
         return Outcome(JobStatus.CANCELLED, f"cancelled at step {result.step}", step=result.step)
-    if result.stopped and lease.preempt_requested:
+    if result.stopped and stop_reason == PREEMPT:
         return Outcome(JobStatus.PREEMPTED, f"preempted at step {result.step}", step=result.step)
     return Outcome(JobStatus.SUCCEEDED, f"finished at step {result.step}", step=result.step)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
@@ -11,9 +12,35 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from api.store import outbox
 
+_ENGINES: dict[str, Engine] = {}
 
-@lru_cache
+
+def _forget_inherited_connections() -> None:
+    """In a forked child (Celery's pool processes are forked from the worker's main process, which
+    writes to SQL too): never use the parent's pooled connections, whose sockets the parent still
+    reads. ``close=False`` leaves them to the parent."""
+    for engine in _ENGINES.values():
+        engine.dispose(close=False)
+
+
+os.register_at_fork(after_in_child=_forget_inherited_connections)
+
+
 def get_engine(url: str) -> Engine:
+    if url not in _ENGINES:
+        _ENGINES[url] = _create_engine(url)
+    return _ENGINES[url]
+
+
+def dispose_engine(url: str) -> None:
+    """Close and forget ``url``'s engine (its database is about to be dropped, say)."""
+    engine = _ENGINES.pop(url, None)
+    _session_factory.cache_clear()
+    if engine is not None:
+        engine.dispose()
+
+
+def _create_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 

@@ -11,7 +11,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 import redis
 
 from api.lifecycle import Transition
@@ -77,7 +76,7 @@ def test_a_delivery_of_a_job_that_is_not_dispatched_has_no_effect(task_settings,
 
 def test_the_lease_reports_a_cancel_and_refuses_a_worker_that_lost_the_job(submit, tiny_spec, settings,
                                                                           database_url, redis_url):
-    from worker.heartbeat import JobLease, LeaseLost, busy_key, running_jobs
+    from worker.heartbeat import JobLease, busy_key, running_jobs
 
     job_id = submit(tiny_spec())
     dispatched(database_url, job_id)
@@ -87,15 +86,17 @@ def test_the_lease_reports_a_cancel_and_refuses_a_worker_that_lost_the_job(submi
     owner = JobLease(settings, job_id, "owner", client, devices=[1])
     stranger = JobLease(settings, job_id, "stranger", client)
 
-    assert owner.should_stop() is False
+    owner.beat()
+    assert (owner.lost, owner.cancel_requested) == (False, False)
     # What the worker's heartbeat reports: the job on its device, and device 0 of 2 free.
     assert running_jobs(client, "owner", 2, int(time.time() * 1000)) == {job_id: [1]}
     assert client.hexists(busy_key("stranger"), str(job_id)) is False  # a lost lease marks nothing
     with session_scope(database_url) as session:
         assert request_cancel(session, job_id).status == "cancelling"
-    assert owner.should_stop() is True  # the trainer checkpoints and ends the run
-    with pytest.raises(LeaseLost):
-        stranger.should_stop()  # e.g. requeued and claimed by another worker meanwhile
+    owner.beat()
+    assert owner.cancel_requested is True  # the supervisor asks the job to checkpoint and stop
+    stranger.beat()
+    assert stranger.lost is True  # e.g. requeued and claimed by another worker: its process is killed
     owner.stop()
     assert client.hlen(busy_key("owner")) == 0
 

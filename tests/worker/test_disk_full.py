@@ -1,7 +1,8 @@
-"""A full disk under a job's checkpoint, through the worker's task body (run in this process, as
-the worker's child runs it, so ``torch.save`` can be made to fail like a full disk): the job fails
-``disk_full`` rather than ``internal_error``, no temporary folder is left, the checkpoint before it
-stays whole, and failure text a database would refuse (a NUL) is still recorded."""
+"""A full disk under a job's checkpoint, through the job process's body (run in this process, so
+``torch.save`` can be made to fail like a full disk) and the supervisor's recording of its outcome:
+the job fails ``disk_full`` rather than ``internal_error``, no temporary folder is left, the
+checkpoint before it stays whole, and failure text a database would refuse (a NUL) is still
+recorded. Retention runs through the whole task body (supervisor and job process)."""
 
 from __future__ import annotations
 
@@ -12,21 +13,23 @@ import torch
 
 from api.lifecycle import Transition
 from api.store.db import session_scope
-from api.store.jobs import transition
+from api.store.jobs import claim, transition
 from api.store.models import utcnow
 
 real_save = torch.save
 
 
 def test_a_full_disk_at_a_checkpoint_fails_the_job_as_disk_full_and_cleans_up(
-    task_settings, submit, tiny_spec, job_of, database_url, monkeypatch
+    task_settings, submit, tiny_spec, job_of, database_url, monkeypatch, tmp_path
 ):
-    from worker.tasks import run_job
-    from worker.training import checkpoint_dir
+    from worker.attempt_files import AttemptFiles
+    from worker.runner import record_outcome
+    from worker.training import checkpoint_dir, run_attempt
 
     job_id = submit(tiny_spec(max_steps=3, checkpoint_every=1))
     with session_scope(database_url) as session:
         assert transition(session, job_id, via=Transition.DISPATCH, values={"dispatched_at": utcnow()})
+        job = claim(session, job_id, "late-worker")
 
     def full_at_step_2(obj, f, *args, **kwargs):
         if ".step-2.tmp-" in str(f):
@@ -35,7 +38,8 @@ def test_a_full_disk_at_a_checkpoint_fails_the_job_as_disk_full_and_cleans_up(
         return real_save(obj, f, *args, **kwargs)
 
     monkeypatch.setattr(torch, "save", full_at_step_2)
-    assert run_job(job_id) == "failed"
+    outcome = run_attempt(job, task_settings, "late-worker", AttemptFiles(tmp_path))
+    assert record_outcome(job, "late-worker", task_settings, None, outcome) == "failed"
 
     job = job_of(job_id)
     assert (job.status, job.error.code) == ("failed", "disk_full")

@@ -45,11 +45,11 @@ def metrics(database_url: str, job_id: int) -> list:
 
 
 def rank_processes(database_url: str, job_id: int, count: int = 2) -> list[psutil.Process]:
-    """The rank processes of the job's current attempt (children of the process its newest
+    """The rank processes of the job's current attempt (descendants of the process its newest
     ``devices`` event names), once ``count`` of them run; else []."""
     try:
         job_process = psutil.Process(events(database_url, job_id, "devices")[-1].data["pid"])
-        ranks = [p for p in job_process.children() if "rank_process" in " ".join(p.cmdline())]
+        ranks = [p for p in job_process.children(recursive=True) if "rank_process" in " ".join(p.cmdline())]
     except (IndexError, psutil.NoSuchProcess):
         return []
     return ranks if len(ranks) == count else []

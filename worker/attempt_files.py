@@ -1,0 +1,77 @@
+"""The files through which a job's process and its supervisor talk, in one folder per attempt.
+
+The supervisor writes the call (what to train) and, when a cancel or a preemption arrives, the
+stop request; the job's process writes its progress after every step and, at the end, its
+:class:`worker.outcome.Outcome` or :class:`worker.outcome.Fault`. Files, not pipes: either side
+may die at any moment, and a file written whole (under another name, then renamed) is never
+half-read, needs no reader thread, and holds no GIL the other side needs (a job stuck in a regex
+holds its own interpreter's, not its supervisor's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+from api.schemas.jobs import JobRead
+from api.settings import Settings
+from worker.outcome import Fault, Outcome
+
+_CALL, _OUTCOME, _PROGRESS, _STOP = "call.pkl", "outcome.pkl", "progress.json", "stop.json"
+CANCEL, PREEMPT = "cancel", "preempt"
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_bytes(data)
+    partial.replace(path)
+
+
+class AttemptFiles:
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+
+    # The supervisor's side.
+    def write_call(self, job: JobRead, settings: Settings, worker_id: str) -> None:
+        _write_whole(self.folder / _CALL, pickle.dumps((job, settings, worker_id)))
+
+    def request_stop(self, reason: str) -> None:
+        """``cancel`` or ``preempt``; a cancel replaces a preemption (it wins), never the reverse."""
+        if self.stop_reason() == CANCEL:
+            return
+        _write_whole(self.folder / _STOP, json.dumps({"reason": reason}).encode())
+
+    def read_outcome(self) -> Outcome | Fault | None:
+        """None when the job's process ended without saying how (it was killed, or crashed)."""
+        try:
+            return pickle.loads((self.folder / _OUTCOME).read_bytes())
+        except FileNotFoundError:
+            return None
+
+    def progress(self) -> tuple[int, int] | None:
+        """``(last step finished, marks so far)``: any change is progress. None before the first."""
+        try:
+            data = json.loads((self.folder / _PROGRESS).read_text())
+            return int(data["step"]), int(data["mark"])
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return None
+
+    # The job's side.
+    def read_call(self) -> tuple[JobRead, Settings, str]:
+        return pickle.loads((self.folder / _CALL).read_bytes())
+
+    def write_outcome(self, outcome: Outcome | Fault) -> None:
+        _write_whole(self.folder / _OUTCOME, pickle.dumps(outcome))
+
+    def mark_progress(self, step: int, mark: int) -> None:
+        _write_whole(self.folder / _PROGRESS, json.dumps({"step": step, "mark": mark}).encode())
+
+    def stop_reason(self) -> str | None:
+        try:
+            data: Any = json.loads((self.folder / _STOP).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return data.get("reason") if isinstance(data, dict) else None
