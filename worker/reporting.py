@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from api.store import outbox
 from api.store.db import session_scope
-from api.store.jobs import set_progress
+from api.store.jobs import set_progress, stop_request
 from api.store.telemetry import (
     add_event,
     forget_checkpoints,
@@ -25,7 +25,6 @@ from api.store.telemetry import (
     record_samples,
 )
 from grpo_core.callbacks import TrainerCallback, json_safe
-from worker.heartbeat import JobLease
 
 
 class JobReporter(TrainerCallback):
@@ -33,12 +32,10 @@ class JobReporter(TrainerCallback):
     (metrics, samples, events) and ``publish`` (:func:`api.store.bus.publisher`; None: nobody
     listens) sends it once the transaction has committed."""
 
-    def __init__(self, database_url: str, job_id: int, publish: outbox.Publish | None,
-                 lease: JobLease | None) -> None:
+    def __init__(self, database_url: str, job_id: int, publish: outbox.Publish | None) -> None:
         self.database_url = database_url
         self.job_id = job_id
         self.publish = publish
-        self.lease = lease
 
     def _session(self) -> AbstractContextManager[Session]:
         return session_scope(self.database_url, publish=self.publish)
@@ -66,5 +63,7 @@ class JobReporter(TrainerCallback):
         with self._session() as session:
             forget_checkpoints(session, self.job_id, steps)
 
-    def should_stop(self) -> bool:
-        return self.lease is not None and self.lease.should_stop()
+    def stop_request(self) -> str | None:
+        """What the job has been asked to do (:func:`api.store.jobs.stop_request`)."""
+        with self._session() as session:
+            return stop_request(session, self.job_id)

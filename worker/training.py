@@ -5,6 +5,7 @@ the attempt ended. Imported only where torch may load: the job's process and its
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +37,12 @@ class SupervisorLink(TrainerCallback):
     """The job's side of :mod:`worker.attempt_files`: progress for the supervisor's watchdog
     after every step and every event (training started or resumed, a checkpoint: the model has
     loaded, so the stall limit need only cover one step from there), and its stop request read
-    before every step."""
+    before every step: the supervisor's stop file, or (``asked``) the job's own row, which the
+    supervisor would only see at its next poll, several fast steps later."""
 
-    def __init__(self, files: AttemptFiles, step: int = 0) -> None:
-        self.files, self.step, self.marks = files, step, 0
+    def __init__(self, files: AttemptFiles, step: int = 0,
+                 asked: Callable[[], str | None] | None = None) -> None:
+        self.files, self.step, self.marks, self.asked = files, step, 0, asked
 
     def _mark(self) -> None:
         self.marks += 1
@@ -53,7 +56,12 @@ class SupervisorLink(TrainerCallback):
         self._mark()
 
     def should_stop(self) -> bool:
-        return self.files.stop_reason() is not None
+        if self.files.stop_reason() is not None:
+            return True
+        reason = self.asked() if self.asked else None
+        if reason is not None:
+            self.files.request_stop(reason)  # so the attempt's ending names why it stopped
+        return reason is not None
 
 
 def run_attempt(job: JobRead, settings: Settings, worker_id: str, files: AttemptFiles) -> Outcome | Fault:
@@ -89,8 +97,8 @@ def train_reporting(job: JobRead, spec: JobSpec, settings: Settings, files: Atte
     client = redis.Redis.from_url(settings.redis_url)
     try:
         publish = bus.publisher(client, settings.stream_maxlen)
-        reporter = JobReporter(settings.database_url, job.id, publish, None)
-        callbacks = CallbackList([reporter, SupervisorLink(files, job.last_step)])
+        reporter = JobReporter(settings.database_url, job.id, publish)
+        callbacks = CallbackList([reporter, SupervisorLink(files, job.last_step, reporter.stop_request)])
         result = train_job(job, spec, settings, callbacks, ranks)
     finally:
         client.close()

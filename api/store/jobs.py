@@ -267,6 +267,16 @@ def renew_lease(session: Session, job_id: int, worker_id: str) -> tuple[bool, bo
     return (False, False, False) if row is None else (True, bool(row[0]), bool(row[1]))
 
 
+def stop_request(session: Session, job_id: int) -> str | None:
+    """``"cancel"``, ``"preempt"`` or None: what the job has been asked to do, read by its own
+    process before every step (one indexed read), so a stop lands within a step however fast
+    steps are, not on the supervisor's next lease renewal. A cancel wins over a preemption."""
+    row = session.execute(select(Job.cancel_requested, Job.preempt_requested).where(Job.id == job_id)).first()
+    if row is None:
+        return None
+    return "cancel" if row[0] else "preempt" if row[1] else None
+
+
 def finish(
     session: Session,
     job_id: int,

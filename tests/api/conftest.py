@@ -193,7 +193,7 @@ class ScriptedWorker:
                 seen.extend(messages)
             self.publish_staged(messages)
 
-        return JobReporter(self.database_url, job_id, publish, lease=None)
+        return JobReporter(self.database_url, job_id, publish)
 
     def start(self, job_id: int, worker_id: str = "scripted") -> None:
         from api.store import jobs
