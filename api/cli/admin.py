@@ -17,6 +17,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from api.cli.printable import printable
+
 BAD_INPUT_CODES = ("invalid_input", "conflict", "not_found")
 _AMOUNT = re.compile(r"([+-]?)(\d+)")
 
@@ -85,11 +87,11 @@ def _print(result: Any, as_json: bool) -> None:
     elif isinstance(result, KeyCreated):
         print(result.key)
         role = "an admin key" if result.is_admin else "a key"
-        print(f"created {role} of team '{result.team}' (id {result.id}, {result.prefix}…); it is shown "
-              "only this once: store it now", file=sys.stderr)
+        print(f"created {role} of team '{printable(result.team)}' (id {result.id}, {result.prefix}…); "
+              "it is shown only this once: store it now", file=sys.stderr)
     else:
         for record in result if isinstance(result, list) else [result]:
-            print(_line(record))
+            print(printable(_line(record)))
 
 
 def _handler(command: Command) -> Callable[[argparse.Namespace], int]:
@@ -108,7 +110,7 @@ def _handler(command: Command) -> Callable[[argparse.Namespace], int]:
             with session_scope(url) as session:
                 result = command(session, args)
         except ServiceError as exc:
-            print(f"error: {exc.message}", file=sys.stderr)
+            print(f"error: {printable(exc.message)}", file=sys.stderr)
             return 2 if exc.code in BAD_INPUT_CODES else 1
         except SQLAlchemyError as exc:
             print(f"error: database: {exc.__class__.__name__}: {str(exc).splitlines()[0]} "

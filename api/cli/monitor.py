@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from api.cli.printable import printable
+
 MONITOR_COMMANDS = ("submit", "list", "show", "watch", "cancel", "events", "metrics", "cluster", "queue")
 BAD_INPUT_STATUSES = (400, 404, 409, 413, 422)
 DEFAULT_API_URL = "http://127.0.0.1:8000"
@@ -48,7 +50,7 @@ def call_api(url: str, api_key: str | None, as_json: bool, command: Command) -> 
         with ApiClient(url, api_key) as client:
             result = command(client)
     except ApiError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {printable(str(exc))}", file=sys.stderr)
         return 2 if exc.status in BAD_INPUT_STATUSES else 1
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
         print(f"error: --api-url {url!r}: {exc}", file=sys.stderr)
@@ -59,7 +61,7 @@ def call_api(url: str, api_key: str | None, as_json: bool, command: Command) -> 
     if as_json:
         print(json.dumps(result.document, indent=2))
     elif result.text:
-        print(result.text, flush=True)
+        print(printable(result.text), flush=True)
     return result.code
 
 
@@ -96,7 +98,7 @@ def submit_spec(url: str, api_key: str | None, spec: dict, watch: bool = True,
         if not watch:
             return Result(job, submitted)
         if not as_json:
-            print(submitted, flush=True)
+            print(printable(submitted), flush=True)
         return follow(client, job, as_json)
 
     return call_api(url, api_key, as_json, command)
@@ -113,7 +115,7 @@ def follow(client: Any, job: dict[str, Any], as_json: bool) -> Result:
 
     def draw() -> None:
         nonlocal drawn
-        frame = view.lines(shutil.get_terminal_size().columns)
+        frame = [printable(line) for line in view.lines(shutil.get_terminal_size().columns)]
         out.write(repaint(drawn, frame))
         out.flush()
         drawn = len(frame)
@@ -123,7 +125,7 @@ def follow(client: Any, job: dict[str, Any], as_json: bool) -> Result:
         if live:
             draw()
         elif not as_json and (line := step_line(message, view.max_steps)):
-            print(line, file=out, flush=True)
+            print(printable(line), file=out, flush=True)
 
     if live:
         draw()

@@ -278,3 +278,22 @@ def test_submit_prints_the_new_job(grpo, alpha, job_spec, tmp_path: Path) -> Non
     again = grpo.json("submit", str(spec), "--idempotency-key", "k-" + uuid.uuid4().hex)
     assert again == alpha.get(f"/v1/jobs/{again['id']}").json() and again["team_id"] == \
         alpha.get(f"/v1/jobs/{job_id}").json()["team_id"]
+
+
+def test_server_strings_reach_the_terminal_inert(grpo, alpha, job_spec) -> None:
+    """A job named with ESC sequences (clear the screen, retitle the window, ring the bell)
+    is listed and shown with those characters as visible escapes, never obeyed."""
+    hostile = "evil\x1b[2J\x1b]0;owned\x07\rname"
+    job = alpha.post("/v1/jobs", json=job_spec(name=hostile)).json()
+    for argv in (("list",), ("show", str(job["id"]))):
+        code, out, _ = grpo(*argv)
+        assert code == 0 and "\\x1b[2J\\x1b]0;owned\\x07\\x0dname" in out
+        assert not any(char in out for char in "\x1b\x07\r")
+    assert grpo.json("show", str(job["id"]))["name"] == hostile  # --json keeps the exact string
+
+
+def test_printable_keeps_layout_and_escapes_every_other_control_character() -> None:
+    from api.cli.printable import printable
+
+    assert printable("a\tb\nc") == "a\tb\nc"
+    assert printable("\x00\x1b\x7f\x9b é") == "\\x00\\x1b\\x7f\\x9b é"
