@@ -67,6 +67,21 @@ class Settings(BaseSettings):
     fair_share_half_life_seconds: float = Field(
         3600.0, gt=0, description="Half-life of a team's past GPU usage in the fair-share order.")
     max_request_bytes: int = Field(1024 * 1024, ge=1024)
+    # Per-pool limits: the defaults; admins override them per pool (PUT /v1/admin/pools/{pool}/limits).
+    # Each spec field is bounded on its own; these bound what they multiply to, so no team's
+    # job can take a worker's memory or disk from the others.
+    pool_max_tokens_per_step: int = Field(
+        8 * 1024 * 1024, ge=1, description="Most prompts_per_step × num_generations × "
+        "(max_prompt_length + max_completion_length) a job of a pool may ask for.")
+    pool_max_steps: int = Field(1_000_000, ge=1, description="Most grpo.max_steps a pool's job may ask for.")
+    pool_max_checkpoints_per_job: int = Field(
+        1_000, ge=1, description="Most checkpoints a job may write (max_steps / checkpoint_every).")
+    pool_max_inline_dataset_bytes: int = Field(
+        8 * 1024 * 1024, ge=1, description="Most bytes (as JSON) of a spec's inline dataset rows.")
+    pool_job_memory_fraction: float = Field(
+        0.9, gt=0, le=1, description="Without a pool's job_memory_bytes, a job may use this fraction of "
+        "its worker's memory times its share of the worker's devices; beyond it the job's processes are "
+        "killed and it fails `out_of_memory`.")
 
     @field_validator("api_token")
     @classmethod

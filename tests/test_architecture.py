@@ -31,6 +31,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # The HTTP client side of the CLI works against a remote service: HTTP only.
     "api.cli.client": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
     "api.cli.term_view": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
+    "api.cli.printable": ("api", "worker", "grpo_core"),  # string handling only
     "api.cli.monitor": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker"),
     # The worker sees the service only through the store and the shared vocabulary.
     "worker": ("api.http", "api.scheduling", "api.streaming", "api.cli", "api.main", "fastapi"),

@@ -29,11 +29,11 @@ from api.store.jobs import finish, requeue_after_fault
 from api.store.scheduling import yield_preempted
 from worker.attempt_files import CANCEL, PREEMPT
 from worker.heartbeat import JobLease
+from worker.memory import gib
 from worker.outcome import Fault, Outcome
-from worker.supervisor import LEASE_LOST, STALLED, Ended, stall_limit, supervise
+from worker.supervisor import LEASE_LOST, OUT_OF_MEMORY, STALLED, Ended, stall_limit, supervise
 
 log = logging.getLogger(__name__)
-OUT_OF_MEMORY = "out_of_memory"
 
 
 def run_claimed_job(job: JobRead, worker_id: str, settings: Settings, lease: JobLease,
@@ -63,6 +63,11 @@ def forced_outcome(ended: Ended, settings: Settings, job: JobRead) -> Outcome:
         limit = stall_limit(job, settings)
         message = f"no step finished for {limit:.0f} s ({at}); the job's process was killed"
         return Outcome(JobStatus.FAILED, message, STALLED, step=ended.last_step)
+    if ended.killed_for == OUT_OF_MEMORY:  # the job's own doing: the limit is known at submit
+        message = (f"the job's processes held {gib(ended.memory_peak)}, over its memory limit of "
+                   f"{gib(ended.memory_limit)} ({at}); they were killed. Lower prompts_per_step, "
+                   "num_generations or the prompt and completion lengths, or ask for a pool with more")
+        return Outcome(JobStatus.FAILED, message, OUT_OF_MEMORY, step=ended.last_step)
     grace = f"did not stop within {settings.cancel_grace_seconds:.0f} s; its process was killed {at}"
     if ended.killed_for == CANCEL:
         return Outcome(JobStatus.CANCELLED, f"cancelled: {grace}", step=ended.last_step)

@@ -10,7 +10,8 @@ can stop the lease or the watch. It ends the job's process when:
 * a cancel or a preemption was requested and the job has not stopped within the grace period
   (it is asked first, through :mod:`worker.attempt_files`, and normally checkpoints and returns);
 * no step finished for the stall limit (``GRPO_STALL_SECONDS``, or the spec's lower
-  ``stall_seconds``): the job is stalled.
+  ``stall_seconds``): the job is stalled;
+* its processes hold more memory than the job may use (:mod:`worker.memory`): out of memory.
 
 Ending is SIGTERM to the job's process group, then SIGKILL after a grace; the job's rank
 processes die with it (they ask the kernel to). :func:`supervise` returns only once the process
@@ -34,11 +35,12 @@ from api.schemas.jobs import JobRead
 from api.settings import Settings
 from worker.attempt_files import CANCEL, PREEMPT, AttemptFiles
 from worker.heartbeat import JobLease
+from worker.memory import job_memory_limit, private_bytes
 from worker.outcome import Fault, Outcome
 
 log = logging.getLogger(__name__)
 
-LEASE_LOST, STALLED = "lease_lost", "stalled"
+LEASE_LOST, STALLED, OUT_OF_MEMORY = "lease_lost", "stalled", "out_of_memory"
 # cgroup v2, then v1: the kernel's count of OOM kills in the worker's memory cgroup.
 _OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
 
@@ -46,9 +48,10 @@ _OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.o
 @dataclass
 class Ended:
     """What the supervisor saw: the job's own account (``report``) if it gave one, why the
-    supervisor ended the process (``killed_for``: ``lease_lost``, ``stalled``, ``cancel``,
-    ``preempt``), its return code (negative: the signal), the last step it finished, and whether
-    the kernel's OOM killer struck meanwhile."""
+    supervisor ended the process (``killed_for``: ``lease_lost``, ``stalled``, ``out_of_memory``,
+    ``cancel``, ``preempt``), its return code (negative: the signal), the last step it finished,
+    whether the kernel's OOM killer struck meanwhile, and the memory the job's processes held at
+    their largest against their limit (bytes)."""
 
     report: Outcome | Fault | None
     killed_for: str | None
@@ -56,6 +59,8 @@ class Ended:
     last_step: int
     oom_killed: bool = False
     pid: int = 0
+    memory_peak: int = 0
+    memory_limit: int = 0
 
 
 def stall_limit(job: JobRead, settings: Settings) -> float:
@@ -82,6 +87,7 @@ class _Watch:
         self.poll_seconds = min(0.5, settings.heartbeat_seconds)
         self.last_step = job.last_step
         self.stop_asked_at: float | None = None
+        self.memory_limit, self.memory_peak = job_memory_limit(job, settings), 0
 
     def run(self) -> Ended:
         oom_before = oom_kills()
@@ -100,10 +106,13 @@ class _Watch:
             if progress is not None and progress != seen:
                 seen, last_progress = progress, now
                 self.last_step = progress[0]
+            self.memory_peak = max(self.memory_peak, private_bytes(process.pid))
             killed_for = self._reason_to_end(now, last_progress)
             if killed_for is not None:
                 log.warning("job %s: ending its process %s (%s)", self.job.id, process.pid, killed_for)
-                end_process(process, self.settings.kill_grace_seconds, term_first=killed_for != LEASE_LOST)
+                # No grace where more time only does harm: another attempt owns the job, or memory grows.
+                end_process(process, self.settings.kill_grace_seconds,
+                            term_first=killed_for not in (LEASE_LOST, OUT_OF_MEMORY))
                 break
             try:
                 process.wait(timeout=self.poll_seconds)
@@ -114,7 +123,8 @@ class _Watch:
         progress = self.files.progress()
         self.last_step = progress[0] if progress is not None else self.last_step
         return Ended(report, killed_for, returncode, self.last_step,
-                     oom_killed=returncode == -signal.SIGKILL and oom_kills() > oom_before, pid=process.pid)
+                     oom_killed=returncode == -signal.SIGKILL and oom_kills() > oom_before, pid=process.pid,
+                     memory_peak=self.memory_peak, memory_limit=self.memory_limit)
 
     def _reason_to_end(self, now: float, last_progress: float) -> str | None:
         if self.lease.lost:
@@ -129,6 +139,8 @@ class _Watch:
                 return self.files.stop_reason() or asked
         if now - last_progress > self.stall_seconds:
             return STALLED
+        if self.memory_peak > self.memory_limit:
+            return OUT_OF_MEMORY
         return None
 
 

@@ -54,6 +54,38 @@ def _set_quota(session: Any, args: argparse.Namespace) -> Any:
     return _teams().change_quota(session, args.team, args.pool, gpus if sign == "+" else -gpus)
 
 
+LIMIT_FLAGS = ("max_tokens_per_step", "max_steps", "max_checkpoints_per_job", "max_inline_dataset_bytes",
+               "job_memory_bytes")
+
+
+def _limit(text: str) -> int | None:
+    """A whole number, or ``default`` (None: the deployment's default again)."""
+    if text.strip().lower() == "default":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number or 'default'") from None
+
+
+def _set_pool_limits(session: Any, args: argparse.Namespace) -> Any:
+    """Change the limits given as flags; the others keep their current value."""
+    from pydantic import ValidationError
+
+    from api.errors import InvalidInput
+    from api.schemas.admin import PoolLimits
+
+    current = _pools().get_pool(session, args.pool).limits.model_dump()
+    given = {name: getattr(args, name) for name in LIMIT_FLAGS if hasattr(args, name)}  # SUPPRESS: not given
+    try:
+        limits = PoolLimits.model_validate({**current, **given})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(part) for part in error["loc"])
+        raise InvalidInput(f"--{field.replace('_', '-')}: {error['msg']}", param=field) from None
+    return _pools().set_limits(session, args.pool, limits)
+
+
 def _create_key(session: Any, args: argparse.Namespace) -> Any:
     from api.schemas.admin import KeyCreated
 
@@ -73,7 +105,10 @@ def _line(record: Any) -> str:
         return f"{record.id}\t{record.prefix}…\t{record.team}\t{role}\t{state}\t{record.label or ''}"
     if isinstance(record, PoolRead):
         gpus = "-" if record.max_worker_gpus is None else record.max_worker_gpus
-        return f"{record.name}\t{'held' if record.held else 'open'}\tmax_worker_gpus={gpus}"
+        overrides = record.limits.model_dump(exclude_none=True)
+        limits = ", ".join(f"{name}={value}" for name, value in overrides.items())
+        return (f"{record.name}\t{'held' if record.held else 'open'}\tmax_worker_gpus={gpus}\t"
+                f"limits: {limits or 'defaults'}")
     raise TypeError(f"nothing prints a {type(record).__name__}")
 
 
@@ -154,6 +189,9 @@ def add_admin_commands(commands: argparse._SubParsersAction) -> None:
         ("key_id", {"type": int, "metavar": "ID"}))
     add("create-pool", "create a GPU pool", lambda s, a: _pools().create_pool(s, a.name), ("name", {}))
     add("list-pools", "GPU pools", lambda s, a: _pools().list_pools(s))
+    add("set-pool-limits", "change a pool's limits (each flag: a number, or 'default')", _set_pool_limits,
+        pool, *((f"--{name.replace('_', '-')}", {"type": _limit, "default": argparse.SUPPRESS,
+                                                  "metavar": "N"}) for name in LIMIT_FLAGS))
     add("hold", "stop dispatching into a pool", lambda s, a: _pools().set_held(s, a.pool, held=True), pool)
     add("resume", "dispatch into a held pool again", lambda s, a: _pools().set_held(s, a.pool, held=False),
         pool)

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
+from api.http.pool_limits import effective_limits, limit_problems
 from api.settings import Settings
-from api.store.pools import largest_worker, list_pools
+from api.store.pools import admission, list_pools
 from grpo_core.errors import SpecError
 from grpo_core.paths import resolve_under_root
 from grpo_core.rewards import validate_reward_specs
@@ -71,15 +72,19 @@ def _check_path_source(source: str | None, root: Path, field: str) -> SpecError 
     return None
 
 
-def check_placement(session: Session, spec: JobSpec) -> None:
-    """Raise :class:`InvalidSpec` for a pool nobody registered (a typo would wait forever) or a
-    job asking for more GPUs than the pool's largest worker advertised (gang: one worker holds
-    all of a job's GPUs). A pool whose workers were never seen accepts any size."""
-    exists, largest = largest_worker(session, spec.resources.pool)
-    if not exists:
+def check_placement(session: Session, spec: JobSpec, settings: Settings) -> None:
+    """Raise :class:`InvalidSpec` for a pool nobody registered (a typo would wait forever), a
+    job over one of the pool's limits (:mod:`api.http.pool_limits`), or one asking for more GPUs
+    than the pool's largest worker advertised (gang: one worker holds all of a job's GPUs). A
+    pool whose workers were never seen accepts any size."""
+    found = admission(session, spec.resources.pool)
+    if found is None:
         known = ", ".join(sorted(p.name for p in list_pools(session))) or "none"
         raise InvalidSpec([SpecError("resources.pool", f"unknown pool '{spec.resources.pool}'; "
                                                        f"known pools: {known}")])
+    largest, overrides = found
+    if problems := limit_problems(spec, effective_limits(overrides, settings)):
+        raise InvalidSpec(problems)
     if largest is not None and spec.resources.gpus > largest:
         raise InvalidSpec([SpecError(
             "resources.gpus", f"asks for {spec.resources.gpus} GPUs but the largest worker of pool "

@@ -64,10 +64,27 @@ class PoolCreate(_Body):
     name: str = Field(pattern=NAME_PATTERN)
 
 
+class PoolLimits(_Body):
+    """An admin's overrides of a pool's limits; a null field means the deployment's default
+    (the ``GRPO_POOL_*`` settings). Submissions over a limit are refused with a 422 naming the field."""
+
+    max_tokens_per_step: int | None = Field(
+        None, ge=1, le=2**53, description="prompts_per_step × num_generations × (max_prompt_length + "
+        "max_completion_length)")
+    max_steps: int | None = Field(None, ge=1, le=10_000_000)
+    max_checkpoints_per_job: int | None = Field(None, ge=1, le=10_000_000,
+                                                description="max_steps / checkpoint_every, rounded up")
+    max_inline_dataset_bytes: int | None = Field(None, ge=1, le=2**40, description="dataset.prompts as JSON")
+    job_memory_bytes: int | None = Field(
+        None, ge=64 * 2**20, le=2**50, description="Memory a job's processes may use together; beyond it "
+        "they are killed and the job fails `out_of_memory` (default: a share of the worker's memory)")
+
+
 class PoolRead(BaseModel):
     name: str
     held: bool = Field(description="No job is dispatched into a held pool")
     max_worker_gpus: int | None = Field(description="Largest GPU count a live worker advertised")
+    limits: PoolLimits = Field(description="Overrides set by admins; null fields are the defaults")
     created_at: UtcDatetime
 
 

@@ -51,7 +51,8 @@ class JobRead(BaseModel):
     heartbeat_at: UtcDatetime | None
     latest_checkpoint: str | None
     error: ErrorInfo | None
-    spec: dict[str, Any]
+    # A spec may be a megabyte of inline rows: lists leave it out (null) unless asked (include=spec).
+    spec: dict[str, Any] | None = None
 
 
 class JobUpdate(BaseModel):

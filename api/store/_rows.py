@@ -13,9 +13,10 @@ from api.schemas.jobs import ErrorInfo, JobRead
 from api.store.models import Job
 
 
-def job_read(job: Job | Row[Any], *, traceback: bool = False) -> JobRead:
+def job_read(job: Job | Row[Any], *, traceback: bool = False, spec: bool = True) -> JobRead:
     """From an ORM ``Job`` or a Core row of every ``jobs`` column (``RETURNING``). A failure's
-    traceback is for admins (it may show paths and data of the host): only with ``traceback``."""
+    traceback is for admins (it may show paths and data of the host): only with ``traceback``.
+    ``spec=False``: a summary, without the spec (which the query need not have loaded)."""
     error = None
     if job.error_code:
         error = ErrorInfo(code=job.error_code, message=job.error_message or "",
@@ -43,7 +44,7 @@ def job_read(job: Job | Row[Any], *, traceback: bool = False) -> JobRead:
         heartbeat_at=job.heartbeat_at,
         latest_checkpoint=job.latest_checkpoint,
         error=error,
-        spec=job.spec,
+        spec=job.spec if spec else None,
     )
 
 

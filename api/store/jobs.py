@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, Row, and_, bindparam, insert, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from api.errors import Conflict, InvalidInput, NotFound
 from api.lifecycle import (
@@ -107,10 +107,11 @@ def list_jobs(
     limit: int = 50,
     newest_first: bool = False,
     traceback: bool = False,
+    with_spec: bool = False,
 ) -> list[JobRead]:
     """Jobs by id, oldest first, or newest first; ``after`` is the cursor in that order (the last
     id seen; 0: from the start), so new submissions never shift a page being read.
-    ``traceback`` as in :func:`get_job`."""
+    ``traceback`` as in :func:`get_job`; summaries unless ``with_spec`` (the spec is not even read)."""
     if newest_first:
         query = select(Job).order_by(Job.id.desc()).limit(limit)
         if after:
@@ -121,7 +122,9 @@ def list_jobs(
         query = query.where(Job.team_id == team_id)
     if statuses:
         query = query.where(Job.status.in_(list(statuses)))
-    return [job_read(job, traceback=traceback) for job in session.scalars(query)]
+    if not with_spec:
+        query = query.options(defer(Job.spec, raiseload=True))
+    return [job_read(job, traceback=traceback, spec=with_spec) for job in session.scalars(query)]
 
 
 # Failure text comes from anywhere (a reward's exception, a tokenizer's bytes); storing it must not

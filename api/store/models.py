@@ -65,13 +65,16 @@ class Team(Base):
 class Pool(Base):
     """A named set of workers. Workers register their pool; ``max_worker_gpus`` is the largest
     GPU count a live worker of the pool advertised when the scheduler last saw one (None: never),
-    which is what a submission is checked against. ``held`` stops dispatch into the pool."""
+    which is what a submission is checked against. ``held`` stops dispatch into the pool.
+    ``limits``: the admins' overrides of the deployment's per-pool limits
+    (:class:`api.schemas.admin.PoolLimits`; None or a missing field: the default)."""
 
     __tablename__ = "pools"
 
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     held: Mapped[bool] = mapped_column(Boolean, default=False)
     max_worker_gpus: Mapped[int | None] = mapped_column(Integer)
+    limits: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

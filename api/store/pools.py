@@ -7,7 +7,7 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from api.errors import Conflict, NotFound
-from api.schemas.admin import PoolRead
+from api.schemas.admin import PoolLimits, PoolRead
 from api.store._checks import check_name
 from api.store._rows import dialect_insert
 from api.store.models import Pool, utcnow
@@ -17,7 +17,7 @@ _POOLS = Pool.__table__
 
 def _read(pool: Pool) -> PoolRead:
     return PoolRead(name=pool.name, held=pool.held, max_worker_gpus=pool.max_worker_gpus,
-                    created_at=pool.created_at)
+                    limits=PoolLimits.model_validate(pool.limits or {}), created_at=pool.created_at)
 
 
 def _insert(session: Session, name: str) -> bool:
@@ -49,14 +49,21 @@ def get_pool(session: Session, name: str) -> PoolRead:
     return _read(pool)
 
 
-_LARGEST = select(_POOLS.c.max_worker_gpus).where(_POOLS.c.name == bindparam("name"))
+_ADMISSION = select(_POOLS.c.max_worker_gpus, _POOLS.c.limits).where(_POOLS.c.name == bindparam("name"))
 
 
-def largest_worker(session: Session, name: str) -> tuple[bool, int | None]:
-    """``(exists, max_worker_gpus)`` of the pool: the submit path's check, one prebuilt Core
-    select (an ORM ``get`` of the row cost as much as inserting the job)."""
-    row = session.execute(_LARGEST, {"name": name}).first()
-    return (False, None) if row is None else (True, row[0])
+def admission(session: Session, name: str) -> tuple[int | None, PoolLimits] | None:
+    """``(max_worker_gpus, limit overrides)`` of the pool, None if there is no such pool: what the
+    submit path checks, one prebuilt Core select (an ORM ``get`` of the row cost as much as
+    inserting the job)."""
+    row = session.execute(_ADMISSION, {"name": name}).first()
+    return None if row is None else (row[0], PoolLimits.model_validate(row[1] or {}))
+
+
+def set_limits(session: Session, name: str, limits: PoolLimits) -> PoolRead:
+    """Replace the pool's overrides (a null field: the default). Jobs already accepted keep running."""
+    _update(session, name, limits=limits.model_dump(exclude_none=True) or None)
+    return get_pool(session, name)
 
 
 def list_pools(session: Session) -> list[PoolRead]:

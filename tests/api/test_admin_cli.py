@@ -96,6 +96,21 @@ def test_pools(grpo) -> None:
     assert grpo.json("resume", "a100")["held"] is False
 
 
+def test_pool_limits_change_only_the_flags_given(grpo) -> None:
+    grpo("create-pool", "a100")
+    memory = str(8 * 2**30)
+
+    def limits(*flags: str) -> tuple:
+        got = grpo.json("set-pool-limits", "a100", *flags)["limits"]
+        return got["max_steps"], got["job_memory_bytes"], got["max_tokens_per_step"]
+
+    assert limits("--max-steps", "500", "--job-memory-bytes", memory) == (500, 8 * 2**30, None)
+    assert limits("--max-steps", "default", "--max-tokens-per-step", "65536") == (None, 8 * 2**30, 65536)
+    code, out, _ = grpo("list-pools")
+    expected = f"limits: max_tokens_per_step=65536, job_memory_bytes={memory}"
+    assert code == 0 and f"a100\topen\tmax_worker_gpus=-\t{expected}" in out
+
+
 @pytest.mark.parametrize("argv, message", [
     (("create-team", "alpha"), "already exists"),
     (("create-team", "Not-Lower"), "must match"),
@@ -106,6 +121,8 @@ def test_pools(grpo) -> None:
     (("revoke-key", "42"), "API key 42 not found"),
     (("create-pool", "default"), "already exists"),
     (("hold", "nowhere"), "pool 'nowhere' not found"),
+    (("set-pool-limits", "default", "--max-steps", "0"), "--max-steps: Input should be greater than"),
+    (("set-pool-limits", "nowhere", "--max-steps", "5"), "pool 'nowhere' not found"),
     (("list-keys", "--team", "nobody"), "team 'nobody' not found"),
 ])
 def test_bad_input_exits_2_and_changes_nothing(grpo, argv, message) -> None:

@@ -17,6 +17,7 @@ from api.schemas.admin import (
     KeyRead,
     Me,
     PoolCreate,
+    PoolLimits,
     PoolRead,
     QuotaChange,
     QuotaSet,
@@ -124,3 +125,10 @@ def hold_pool(pool: str, session: SessionDep) -> PoolRead:
 @router.post("/pools/{pool}/resume", response_model=PoolRead, responses=_POOL_404)
 def resume_pool(pool: str, session: SessionDep) -> PoolRead:
     return pools.set_held(session, pool, False)
+
+
+@router.put("/pools/{pool}/limits", response_model=PoolRead, responses={**_POOL_404, **_BAD})
+def set_pool_limits(pool: str, body: PoolLimits, session: SessionDep) -> PoolRead:
+    """Replace the pool's limits (a null or missing field: the deployment's default). Checked at
+    each submission; jobs already accepted keep running."""
+    return pools.set_limits(session, pool, body)

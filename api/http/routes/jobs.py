@@ -69,7 +69,7 @@ def _check_and_create(
     # One threadpool hop for everything that blocks: the filesystem checks, then one transaction.
     check_submission(spec, settings)
     with session_scope(settings.database_url, publish=publish) as session:
-        check_placement(session, spec)
+        check_placement(session, spec, settings)
         return job_store.create_job(session, team_id, spec, idempotency_key)
 
 
@@ -82,12 +82,14 @@ async def list_jobs(
     after: Annotated[int, Query(ge=0, description="Cursor: `next_after` of the previous page")] = 0,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
     order: Annotated[Literal["asc", "desc"], Query(description="`desc`: newest first")] = "asc",
+    include: Annotated[Literal["spec"] | None, Query(description="`spec`: each job's spec too")] = None,
 ) -> Page[JobRead]:
     """Jobs in id order (``order=desc``: newest first), optionally only those in the given
     statuses (repeat ``status=``); ``after`` continues in that order. A waiting job carries its
-    ``pending_reason`` and ``queue_position``."""
+    ``pending_reason`` and ``queue_position``. Summaries: ``spec`` is null unless ``include=spec``
+    (``GET /v1/jobs/{id}`` always has it)."""
     items = await run_in_threadpool(job_store.list_jobs, session, principal.scope, status_in, after,
-                                    limit + 1, order == "desc", principal.is_admin)
+                                    limit + 1, order == "desc", principal.is_admin, include == "spec")
     page = await with_queue_positions(redis, items[:limit])
     return Page[JobRead](items=page, next_after=items[limit - 1].id if len(items) > limit else None)
 

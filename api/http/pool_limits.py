@@ -1,0 +1,60 @@
+"""What a pool allows a job to ask for: its admins' overrides (:class:`api.schemas.admin.PoolLimits`)
+over the deployment's defaults (``GRPO_POOL_*``), and the submit-time check of a spec against them.
+
+Every spec field is bounded on its own; these bound what the fields multiply to (tokens a step
+holds in memory, checkpoints a run writes, rows a spec carries), which is what a careless or
+hostile spec uses to take a shared worker's memory or disk from every other team.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from api.schemas.admin import PoolLimits
+from api.settings import Settings
+from grpo_core.errors import SpecError
+from grpo_core.spec import JobSpec
+
+
+def effective_limits(overrides: PoolLimits, settings: Settings) -> PoolLimits:
+    """The overrides with every unset field at its default (job_memory_bytes stays None: the
+    worker derives it from its own memory)."""
+    defaults = PoolLimits(max_tokens_per_step=settings.pool_max_tokens_per_step,
+                          max_steps=settings.pool_max_steps,
+                          max_checkpoints_per_job=settings.pool_max_checkpoints_per_job,
+                          max_inline_dataset_bytes=settings.pool_max_inline_dataset_bytes)
+    return defaults.model_copy(update=overrides.model_dump(exclude_none=True))
+
+
+def tokens_per_step(spec: JobSpec) -> int:
+    grpo = spec.grpo
+    sequence = grpo.max_prompt_length + grpo.max_completion_length
+    return grpo.prompts_per_step * grpo.num_generations * sequence
+
+
+def limit_problems(spec: JobSpec, limits: PoolLimits) -> list[SpecError]:
+    """One error per limit the spec is over, on the field to change, with the figures."""
+    pool, problems = f"pool '{spec.resources.pool}'", []
+    tokens = tokens_per_step(spec)
+    if limits.max_tokens_per_step is not None and tokens > limits.max_tokens_per_step:
+        problems.append(SpecError("grpo", (
+            f"prompts_per_step × num_generations × (max_prompt_length + max_completion_length) = {tokens:,} "
+            f"tokens per step; {pool} allows at most {limits.max_tokens_per_step:,}: lower one of them")))
+    if limits.max_steps is not None and spec.grpo.max_steps > limits.max_steps:
+        problems.append(SpecError("grpo.max_steps", f"{spec.grpo.max_steps:,} steps; {pool} allows at most "
+                                                    f"{limits.max_steps:,}"))
+    checkpoints = math.ceil(spec.grpo.max_steps / spec.checkpoint_every)
+    if limits.max_checkpoints_per_job is not None and checkpoints > limits.max_checkpoints_per_job:
+        fewest_between = math.ceil(spec.grpo.max_steps / limits.max_checkpoints_per_job)
+        problems.append(SpecError("checkpoint_every", (
+            f"writes {checkpoints:,} checkpoints over {spec.grpo.max_steps:,} steps; {pool} allows at "
+            f"most {limits.max_checkpoints_per_job:,} per job: checkpoint every {fewest_between:,} steps "
+            "or more")))
+    if spec.dataset.prompts is not None and limits.max_inline_dataset_bytes is not None:
+        size = len(json.dumps(spec.dataset.prompts, separators=(",", ":")).encode())
+        if size > limits.max_inline_dataset_bytes:
+            problems.append(SpecError("dataset.prompts", (
+                f"{size:,} bytes of inline rows; {pool} allows at most {limits.max_inline_dataset_bytes:,}: "
+                "put the rows in a dataset file under the data root")))
+    return problems

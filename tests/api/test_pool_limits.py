@@ -1,0 +1,106 @@
+"""Per-pool limits over real HTTP (Postgres and SQLite): the deployment's defaults refuse specs
+whose fields are each in bounds but multiply to more than a shared worker should hold; admins
+override them per pool; a refusal is a 422 naming the field and the limit, and queues nothing.
+Lists of jobs are summaries (a spec may be a megabyte of inline rows)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+LIMITS = ("max_tokens_per_step", "max_steps", "max_checkpoints_per_job", "max_inline_dataset_bytes",
+          "job_memory_bytes")
+
+
+@pytest.fixture
+def admin(client_for, team_keys):
+    return client_for(team_keys.admin)
+
+
+@pytest.fixture
+def alpha(client_for, team_keys):
+    return client_for(team_keys.alpha)
+
+
+@pytest.fixture
+def own_pool(admin) -> str:
+    name = f"limited-{uuid.uuid4().hex[:8]}"
+    assert admin.post("/v1/admin/pools", json={"name": name}).status_code == 201
+    return name
+
+
+def refusal(response, field: str) -> str:
+    """The message of the 422's error on ``field`` (the only one, or one of ``errors``)."""
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    [message] = [e["message"] for e in error.get("errors", [error]) if e["param"] == field]
+    return message
+
+
+def count_jobs(client) -> int:
+    return len(client.get("/v1/jobs", params={"limit": 100}).json()["items"])
+
+
+def test_the_default_limits_refuse_what_exhausts_a_worker(alpha, job_spec) -> None:
+    before = count_jobs(alpha)
+    huge_batch = job_spec(grpo={"num_generations": 1024, "prompts_per_step": 4096})
+    message = refusal(alpha.post("/v1/jobs", json=huge_batch), "grpo")
+    assert "tokens per step" in message and "at most 8,388,608" in message
+    every_step = job_spec(max_steps=1_000_000, checkpoint_every=1)
+    message = refusal(alpha.post("/v1/jobs", json=every_step), "checkpoint_every")
+    assert "1,000,000 checkpoints" in message and "checkpoint every 1,000 steps or more" in message
+    assert count_jobs(alpha) == before  # nothing queued
+    assert alpha.post("/v1/jobs", json=job_spec(max_steps=1000, checkpoint_every=1)).status_code == 201
+
+
+def test_admins_set_a_pools_limits_and_submissions_are_checked_against_them(admin, alpha, own_pool,
+                                                                            job_spec) -> None:
+    fresh = admin.get("/v1/admin/pools").json()["items"]
+    assert [p["limits"] for p in fresh if p["name"] == own_pool] == [dict.fromkeys(LIMITS)]
+    body = {"max_tokens_per_step": 4096, "max_steps": 50, "max_inline_dataset_bytes": 200,
+            "job_memory_bytes": 2**30}
+    pool = admin.put(f"/v1/admin/pools/{own_pool}/limits", json=body)
+    assert pool.status_code == 200, pool.text
+    assert pool.json()["limits"] == {**dict.fromkeys(LIMITS), **body}
+
+    def submit(**fields):
+        return alpha.post("/v1/jobs", json=job_spec(pool=own_pool, **fields))
+
+    assert "allows at most 50" in refusal(submit(max_steps=51), "grpo.max_steps")
+    tokens = {"prompts_per_step": 4, "num_generations": 4, "max_prompt_length": 200,
+              "max_completion_length": 100}  # 4 × 4 × 300 = 4,800
+    assert "4,800 tokens per step" in refusal(submit(grpo=tokens), "grpo")
+    rows = [{"prompt": "x" * 100}, {"prompt": "y" * 100}]
+    assert "put the rows in a dataset file" in refusal(submit(dataset={"prompts": rows}), "dataset.prompts")
+    accepted = submit(max_steps=50)
+    assert accepted.status_code == 201, accepted.text
+
+    # A null field is the default again; the pool's other limits stay.
+    relaxed = admin.put(f"/v1/admin/pools/{own_pool}/limits", json={**body, "max_steps": None}).json()
+    assert relaxed["limits"]["max_steps"] is None and relaxed["limits"]["max_tokens_per_step"] == 4096
+    assert submit(max_steps=51).status_code == 201
+
+
+def test_bad_limit_requests_are_refused_and_change_nothing(admin, alpha, own_pool) -> None:
+    for body, field in (({"max_steps": 0}, "max_steps"), ({"job_memory_bytes": 1000}, "job_memory_bytes"),
+                        ({"max_stepz": 5}, "max_stepz"), ({"max_steps": "many"}, "max_steps")):
+        response = admin.put(f"/v1/admin/pools/{own_pool}/limits", json=body)
+        assert response.status_code == 422 and field in response.text, response.text
+    assert admin.put("/v1/admin/pools/nowhere/limits", json={}).status_code == 404
+    assert alpha.put(f"/v1/admin/pools/{own_pool}/limits", json={"max_steps": 10**6}).status_code == 403
+    [pool] = [p for p in admin.get("/v1/admin/pools").json()["items"] if p["name"] == own_pool]
+    assert pool["limits"] == dict.fromkeys(LIMITS)
+
+
+def test_job_lists_are_summaries_and_the_spec_comes_with_the_job(alpha, job_spec) -> None:
+    rows = [{"prompt": f"row {n} " + "z" * 200} for n in range(200)]
+    job = alpha.post("/v1/jobs", json=job_spec(dataset={"prompts": rows})).json()
+    listed = alpha.get("/v1/jobs", params={"order": "desc", "limit": 5})
+    [summary] = [j for j in listed.json()["items"] if j["id"] == job["id"]]
+    assert summary["spec"] is None and summary["max_steps"] == job["max_steps"]
+    assert len(listed.content) < 10_000  # the 40 kB of rows stayed out
+    full = alpha.get("/v1/jobs", params={"order": "desc", "limit": 5, "include": "spec"}).json()["items"]
+    assert [j["spec"] for j in full if j["id"] == job["id"]] == [job["spec"]]
+    assert alpha.get(f"/v1/jobs/{job['id']}").json()["spec"]["dataset"]["prompts"] == rows
+    assert alpha.get("/v1/jobs", params={"include": "everything"}).status_code == 422
