@@ -138,6 +138,14 @@ def _located_error(
     return ValidationError.from_exception_data(title, [InitErrorDetails(type=error, loc=loc, input=value)])
 
 
+class ExportSpec(_Strict):
+    """The model a job leaves at its end (``model/`` beside its checkpoints)."""
+
+    merge_lora: bool = Field(
+        False, description="With model.lora: the final model holds the base weights with the adapter "
+        "merged in (a plain model any loader takes), and the adapter itself under adapter/.")
+
+
 class JobSpec(_Strict):
     name: str = Field(..., min_length=1, max_length=128)
     model: ModelSpec
@@ -161,7 +169,15 @@ class JobSpec(_Strict):
         "(its first step counts from the start, model loading included). Only lowers the service's "
         "own limit (GRPO_STALL_SECONDS); `grpo train` ignores it.")
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    export: ExportSpec = Field(default_factory=ExportSpec)
     priority: Priority = "normal"
+
+    @model_validator(mode="after")
+    def _merge_needs_an_adapter(self) -> JobSpec:
+        if self.export.merge_lora and self.model.lora is None:
+            raise _located_error(type(self).__name__, ("export", "merge_lora"), True, "merge_needs_lora",
+                                 "merges a LoRA adapter, but model.lora is not set", {})
+        return self
 
     @model_validator(mode="after")
     def _whole_groups_per_rank(self) -> JobSpec:

@@ -18,6 +18,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "api.lifecycle": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     "api.vocabulary": ("api", "worker", *SERVICE_FRAMEWORKS),
     "api.errors": ("api", "worker", "grpo_core"),
+    "api.artifact_paths": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
+                           "grpo_core", *SERVICE_FRAMEWORKS),
     "api.schemas": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
                     "sqlalchemy", "redis", "fastapi"),
     "api.store": ("api.http", "api.streaming", "api.cli", "worker", "fastapi", "starlette",
@@ -32,6 +34,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "api.cli.client": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
     "api.cli.term_view": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
     "api.cli.printable": ("api", "worker", "grpo_core"),  # string handling only
+    "api.cli.archives": ("api", "worker", "grpo_core"),
     "api.cli.monitor": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker"),
     # The worker sees the service only through the store and the shared vocabulary.
     "worker": ("api.http", "api.scheduling", "api.streaming", "api.cli", "api.main", "fastapi"),

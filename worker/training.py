@@ -12,6 +12,7 @@ from typing import Any
 import redis
 from pydantic import ValidationError
 
+from api.artifact_paths import checkpoint_dir, model_dir
 from api.lifecycle import JobStatus
 from api.schemas.jobs import JobRead
 from api.settings import Settings
@@ -20,17 +21,14 @@ from grpo_core.callbacks import CallbackList, TrainerCallback
 from grpo_core.components import build_components
 from grpo_core.distributed import SINGLE, Ranks
 from grpo_core.errors import GRPOError, traceback_tail
+from grpo_core.export import export_model, folder_bytes
 from grpo_core.launch import RankDied
-from grpo_core.models import quiet_library_progress_bars
+from grpo_core.models import quiet_library_progress_bars, resolve_model_location
 from grpo_core.spec import JobSpec
 from grpo_core.trainer import GRPOTrainer, TrainResult
 from worker.attempt_files import CANCEL, PREEMPT, AttemptFiles
 from worker.outcome import Fault, Outcome
 from worker.reporting import JobReporter
-
-
-def checkpoint_dir(settings: Settings, job_id: int) -> Path:
-    return Path(settings.artifacts_root) / "jobs" / str(job_id) / "checkpoints"
 
 
 class SupervisorLink(TrainerCallback):
@@ -98,11 +96,37 @@ def train_reporting(job: JobRead, spec: JobSpec, settings: Settings, files: Atte
     try:
         publish = bus.publisher(client, settings.stream_maxlen)
         reporter = JobReporter(settings.database_url, job.id, publish)
-        callbacks = CallbackList([reporter, SupervisorLink(files, job.last_step, reporter.stop_request)])
+        final, link = FinalMetrics(), SupervisorLink(files, job.last_step, reporter.stop_request)
+        callbacks = CallbackList([reporter, link, final])
         result = train_job(job, spec, settings, callbacks, ranks)
+        if not result.stopped and result.checkpoint is not None:
+            export_final_model(job, spec, settings, result, final.record, callbacks)
     finally:
         client.close()
     return ending(result, files.stop_reason())
+
+
+class FinalMetrics(TrainerCallback):
+    """The last step's record, for the model card. A job resumed at its end has none: the card
+    then says where it ended without figures (SQL has every step)."""
+
+    def __init__(self) -> None:
+        self.record: dict[str, Any] | None = None
+
+    def on_step(self, record: dict[str, Any]) -> None:
+        self.record = record
+
+
+def export_final_model(job: JobRead, spec: JobSpec, settings: Settings, result: TrainResult,
+                       metrics: dict[str, Any] | None, callbacks: TrainerCallback) -> None:
+    """The job's model folder from its final checkpoint (:mod:`grpo_core.export`), announced as
+    a ``model`` event."""
+    base = resolve_model_location(spec.model, Path(settings.models_root)) if spec.export.merge_lora else None
+    out = export_model(result.checkpoint, model_dir(settings, job.id), spec, result.step, metrics,
+                       job_id=job.id, base_location=base)
+    size = folder_bytes(out)
+    callbacks.on_event("model", f"final model of step {result.step} ready ({size:,} bytes)",
+                       {"step": result.step, "bytes": size})
 
 
 def train_job(job: JobRead, spec: JobSpec, settings: Settings, callbacks: TrainerCallback,

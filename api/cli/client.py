@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -42,6 +43,13 @@ def _one_line(body: Any) -> str:
     if param and not message.startswith(f"{param}:"):
         message = f"{message} (param: {param})"
     return " ".join(message.split())
+
+
+def _total_length(response: httpx.Response) -> int | None:
+    """The whole file's size: ``Content-Range``'s total on a 206, else ``Content-Length``."""
+    ranged = response.headers.get("Content-Range", "")
+    value = ranged.rpartition("/")[2] if ranged else response.headers.get("Content-Length")
+    return int(value) if value and value.isdigit() else None
 
 
 class ApiClient:
@@ -109,6 +117,33 @@ class ApiClient:
         """Every step's metrics record, in step order; only ``names`` (and ``step``) if given."""
         params = {"names": ",".join(names)} if names else {}
         return self._pages(f"/v1/jobs/{job_id}/metrics", params, "after_step", TELEMETRY_PAGE)
+
+    def download(self, path: str, target: Path, attempts: int = 5) -> int:
+        """Stream the file at ``path`` into ``target`` (its size in bytes). What ``target`` already
+        holds, from a download that broke off, is kept and the rest asked for with ``Range``."""
+        for attempt in range(attempts):
+            have = target.stat().st_size if target.exists() else 0
+            rest = {"Range": f"bytes={have}-"} if have else {}
+            try:
+                with self.http.stream("GET", path, headers=rest) as response:
+                    if response.status_code == 416 and have:  # nothing left to fetch
+                        return have
+                    if response.status_code >= 400:
+                        response.read()
+                        self._json(response)
+                    total = _total_length(response)
+                    # 200 to a range: the server sends everything again.
+                    with target.open("ab" if response.status_code == 206 else "wb") as out:
+                        for chunk in response.iter_bytes():
+                            out.write(chunk)
+                size = target.stat().st_size
+                if total is None or size == total:
+                    return size
+            except httpx.TransportError:
+                if attempt == attempts - 1:
+                    raise
+            time.sleep(min(2**attempt, 10) * 0.5)
+        raise ApiError(0, f"{path}: the download broke off {attempts} times")
 
     def cluster(self) -> dict[str, Any]:
         return self._get("/v1/cluster")

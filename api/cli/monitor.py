@@ -24,7 +24,8 @@ from typing import Any
 
 from api.cli.printable import printable
 
-MONITOR_COMMANDS = ("submit", "list", "show", "watch", "cancel", "events", "metrics", "cluster", "queue")
+MONITOR_COMMANDS = ("submit", "list", "show", "watch", "cancel", "events", "metrics", "download", "cluster",
+                    "queue")
 BAD_INPUT_STATUSES = (400, 404, 409, 413, 422)
 DEFAULT_API_URL = "http://127.0.0.1:8000"
 INTERRUPTED = 130
@@ -200,6 +201,23 @@ def _metrics(client: Any, args: argparse.Namespace) -> Result:
     return Result(page, buffer.getvalue().rstrip("\n"))
 
 
+def _download(client: Any, args: argparse.Namespace) -> Result:
+    """The job's final model (or a kept checkpoint's, with ``--step``) unpacked into ``-o DIR``,
+    ready for ``from_pretrained(DIR)``. The archive is fetched beside DIR first, so a second run
+    after a broken connection continues it."""
+    from api.cli.archives import unpack_into
+
+    out: Path = args.output
+    what = "model" if args.step is None else f"checkpoints/{args.step}/archive"
+    archive = out.with_name(f".{out.name}.tar.partial")
+    size = client.download(f"/v1/jobs/{args.job_id}/{what}", archive)
+    files = unpack_into(archive, out)
+    archive.unlink()
+    which = "final model" if args.step is None else f"checkpoint of step {args.step}"
+    document = {"job_id": args.job_id, "step": args.step, "path": str(out), "bytes": size, "files": files}
+    return Result(document, f"job {args.job_id}'s {which}: {len(files)} files ({size:,} bytes) in {out}")
+
+
 def _cluster(client: Any, args: argparse.Namespace) -> Result:
     from datetime import UTC, datetime
 
@@ -217,6 +235,13 @@ def _queue(client: Any, args: argparse.Namespace) -> Result:
 
     queue = client.queue(args.pool)
     return Result(queue, "\n".join(queue_lines(queue, datetime.now(UTC), _width())))
+
+
+def _empty_folder(text: str) -> Path:
+    path = Path(text)
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise argparse.ArgumentTypeError(f"'{text}' exists and is not an empty folder")
+    return path
 
 
 def _names(text: str) -> list[str]:
@@ -272,6 +297,12 @@ def add_monitor_commands(commands: argparse._SubParsersAction) -> None:
     metrics.add_argument("--csv", action="store_true", help="CSV: a header step,<names...>, one row per step")
     metrics.add_argument("--names", type=_names, action="append", metavar="A,B",
                          help="only these metrics, in this order (default: all, sorted, for --csv)")
+    download = add("download", "a job's final model (or a checkpoint) as a folder from_pretrained loads",
+                   _download)
+    download.add_argument("-o", "--output", type=_empty_folder, required=True, metavar="DIR",
+                          help="an empty or new folder")
+    download.add_argument("--step", type=_positive, default=None, metavar="N",
+                          help="a kept checkpoint instead")
     add("cluster", "pools, workers, GPU use, every team's use against its quota, and the queue", _cluster,
         job_id=False)
     queue = add("queue", "waiting jobs in the scheduler's order, with why each waits", _queue, job_id=False)

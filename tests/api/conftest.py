@@ -70,14 +70,15 @@ def service_roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
-def api_settings_factory(service_roots: dict[str, Path]):
-    """``factory(database_url, **overrides) -> Settings`` for a test server."""
+def api_settings_factory(service_roots: dict[str, Path], tmp_path_factory: pytest.TempPathFactory):
+    """``factory(database_url, **overrides) -> Settings`` for a test server; each its own
+    artifacts root (job ids restart at 1 in each fresh database)."""
     from api.settings import Settings
 
     def factory(database_url: str, **overrides) -> Settings:
         values = {"database_url": database_url, "redis_url": API_REDIS_URL, "api_token": API_TOKEN,
                   "models_root": service_roots["models"], "data_root": service_roots["data"],
-                  "stream_maxlen": 100_000}
+                  "artifacts_root": tmp_path_factory.mktemp("artifacts"), "stream_maxlen": 100_000}
         return Settings(**{**values, **overrides})
 
     return factory

@@ -7,6 +7,7 @@ under the run's temp folder; their paths are logged."""
 from __future__ import annotations
 
 import json
+import tarfile
 from typing import Any
 
 import pytest
@@ -137,6 +138,17 @@ def test_a_job_from_the_form_is_charted_live_with_its_samples(browser_page, keye
     assert page.locator("[data-panel=events] li[data-type=checkpoint]").count() >= 1
     page.wait_for_selector(f"[data-panel=checkpoints] td:text-is('{steps}')")
     screenshots(page, "job-succeeded")
+
+    # The trained model comes back out: the final one and a kept checkpoint, as tars.
+    buttons = {"[data-panel=job] button[data-action=download]": f"job-{job_id}-model.tar",
+               f"[data-panel=checkpoints] button[data-step='{steps}']": f"job-{job_id}-step-{steps}.tar"}
+    for button, name in buttons.items():
+        with page.expect_download() as started:
+            page.click(button)
+        download = started.value
+        assert download.suggested_filename == name
+        with tarfile.open(download.path()) as tar:
+            assert any(n.endswith("/model.safetensors") for n in tar.getnames()), tar.getnames()
 
 
 def test_a_job_is_cancelled_with_its_button(browser_page, keyed_stack, tiny_spec, screenshots) -> None:

@@ -22,9 +22,10 @@ real_save = torch.save
 def test_a_full_disk_at_a_checkpoint_fails_the_job_as_disk_full_and_cleans_up(
     task_settings, submit, tiny_spec, job_of, database_url, monkeypatch, tmp_path
 ):
+    from api.artifact_paths import checkpoint_dir
     from worker.attempt_files import AttemptFiles
     from worker.runner import record_outcome
-    from worker.training import checkpoint_dir, run_attempt
+    from worker.training import run_attempt
 
     job_id = submit(tiny_spec(max_steps=3, checkpoint_every=1))
     with session_scope(database_url) as session:
@@ -53,9 +54,9 @@ def test_a_full_disk_at_a_checkpoint_fails_the_job_as_disk_full_and_cleans_up(
 
 def test_retention_removes_pruned_checkpoints_from_the_jobs_list(task_settings, submit, tiny_spec, job_of,
                                                                  database_url):
+    from api.artifact_paths import checkpoint_dir
     from api.store.telemetry import list_checkpoints
     from worker.tasks import run_job
-    from worker.training import checkpoint_dir
 
     job_id = submit(tiny_spec(max_steps=4, checkpoint_every=1, checkpoint_keep_last=2))
     with session_scope(database_url) as session:

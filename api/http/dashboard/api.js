@@ -81,3 +81,21 @@ export async function allPages(path, query, cursor = "after", isLive = () => tru
   }
   return items;
 }
+
+// Save the file at `path` (a model's tar) under `filename`. A link cannot carry the key in a
+// header, so the file is fetched with it and handed to the browser as a blob.
+export async function download(path, filename) {
+  const key = apiKey();
+  const response = await fetch(path, {headers: key ? {Authorization: `Bearer ${key}`} : {}});
+  if (!response.ok) {
+    const error = new ApiError(response.status, await response.json().catch(() => null));
+    if (response.status === 401) unauthorized(error.message);
+    throw error;
+  }
+  const url = URL.createObjectURL(await response.blob());
+  const link = Object.assign(document.createElement("a"), {href: url, download: filename});
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
+}

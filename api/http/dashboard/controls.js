@@ -1,7 +1,7 @@
 // What the job list and the job page share: the statuses, a waiting job's place and reason, and
-// the cancel button.
+// the cancel and download buttons.
 
-import {api} from "./api.js";
+import {api, download} from "./api.js";
 import {el} from "./dom.js";
 
 export const STATUSES = ["queued", "dispatched", "running", "cancelling", "succeeded", "failed", "cancelled",
@@ -15,6 +15,25 @@ export function waitNote(job) {
 }
 
 // Cancel: a waiting job ends at once, a running one stops after its next step (`cancelling`).
+// Save a tar of the job's final model (`step` null) or of one kept checkpoint.
+export function downloadButton(jobId, step, onError) {
+  const [path, name] = step === null
+    ? [`/v1/jobs/${jobId}/model`, `job-${jobId}-model.tar`]
+    : [`/v1/jobs/${jobId}/checkpoints/${step}/archive`, `job-${jobId}-step-${step}.tar`];
+  const save = async (event) => {
+    event.target.disabled = true;
+    try {
+      await download(path, name);
+    } catch (error) {
+      onError(error);
+    } finally {
+      event.target.disabled = false;
+    }
+  };
+  return el("button", {type: "button", dataset: {action: "download", step: step ?? "model"}, onclick: save},
+    step === null ? "Download model" : "Download");
+}
+
 export function cancelButton(job, after, onError) {
   if (FINISHED.includes(job.status) || job.status === "cancelling") return null;
   const cancel = async (event) => {

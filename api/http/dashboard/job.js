@@ -6,7 +6,7 @@ import {api} from "./api.js";
 import {ChartSet} from "./charts.js";
 import {el, fill, notice, progressBar, section, statusBadge} from "./dom.js";
 import {time} from "./format.js";
-import {cancelButton, FINISHED, waitNote} from "./controls.js";
+import {cancelButton, downloadButton, FINISHED, waitNote} from "./controls.js";
 import {followJob} from "./live.js";
 import {SamplesView} from "./samples.js";
 import {teamName} from "./session.js";
@@ -72,7 +72,7 @@ export function mount(container, {id}) {
     charts = new ChartSet(chartBox);
     const samples = new SamplesView(samplesBox, id);
     const events = new EventsView(eventsBox);
-    const checkpoints = new CheckpointsView(checkpointsBox, id);
+    const checkpoints = new CheckpointsView(checkpointsBox, id, (error) => errors.set(error.message));
     const quietly = (promise) => promise.catch((error) => errors.set(error.message));
     quietly(checkpoints.load());
     follower = followJob(id, {
@@ -125,7 +125,8 @@ function jobHeader(job, render, onError) {
   return [
     el("div", {className: "title"},
       el("h2", {}, job.name, " ", el("span", {className: "muted"}, `#${job.id}`)),
-      cancelButton(job, render, onError)),
+      cancelButton(job, render, onError),
+      job.status === "succeeded" ? downloadButton(job.id, null, onError) : null),
     el("dl", {className: "facts"},
       facts.map(([name, value]) => el("div", {}, el("dt", {}, name), el("dd", {}, value)))),
   ];

@@ -1,6 +1,7 @@
 // A job's events (lifecycle, checkpoints, errors; newest first) and its checkpoints list.
 
 import {api} from "./api.js";
+import {downloadButton} from "./controls.js";
 import {el, fill, table} from "./dom.js";
 import {time} from "./format.js";
 
@@ -23,9 +24,10 @@ export class EventsView {
 }
 
 export class CheckpointsView {
-  constructor(container, jobId) {
+  constructor(container, jobId, onError = () => {}) {
     this.container = container;
     this.jobId = jobId;
+    this.onError = onError;
   }
 
   async load() {
@@ -34,6 +36,7 @@ export class CheckpointsView {
       {title: "step", className: "num", cell: (c) => c.step},
       {title: "path", className: "text", cell: (c) => el("code", {}, c.path)},
       {title: "saved", cell: (c) => time(c.created_at)},
+      {title: "", cell: (c) => downloadButton(this.jobId, c.step, this.onError)},
     ], page.items, {empty: "No checkpoint yet."}));
   }
 }

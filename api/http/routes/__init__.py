@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 
 from api.http.deps import get_principal
-from api.http.routes import admin, cluster, dashboard, jobs, meta, prometheus, stream, telemetry
+from api.http.routes import admin, cluster, dashboard, downloads, jobs, meta, prometheus, stream, telemetry
 
 
 def build_router() -> APIRouter:
@@ -16,7 +16,8 @@ def build_router() -> APIRouter:
     root.include_router(prometheus.router)
     v1 = APIRouter(prefix="/v1", dependencies=[Depends(get_principal)],
                    responses={401: {"description": "Missing or wrong bearer token"}})
-    for module_router in (meta.catalog, jobs.router, telemetry.router, stream.router, cluster.router,
+    for module_router in (meta.catalog, jobs.router, telemetry.router, downloads.router, stream.router,
+                          cluster.router,
                           admin.me, admin.router):
         v1.include_router(module_router)
     root.include_router(v1)

@@ -1,0 +1,83 @@
+"""Taking a trained model away: a job's final model, or any checkpoint it keeps, as a tar of a
+Hugging Face folder (``from_pretrained`` loads it once unpacked), streamed from the artifacts
+volume (:mod:`api.http.tar_stream`): team-scoped like every job route, exact ``Content-Length``,
+``Range`` for a download that broke off."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header
+from fastapi import Path as PathParam
+from fastapi.responses import Response, StreamingResponse
+
+from api.artifact_paths import checkpoint_dir, model_dir
+from api.errors import NotFound
+from api.http.deps import PrincipalDep, SessionDep, SettingsDep
+from api.http.errors import error_response
+from api.http.tar_stream import TarStream, parse_range
+from api.store import jobs as job_store
+from api.store import telemetry
+from grpo_core.export import generated_files, model_files
+from grpo_core.spec import JobSpec
+
+router = APIRouter(prefix="/jobs/{job_id}", tags=["downloads"])
+_TAR = {"content": {"application/x-tar": {}}, "description": "The folder as a tar (206: the range asked)"}
+_RESPONSES = {200: _TAR, 206: _TAR, 404: {"description": "No such job, or nothing to download yet"},
+              416: {"description": "The range is outside the archive"}}
+COMPLETE_MARK = "trainer_state.json"  # written last into a checkpoint (grpo_core.checkpoint)
+
+
+@router.get("/model", response_class=StreamingResponse, responses=_RESPONSES)
+def download_model(job_id: int, session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
+                   range_: Annotated[str | None, Header(alias="Range")] = None) -> Response:
+    """The job's final model, written when it finished (``model`` event): weights, tokenizer,
+    generation config and a model card; with ``export.merge_lora`` the merged weights and the
+    adapter under ``adapter/``."""
+    job_store.get_job(session, job_id, principal.scope)
+    folder = model_dir(settings, job_id)
+    if not folder.is_dir():
+        raise NotFound(f"job {job_id} has no final model: it is written when the job finishes its last "
+                       "step (a checkpoint of it downloads from /checkpoints/{step}/archive)", param="job_id")
+    files = {str(p.relative_to(folder)): p for p in sorted(folder.rglob("*")) if p.is_file()}
+    return _tar_response(TarStream(f"job-{job_id}-model", files, {}), f"job-{job_id}-model.tar", range_)
+
+
+@router.get("/checkpoints/{step}/archive", response_class=StreamingResponse, responses=_RESPONSES)
+def download_checkpoint(job_id: int, step: Annotated[int, PathParam(ge=1, le=2**31 - 1)], session: SessionDep,
+                        principal: PrincipalDep, settings: SettingsDep,
+                        range_: Annotated[str | None, Header(alias="Range")] = None) -> Response:
+    """A kept checkpoint as a model folder: its weights (or adapter) and tokenizer, with a
+    generation config and a model card made for it; the training state (optimizer, RNG) stays."""
+    job = job_store.get_job(session, job_id, principal.scope)
+    folder = checkpoint_dir(settings, job_id) / f"step-{step}"
+    if not (folder / COMPLETE_MARK).is_file():
+        raise NotFound(f"job {job_id} keeps no checkpoint of step {step} (see its /checkpoints)",
+                       param="step")
+    records = telemetry.list_metrics(session, job_id, after_step=step - 1, limit=1)
+    metrics = records[0].values if records and records[0].step == step else None
+    spec = JobSpec.model_validate(job.spec)
+    files = {p.name: p for p in model_files(folder)}
+    generated = generated_files(folder, spec, step, metrics, job_id)
+    name = f"job-{job_id}-step-{step}"
+    return _tar_response(TarStream(name, files, generated), f"{name}.tar", range_)
+
+
+def _tar_response(archive: TarStream, filename: str, range_header: str | None) -> Response:
+    headers = {"Accept-Ranges": "bytes", "Content-Disposition": f'attachment; filename="{filename}"'}
+    try:
+        asked = parse_range(range_header, archive.length)
+    except ValueError as exc:
+        archive.close()
+        response = error_response(416, "range_not_satisfiable", str(exc), param="Range")
+        response.headers["Content-Range"] = f"bytes */{archive.length}"
+        return response
+    if asked is None:
+        headers["Content-Length"] = str(archive.length)
+        return StreamingResponse(archive.iter_range(), media_type="application/x-tar", headers=headers)
+    start, end = asked
+    headers["Content-Length"] = str(end - start + 1)
+    headers["Content-Range"] = f"bytes {start}-{end}/{archive.length}"
+    return StreamingResponse(archive.iter_range(start, end), status_code=206, media_type="application/x-tar",
+                             headers=headers)
+

@@ -1,0 +1,80 @@
+"""The model a job leaves: at the end of a real task (supervisor and job process), a Hugging
+Face folder beside the checkpoints that ``from_pretrained`` loads with the policy's final weights,
+a generation config with the job's sampling and a model card with its spec and last metrics;
+with LoRA and ``export.merge_lora``, the merged weights (equal to base + adapter) and the adapter."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+from api.artifact_paths import checkpoint_dir, model_dir
+from api.lifecycle import Transition
+from api.store.db import session_scope
+from api.store.jobs import transition
+from api.store.models import utcnow
+from api.store.telemetry import list_events, list_metrics
+
+
+def run_to_the_end(database_url: str, job_id: int) -> None:
+    from worker.tasks import run_job
+
+    with session_scope(database_url) as session:
+        assert transition(session, job_id, via=Transition.DISPATCH, values={"dispatched_at": utcnow()})
+    assert run_job(job_id) == "succeeded"
+
+
+def test_a_finished_job_leaves_a_model_folder_that_from_pretrained_loads(task_settings, submit, tiny_spec,
+                                                                         database_url):
+    job_id = submit(tiny_spec("exported", max_steps=3, checkpoint_every=2, grpo={"temperature": 0.7}))
+    run_to_the_end(database_url, job_id)
+
+    folder = model_dir(task_settings, job_id)
+    names = sorted(p.name for p in folder.iterdir())
+    assert "model.safetensors" in names and "tokenizer.json" in names and "config.json" in names
+    assert not {"optimizer.pt", "rng.pt", "trainer_state.json", "scheduler.pt"} & set(names)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    final = load_file(checkpoint_dir(task_settings, job_id) / "step-3" / "model.safetensors")
+    for name, tensor in model.state_dict().items():
+        if name in final:
+            assert torch.equal(tensor, final[name]), name
+    generation = json.loads((folder / "generation_config.json").read_text())
+    sampling = generation["temperature"], generation["max_new_tokens"], generation["do_sample"]
+    assert sampling == (0.7, 8, True)
+
+    card = (folder / "README.md").read_text()
+    with session_scope(database_url) as session:
+        last = list_metrics(session, job_id)[-1]
+        [event] = [e for e in list_events(session, job_id, limit=100) if e.type == "model"]
+    assert card.startswith("---\nlibrary_name: transformers") and "# exported" in card
+    assert f"| reward | {last.values['reward']:.6g} |" in card and "Metrics at step 3" in card
+    assert "source: path:tiny" in card  # the spec
+    assert event.data["step"] == 3 and event.data["bytes"] > 0
+
+
+@pytest.mark.slow
+def test_a_lora_job_with_merge_leaves_merged_weights_and_its_adapter(task_settings, submit, tiny_spec,
+                                                                     database_url):
+    pytest.importorskip("peft")
+    from peft import PeftModel
+
+    lora = {"source": "path:tiny", "lora": {"r": 4, "target_modules": ["q_proj", "v_proj"]}}
+    job_id = submit(tiny_spec("merged", max_steps=2, model=lora, export={"merge_lora": True},
+                              grpo={"learning_rate": 0.05}))
+    run_to_the_end(database_url, job_id)
+
+    folder = model_dir(task_settings, job_id)
+    assert (folder / "adapter" / "adapter_config.json").is_file()
+    merged = AutoModelForCausalLM.from_pretrained(folder)
+    base = AutoModelForCausalLM.from_pretrained(Path(task_settings.models_root) / "tiny")
+    adapted = PeftModel.from_pretrained(base, folder / "adapter")
+    ids = torch.tensor([[1, 5, 9, 13, 2]])
+    with torch.no_grad():
+        expected, got = adapted(ids).logits, merged(ids).logits
+    assert torch.allclose(expected, got, atol=1e-5)  # tests/grpo_core/test_export.py: a non-zero adapter
+    assert "library_name: transformers" in (folder / "README.md").read_text()
