@@ -21,3 +21,25 @@ def checkpoint_dir(settings: Settings, job_id: int) -> Path:
 
 def model_dir(settings: Settings, job_id: int) -> Path:
     return job_dir(settings, job_id) / MODEL_DIR
+
+
+COMPLETE_MARK = "trainer_state.json"  # written last into a checkpoint (grpo_core.checkpoint)
+
+
+def complete_checkpoint(settings: Settings, job_id: int, step: int) -> Path | None:
+    folder = checkpoint_dir(settings, job_id) / f"step-{step}"
+    return folder if (folder / COMPLETE_MARK).is_file() else None
+
+
+def model_to_continue(settings: Settings, job_id: int, step: int | None) -> Path | None:
+    """The folder a ``job:ID[@STEP]`` source loads: that checkpoint, or the job's final model,
+    else its newest complete checkpoint (a job stopped before its end has no final model).
+    None when there is nothing (yet, or any more: retention deletes old checkpoints)."""
+    if step is not None:
+        return complete_checkpoint(settings, job_id, step)
+    if model_dir(settings, job_id).is_dir():
+        return model_dir(settings, job_id)
+    root = checkpoint_dir(settings, job_id)
+    steps = sorted((int(p.name.removeprefix("step-")) for p in root.glob("step-*")
+                    if p.name.removeprefix("step-").isdigit()), reverse=True) if root.is_dir() else []
+    return next((found for s in steps if (found := complete_checkpoint(settings, job_id, s))), None)

@@ -27,6 +27,8 @@ def resolve_model_location(
     scheme, location = split_source(spec.source)
     if scheme == "hf":
         return location
+    if scheme == "job":  # the service resolves these to the job's folder first (worker.job_sources)
+        raise SpecError("model.source", "'job:' sources name a job of the service; use 'path:' here")
     folder = resolve_under_root(location, models_root, base_dir, field="model.source")
     if not folder.is_dir():
         raise SpecError("model.source", f"model folder '{folder}' does not exist")

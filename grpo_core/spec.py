@@ -15,7 +15,9 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from grpo_core.config import GRPOConfig
 
-SOURCE_PATTERN = re.compile(r"^(path|hf):(.+)$")
+SOURCE_PATTERN = re.compile(r"^(path|hf|job):(.+)$")
+# Another job's model: its final one (job:ID) or a kept checkpoint (job:ID@STEP); the service only.
+JOB_SOURCE_PATTERN = re.compile(r"^(\d{1,18})(?:@(\d{1,10}))?$")
 # Pool (and team) names: lower case, digits, "_" and "-", as in a URL path or a queue name.
 POOL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_\-]{0,62}$"
 Priority = Literal["low", "normal", "high"]  # lowest first
@@ -27,13 +29,23 @@ def split_source(source: str) -> tuple[str, str]:
     """``"path:/m"`` -> ``("path", "/m")``; raises ValueError for anything else."""
     match = SOURCE_PATTERN.match(source)
     if match is None:
-        raise ValueError("must start with 'path:' or 'hf:'")
+        raise ValueError("must start with 'path:', 'hf:' or (a model) 'job:'")
     scheme, rest = match.group(1), match.group(2).strip()
     if not rest:
         raise ValueError(f"'{scheme}:' needs a location after it")
     if scheme == "hf" and not HUB_ID_PATTERN.match(rest):
         raise ValueError("hf: ids look like 'owner/name' or 'owner/name@revision'")
+    if scheme == "job":
+        job_source(rest)
     return scheme, rest
+
+
+def job_source(location: str) -> tuple[int, int | None]:
+    """``"7"`` -> ``(7, None)`` (the job's final model), ``"7@40"`` -> ``(7, 40)`` (its checkpoint)."""
+    match = JOB_SOURCE_PATTERN.match(location)
+    if match is None or int(match.group(1)) < 1 or (match.group(2) is not None and int(match.group(2)) < 1):
+        raise ValueError("job: sources look like 'job:ID' (its final model) or 'job:ID@STEP' (a checkpoint)")
+    return int(match.group(1)), None if match.group(2) is None else int(match.group(2))
 
 
 class _Strict(BaseModel):
@@ -53,7 +65,8 @@ class LoraSpec(_Strict):
 
 
 class ModelSpec(_Strict):
-    source: str = Field(..., max_length=1024, description="path:FOLDER or hf:owner/name[@revision]")
+    source: str = Field(..., max_length=1024, description="path:FOLDER, hf:owner/name[@revision], or "
+                        "job:ID[@STEP]: another job of the team's final model, or its checkpoint of STEP")
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     lora: LoraSpec | None = None
 
@@ -74,8 +87,8 @@ class DatasetSpec(_Strict):
     @field_validator("source")
     @classmethod
     def _known_scheme(cls, value: str | None) -> str | None:
-        if value is not None:
-            split_source(value)
+        if value is not None and split_source(value)[0] == "job":
+            raise ValueError("a dataset comes from 'path:' or 'hf:'; 'job:' names a model")
         return value
 
     @model_validator(mode="after")

@@ -27,6 +27,7 @@ from grpo_core.models import quiet_library_progress_bars, resolve_model_location
 from grpo_core.spec import JobSpec
 from grpo_core.trainer import GRPOTrainer, TrainResult
 from worker.attempt_files import CANCEL, PREEMPT, AttemptFiles
+from worker.job_sources import loadable
 from worker.outcome import Fault, Outcome
 from worker.reporting import JobReporter
 
@@ -121,7 +122,11 @@ def export_final_model(job: JobRead, spec: JobSpec, settings: Settings, result: 
                        metrics: dict[str, Any] | None, callbacks: TrainerCallback) -> None:
     """The job's model folder from its final checkpoint (:mod:`grpo_core.export`), announced as
     a ``model`` event."""
-    base = resolve_model_location(spec.model, Path(settings.models_root)) if spec.export.merge_lora else None
+    if spec.export.merge_lora:
+        loading, models_root = loadable(spec, settings)
+        base = resolve_model_location(loading.model, models_root)
+    else:
+        base = None
     out = export_model(result.checkpoint, model_dir(settings, job.id), spec, result.step, metrics,
                        job_id=job.id, base_location=base)
     size = folder_bytes(out)
@@ -132,8 +137,9 @@ def export_final_model(job: JobRead, spec: JobSpec, settings: Settings, result: 
 def train_job(job: JobRead, spec: JobSpec, settings: Settings, callbacks: TrainerCallback,
               ranks: Ranks = SINGLE) -> TrainResult:
     """Build, resume and train; every rank of a job runs this with its own ``ranks``."""
-    components = build_components(spec, models_root=Path(settings.models_root),
-                                  data_root=Path(settings.data_root), device=None, ranks=ranks)
+    spec, models_root = loadable(spec, settings)
+    components = build_components(spec, models_root=models_root, data_root=Path(settings.data_root),
+                                  device=None, ranks=ranks)
     trainer = GRPOTrainer(components, checkpoint_dir(settings, job.id), callbacks)
     # A requeued or preempted job continues from its newest complete checkpoint.
     trainer.resume()

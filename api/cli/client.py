@@ -106,6 +106,9 @@ class ApiClient:
         params = {"status": list(statuses), "order": "desc" if newest_first else "asc"}
         return self._pages("/v1/jobs", params, "after", JOBS_PAGE, limit)
 
+    def clone(self, job_id: int, changes: dict[str, Any] | None = None) -> dict[str, Any]:
+        return self._json(self.http.post(f"/v1/jobs/{job_id}/clone", json=changes))
+
     def cancel(self, job_id: int) -> dict[str, Any]:
         return self._json(self.http.post(f"/v1/jobs/{job_id}/cancel"))
 

@@ -24,8 +24,8 @@ from typing import Any
 
 from api.cli.printable import printable
 
-MONITOR_COMMANDS = ("submit", "list", "show", "watch", "cancel", "events", "metrics", "download", "cluster",
-                    "queue")
+MONITOR_COMMANDS = ("submit", "list", "show", "watch", "cancel", "clone", "events", "metrics", "download",
+                    "cluster", "queue")
 BAD_INPUT_STATUSES = (400, 404, 409, 413, 422)
 DEFAULT_API_URL = "http://127.0.0.1:8000"
 INTERRUPTED = 130
@@ -174,6 +174,17 @@ def _cancel(client: Any, args: argparse.Namespace) -> Result:
     return Result(job, f"job {job['id']} {job['status']}{later}")
 
 
+def _clone(client: Any, args: argparse.Namespace) -> Result:
+    changes = None
+    if args.changes is not None:
+        from grpo_core.specfile import read_spec_data
+
+        changes = read_spec_data(args.changes)  # the server validates the changed spec
+    job = client.clone(args.job_id, changes)
+    text = f"submitted job {job['id']} ({job['name']}), a clone of job {args.job_id}: {job['status']}"
+    return Result(job, text)
+
+
 def _events(client: Any, args: argparse.Namespace) -> Result:
     from api.cli.term_view import events_table
 
@@ -292,6 +303,9 @@ def add_monitor_commands(commands: argparse._SubParsersAction) -> None:
     add("show", "one job: status, progress, placement, times, error", _show)
     add("watch", "follow a job live until it ends (exit 0: succeeded)", _watch)
     add("cancel", "cancel a job (a running one stops at its next step, with a checkpoint)", _cancel)
+    clone = add("clone", "submit a copy of a job's spec, changed by a file of fields if given", _clone)
+    clone.add_argument("--changes", type=Path, default=None, metavar="FILE",
+                       help="fields to change, nested as in a spec (grpo: {max_steps: 10})")
     add("events", "a job's lifecycle events", _events)
     metrics = add("metrics", "a job's metrics, every step", _metrics)
     metrics.add_argument("--csv", action="store_true", help="CSV: a header step,<names...>, one row per step")

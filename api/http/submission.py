@@ -12,13 +12,16 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
+from api.artifact_paths import model_to_continue
+from api.errors import NotFound
 from api.http.pool_limits import effective_limits, limit_problems
 from api.settings import Settings
+from api.store.jobs import get_job
 from api.store.pools import admission, list_pools
 from grpo_core.errors import SpecError
 from grpo_core.paths import resolve_under_root
 from grpo_core.rewards import validate_reward_specs
-from grpo_core.spec import JobSpec, split_source
+from grpo_core.spec import JobSpec, job_source, split_source
 from grpo_core.specfile import InvalidSpec
 
 
@@ -90,3 +93,21 @@ def check_placement(session: Session, spec: JobSpec, settings: Settings) -> None
             "resources.gpus", f"asks for {spec.resources.gpus} GPUs but the largest worker of pool "
                               f"'{spec.resources.pool}' has {largest}; a job's GPUs must all be on "
                               "one worker")])
+
+
+def check_job_source(session: Session, spec: JobSpec, team_id: int, settings: Settings) -> None:
+    """A ``job:ID[@STEP]`` model source names a job of the submitting team (admins included:
+    the new job is the team's, and so is what it learns from) that has that model now."""
+    scheme, location = split_source(spec.model.source)
+    if scheme != "job":
+        return
+    job_id, step = job_source(location)
+    try:
+        get_job(session, job_id, team_id)
+    except NotFound:
+        raise InvalidSpec([SpecError("model.source", f"your team has no job {job_id}")]) from None
+    if model_to_continue(settings, job_id, step) is None:
+        what = (f"keeps no checkpoint of step {step}" if step is not None
+                else "has no final model or checkpoint yet")
+        listing = f"GET /v1/jobs/{job_id}/checkpoints lists what it keeps"
+        raise InvalidSpec([SpecError("model.source", f"job {job_id} {what} ({listing})")])

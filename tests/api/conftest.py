@@ -327,3 +327,15 @@ def client_for(api_server: LiveServer):
         yield factory
 
 # ==== end of the teams and API keys section ====
+
+
+@pytest.fixture
+def alpha(client_for, team_keys):
+    """A client of team alpha's member key."""
+    return client_for(team_keys.alpha)
+
+
+@pytest.fixture
+def beta(client_for, team_keys):
+    """A client of team beta's member key."""
+    return client_for(team_keys.beta)

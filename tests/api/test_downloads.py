@@ -20,11 +20,6 @@ from api.http.tar_stream import TarStream
 
 
 @pytest.fixture
-def alpha(client_for, team_keys):
-    return client_for(team_keys.alpha)
-
-
-@pytest.fixture
 def finished_job(alpha, job_spec, worker, api_server, tiny_model_dir: Path) -> dict:
     """A job with steps 1-2, a complete checkpoint of step 2, an incomplete one of step 4 (being
     written) and a final model, as the worker leaves them."""

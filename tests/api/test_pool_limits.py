@@ -19,11 +19,6 @@ def admin(client_for, team_keys):
 
 
 @pytest.fixture
-def alpha(client_for, team_keys):
-    return client_for(team_keys.alpha)
-
-
-@pytest.fixture
 def own_pool(admin) -> str:
     name = f"limited-{uuid.uuid4().hex[:8]}"
     assert admin.post("/v1/admin/pools", json={"name": name}).status_code == 201

@@ -150,6 +150,11 @@ def test_a_job_from_the_form_is_charted_live_with_its_samples(browser_page, keye
         with tarfile.open(download.path()) as tar:
             assert any(n.endswith("/model.safetensors") for n in tar.getnames()), tar.getnames()
 
+    page.click("[data-panel=job] button[data-action=clone]")  # the same spec again, as a new job
+    wait_until(lambda: page.evaluate("() => location.hash") not in ("", f"#/jobs/{job_id}"), 20,
+               "the clone's page to open")
+    page.wait_for_selector("[data-panel=job] h2:has-text('charted')")
+
 
 def test_a_job_is_cancelled_with_its_button(browser_page, keyed_stack, tiny_spec, screenshots) -> None:
     page = browser_page

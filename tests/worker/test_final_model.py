@@ -78,3 +78,32 @@ def test_a_lora_job_with_merge_leaves_merged_weights_and_its_adapter(task_settin
         expected, got = adapted(ids).logits, merged(ids).logits
     assert torch.allclose(expected, got, atol=1e-5)  # tests/grpo_core/test_export.py: a non-zero adapter
     assert "library_name: transformers" in (folder / "README.md").read_text()
+
+
+def test_a_job_starts_from_another_jobs_final_model_or_checkpoint(task_settings, submit, tiny_spec,
+                                                                  database_url):
+    first = submit(tiny_spec("first", max_steps=3, checkpoint_every=2, checkpoint_keep_last=2))
+    run_to_the_end(database_url, first)
+    # A learning rate too small to move fp32 weights: the second job's result is what it loaded.
+    for source, folder in ((f"job:{first}", model_dir(task_settings, first)),
+                           (f"job:{first}@2", checkpoint_dir(task_settings, first) / "step-2")):
+        second = submit(tiny_spec("second", max_steps=1, model={"source": source},
+                                  grpo={"learning_rate": 1e-12}))
+        run_to_the_end(database_url, second)
+        loaded = load_file(folder / "model.safetensors")
+        trained = load_file(model_dir(task_settings, second) / "model.safetensors")
+        assert trained.keys() == loaded.keys()
+        assert all(torch.allclose(trained[name], loaded[name], atol=1e-6) for name in loaded), source
+        assert f"from `{source}`" in (model_dir(task_settings, second) / "README.md").read_text()
+
+
+def test_a_source_checkpoint_removed_since_submit_fails_source_unavailable(task_settings, submit, tiny_spec,
+                                                                         database_url, job_of):
+    from worker.tasks import run_job
+
+    gone = submit(tiny_spec("later", max_steps=1, model={"source": "job:999999@5"}))
+    with session_scope(database_url) as session:
+        assert transition(session, gone, via=Transition.DISPATCH, values={"dispatched_at": utcnow()})
+    assert run_job(gone) == "failed"
+    job = job_of(gone)
+    assert job.error.code == "source_unavailable" and "job:999999@5 no longer exists" in job.error.message

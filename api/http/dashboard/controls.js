@@ -1,5 +1,5 @@
 // What the job list and the job page share: the statuses, a waiting job's place and reason, and
-// the cancel and download buttons.
+// the cancel, clone and download buttons.
 
 import {api, download} from "./api.js";
 import {el} from "./dom.js";
@@ -32,6 +32,21 @@ export function downloadButton(jobId, step, onError) {
   };
   return el("button", {type: "button", dataset: {action: "download", step: step ?? "model"}, onclick: save},
     step === null ? "Download model" : "Download");
+}
+
+// Clone: the same spec queued again as a new job, whose page opens.
+export function cloneButton(job, onError) {
+  const clone = async (event) => {
+    event.target.disabled = true;
+    try {
+      const created = await api(`/v1/jobs/${job.id}/clone`, {method: "POST"});
+      location.hash = `#/jobs/${created.id}`;
+    } catch (error) {
+      onError(error);
+      event.target.disabled = false;
+    }
+  };
+  return el("button", {type: "button", dataset: {action: "clone"}, onclick: clone}, "Clone");
 }
 
 export function cancelButton(job, after, onError) {

@@ -6,7 +6,7 @@ import {api} from "./api.js";
 import {ChartSet} from "./charts.js";
 import {el, fill, notice, progressBar, section, statusBadge} from "./dom.js";
 import {time} from "./format.js";
-import {cancelButton, downloadButton, FINISHED, waitNote} from "./controls.js";
+import {cancelButton, cloneButton, downloadButton, FINISHED, waitNote} from "./controls.js";
 import {followJob} from "./live.js";
 import {SamplesView} from "./samples.js";
 import {teamName} from "./session.js";
@@ -126,6 +126,7 @@ function jobHeader(job, render, onError) {
     el("div", {className: "title"},
       el("h2", {}, job.name, " ", el("span", {className: "muted"}, `#${job.id}`)),
       cancelButton(job, render, onError),
+      cloneButton(job, onError),
       job.status === "succeeded" ? downloadButton(job.id, null, onError) : null),
     el("dl", {className: "facts"},
       facts.map(([name, value]) => el("div", {}, el("dt", {}, name), el("dd", {}, value)))),

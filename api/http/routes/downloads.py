@@ -11,7 +11,7 @@ from fastapi import APIRouter, Header
 from fastapi import Path as PathParam
 from fastapi.responses import Response, StreamingResponse
 
-from api.artifact_paths import checkpoint_dir, model_dir
+from api.artifact_paths import complete_checkpoint, model_dir
 from api.errors import NotFound
 from api.http.deps import PrincipalDep, SessionDep, SettingsDep
 from api.http.errors import error_response
@@ -25,7 +25,6 @@ router = APIRouter(prefix="/jobs/{job_id}", tags=["downloads"])
 _TAR = {"content": {"application/x-tar": {}}, "description": "The folder as a tar (206: the range asked)"}
 _RESPONSES = {200: _TAR, 206: _TAR, 404: {"description": "No such job, or nothing to download yet"},
               416: {"description": "The range is outside the archive"}}
-COMPLETE_MARK = "trainer_state.json"  # written last into a checkpoint (grpo_core.checkpoint)
 
 
 @router.get("/model", response_class=StreamingResponse, responses=_RESPONSES)
@@ -50,8 +49,8 @@ def download_checkpoint(job_id: int, step: Annotated[int, PathParam(ge=1, le=2**
     """A kept checkpoint as a model folder: its weights (or adapter) and tokenizer, with a
     generation config and a model card made for it; the training state (optimizer, RNG) stays."""
     job = job_store.get_job(session, job_id, principal.scope)
-    folder = checkpoint_dir(settings, job_id) / f"step-{step}"
-    if not (folder / COMPLETE_MARK).is_file():
+    folder = complete_checkpoint(settings, job_id, step)
+    if folder is None:
         raise NotFound(f"job {job_id} keeps no checkpoint of step {step} (see its /checkpoints)",
                        param="step")
     records = telemetry.list_metrics(session, job_id, after_step=step - 1, limit=1)

@@ -1,17 +1,17 @@
-"""``/v1/jobs``: submit, list, read and cancel jobs. Thin: parse, check, call the store."""
+"""``/v1/jobs``: submit, list, read, cancel and clone jobs. Thin: parse, check, call the store."""
 
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Query, Request, Response, status
+from fastapi import APIRouter, Body, Header, Query, Request, Response, status
 from redis.exceptions import RedisError
 from starlette.concurrency import run_in_threadpool
 
 from api.http.deps import PrincipalDep, RedisDep, SessionDep, SettingsDep
 from api.http.errors import spec_body
-from api.http.submission import check_placement, check_submission
+from api.http.submission import check_job_source, check_placement, check_submission
 from api.lifecycle import JOB_STATUSES, WAITING_STATUSES
 from api.schemas.jobs import JobRead, JobUpdate, Page
 from api.settings import Settings
@@ -19,6 +19,7 @@ from api.store import bus, outbox
 from api.store import jobs as job_store
 from api.store.db import session_scope
 from grpo_core.spec import JobSpec
+from grpo_core.specfile import with_changes
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -70,6 +71,7 @@ def _check_and_create(
     check_submission(spec, settings)
     with session_scope(settings.database_url, publish=publish) as session:
         check_placement(session, spec, settings)
+        check_job_source(session, spec, team_id, settings)
         return job_store.create_job(session, team_id, spec, idempotency_key)
 
 
@@ -136,3 +138,28 @@ def cancel_job(job_id: int, session: SessionDep, principal: PrincipalDep) -> Job
     its next step, after a checkpoint. A finished job is a 409. Stream readers learn the change
     when the request's transaction commits (the session publishes what the transition staged)."""
     return job_store.request_cancel(session, job_id, principal.scope)
+
+
+@router.post(
+    "/{job_id}/clone",
+    status_code=status.HTTP_201_CREATED,
+    response_model=JobRead,
+    responses={**_ERRORS, 422: {"description": "The changed spec is invalid; `param` names the field"}},
+)
+async def clone_job(job_id: int, principal: PrincipalDep, settings: SettingsDep, request: Request,
+                    changes: Annotated[dict[str, Any] | None, Body(
+                        description="Fields to change, nested as in a spec ({\"grpo\": {\"max_steps\": 10}} "
+                                    "changes one field); none: the same spec")] = None) -> JobRead:
+    """Queue a new job with this job's spec, changed by the body if given; checked like a
+    submission (its own ``model.source``, pool and limits). To continue from this job's weights,
+    change ``model.source`` to ``job:ID`` or ``job:ID@STEP``."""
+    original = await run_in_threadpool(_read_own_job, settings, job_id, principal.scope)
+    spec = with_changes(JobSpec.model_validate(original.spec), changes or {})
+    job, _ = await run_in_threadpool(_check_and_create, settings, request.app.state.publish,
+                                     principal.team_id, spec, None)
+    return job
+
+
+def _read_own_job(settings: Settings, job_id: int, scope: int | None) -> JobRead:
+    with session_scope(settings.database_url) as session:
+        return job_store.get_job(session, job_id, scope)

@@ -1,0 +1,80 @@
+"""Continuing from a job over real HTTP (Postgres and SQLite): ``model.source: job:ID[@STEP]``
+is checked at submit (the team's own job, which has that model now), and ``POST .../clone``
+queues a job with the same spec, changed as asked, checked like any submission. The worker's
+side (loading that model) is tested in tests/worker/test_final_model.py."""
+
+from __future__ import annotations
+
+import shutil
+
+from api.artifact_paths import checkpoint_dir, model_dir
+
+
+def submitted(client, spec) -> dict:
+    response = client.post("/v1/jobs", json=spec)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def refused(response, field: str = "model.source") -> str:
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["param"] == field, error
+    return error["message"]
+
+
+def test_a_job_source_must_be_the_teams_own_job_with_that_model(alpha, beta, job_spec, api_server,
+                                                                tiny_model_dir) -> None:
+    settings = api_server.settings
+    done = submitted(alpha, job_spec())
+    assert "has no final model or checkpoint yet" in refused(alpha.post("/v1/jobs", json=job_spec(
+        model={"source": f"job:{done['id']}"})))
+    shutil.copytree(tiny_model_dir, model_dir(settings, done["id"]))
+    step_2 = checkpoint_dir(settings, done["id"]) / "step-2"
+    shutil.copytree(tiny_model_dir, step_2)
+    (step_2 / "trainer_state.json").write_text("{}")
+
+    for source in (f"job:{done['id']}", f"job:{done['id']}@2"):
+        assert submitted(alpha, job_spec(model={"source": source}))["spec"]["model"]["source"] == source
+    assert "no checkpoint of step 3" in refused(alpha.post("/v1/jobs", json=job_spec(
+        model={"source": f"job:{done['id']}@3"})))
+    assert f"your team has no job {done['id']}" in refused(beta.post("/v1/jobs", json=job_spec(
+        model={"source": f"job:{done['id']}"})))
+    for bad in ("job:abc", "job:0", "job:7@", "job:7@0", "job:-1"):
+        assert "job:ID" in refused(alpha.post("/v1/jobs", json=job_spec(model={"source": bad})))
+    assert "'job:' names a model" in refused(alpha.post("/v1/jobs", json=job_spec(
+        dataset={"source": "job:1"})), "dataset.source")
+
+
+def test_clone_queues_the_same_spec_changed_as_asked(alpha, beta, job_spec) -> None:
+    original = submitted(alpha, job_spec(name="original"))
+    same = alpha.post(f"/v1/jobs/{original['id']}/clone")
+    assert same.status_code == 201 and same.json()["id"] != original["id"]
+    assert same.json()["spec"] == original["spec"] and same.json()["status"] == "queued"
+    changes = {"name": "longer", "grpo": {"max_steps": 40}}
+    changed = alpha.post(f"/v1/jobs/{original['id']}/clone", json=changes)
+    assert changed.status_code == 201, changed.text
+    spec = changed.json()["spec"]
+    assert (spec["name"], spec["grpo"]["max_steps"], changed.json()["max_steps"]) == ("longer", 40, 40)
+    assert spec["grpo"]["num_generations"] == original["spec"]["grpo"]["num_generations"]  # the rest kept
+
+    assert "max_steps" in refused(alpha.post(f"/v1/jobs/{original['id']}/clone",
+                                             json={"grpo": {"max_steps": 0}}), "grpo.max_steps")
+    assert alpha.post(f"/v1/jobs/{original['id']}/clone", json=[1]).status_code == 422
+    assert beta.post(f"/v1/jobs/{original['id']}/clone").status_code == 404
+
+
+def test_grpo_clone_with_a_changes_file(alpha, job_spec, api_server, team_keys, tmp_path, capsys) -> None:
+    from api.cli.main import main
+
+    original = submitted(alpha, job_spec(name="to-clone"))
+    changes = tmp_path / "changes.yaml"
+    changes.write_text("name: cloned\ngrpo:\n  max_steps: 7\n")
+    argv = ["clone", str(original["id"]), "--api-url", api_server.http_url, "--api-key", team_keys.alpha]
+    assert main([*argv, "--changes", str(changes)]) == 0
+    assert f"(cloned), a clone of job {original['id']}: queued" in capsys.readouterr().out
+    newest = alpha.get("/v1/jobs", params={"order": "desc", "limit": 1}).json()["items"][0]
+    assert (newest["name"], newest["max_steps"]) == ("cloned", 7)
+    changes.write_text("grpo:\n  max_steps: -1\n")
+    assert main([*argv, "--changes", str(changes)]) == 2
+    assert "grpo.max_steps" in capsys.readouterr().err

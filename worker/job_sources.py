@@ -1,0 +1,31 @@
+"""A ``job:ID[@STEP]`` model source, resolved where the artifacts are: the other job's final
+model or checkpoint folder (:func:`api.artifact_paths.model_to_continue`), loaded like a
+``path:`` source under the artifacts root. The API checked at submit that the job is the same
+team's and had the model; retention may have deleted a checkpoint since, which the job cannot
+help: ``source_unavailable``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from api.artifact_paths import model_to_continue
+from api.settings import Settings
+from grpo_core.errors import GRPOError
+from grpo_core.spec import JobSpec, job_source, split_source
+
+SOURCE_UNAVAILABLE = "source_unavailable"
+
+
+def loadable(spec: JobSpec, settings: Settings) -> tuple[JobSpec, Path]:
+    """``(spec to build from, models root)``: ``spec`` itself under the models root, or, for a
+    ``job:`` source, a copy whose source is the folder it names, under the artifacts root."""
+    scheme, location = split_source(spec.model.source)
+    if scheme != "job":
+        return spec, Path(settings.models_root)
+    job_id, step = job_source(location)
+    folder = model_to_continue(settings, job_id, step)
+    if folder is None:
+        raise GRPOError(f"model.source: {spec.model.source} no longer exists (its job's retention may have "
+                        "removed that checkpoint)", code=SOURCE_UNAVAILABLE)
+    model = spec.model.model_copy(update={"source": f"path:{folder}"})
+    return spec.model_copy(update={"model": model}), Path(settings.artifacts_root)
