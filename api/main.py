@@ -47,7 +47,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
-    app = FastAPI(title="GRPO job service", version="0.1.0", lifespan=_lifespan,
+    # /docs is served from the installed Swagger UI files (api.http.routes.dashboard), not a CDN.
+    app = FastAPI(title="GRPO job service", version="0.1.0", lifespan=_lifespan, docs_url=None,
+                  redoc_url=None,
                   description="Submit GRPO fine-tuning jobs and follow their training signals. "
                               "Errors are `{\"error\": {\"code\", \"message\", \"param\"}}`.")
     app.state.settings = settings

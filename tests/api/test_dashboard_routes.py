@@ -97,3 +97,16 @@ def test_modules_never_write_html_and_stay_small() -> None:
         for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
             assert sink not in text, f"{path.name} uses {sink}"
         assert len(text.splitlines()) <= 300, path.name
+
+
+def test_the_api_reference_is_swagger_ui_from_the_installed_package(client: httpx.Client) -> None:
+    from api.http.routes.dashboard import swagger_ui_dir
+
+    page = client.get("/docs")
+    assert page.status_code == 200 and "script-src 'self'" in page.headers["content-security-policy"]
+    assert "://" not in page.text  # no CDN
+    for name in ("swagger-ui-bundle.js", "swagger-ui.css"):
+        assert f"/static/{name}" in page.text
+        served = client.get(f"/static/{name}")
+        assert served.status_code == 200 and served.content == (swagger_ui_dir() / name).read_bytes()
+    assert client.get("/redoc").status_code == 404

@@ -205,3 +205,13 @@ def test_the_cluster_page_shows_the_worker_and_the_queue(browser_page, keyed_sta
     finally:
         keyed_stack.admin("resume", "default")
     keyed_stack.client("alpha").http.post(f"/v1/jobs/{waiting}/cancel")
+
+
+def test_the_api_reference_renders_with_nothing_from_outside(browser_page, keyed_stack) -> None:
+    page = browser_page
+    fetched: list[str] = []
+    page.on("request", lambda request: fetched.append(request.url))
+    page.goto("/docs")
+    page.wait_for_selector(".swagger-ui .info .title:has-text('GRPO job service')")
+    page.wait_for_selector(".opblock-summary-path:has-text('/v1/jobs/{job_id}/model')")
+    assert fetched and all(url.startswith(keyed_stack.url) for url in fetched), fetched

@@ -1,7 +1,9 @@
 """The dashboard: ``/`` is its one HTML page, ``/static/{name}`` its ES modules and stylesheet
 (``api/http/dashboard/``) and the Plotly.js that the installed ``plotly`` package ships, so a browser
-fetches nothing from a CDN. No auth here: these files hold no data; the page asks ``/v1`` with
-the user's key, and the API scopes every answer to it.
+fetches nothing from a CDN. ``/docs``, the API reference, is Swagger UI served the same way from
+the installed ``swagger-ui-py`` package: it renders where no CDN can be reached. No auth
+here: these files hold no data; the page asks ``/v1`` with the user's key, and the API scopes
+every answer to it.
 
 A requested name is only ever looked up in the table of servable files, never joined to a path,
 so nothing outside that table can be reached (``/static/../settings.py`` is a 404).
@@ -35,6 +37,18 @@ CONTENT_SECURITY_POLICY = ("default-src 'self'; script-src 'self'; style-src 'se
                            "base-uri 'none'; frame-ancestors 'none'")
 
 
+SWAGGER_FILES = ("swagger-ui-bundle.js", "swagger-ui.css")
+
+
+def swagger_ui_dir() -> Path:
+    """The Swagger UI files (5.x: it reads OpenAPI 3.1, which FastAPI writes) that the
+    ``swagger-ui-py`` package ships, found without importing it."""
+    spec = importlib.util.find_spec("swagger_ui")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("the swagger-ui-py package is not installed; /docs needs its files")
+    return Path(next(iter(spec.submodule_search_locations))) / "static"
+
+
 def plotly_js_path() -> Path:
     """The ``plotly`` package's bundled Plotly.js, found without importing the package."""
     spec = importlib.util.find_spec("plotly")
@@ -49,6 +63,8 @@ def servable_files() -> dict[str, tuple[Path, str]]:
     files = {path.name: (path, OWN_CACHE) for path in sorted(DASHBOARD_DIR.iterdir())
              if path.is_file() and path.suffix in MEDIA_TYPES}
     files[PLOTLY_JS] = (plotly_js_path(), PLOTLY_CACHE)
+    for name in SWAGGER_FILES:  # change only with the installed package, like Plotly.js
+        files[name] = (swagger_ui_dir() / name, PLOTLY_CACHE)
     return files
 
 
@@ -65,6 +81,12 @@ def _send(request: Request, path: Path, cache_control: str, headers: dict[str, s
 @router.get("/")
 def index(request: Request) -> Response:
     return _send(request, DASHBOARD_DIR / "index.html", OWN_CACHE,
+                 {"Content-Security-Policy": CONTENT_SECURITY_POLICY, "X-Content-Type-Options": "nosniff"})
+
+
+@router.get("/docs")
+def api_reference(request: Request) -> Response:
+    return _send(request, DASHBOARD_DIR / "docs.html", OWN_CACHE,
                  {"Content-Security-Policy": CONTENT_SECURITY_POLICY, "X-Content-Type-Options": "nosniff"})
 
 
