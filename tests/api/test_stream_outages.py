@@ -10,10 +10,10 @@ import json
 import httpx
 import pytest
 import service_db
+from test_stream import open_stream, read_until_closed
 from websockets.exceptions import InvalidStatus
 
 from api.cli.dev import start_redis, stop_process
-from test_stream import open_stream, read_until_closed
 
 TRY_AGAIN = 1013
 
