@@ -24,8 +24,10 @@ from grpo_core.errors import GRPOError, traceback_tail
 from grpo_core.export import export_model, folder_bytes
 from grpo_core.launch import RankDied
 from grpo_core.models import quiet_library_progress_bars, resolve_model_location
+from grpo_core.oom import out_of_memory_error
 from grpo_core.spec import JobSpec
 from grpo_core.trainer import GRPOTrainer, TrainResult
+from worker.artifacts import ArtifactQuota
 from worker.attempt_files import CANCEL, PREEMPT, AttemptFiles
 from worker.outcome import Fault, Outcome
 from worker.reporting import JobReporter
@@ -97,7 +99,7 @@ def train_reporting(job: JobRead, spec: JobSpec, settings: Settings, files: Atte
         publish = bus.publisher(client, settings.stream_maxlen)
         reporter = JobReporter(settings.database_url, job.id, publish)
         final, link = FinalMetrics(), SupervisorLink(files, job.last_step, reporter.stop_request)
-        callbacks = CallbackList([reporter, link, final])
+        callbacks = CallbackList([ArtifactQuota(settings, job.id, job.team_id), reporter, link, final])
         result = train_job(job, spec, settings, callbacks, ranks)
         if not result.stopped and result.checkpoint is not None:
             export_final_model(job, spec, settings, result, final.record, callbacks)
@@ -131,13 +133,23 @@ def export_final_model(job: JobRead, spec: JobSpec, settings: Settings, result: 
 
 def train_job(job: JobRead, spec: JobSpec, settings: Settings, callbacks: TrainerCallback,
               ranks: Ranks = SINGLE) -> TrainResult:
-    """Build, resume and train; every rank of a job runs this with its own ``ranks``."""
-    components = build_components(spec, models_root=Path(settings.models_root),
-                                  data_root=Path(settings.data_root), device=None, ranks=ranks)
-    trainer = GRPOTrainer(components, checkpoint_dir(settings, job.id), callbacks)
-    # A requeued or preempted job continues from its newest complete checkpoint.
-    trainer.resume()
-    return trainer.train()
+    """Build, resume and train; every rank of a job runs this with its own ``ranks``. Running out
+    of memory is the job's own failure (its size), raised as ``out_of_memory`` here so that one
+    process and every rank of several report it the same way."""
+    try:
+        components = build_components(spec, models_root=Path(settings.models_root),
+                                      data_root=Path(settings.data_root), device=None, ranks=ranks)
+        trainer = GRPOTrainer(components, checkpoint_dir(settings, job.id), callbacks)
+        # A requeued or preempted job continues from its newest complete checkpoint.
+        trainer.resume()
+        return trainer.train()
+    except GRPOError:
+        raise
+    except Exception as exc:
+        known = out_of_memory_error(exc)
+        if known is None:
+            raise
+        raise known from exc
 
 
 def ending(result: TrainResult, stop_reason: str | None) -> Outcome:
