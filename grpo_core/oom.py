@@ -2,11 +2,11 @@
 or, from older paths and other backends, a RuntimeError saying "out of memory"), or the host
 (``MemoryError``). The job failed for its own size, so it gets a code of its own and a message
 that says what to lower, rather than ``internal_error``.
+
+Torch is recognised by name, not imported: rewards (which the web app imports) use this too.
 """
 
 from __future__ import annotations
-
-import torch
 
 from grpo_core.errors import GRPOError
 
@@ -24,7 +24,7 @@ def out_of_memory_error(exc: BaseException) -> GRPOError | None:
     """``exc`` as an ``out_of_memory`` error that says what to lower, or None when it is not one."""
     if isinstance(exc, MemoryError):
         where = "host memory"
-    elif isinstance(exc, torch.OutOfMemoryError) or (
+    elif any(cls.__name__ == "OutOfMemoryError" for cls in type(exc).__mro__) or (
         isinstance(exc, RuntimeError) and any(text in str(exc) for text in _ALLOCATOR_TEXT)
     ):
         where = "device memory"
