@@ -1,7 +1,7 @@
 """Each failure the job itself causes ends it ``failed`` with its own code, never a bare
 ``internal_error``: the job process's body (``run_attempt``, in this process so causes can be
 injected where they really arise) and the supervisor's recording of its outcome (``record_outcome``)
-against the module's real Postgres. Out of memory in the forward pass, a model source gone or a hub
+against the module's real Postgres. Out of memory in the forward pass, a model folder or data file gone, a hub
 that cannot be reached, a reward that raises, a team over its artifact byte quota. (A full disk:
 ``test_disk_full.py``.)"""
 
@@ -72,6 +72,16 @@ def test_a_model_folder_gone_since_submit_fails_source_unavailable(submit, tiny_
     job = run_in_process(job_id)
     assert failed_with(job) == "source_unavailable"
     assert name in job.error.message and "does not exist" in job.error.message
+
+
+def test_a_data_file_gone_since_submit_fails_source_unavailable(submit, tiny_spec, run_in_process, roots):
+    name = f"gone-{uuid.uuid4().hex[:8]}.jsonl"
+    (roots["data"] / name).write_text('{"prompt": "Is it yes?"}\n')
+    job_id = submit(tiny_spec(dataset={"source": f"path:{name}"}))
+    (roots["data"] / name).unlink()
+    job = run_in_process(job_id)
+    assert failed_with(job) == "source_unavailable"
+    assert job.error.message == f"dataset.source: no such file: '{name}'"
 
 
 def test_a_hub_model_that_cannot_be_reached_fails_source_unavailable(submit, tiny_spec, run_in_process,
