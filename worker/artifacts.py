@@ -10,7 +10,10 @@ the quota is raised (or other jobs' artifacts removed) it can run again and resu
 
 from __future__ import annotations
 
+import logging
+
 from api.artifact_paths import job_dir
+from api.outages import DATABASE_DOWN
 from api.settings import Settings
 from api.store.db import session_scope
 from api.store.teams import artifact_quota
@@ -18,6 +21,7 @@ from grpo_core.callbacks import TrainerCallback
 from grpo_core.errors import GRPOError
 from grpo_core.paths import folder_bytes
 
+log = logging.getLogger(__name__)
 QUOTA_EXCEEDED = "artifact_quota_exceeded"
 
 
@@ -34,8 +38,14 @@ class ArtifactQuota(TrainerCallback):
         self.settings, self.job_id, self.team_id = settings, job_id, team_id
 
     def before_checkpoint(self, step: int, estimated_bytes: int) -> None:
-        with session_scope(self.settings.database_url) as session:
-            quota, job_ids = artifact_quota(session, self.team_id)
+        try:
+            with session_scope(self.settings.database_url) as session:
+                quota, job_ids = artifact_quota(session, self.team_id)
+        except DATABASE_DOWN as exc:
+            # A database blip must not end the job (issue 11): this checkpoint goes unchecked, the
+            # next one is checked again.
+            log.warning("job %s: artifact quota not checked at step %s: %s", self.job_id, step, exc)
+            return
         if quota is None:
             return
         used = team_artifact_bytes(self.settings, job_ids)
