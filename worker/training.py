@@ -21,10 +21,11 @@ from grpo_core.callbacks import CallbackList, TrainerCallback
 from grpo_core.components import build_components
 from grpo_core.distributed import SINGLE, Ranks
 from grpo_core.errors import GRPOError, traceback_tail
-from grpo_core.export import export_model, folder_bytes
+from grpo_core.export import export_model
 from grpo_core.launch import RankDied
 from grpo_core.models import quiet_library_progress_bars, resolve_model_location
 from grpo_core.oom import out_of_memory_error
+from grpo_core.paths import folder_bytes
 from grpo_core.spec import JobSpec
 from grpo_core.trainer import GRPOTrainer, TrainResult
 from worker.artifacts import ArtifactQuota
