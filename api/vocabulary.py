@@ -18,6 +18,7 @@ PRIORITIES: tuple[str, ...] = get_args(Priority)  # lowest first
 NAME_PATTERN = POOL_NAME_PATTERN
 DEFAULT_POOL = "default"
 MAX_QUOTA_GPUS = 1_000_000  # larger is a typo, and it keeps every sum inside a 32-bit INTEGER
+MAX_ARTIFACT_QUOTA_BYTES = 2**62  # a team's artifact byte quota: far past any disk, inside a BIGINT
 MAX_LABEL_LENGTH = 128  # an API key's label
 
 RUN_JOB = "grpo.run_job"

@@ -35,6 +35,11 @@ class TrainerCallback:
     def on_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
         """Sample completions with their per-function rewards and advantage."""
 
+    def before_checkpoint(self, step: int, estimated_bytes: int) -> None:
+        """A checkpoint of ``step``, about ``estimated_bytes`` large, is about to be written; raise
+        a :class:`~grpo_core.errors.GRPOError` to refuse it (and end the run) before anything is
+        written, e.g. over a disk quota."""
+
     def on_checkpoint(self, step: int, path: Path) -> None:
         """A complete checkpoint now exists at ``path``."""
 
@@ -63,6 +68,10 @@ class CallbackList(TrainerCallback):
     def on_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
         for cb in self.callbacks:
             cb.on_samples(step, rows)
+
+    def before_checkpoint(self, step: int, estimated_bytes: int) -> None:
+        for cb in self.callbacks:
+            cb.before_checkpoint(step, estimated_bytes)
 
     def on_checkpoint(self, step: int, path: Path) -> None:
         for cb in self.callbacks:

@@ -39,6 +39,7 @@ from grpo_core.data import PromptSampler
 from grpo_core.distributed import SINGLE, Ranks
 from grpo_core.errors import GRPOError
 from grpo_core.models import PolicyAndReference
+from grpo_core.paths import folder_bytes
 from grpo_core.sharding import is_sharded
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ STATE_FILE = "trainer_state.json"
 DISTRIBUTED_DIR = "distributed"
 OPTIMIZER_FILE = "optimizer.pt"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+_TMP_DIR = re.compile(r"^\.step-\d+\.tmp-(\d+)$")  # rank 0's pid: the writer
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 # What torch's PytorchStreamWriter says when the disk fills under it (the errno is lost).
 _TORCH_SHORT_WRITE = ("unexpected pos", "PytorchStreamWriter failed")
@@ -170,6 +172,47 @@ def _free_bytes(path: Path) -> int | None:
             except OSError:
                 return None
     return None
+
+
+def sweep_stale_tmp_folders(root: Path) -> list[Path]:
+    """Remove the temporary folders of writers that are gone (killed mid-write, so their own
+    cleanup never ran) and return them. Called at resume, when this process writes nothing: its
+    own pid's folders are stale too. A live pid's folder is left, since it may be another
+    process's write in progress (or a reused pid: the next sweep after it ends removes it)."""
+    if not root.is_dir():
+        return []
+    stale = [path for path in root.iterdir()
+             if (m := _TMP_DIR.match(path.name)) and not _writer_alive(int(m.group(1)))]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
+
+
+def _writer_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def estimate_checkpoint_bytes(models: PolicyAndReference, optimizer: torch.optim.Optimizer,
+                              last: Path | None) -> int:
+    """About how large the next checkpoint will be: the size of ``last`` (the run's newest, which
+    has every file the next one will have), else the saved weights (the adapter alone with LoRA)
+    plus the optimizer state (before its first step, AdamW's two float32 moments)."""
+    if last is not None and last.is_dir():
+        return folder_bytes(last)
+    trainable = [p for p in models.policy.parameters() if p.requires_grad]
+    saved = trainable if models.uses_adapters else list(models.policy.parameters())
+    weights = sum(p.numel() * p.element_size() for p in saved)
+    state = sum(t.numel() * t.element_size() for entry in optimizer.state.values()
+                for t in entry.values() if isinstance(t, torch.Tensor))
+    return weights + (state or 2 * 4 * sum(p.numel() for p in trainable))
 
 
 def _shared_tmp_folder(root: Path, step: int, ranks: Ranks) -> Path:

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpo_core.errors import SpecError
+from grpo_core.errors import SourceUnavailable, SpecError
 from grpo_core.paths import resolve_under_root
+from grpo_core.sources import unreachable
 from grpo_core.spec import DatasetSpec, split_source
 
 __all__ = ["MAX_ROWS", "PromptSampler", "columns_of", "load_rows", "render_prompt"]
@@ -40,7 +41,8 @@ def _resolve_file(location: str, data_root: Path | None, base_dir: Path | None) 
     """
     path = resolve_under_root(location, data_root, base_dir, field=SOURCE)
     if not path.is_file():
-        raise SpecError(SOURCE, f"no such file: '{location}'")
+        # The service checked it at submit: missing now, it was moved or its disk is not mounted.
+        raise SourceUnavailable(SOURCE, f"no such file: '{location}'")
     return path
 
 
@@ -120,14 +122,15 @@ def _read_file(location: str, data_root: Path | None, base_dir: Path | None) -> 
     except UnicodeDecodeError as exc:
         raise SpecError(SOURCE, f"'{location}' is not UTF-8 text") from exc
     except OSError as exc:
-        raise SpecError(SOURCE, f"could not read '{location}': {exc.strerror or exc}") from exc
+        raise SourceUnavailable(SOURCE, f"could not read '{location}': {exc.strerror or exc}") from exc
     except csv.Error as exc:
         raise SpecError(SOURCE, f"could not parse '{location}' as CSV: {exc}") from exc
     return rows
 
 
 def _load_hub(location: str, split: str) -> list[dict[str, Any]]:
-    """Load a hub dataset; any failure (offline, unknown id, no ``datasets``) becomes a SpecError."""
+    """Load a hub dataset; any failure (offline, unknown id, no ``datasets``) becomes a SpecError,
+    :class:`SourceUnavailable` when the hub could not be reached."""
     name, _, revision = location.partition("@")
     try:
         import datasets
@@ -139,7 +142,8 @@ def _load_hub(location: str, split: str) -> list[dict[str, Any]]:
         raise
     except Exception as exc:  # network, auth, missing split, missing package: all the user's to fix
         reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-        raise SpecError(SOURCE, f"could not load hub dataset '{location}': {reason}") from exc
+        error = SourceUnavailable if unreachable(exc) else SpecError
+        raise error(SOURCE, f"could not load hub dataset '{location}': {reason}") from exc
 
 
 def _check_prompt(value: Any, field: str, prefix: str = "") -> Any:

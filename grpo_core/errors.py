@@ -43,6 +43,15 @@ class SpecError(GRPOError):
         self.reason = message
 
 
+class SourceUnavailable(SpecError):
+    """A model, tokenizer or dataset source the spec names validly but that cannot be reached or
+    read when the job loads it: the hub unreachable (offline, a network failure), a folder or file
+    that was there at submit and is gone. Not the spec's fault, so its code is its own; still a
+    SpecError (``field`` names the source) for callers that point at the field."""
+
+    code = "source_unavailable"
+
+
 class NonFiniteLossError(GRPOError):
     """The loss became NaN or inf; the step was not applied."""
 

@@ -139,7 +139,3 @@ def _merge_lora(checkpoint: Path, into: Path, spec: JobSpec, base_location: str 
     merged = PeftModel.from_pretrained(base, str(checkpoint)).merge_and_unload()
     merged.save_pretrained(into, safe_serialization=True)
     AutoTokenizer.from_pretrained(str(checkpoint)).save_pretrained(into)
-
-
-def folder_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())

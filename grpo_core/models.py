@@ -1,6 +1,7 @@
 """Load the policy, its tokenizer and the frozen reference from a ``ModelSpec``.
 
-Every failure here is a :class:`SpecError` on ``model.source`` raised before training starts.
+Every failure here is a :class:`SpecError` on ``model.source`` raised before training starts; a
+source that cannot be reached or is gone is its subclass :class:`SourceUnavailable`.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from pathlib import Path
 
 import torch
 
-from grpo_core.errors import SpecError
+from grpo_core.errors import SourceUnavailable, SpecError
 from grpo_core.paths import resolve_under_root
+from grpo_core.sources import unreachable
 from grpo_core.spec import ModelSpec, split_source
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -31,7 +33,8 @@ def resolve_model_location(
         raise SpecError("model.source", "'job:' sources name a job of the service; use 'path:' here")
     folder = resolve_under_root(location, models_root, base_dir, field="model.source")
     if not folder.is_dir():
-        raise SpecError("model.source", f"model folder '{folder}' does not exist")
+        # The service checked it at submit: missing now, it was moved or its disk is not mounted.
+        raise SourceUnavailable("model.source", f"model folder '{folder}' does not exist")
     if not (folder / "config.json").is_file():
         raise SpecError("model.source", f"'{folder}' holds no config.json: not a Hugging Face model folder")
     return str(folder)
@@ -45,7 +48,7 @@ def load_tokenizer(location: str):
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, revision=revision)
     except Exception as exc:  # transformers raises many types here; all mean "no usable tokenizer"
-        raise SpecError("model.source", f"could not load a tokenizer from '{location}': {exc}") from exc
+        raise _load_error(f"could not load a tokenizer from '{location}'", exc) from exc
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise SpecError("model.source", "the tokenizer has neither a pad nor an EOS token")
@@ -61,8 +64,14 @@ def load_causal_lm(location: str, dtype: str, device: torch.device) -> torch.nn.
     try:
         model = AutoModelForCausalLM.from_pretrained(name, revision=revision, dtype=DTYPES[dtype])
     except Exception as exc:
-        raise SpecError("model.source", f"'{location}' does not hold a causal LM: {exc}") from exc
+        raise _load_error(f"'{location}' does not hold a causal LM", exc) from exc
     return model.to(device)
+
+
+def _load_error(what: str, exc: Exception) -> SpecError:
+    if unreachable(exc):
+        return SourceUnavailable("model.source", f"{what}: the source cannot be reached: {exc}")
+    return SpecError("model.source", f"{what}: {exc}")
 
 
 def _split_revision(location: str) -> tuple[str, str | None]:

@@ -7,6 +7,7 @@ allowed and a relative one is taken relative to the spec file's folder.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from grpo_core.errors import SpecError
@@ -23,3 +24,16 @@ def resolve_under_root(location: str, root: Path | None, base_dir: Path | None, 
     if not candidate.is_relative_to(real_root):
         raise SpecError(field, f"'{location}' is outside the allowed root '{real_root}'")
     return candidate
+
+
+def folder_bytes(folder: Path) -> int:
+    """Bytes of the files under ``folder`` (0 when it does not exist), symlinks not followed;
+    a file removed while walking (retention, a failed write) counts as nothing."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except FileNotFoundError:
+                continue
+    return total

@@ -13,10 +13,12 @@ from pathlib import Path
 from grpo_core.callbacks import TrainerCallback
 from grpo_core.checkpoint import (
     TrainerState,
+    estimate_checkpoint_bytes,
     latest_checkpoint,
     load_checkpoint,
     prune_checkpoints,
     save_checkpoint,
+    sweep_stale_tmp_folders,
 )
 from grpo_core.components import RunComponents
 from grpo_core.config import GRPOConfig
@@ -87,7 +89,10 @@ class GRPOTrainer:
         )
 
     def resume(self, path: Path | None = None) -> bool:
-        """Continue from ``path`` or the newest checkpoint; False when there is none."""
+        """Continue from ``path`` or the newest checkpoint; False when there is none. Temporary
+        folders left by a writer that was killed mid-checkpoint are removed first."""
+        if self.ranks.is_main:
+            sweep_stale_tmp_folders(self.checkpoint_dir)
         path = path or latest_checkpoint(self.checkpoint_dir)
         if path is None:
             return False
@@ -165,6 +170,10 @@ class GRPOTrainer:
         if self.last_checkpoint is not None and self.last_checkpoint.name == f"step-{self.state.step}":
             return self.last_checkpoint
         c = self.components
+        # Every rank asks (only rank 0's callbacks do anything): a refusal raised here ends the
+        # run before any rank has written a byte.
+        estimate = estimate_checkpoint_bytes(c.models, c.optimizer, self.last_checkpoint)
+        self.callbacks.before_checkpoint(self.state.step, estimate)
         self.state.sampler = c.sampler.state_dict()
         self.state.has_experience = self.pending is not None
         self.state.world_size = self.ranks.world_size

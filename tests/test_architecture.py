@@ -20,6 +20,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "api.errors": ("api", "worker", "grpo_core"),
     "api.artifact_paths": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
                            "grpo_core", *SERVICE_FRAMEWORKS),
+    # What a backend outage raises: the two clients' exceptions, nothing of this project's.
+    "api.outages": ("api", "worker", "grpo_core", "fastapi", "starlette", "celery"),
     "api.schemas": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
                     "sqlalchemy", "redis", "fastapi"),
     "api.store": ("api.http", "api.streaming", "api.cli", "worker", "fastapi", "starlette",

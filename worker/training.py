@@ -21,11 +21,14 @@ from grpo_core.callbacks import CallbackList, TrainerCallback
 from grpo_core.components import build_components
 from grpo_core.distributed import SINGLE, Ranks
 from grpo_core.errors import GRPOError, traceback_tail
-from grpo_core.export import export_model, folder_bytes
+from grpo_core.export import export_model
 from grpo_core.launch import RankDied
 from grpo_core.models import quiet_library_progress_bars, resolve_model_location
+from grpo_core.oom import out_of_memory_error
+from grpo_core.paths import folder_bytes
 from grpo_core.spec import JobSpec
 from grpo_core.trainer import GRPOTrainer, TrainResult
+from worker.artifacts import ArtifactQuota
 from worker.attempt_files import CANCEL, PREEMPT, AttemptFiles
 from worker.job_sources import loadable
 from worker.outcome import Fault, Outcome
@@ -98,7 +101,7 @@ def train_reporting(job: JobRead, spec: JobSpec, settings: Settings, files: Atte
         publish = bus.publisher(client, settings.stream_maxlen)
         reporter = JobReporter(settings.database_url, job.id, publish)
         final, link = FinalMetrics(), SupervisorLink(files, job.last_step, reporter.stop_request)
-        callbacks = CallbackList([reporter, link, final])
+        callbacks = CallbackList([ArtifactQuota(settings, job.id, job.team_id), reporter, link, final])
         result = train_job(job, spec, settings, callbacks, ranks)
         if not result.stopped and result.checkpoint is not None:
             export_final_model(job, spec, settings, result, final.record, callbacks)
@@ -136,14 +139,24 @@ def export_final_model(job: JobRead, spec: JobSpec, settings: Settings, result: 
 
 def train_job(job: JobRead, spec: JobSpec, settings: Settings, callbacks: TrainerCallback,
               ranks: Ranks = SINGLE) -> TrainResult:
-    """Build, resume and train; every rank of a job runs this with its own ``ranks``."""
+    """Build, resume and train; every rank of a job runs this with its own ``ranks``. Running out
+    of memory is the job's own failure (its size), raised as ``out_of_memory`` here so that one
+    process and every rank of several report it the same way."""
     spec, models_root = loadable(spec, settings)
-    components = build_components(spec, models_root=models_root, data_root=Path(settings.data_root),
-                                  device=None, ranks=ranks)
-    trainer = GRPOTrainer(components, checkpoint_dir(settings, job.id), callbacks)
-    # A requeued or preempted job continues from its newest complete checkpoint.
-    trainer.resume()
-    return trainer.train()
+    try:
+        components = build_components(spec, models_root=models_root, data_root=Path(settings.data_root),
+                                      device=None, ranks=ranks)
+        trainer = GRPOTrainer(components, checkpoint_dir(settings, job.id), callbacks)
+        # A requeued or preempted job continues from its newest complete checkpoint.
+        trainer.resume()
+        return trainer.train()
+    except GRPOError:
+        raise
+    except Exception as exc:
+        known = out_of_memory_error(exc)
+        if known is None:
+            raise
+        raise known from exc
 
 
 def ending(result: TrainResult, stop_reason: str | None) -> Outcome:

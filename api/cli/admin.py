@@ -98,7 +98,9 @@ def _line(record: Any) -> str:
 
     if isinstance(record, TeamRead):
         quotas = ", ".join(f"{pool}={gpus}" for pool, gpus in record.quotas.items()) or "none"
-        return f"{record.name}\tid={record.id}\tweight={record.weight:g}\tquotas: {quotas}"
+        artifacts = "none" if record.artifact_quota_bytes is None else record.artifact_quota_bytes
+        return (f"{record.name}\tid={record.id}\tweight={record.weight:g}\tquotas: {quotas}"
+                f"\tartifact_quota_bytes={artifacts}")
     if isinstance(record, KeyRead):
         state = f"revoked {record.revoked_at:%Y-%m-%d %H:%M}" if record.revoked_at else "active"
         role = "admin" if record.is_admin else "member"
@@ -180,6 +182,11 @@ def add_admin_commands(commands: argparse._SubParsersAction) -> None:
         team, pool, ("gpus", {"type": _amount, "metavar": "N|+N|-N"}))
     add("clear-quota", "remove a team's quota in a pool (no limit but capacity)",
         lambda s, a: _teams().clear_quota(s, a.team, a.pool), team, pool)
+    add("set-artifact-quota", "set the most bytes a team's jobs' checkpoints may occupy",
+        lambda s, a: _teams().set_artifact_quota(s, a.team, a.bytes), team,
+        ("bytes", {"type": int, "metavar": "BYTES"}))
+    add("clear-artifact-quota", "remove a team's artifact byte quota (no limit but the disk)",
+        lambda s, a: _teams().set_artifact_quota(s, a.team, None), team)
     add("create-key", "create an API key; prints the key (once) on stdout", _create_key, team,
         ("--admin", {"action": "store_true", "help": "an admin key: every team, /v1/admin"}),
         ("--label", {"default": None, "help": "a note for listings (<= 128 characters)"}))

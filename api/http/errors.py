@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import redis.exceptions
-import sqlalchemy.exc
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError, WebSocketRequestValidationError
 from fastapi.responses import JSONResponse
@@ -20,6 +18,7 @@ from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.errors import ServiceError
+from api.outages import OUTAGES, backend_down
 from grpo_core.errors import SpecError
 from grpo_core.specfile import InvalidSpec, field_path
 
@@ -38,8 +37,6 @@ STATUS_BY_CODE = {
 # A backend outage is the service's, not the request's: a 503 the client may retry after this
 # many seconds (a database restart or a Redis failover takes a few), never a 500.
 RETRY_AFTER_SECONDS = 5
-_DATABASE_DOWN = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError, sqlalchemy.exc.TimeoutError)
-_REDIS_DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 _CODE_BY_STATUS = {404: "not_found", 405: "method_not_allowed", 401: "unauthorized", 413: "request_too_large"}
 
 
@@ -113,7 +110,7 @@ async def _backend_unavailable(_conn: HTTPConnection, exc: Exception) -> JSONRes
     """The database or Redis did not answer (connection refused or dropped, pool exhausted):
     503 ``unavailable`` with ``Retry-After``; the response is an ordinary one, so the client's
     connection stays open. On a WebSocket not yet accepted it is the handshake's answer."""
-    backend = "the database" if isinstance(exc, _DATABASE_DOWN) else "redis"
+    backend = backend_down(exc)
     response = error_response(503, "unavailable", f"{backend} is unavailable; retry in a few seconds")
     response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
     return response
@@ -133,7 +130,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(WebSocketRequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    for outage in (*_DATABASE_DOWN, *_REDIS_DOWN):
+    for outage in OUTAGES:
         app.add_exception_handler(outage, _backend_unavailable)
 
 

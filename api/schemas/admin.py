@@ -9,7 +9,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.jobs import UtcDatetime
-from api.vocabulary import MAX_LABEL_LENGTH, MAX_QUOTA_GPUS, NAME_PATTERN
+from api.vocabulary import MAX_ARTIFACT_QUOTA_BYTES, MAX_LABEL_LENGTH, MAX_QUOTA_GPUS, NAME_PATTERN
 
 
 class _Body(BaseModel):
@@ -21,6 +21,8 @@ class TeamRead(BaseModel):
     name: str
     weight: float
     quotas: dict[str, int] = Field(description="pool -> most GPUs the team may hold there at once")
+    artifact_quota_bytes: int | None = Field(
+        None, description="most bytes the team's jobs' checkpoints may occupy (null: no limit)")
     created_at: UtcDatetime
 
 
@@ -39,6 +41,12 @@ class QuotaSet(_Body):
 
 class QuotaChange(_Body):
     delta: int = Field(description="Added to the current quota (none counts as 0); the result must be >= 0")
+
+
+class ArtifactQuotaSet(_Body):
+    bytes: int = Field(ge=0, le=MAX_ARTIFACT_QUOTA_BYTES,
+                       description="Most bytes the team's jobs' artifacts may occupy (checked before each "
+                                   "checkpoint)")
 
 
 class KeyCreate(_Body):

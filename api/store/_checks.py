@@ -8,7 +8,7 @@ import math
 import re
 
 from api.errors import InvalidInput
-from api.vocabulary import MAX_LABEL_LENGTH, MAX_QUOTA_GPUS, NAME_PATTERN
+from api.vocabulary import MAX_ARTIFACT_QUOTA_BYTES, MAX_LABEL_LENGTH, MAX_QUOTA_GPUS, NAME_PATTERN
 
 _NAME = re.compile(NAME_PATTERN)
 
@@ -30,6 +30,13 @@ def check_gpus(gpus: int, param: str = "gpus") -> int:
     if not 0 <= gpus <= MAX_QUOTA_GPUS:
         raise InvalidInput(f"{param}: a quota must be 0..{MAX_QUOTA_GPUS} GPUs, not {gpus}", param=param)
     return gpus
+
+
+def check_bytes(count: int, param: str = "bytes") -> int:
+    if not 0 <= count <= MAX_ARTIFACT_QUOTA_BYTES:
+        raise InvalidInput(f"{param}: a byte quota must be 0..{MAX_ARTIFACT_QUOTA_BYTES}, not {count}",
+                           param=param)
+    return count
 
 
 def check_label(label: str | None) -> str | None:

@@ -13,9 +13,9 @@ from sqlalchemy.orm import Session
 from api.errors import Conflict, InvalidInput, NotFound
 from api.schemas.admin import MAX_QUOTA_GPUS, KeyRead, TeamRead
 from api.store import keys
-from api.store._checks import check_gpus, check_label, check_name, check_weight
+from api.store._checks import check_bytes, check_gpus, check_label, check_name, check_weight
 from api.store._rows import dialect_insert
-from api.store.models import ApiKey, Team, TeamQuota, utcnow
+from api.store.models import ApiKey, Job, Team, TeamQuota, utcnow
 from api.store.pools import get_pool
 
 DEFAULT_TEAM = "default"
@@ -47,7 +47,8 @@ def _team_id(session: Session, name: str) -> int:
 
 
 def _team_read(team: Team, quotas: dict[str, int]) -> TeamRead:
-    return TeamRead(id=team.id, name=team.name, weight=team.weight, quotas=quotas, created_at=team.created_at)
+    return TeamRead(id=team.id, name=team.name, weight=team.weight, quotas=quotas,
+                    artifact_quota_bytes=team.artifact_quota_bytes, created_at=team.created_at)
 
 
 def quotas_by_team(session: Session, team_id: int | None = None) -> dict[int, dict[str, int]]:
@@ -138,6 +139,25 @@ def clear_quota(session: Session, team: str, pool: str) -> TeamRead:
     session.execute(delete(TeamQuota).where(TeamQuota.team_id == team_id, TeamQuota.pool == pool)
                     .execution_options(synchronize_session=False))
     return team_by_id(session, team_id)
+
+
+def set_artifact_quota(session: Session, team: str, count: int | None) -> TeamRead:
+    """The most bytes the team's jobs' artifacts may occupy (None: no limit); each job checks it
+    before writing a checkpoint. Idempotent."""
+    team_id = _team_id(session, team)
+    value = None if count is None else check_bytes(count)
+    session.execute(update(Team).where(Team.id == team_id).values(artifact_quota_bytes=value)
+                    .execution_options(synchronize_session=False))
+    return team_by_id(session, team_id)
+
+
+def artifact_quota(session: Session, team_id: int) -> tuple[int | None, list[int]]:
+    """The team's artifact byte quota (None: no limit) and, when there is one, the ids of its
+    jobs, whose artifact folders count against it."""
+    quota = session.scalar(select(Team.artifact_quota_bytes).where(Team.id == team_id))
+    if quota is None:
+        return None, []
+    return quota, list(session.scalars(select(Job.id).where(Job.team_id == team_id)))
 
 
 # ---- API keys ----

@@ -14,6 +14,7 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from api.outages import backend_down
 from api.settings import Settings
 from api.store import bus
 from api.streaming.catch_up import catch_up
@@ -24,7 +25,9 @@ from api.streaming.subscriber import END, SlowClient, Subscriber
 
 log = logging.getLogger(__name__)
 
-DONE, SLOW, FAILED = 1000, 1013, 1011  # close codes: the job finished, read too slowly, server error
+# Close codes: the job finished; "try again later" (the client read too slowly, or Redis or the
+# database went away: reconnecting with its cursor loses nothing once they are back); server error.
+DONE, TRY_AGAIN, FAILED = 1000, 1013, 1011
 
 
 def hubs_for(state: Any, redis: Any, settings: Settings) -> Hubs:
@@ -55,7 +58,11 @@ async def serve(websocket: WebSocket, hubs: Hubs, job_id: int, cursor: Cursor) -
             error = producer.exception()
             if isinstance(error, SlowClient):
                 log.info("job %s stream: client too slow, disconnecting", job_id)
-                return SLOW
+                return TRY_AGAIN
+            if error is not None and backend_down(error):
+                log.warning("job %s stream: %s went away (%s); closing with 1013", job_id,
+                            backend_down(error), error)
+                return TRY_AGAIN
             if error is not None:
                 log.error("job %s stream failed", job_id, exc_info=error)
                 return FAILED

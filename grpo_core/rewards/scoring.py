@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from grpo_core.errors import GRPOError
+from grpo_core.oom import out_of_memory_error
 from grpo_core.rewards.registry import BoundReward
 
 __all__ = ["RESERVED_COLUMNS", "score_completions"]
@@ -87,7 +88,8 @@ def score_completions(
         try:
             values = reward.fn(list(completions), list(prompts), **{k: list(v) for k, v in columns.items()})
         except Exception as exc:
-            raise GRPOError(
+            # A reward that runs a model may run out of memory: the job's size, not the reward's bug.
+            raise out_of_memory_error(exc) or GRPOError(
                 f"reward '{reward.name}' raised {type(exc).__name__}: {exc}", code="reward_error"
             ) from exc
         for row, score in enumerate(_checked(reward.name, values, n)):

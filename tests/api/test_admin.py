@@ -94,6 +94,21 @@ def test_quotas_of_unknown_teams_or_pools_are_404(admin, team) -> None:
     assert teams_by_name(admin)[team]["quotas"] == {}
 
 
+def test_artifact_quota_set_and_clear(admin, client_for, team_keys, team) -> None:
+    quota = f"/v1/admin/teams/{team}/artifact-quota"
+    assert teams_by_name(admin)[team]["artifact_quota_bytes"] is None  # no limit by default
+    assert admin.put(quota, json={"bytes": 10**10}).json()["artifact_quota_bytes"] == 10**10
+    for bad in ({"bytes": -1}, {"bytes": 2**63}, {"bytes": "lots"}, {}):
+        error_of(admin.put(quota, json=bad), 422, "bytes")
+    error_of(admin.put(quota, json={"bytes": 1, "gpus": 1}), 422, "gpus")
+    error_of(admin.put("/v1/admin/teams/nobody/artifact-quota", json={"bytes": 1}), 404, "team")
+    assert client_for(team_keys.alpha).put(quota, json={"bytes": 1}).status_code == 403
+    assert teams_by_name(admin)[team]["artifact_quota_bytes"] == 10**10  # nothing changed
+    assert admin.delete(quota).json()["artifact_quota_bytes"] is None
+    assert admin.delete(quota).status_code == 200  # clearing twice is fine
+    error_of(admin.delete("/v1/admin/teams/nobody/artifact-quota"), 404, "team")
+
+
 def test_keys_are_shown_once_listed_by_prefix_and_revoked(admin, client_for, team) -> None:
     created = admin.post(f"/v1/admin/teams/{team}/keys", json={"label": "ci"})
     assert created.status_code == 201, created.text
@@ -159,6 +174,7 @@ def test_a_member_key_is_forbidden(client_for, team_keys) -> None:
 def test_openapi_documents_the_admin_api(api) -> None:
     paths = api.get("/openapi.json").json()["paths"]
     assert {"/v1/me", "/v1/admin/teams", "/v1/admin/teams/{team}", "/v1/admin/teams/{team}/quotas/{pool}",
+            "/v1/admin/teams/{team}/artifact-quota",
             "/v1/admin/teams/{team}/keys", "/v1/admin/keys", "/v1/admin/keys/{key_id}/revoke",
             "/v1/admin/pools", "/v1/admin/pools/{pool}/hold", "/v1/admin/pools/{pool}/resume"} <= set(paths)
     assert "403" in paths["/v1/admin/teams"]["post"]["responses"]

@@ -89,6 +89,21 @@ def test_set_quota_absolute_and_relative(grpo) -> None:
     assert grpo.json("set-quota", "alpha", "default", "+3")["quotas"] == {"default": 3}
 
 
+def test_set_and_clear_the_artifact_quota(grpo) -> None:
+    grpo("create-team", "alpha")
+
+    def quota() -> int | None:
+        return {t["name"]: t["artifact_quota_bytes"] for t in grpo.json("list-teams")}["alpha"]
+
+    code, out, _ = grpo("set-artifact-quota", "alpha", "5000000000")
+    assert code == 0 and "artifact_quota_bytes=5000000000" in out and quota() == 5_000_000_000
+    code, _, err = grpo("set-artifact-quota", "alpha", "-1")
+    assert code == 2 and "bytes: a byte quota must be" in err and quota() == 5_000_000_000
+    assert grpo("set-artifact-quota", "nobody", "1")[0] == 2
+    assert grpo("clear-artifact-quota", "alpha")[0] == 0 and quota() is None
+    assert grpo("clear-artifact-quota", "alpha")[0] == 0  # idempotent
+
+
 def test_pools(grpo) -> None:
     assert grpo.json("create-pool", "a100")["held"] is False
     assert grpo("hold", "a100")[1].startswith("a100\theld")

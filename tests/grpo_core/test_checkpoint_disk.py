@@ -1,11 +1,14 @@
 """Checkpoints and the disk, through the real trainer (``run_local``): a failing or full disk
 leaves no temporary folder and earlier checkpoints intact, and is reported as ``disk_full``;
-retention (``checkpoint_keep_last``) bounds what a run keeps."""
+retention (``checkpoint_keep_last``) bounds what a run keeps; a resume sweeps the temporary folders
+of writers that died; a callback may refuse a checkpoint (a quota) before it is written."""
 
 from __future__ import annotations
 
 import errno
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,10 +16,12 @@ import torch
 from core_specs import spec_dict
 from pydantic import ValidationError
 
-from grpo_core.checkpoint import disk_full_error
+from grpo_core.callbacks import TrainerCallback
+from grpo_core.checkpoint import disk_full_error, prune_checkpoints
 from grpo_core.components import build_components
 from grpo_core.errors import GRPOError
 from grpo_core.local_run import run_local
+from grpo_core.paths import folder_bytes
 from grpo_core.spec import JobSpec
 from grpo_core.trainer import GRPOTrainer
 
@@ -132,3 +137,68 @@ def test_keep_last_is_validated_by_field(tiny_model_dir):
         spec(tiny_model_dir, 2, checkpoint_keep_last=0)
     assert raised.value.errors()[0]["loc"] == ("checkpoint_keep_last",)
     assert spec(tiny_model_dir, 2).checkpoint_keep_last == 3
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (reaped), as a writer killed mid-checkpoint leaves."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_resume_sweeps_the_temp_folders_of_dead_writers_and_leaves_live_ones(tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    run_local(spec(tiny_model_dir, 1), tmp_path, out, device="cpu", progress=False)
+    checkpoints = out / "checkpoints"
+    stale = checkpoints / f".step-2.tmp-{dead_pid()}"
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as live_writer:
+        try:
+            live = checkpoints / f".step-2.tmp-{live_writer.pid}"
+            for folder in (stale, live):
+                folder.mkdir()
+                (folder / "optimizer.pt").write_bytes(b"half a file")
+            result = run_local(spec(tiny_model_dir, 2), tmp_path, out, resume=True, device="cpu",
+                               progress=False)
+            assert result.step == 2
+            assert not stale.exists()
+            assert live.is_dir()  # perhaps another process's write in progress: not ours to remove
+        finally:
+            live_writer.kill()
+    assert step_folders(out) == sorted(["step-1", "step-2", live.name])
+
+
+class RefuseAt(TrainerCallback):
+    """Refuses the checkpoint of ``step`` as a quota would; notes every estimate it is given."""
+
+    def __init__(self, step: int) -> None:
+        self.step, self.estimates = step, {}
+
+    def before_checkpoint(self, step: int, estimated_bytes: int) -> None:
+        self.estimates[step] = estimated_bytes
+        if step == self.step:
+            raise GRPOError(f"no room for step {step}", code="artifact_quota_exceeded")
+
+
+def test_before_checkpoint_can_refuse_a_checkpoint_before_a_byte_of_it_is_written(tiny_model_dir, tmp_path):
+    checkpoints = tmp_path / "checkpoints"
+    refuse = RefuseAt(2)
+    trainer = GRPOTrainer(build_components(spec(tiny_model_dir, 3), device="cpu"), checkpoints, refuse)
+    with pytest.raises(GRPOError) as raised:
+        trainer.train()
+    assert raised.value.code == "artifact_quota_exceeded"
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step-1"]  # no step-2, no temp folder
+    # The first estimate comes from the weights and optimizer; later ones are the last checkpoint's size.
+    assert refuse.estimates[1] > 0
+    assert refuse.estimates[2] == folder_bytes(checkpoints / "step-1")
+
+
+def test_the_checkpoint_just_written_is_kept_even_when_older_than_the_rest(tiny_model_dir, tmp_path):
+    # A run resumed from an older checkpoint (steps 2 and 3 exist from before) writes step 2 again:
+    # it is the run's newest state (the final one of a run that ends there), whatever keep_last says.
+    out = tmp_path / "run"
+    run_local(spec(tiny_model_dir, 3, checkpoint_keep_last=3), tmp_path, out, device="cpu", progress=False)
+    checkpoints = out / "checkpoints"
+    removed = prune_checkpoints(checkpoints, 1, checkpoints / "step-2")
+    assert removed == [1]
+    assert step_folders(out) == ["step-2", "step-3"]
+    assert (checkpoints / "step-3" / "optimizer.pt").is_file()  # what a resume would pick

@@ -380,6 +380,17 @@ def test_exception_in_a_reward_is_wrapped_and_chained():
     assert isinstance(info.value.__cause__, ZeroDivisionError)
 
 
+@pytest.mark.parametrize("error", [MemoryError(), RuntimeError("CUDA error: out of memory")])
+def test_a_reward_out_of_memory_is_out_of_memory_not_a_reward_error(error: BaseException):
+    def reward_model(completions: list[str], prompts: list[str], **columns: Any) -> list[float]:
+        raise error
+
+    with pytest.raises(GRPOError) as info:
+        score_completions([BoundReward("judge", 1.0, reward_model)], ["a"], ["p"], {})
+    assert info.value.code == "out_of_memory" and "lower" in info.value.message
+    assert info.value.__cause__ is error
+
+
 def test_missing_column_at_score_time_is_a_reward_error():
     with pytest.raises(GRPOError) as info:
         score_completions([bind_one("exact_match")], ["a"], ["p"], {})

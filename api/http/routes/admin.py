@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.http.deps import KeyCacheDep, PrincipalDep, SessionDep, require_admin
 from api.schemas.admin import (
+    ArtifactQuotaSet,
     KeyCreate,
     KeyCreated,
     KeyRead,
@@ -74,6 +75,19 @@ def change_quota(team: str, pool: str, body: QuotaChange, session: SessionDep) -
 def clear_quota(team: str, pool: str, session: SessionDep) -> TeamRead:
     """No quota: the team is limited by the pool's capacity only."""
     return teams.clear_quota(session, team, pool)
+
+
+@router.put("/teams/{team}/artifact-quota", response_model=TeamRead, responses={**_TEAM_404, **_BAD})
+def set_artifact_quota(team: str, body: ArtifactQuotaSet, session: SessionDep) -> TeamRead:
+    """The most bytes the team's jobs' artifacts may occupy; a job whose next checkpoint would
+    pass it fails ``artifact_quota_exceeded`` before writing it."""
+    return teams.set_artifact_quota(session, team, body.bytes)
+
+
+@router.delete("/teams/{team}/artifact-quota", response_model=TeamRead, responses=_TEAM_404)
+def clear_artifact_quota(team: str, session: SessionDep) -> TeamRead:
+    """No artifact byte quota: the team is limited by the disk only."""
+    return teams.set_artifact_quota(session, team, None)
 
 
 @router.post("/teams/{team}/keys", status_code=status.HTTP_201_CREATED, response_model=KeyCreated,

@@ -25,8 +25,10 @@ Messages (JSON text frames)::
     {"type": "samples", "step": N, "rows": [...]}           sample completions of step N
     {"type": "status",  "status": "running", "job": {...}}  on connect and on each change; job is JobRead
 
-Close codes: 1000 the job finished; 1013 the client read too slowly (its queue of 256 messages
-filled; reconnect with ``after=<last step seen>``); 1011 server error.
+Close codes: 1000 the job finished; 1013 try again later: the client read too slowly (its queue of
+256 messages filled) or Redis or the database went away (reconnect with ``after=<last step
+seen>``); 1011 server error. While Redis or the database is down the handshake itself is refused
+with 503 ``unavailable``.
 """
 
 from __future__ import annotations
@@ -60,6 +62,9 @@ async def stream_job(
     after_event: Annotated[int, Query(ge=0)] = 0,
 ) -> None:
     await run_in_threadpool(_job_or_404, settings.database_url, job_id, principal.scope)
+    # Redis down: refused here with 503 (the app's outage handler) rather than accepted and then
+    # closed, since the stream could not start.
+    await redis.ping()
     await websocket.accept()
     hubs = streaming.hubs_for(websocket.app.state, redis, settings)
     cursor = streaming.Cursor(step=after, sample_step=after, event_id=after_event)

@@ -1,0 +1,148 @@
+"""Each failure the job itself causes ends it ``failed`` with its own code, never a bare
+``internal_error``: the job process's body (``run_attempt``, in this process so causes can be
+injected where they really arise) and the supervisor's recording of its outcome (``record_outcome``)
+against the module's real Postgres. Out of memory in the forward pass, a model folder or data file gone, a hub
+that cannot be reached, a reward that raises, a team over its artifact byte quota. (A full disk:
+``test_disk_full.py``.)"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import uuid
+from pathlib import Path
+
+import huggingface_hub.constants
+import pytest
+import torch
+
+from api.lifecycle import Transition
+from api.store.db import session_scope
+from api.store.jobs import claim, transition
+from api.store.models import utcnow
+from api.store.teams import DEFAULT_TEAM, set_artifact_quota
+
+WORKER = "codes-worker"
+
+
+@pytest.fixture
+def run_in_process(task_settings, database_url, job_of, tmp_path):
+    """``run(job_id)``: dispatch, claim and run one attempt of the job here; its row afterwards."""
+    from worker.attempt_files import AttemptFiles
+    from worker.runner import record_outcome
+    from worker.training import run_attempt
+
+    def run(job_id: int):
+        with session_scope(database_url) as session:
+            assert transition(session, job_id, via=Transition.DISPATCH, values={"dispatched_at": utcnow()})
+            job = claim(session, job_id, WORKER)
+        files = tmp_path / f"attempt-{job_id}"
+        files.mkdir()
+        outcome = run_attempt(job, task_settings, WORKER, AttemptFiles(files))
+        record_outcome(job, WORKER, task_settings, None, outcome)
+        return job_of(job_id)
+
+    return run
+
+
+def failed_with(job) -> str:
+    assert job.status == "failed", (job.status, job.error)
+    return job.error.code
+
+
+def test_out_of_memory_in_the_forward_pass_fails_out_of_memory_saying_what_to_lower(
+        submit, tiny_spec, run_in_process, monkeypatch):
+    import grpo_core.update
+
+    def forward_out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(grpo_core.update, "completion_logprobs", forward_out_of_memory)
+    job = run_in_process(submit(tiny_spec(max_steps=2)))
+    assert failed_with(job) == "out_of_memory"
+    assert "Tried to allocate 20.00 GiB" in job.error.message
+    assert "grpo.max_completion_length" in job.error.message  # says what to lower
+
+
+def test_a_model_folder_gone_since_submit_fails_source_unavailable(submit, tiny_spec, run_in_process, roots):
+    name = f"gone-{uuid.uuid4().hex[:8]}"
+    shutil.copytree(roots["models"] / "tiny", roots["models"] / name)
+    job_id = submit(tiny_spec(model={"source": f"path:{name}"}))  # there at submit
+    shutil.rmtree(roots["models"] / name)
+    job = run_in_process(job_id)
+    assert failed_with(job) == "source_unavailable"
+    assert name in job.error.message and "does not exist" in job.error.message
+
+
+def test_a_data_file_gone_since_submit_fails_source_unavailable(submit, tiny_spec, run_in_process, roots):
+    name = f"gone-{uuid.uuid4().hex[:8]}.jsonl"
+    (roots["data"] / name).write_text('{"prompt": "Is it yes?"}\n')
+    job_id = submit(tiny_spec(dataset={"source": f"path:{name}"}))
+    (roots["data"] / name).unlink()
+    job = run_in_process(job_id)
+    assert failed_with(job) == "source_unavailable"
+    assert job.error.message == f"dataset.source: no such file: '{name}'"
+
+
+def test_a_hub_model_that_cannot_be_reached_fails_source_unavailable(submit, tiny_spec, run_in_process,
+                                                                     monkeypatch, tmp_path):
+    # Offline, with an empty cache: what a worker without network sees for a model it never loaded.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    job = run_in_process(submit(tiny_spec(model={"source": "hf:grpo-tests/never-cached-model"})))
+    assert failed_with(job) == "source_unavailable"
+    assert "grpo-tests/never-cached-model" in job.error.message and "cannot be reached" in job.error.message
+
+
+def test_a_reward_that_raises_fails_reward_error(submit, tiny_spec, run_in_process, monkeypatch):
+    from grpo_core.rewards import registry
+
+    def explodes(completions, prompts, **columns):
+        raise ZeroDivisionError("the reward divided by zero")
+
+    state = registry._registry()
+    definitions = {**state.definitions, "explodes": registry._wrap_function("explodes", explodes)}
+    monkeypatch.setattr(registry, "_state", dataclasses.replace(state, definitions=definitions))
+    job = run_in_process(submit(tiny_spec(rewards=[{"name": "explodes"}])))
+    assert failed_with(job) == "reward_error"
+    assert "'explodes' raised ZeroDivisionError: the reward divided by zero" in job.error.message
+
+
+@pytest.fixture
+def artifact_quota(database_url):
+    """``quota(bytes or None)`` on the default team (the one ``submit`` uses), cleared afterwards."""
+    def set_quota(count: int | None) -> None:
+        with session_scope(database_url) as session:
+            set_artifact_quota(session, DEFAULT_TEAM, count)
+
+    yield set_quota
+    set_quota(None)
+
+
+def test_a_checkpoint_over_the_teams_artifact_quota_fails_before_writing_anything(
+        submit, tiny_spec, run_in_process, artifact_quota, task_settings):
+    from api.artifact_paths import checkpoint_dir
+    from worker.artifacts import team_artifact_bytes
+
+    artifact_quota(1000)  # far below the tiny model's checkpoint
+    job = run_in_process(submit(tiny_spec(max_steps=2, checkpoint_every=1)))
+    assert failed_with(job) == "artifact_quota_exceeded"
+    assert "step 1" in job.error.message and "quota of 1000 bytes" in job.error.message
+    folder = checkpoint_dir(task_settings, job.id)
+    assert not folder.exists() or list(folder.iterdir()) == []  # not a byte written, no temp folder
+
+    # Raised enough, another job of the team runs; what it wrote counts against the quota.
+    artifact_quota(10**12)
+    done = run_in_process(submit(tiny_spec(max_steps=2, checkpoint_every=1)))
+    assert done.status == "succeeded"
+    written = team_artifact_bytes(task_settings, [done.id])
+    assert written > 1000 and Path(done.latest_checkpoint).is_dir()
+
+
+def test_the_quota_check_lets_a_checkpoint_through_while_the_database_is_away(task_settings):
+    from worker.artifacts import ArtifactQuota
+
+    away = task_settings.model_copy(update={"database_url": "postgresql+psycopg://postgres@127.0.0.1:9/none"})
+    # A blip must not fail the job: this checkpoint goes unchecked, the next one is checked again.
+    ArtifactQuota(away, job_id=1, team_id=1).before_checkpoint(1, 10**15)

@@ -1,0 +1,59 @@
+"""A team's artifact byte quota (``teams.artifact_quota_bytes``), checked before each checkpoint
+so that a team cannot fill the artifacts disk that every team's jobs write to.
+
+The quota counts what is on disk, not what SQL says: the bytes under the artifact folders of
+every job of the team (retention has already removed old checkpoints, so it counts what they
+really hold), plus the estimated size of the checkpoint about to be written. Over it, the job
+fails ``artifact_quota_exceeded`` before a byte is written; its earlier checkpoints stay, so once
+the quota is raised (or other jobs' artifacts removed) it can run again and resume from them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from api.artifact_paths import job_dir
+from api.outages import DATABASE_DOWN
+from api.settings import Settings
+from api.store.db import session_scope
+from api.store.teams import artifact_quota
+from grpo_core.callbacks import TrainerCallback
+from grpo_core.errors import GRPOError
+from grpo_core.paths import folder_bytes
+
+log = logging.getLogger(__name__)
+QUOTA_EXCEEDED = "artifact_quota_exceeded"
+
+
+def team_artifact_bytes(settings: Settings, job_ids: list[int]) -> int:
+    """Bytes under the artifact folders of ``job_ids`` (a job that never wrote counts 0)."""
+    return sum(folder_bytes(job_dir(settings, job_id)) for job_id in job_ids)
+
+
+class ArtifactQuota(TrainerCallback):
+    """Refuses a checkpoint that would take the job's team past its artifact byte quota. The
+    quota is read at every checkpoint, so an admin's change applies to running jobs."""
+
+    def __init__(self, settings: Settings, job_id: int, team_id: int) -> None:
+        self.settings, self.job_id, self.team_id = settings, job_id, team_id
+
+    def before_checkpoint(self, step: int, estimated_bytes: int) -> None:
+        try:
+            with session_scope(self.settings.database_url) as session:
+                quota, job_ids = artifact_quota(session, self.team_id)
+        except DATABASE_DOWN as exc:
+            # A database blip must not end the job (issue 11): this checkpoint goes unchecked, the
+            # next one is checked again.
+            log.warning("job %s: artifact quota not checked at step %s: %s", self.job_id, step, exc)
+            return
+        if quota is None:
+            return
+        used = team_artifact_bytes(self.settings, job_ids)
+        if used + estimated_bytes > quota:
+            raise GRPOError(
+                f"the checkpoint of step {step} (about {estimated_bytes} bytes) would take the team's "
+                f"artifacts to {used + estimated_bytes} bytes, over its quota of {quota} bytes "
+                f"({used} bytes in use by its {len(job_ids)} job(s)); nothing was written. Raise the "
+                "quota (grpo admin set-artifact-quota) or delete other jobs' artifacts, then resubmit",
+                code=QUOTA_EXCEEDED,
+            )
