@@ -106,6 +106,16 @@ class ApiClient:
         params = {"status": list(statuses), "order": "desc" if newest_first else "asc"}
         return self._pages("/v1/jobs", params, "after", JOBS_PAGE, limit)
 
+    def team_name(self, team_id: int) -> str | None:
+        """A team's name: the key's own, or (an admin's key) any team's; None if not found."""
+        me = self._get("/v1/me")
+        if me["team_id"] == team_id:
+            return me["team"]
+        if me["is_admin"]:
+            teams = self._get("/v1/admin/teams")["items"]  # one page: every team
+            return next((team["name"] for team in teams if team["id"] == team_id), None)
+        return None
+
     def clone(self, job_id: int, changes: dict[str, Any] | None = None) -> dict[str, Any]:
         return self._json(self.http.post(f"/v1/jobs/{job_id}/clone", json=changes))
 

@@ -111,9 +111,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    if args.command not in SERVICE_COMMANDS:
-        return core_cli.main(argv)
-    return core_cli.run_handler(args)
+    try:
+        if args.command not in SERVICE_COMMANDS:
+            return core_cli.main(argv)
+        return core_cli.run_handler(args)
+    except BrokenPipeError:
+        # The reader went away (`grpo metrics 1 | head`): what is left to print has nowhere to
+        # go. Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a process a pipe ended
 
 
 if __name__ == "__main__":

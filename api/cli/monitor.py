@@ -41,6 +41,10 @@ class Result:
 Command = Callable[[Any], Result]  # (ApiClient) -> what to print
 
 
+class BadArgument(Exception):  # noqa: N818 - it names the condition
+    """An argument the API could not refuse itself (a metric no step has): exit 2."""
+
+
 def call_api(url: str, api_key: str | None, as_json: bool, command: Command) -> int:
     """Run ``command`` with a client of the API at ``url``; print its result; the exit code."""
     import httpx
@@ -53,6 +57,9 @@ def call_api(url: str, api_key: str | None, as_json: bool, command: Command) -> 
     except ApiError as exc:
         print(f"error: {printable(str(exc))}", file=sys.stderr)
         return 2 if exc.status in BAD_INPUT_STATUSES else 1
+    except BadArgument as exc:
+        print(f"error: {printable(str(exc))}", file=sys.stderr)
+        return 2
     except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
         print(f"error: --api-url {url!r}: {exc}", file=sys.stderr)
         return 2
@@ -161,7 +168,8 @@ def _show(client: Any, args: argparse.Namespace) -> Result:
     from api.cli.term_view import job_details
 
     job = client.job(args.job_id)
-    return Result(job, "\n".join(job_details(job, _width())))
+    failed = job["status"] in ("failed", "cancelled")  # exit 1, as `grpo watch` does for such a job
+    return Result(job, "\n".join(job_details(job, _width(), client.team_name(job["team_id"]))), int(failed))
 
 
 def _watch(client: Any, args: argparse.Namespace) -> Result:
@@ -197,6 +205,10 @@ def _metrics(client: Any, args: argparse.Namespace) -> Result:
 
     names = [name for value in args.names or [] for name in value]
     page = client.metrics(args.job_id, names)
+    recorded = {name for record in page["items"] for name in record["values"]}
+    if names and page["items"] and (unknown := [name for name in names if name not in recorded]):
+        known = ", ".join(sorted(client.metrics(args.job_id)["items"][-1]["values"]))
+        raise BadArgument(f"--names: no step of job {args.job_id} has {', '.join(unknown)}; it has {known}")
     if not args.csv:
         return Result(page, _lines(metrics_table(page["items"], names, _width()) if page["items"] else [],
                                    "no steps yet"))
@@ -245,6 +257,8 @@ def _queue(client: Any, args: argparse.Namespace) -> Result:
     from api.cli.term_view import queue_lines
 
     queue = client.queue(args.pool)
+    if args.pool is not None and args.pool not in {pool["name"] for pool in client.cluster()["pools"]}:
+        raise BadArgument(f"--pool: no pool '{args.pool}'")
     return Result(queue, "\n".join(queue_lines(queue, datetime.now(UTC), _width())))
 
 

@@ -240,15 +240,15 @@ def jobs_table(jobs: Sequence[dict[str, Any]], width: int | None = None) -> list
     return table(headers, rows, width)
 
 
-def job_details(job: dict[str, Any], width: int | None = None) -> list[str]:
-    """``grpo show``: one ``field  value`` line per thing known about the job."""
+def job_details(job: dict[str, Any], width: int | None = None, team: str | None = None) -> list[str]:
+    """``grpo show``: one ``field  value`` line per thing known about the job (``team``: its name)."""
     where = f"attempt {job['attempt']}" + (f", worker {job['worker_id']}" if job.get("worker_id") else "")
     error = job.get("error")
     fields = [
         ("status", f"{job['status']} ({where})"),
         ("progress", progress(job["last_step"], job["max_steps"], 30)),
         ("placement", f"pool {job['pool']}, {job['gpus']} GPU(s), priority {job['priority']}"),
-        ("team", job["team_id"]),
+        ("team", f"{team} (id {job['team_id']})" if team else job["team_id"]),
         ("waits", _waits(job)),
         ("cancel", "requested" if job.get("cancel_requested") else None),
         ("preempt", "requested" if job.get("preempt_requested") else None),
