@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import PurePath
 from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from grpo_core.spec import Priority
 
@@ -49,9 +50,21 @@ class JobRead(BaseModel):
     started_at: UtcDatetime | None
     finished_at: UtcDatetime | None
     heartbeat_at: UtcDatetime | None
+    # The newest checkpoint's folder: its server path for admins, its name (``step-40``) for members.
     latest_checkpoint: str | None
     error: ErrorInfo | None
     spec: dict[str, Any]
+
+    def for_member(self) -> JobRead:
+        """The job as a team member sees it: the checkpoint's name, not its server path (paths
+        tell how the servers are laid out; the name identifies it among the job's checkpoints)."""
+        if self.latest_checkpoint is None:
+            return self
+        return self.model_copy(update={"latest_checkpoint": checkpoint_name(self.latest_checkpoint)})
+
+
+def checkpoint_name(path: str) -> str:
+    return PurePath(path).name
 
 
 class JobUpdate(BaseModel):
@@ -84,7 +97,8 @@ class SamplesRead(BaseModel):
 
 class CheckpointRead(BaseModel):
     step: int
-    path: str
+    path: str = Field(description="The checkpoint's folder: its server path for admins, its name "
+                                  "(`step-N`) for members")
     created_at: UtcDatetime
 
 

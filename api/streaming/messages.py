@@ -23,10 +23,12 @@ def to_client(kind: str, data: dict[str, Any], job: JobRead | None = None) -> di
     if kind == "event":
         return {"type": "event", "event": {name: data.get(name) for name in EVENT_FIELDS}}
     if kind == "status":
+        # One encoding serves every subscriber, admins included: the member's view of the job
+        # (no server paths). An admin reads the paths from ``GET /v1/jobs/{id}``.
         return {
             "type": "status",
             "status": data["status"],
-            "job": job.model_dump(mode="json") if job is not None else None,
+            "job": job.for_member().model_dump(mode="json") if job is not None else None,
         }
     raise ValueError(f"unknown message type '{kind}'; valid: {', '.join(bus.MESSAGE_TYPES)}")
 
