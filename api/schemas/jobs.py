@@ -67,6 +67,18 @@ def checkpoint_name(path: str) -> str:
     return PurePath(path).name
 
 
+# Event data fields that hold a checkpoint's server path (the trainer's `checkpoint` and
+# `resumed` events); members get the checkpoint's name there too.
+PATH_FIELDS = ("path", "checkpoint")
+
+
+def member_event_data(data: dict[str, Any]) -> dict[str, Any]:
+    if not any(isinstance(data.get(name), str) for name in PATH_FIELDS):
+        return data
+    return {name: checkpoint_name(value) if name in PATH_FIELDS and isinstance(value, str) else value
+            for name, value in data.items()}
+
+
 class JobUpdate(BaseModel):
     """``PATCH /v1/jobs/{id}``: what may change while a job waits or runs."""
 
@@ -82,6 +94,11 @@ class EventRead(BaseModel):
     type: str
     message: str
     data: dict[str, Any]
+
+    def for_member(self) -> EventRead:
+        """A checkpoint's name, not its server path, in ``data`` (see :meth:`JobRead.for_member`)."""
+        data = member_event_data(self.data)
+        return self if data is self.data else self.model_copy(update={"data": data})
 
 
 class MetricRead(BaseModel):

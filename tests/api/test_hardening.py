@@ -227,18 +227,26 @@ def test_members_see_checkpoint_names_admins_see_paths(api_server, client_for, t
     worker.step(job_id, 1)
     path = f"/srv/artifacts/job-{job_id}/checkpoints/step-1"
     worker.reporter(job_id).on_checkpoint(1, Path(path))
+    event = worker.event(job_id, "checkpoint", "checkpoint at step 1", {"step": 1, "path": path})
     assert admin.get(f"/v1/jobs/{job_id}").json()["latest_checkpoint"] == path
     assert [c["path"] for c in admin.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]] == [path]
     assert alpha.get(f"/v1/jobs/{job_id}").json()["latest_checkpoint"] == "step-1"
     assert [c["path"] for c in alpha.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]] == ["step-1"]
+    def checkpoint_event(client) -> dict:
+        events = client.get(f"/v1/jobs/{job_id}/events").json()["items"]
+        return next(e for e in events if e["id"] == event["id"])["data"]
+
+    assert checkpoint_event(admin) == {"step": 1, "path": path}
+    assert checkpoint_event(alpha) == {"step": 1, "path": "step-1"}
     listed = alpha.get("/v1/jobs", params={"limit": 100}).json()["items"]
     assert {job["latest_checkpoint"] for job in listed if job["id"] == job_id} == {"step-1"}
     ticket = alpha.post("/v1/stream-tickets").json()["ticket"]
     protocols = ["grpo.v1", f"grpo.ticket.{ticket}"]
-    with connect(_stream_url(api_server, job_id, "after=1&after_event=1000000"), subprotocols=protocols,
-                 proxy=None, open_timeout=5) as ws:
-        status = _first_message(ws)  # nothing else is past those cursors
+    with connect(_stream_url(api_server, job_id, f"after=1&after_event={event['id'] - 1}"),
+                 subprotocols=protocols, proxy=None, open_timeout=5) as ws:
+        streamed, status = _first_message(ws), _first_message(ws)  # nothing else is past those cursors
+    assert streamed["type"] == "event" and streamed["event"]["data"] == {"step": 1, "path": "step-1"}
     assert status["type"] == "status" and status["job"]["latest_checkpoint"] == "step-1"
     cancelled = alpha.post(f"/v1/jobs/{job_id}/cancel")
     assert cancelled.status_code == 200 and cancelled.json()["latest_checkpoint"] == "step-1"
-    assert path not in json.dumps(status) + cancelled.text
+    assert path not in json.dumps([streamed, status]) + cancelled.text

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 
 from api.http.deps import PrincipalDep, SessionDep
 from api.http.params import MAX_METRIC_NAMES, JobId, id_cursor, step_cursor
-from api.http.views import checkpoints_for
+from api.http.views import checkpoints_for, events_for
 from api.schemas.jobs import CheckpointRead, EventRead, MetricRead, Page, SamplesRead
 from api.store import jobs as job_store
 from api.store import telemetry
@@ -26,7 +26,7 @@ def list_events(job_id: JobId, session: SessionDep, principal: PrincipalDep,
     """Lifecycle events in order; pass ``next_after`` back as ``after`` for the next page."""
     job_store.get_job(session, job_id, principal.scope)
     items = telemetry.list_events(session, job_id, after, limit + 1)
-    return Page[EventRead](items=items[:limit],
+    return Page[EventRead](items=events_for(principal, items[:limit]),
                            next_after=items[limit - 1].id if len(items) > limit else None)
 
 
