@@ -17,6 +17,7 @@ import redis
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 
+from api.http import access_log
 from api.http.errors import BodySizeLimit, install_error_handlers
 from api.http.routes import build_router
 from api.http.yaml_body import YamlSpecBody
@@ -53,6 +54,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   description="Submit GRPO fine-tuning jobs and follow their training signals. "
                               "Errors are `{\"error\": {\"code\", \"message\", \"param\"}}`.")
     app.state.settings = settings
+    access_log.install()  # uvicorn logs request paths: no credential in a query reaches them
     install_error_handlers(app)
     # Added first, so it runs inside the size limit: it only ever sees a bounded body.
     app.add_middleware(YamlSpecBody)

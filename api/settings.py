@@ -13,6 +13,9 @@ from api.vocabulary import DEFAULT_POOL, POOL_NAME_PATTERN
 
 # Refused as tokens: a default secret in production is worse than none at all.
 _PLACEHOLDER_TOKENS = {"changeme", "change-me", "secret", "token", "password"}
+# An operator token is an admin credential: short ones are guessable, and an empty one would
+# match an empty presented token. 32 characters is what `openssl rand -hex 16` prints.
+MIN_API_TOKEN_LENGTH = 32
 
 
 class Settings(BaseSettings):
@@ -34,7 +37,8 @@ class Settings(BaseSettings):
         "keys", description="`keys`: every /v1 call needs a team API key (or the operator token); "
         "`none`: no auth, every caller is an admin of team `default` (local development only).")
     api_token: SecretStr | None = Field(
-        None, description="Optional operator token: acts as an admin key of team `default` (bootstrap).")
+        None, description="Optional operator token: acts as an admin key of team `default` (bootstrap); "
+        f"at least {MIN_API_TOKEN_LENGTH} characters, or unset for none.")
     auth_cache_seconds: float = Field(
         5.0, ge=0, description="How long a verified API key is trusted before it is looked up again; "
         "a revocation through another process takes effect within this.")
@@ -85,9 +89,15 @@ class Settings(BaseSettings):
 
     @field_validator("api_token")
     @classmethod
-    def _no_placeholder_token(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and value.get_secret_value().strip().lower() in _PLACEHOLDER_TOKENS:
+    def _no_weak_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        token = value.get_secret_value()
+        if token.strip().lower() in _PLACEHOLDER_TOKENS:
             raise ValueError("GRPO_API_TOKEN is a placeholder; set a real secret or leave it unset")
+        if len(token.strip()) < MIN_API_TOKEN_LENGTH:
+            raise ValueError(f"GRPO_API_TOKEN must be at least {MIN_API_TOKEN_LENGTH} characters "
+                             "(e.g. `openssl rand -hex 16`), or unset for no operator token")
         return value
 
 

@@ -7,6 +7,10 @@
   bootstrapping and operations (``grpo admin`` on the database is the other way in).
 * A team API key (``api.store.keys``), looked up by its hash: the key's team, admin if the key is.
 
+Credentials come in ``Authorization: Bearer T`` only (never in a URL, which access logs and
+browser histories keep); a WebSocket may instead offer them as a subprotocol or redeem a
+single-use stream ticket (``api.http.stream_auth``).
+
 Routes only ever see a :class:`Principal`. Verified keys are kept in a :class:`KeyCache` for
 ``Settings.auth_cache_seconds``, so the hot path runs no SQL.
 """
@@ -16,7 +20,7 @@ from __future__ import annotations
 import hmac
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from starlette.requests import HTTPConnection
@@ -42,6 +46,8 @@ class Principal:
     team_id: int
     is_admin: bool = False
     key_prefix: str | None = None  # None: the operator token, or no auth at all
+    # The key's hash, so a long-lived connection can re-check that the key still holds.
+    key_hash: str | None = field(default=None, repr=False)
 
     @property
     def scope(self) -> int | None:
@@ -51,28 +57,30 @@ class Principal:
 
 
 def presented_token(conn: HTTPConnection) -> str | None:
-    """``Authorization: Bearer T``; on a WebSocket also ``?token=T``, since browsers cannot set
-    headers on one. A header with another scheme counts as a wrong token, not a missing one."""
+    """``Authorization: Bearer T``. Only the Bearer scheme is read: a header with another
+    scheme, or a bare ``Bearer``, is a wrong token (``""``, which nothing matches), not a
+    missing one. A WebSocket may also offer the key as a subprotocol (``api.http.stream_auth``)."""
     header = conn.headers.get("authorization")
-    if header is not None:
-        scheme, _, value = header.partition(" ")
-        return value.strip() if scheme.lower() == "bearer" else ""
-    if conn.scope["type"] == "websocket":
-        return conn.query_params.get("token")
-    return None
+    if header is None:
+        return None
+    scheme, _, value = header.strip().partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else ""
 
 
 def is_operator_token(settings: Settings, token: str) -> bool:
     expected = settings.api_token
+    if expected is None or not token:  # an empty token never matches, whatever is configured
+        return False
     # Constant-time, so response timing does not reveal how much of a guess was right.
-    return expected is not None and hmac.compare_digest(token.encode(), expected.get_secret_value().encode())
+    return hmac.compare_digest(token.encode(), expected.get_secret_value().encode())
 
 
-def principal_for_grant(grant: KeyGrant) -> Principal:
+def principal_for_grant(grant: KeyGrant, key_hash: str) -> Principal:
     """The caller a stored key stands for; :class:`Unauthorized` if it was revoked."""
     if grant.revoked:
         raise Unauthorized("API key revoked", param="Authorization")
-    return Principal(team_id=grant.team_id, is_admin=grant.is_admin, key_prefix=grant.prefix)
+    return Principal(team_id=grant.team_id, is_admin=grant.is_admin, key_prefix=grant.prefix,
+                     key_hash=key_hash)
 
 
 @dataclass

@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
 from api.errors import Forbidden, Unauthorized
+from api.http import stream_auth
 from api.http.auth import (
     KeyCache,
     NotReady,
@@ -91,26 +92,75 @@ def _lookup_key(database_url: str, key_hash: str) -> KeyGrant:
     return grant
 
 
+async def principal_for_key(settings: Settings, cache: KeyCache, key_hash: str,
+                            fresh: bool = False) -> Principal:
+    """The caller a key (by its hash) stands for: from the cache, else (or with ``fresh``, for a
+    re-check that must see a revocation made by another process) one SQL lookup in the
+    threadpool. :class:`Unauthorized` for an unknown or revoked key."""
+    principal = None if fresh else cache.get(key_hash)
+    if principal is None:
+        generation = cache.generation
+        grant = await run_in_threadpool(_lookup_key, settings.database_url, key_hash)
+        principal = principal_for_grant(grant, key_hash)
+        cache.put(key_hash, grant.key_id, principal, generation)
+    return principal
+
+
+async def _principal_for_token(conn: HTTPConnection, settings: Settings, cache: KeyCache, token: str
+                               ) -> Principal:
+    if is_operator_token(settings, token):
+        return Principal(team_id=await default_team_id(conn, settings), is_admin=True)
+    if not keys.is_well_formed(token):
+        raise Unauthorized("malformed API key", param="Authorization")
+    return await principal_for_key(settings, cache, keys.hash_key(token))
+
+
+async def _websocket_principal(conn: HTTPConnection, settings: Settings, cache: KeyCache) -> Principal:
+    """A handshake without an Authorization header: a key or ticket offered as a subprotocol,
+    or ``?ticket=`` (``api.http.stream_auth``); never ``?token=``."""
+    credential = stream_auth.offered_credential(conn)
+    if credential is None:
+        raise Unauthorized("missing bearer token", param="Authorization")
+    if credential.kind == "bearer":
+        return await _principal_for_token(conn, settings, cache, credential.value)
+    granted = await stream_auth.redeem_ticket(conn.app.state.redis, credential.value)
+    if granted is None:
+        raise Unauthorized("invalid, used or expired stream ticket", param="ticket")
+    if granted.key_hash is None:  # issued to the operator token: nothing to re-check
+        return granted
+    return await principal_for_key(settings, cache, granted.key_hash)
+
+
 async def get_principal(conn: HTTPConnection, settings: SettingsDep, cache: KeyCacheDep) -> Principal:
     """The caller (see ``api.http.auth``). Everything up to the cache runs inline; only a cache miss
     takes a threadpool hop for its one SQL lookup."""
     if settings.auth == "none":
         return Principal(team_id=await default_team_id(conn, settings), is_admin=True)
     token = presented_token(conn)
+    if token is None and conn.scope["type"] == "websocket":
+        return await _websocket_principal(conn, settings, cache)
     if token is None:
         raise Unauthorized("missing bearer token", param="Authorization")
+    return await _principal_for_token(conn, settings, cache, token)
+
+
+async def caller_is_admin(conn: HTTPConnection, settings: SettingsDep, cache: KeyCacheDep) -> bool:
+    """For routes open to anyone that tell admins more (``/readyz``): whether the request
+    carries an admin credential. Never raises: a wrong key, or a database that cannot check
+    one, makes the caller anonymous (the operator token needs no database)."""
+    if settings.auth == "none":
+        return True
+    token = presented_token(conn)
+    if not token:
+        return False
     if is_operator_token(settings, token):
-        return Principal(team_id=await default_team_id(conn, settings), is_admin=True)
+        return True
     if not keys.is_well_formed(token):
-        raise Unauthorized("malformed API key", param="Authorization")
-    key_hash = keys.hash_key(token)
-    principal = cache.get(key_hash)
-    if principal is None:
-        generation = cache.generation
-        grant = await run_in_threadpool(_lookup_key, settings.database_url, key_hash)
-        principal = principal_for_grant(grant)
-        cache.put(key_hash, grant.key_id, principal, generation)
-    return principal
+        return False
+    try:
+        return (await principal_for_key(settings, cache, keys.hash_key(token))).is_admin
+    except Exception:  # noqa: BLE001 - unknown key or backend down: both mean "not shown as admin"
+        return False
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]

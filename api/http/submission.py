@@ -7,8 +7,9 @@ row behind. Torch-free, like everything the web process imports.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -22,16 +23,21 @@ from grpo_core.errors import SpecError
 from grpo_core.paths import resolve_under_root
 from grpo_core.rewards import validate_reward_specs
 from grpo_core.spec import JobSpec, job_source, split_source
-from grpo_core.specfile import InvalidSpec
+from grpo_core.specfile import InvalidSpec, field_path
+
+# NAME_MAX of every common filesystem: a longer component is refused before the OS is asked.
+MAX_NAME_BYTES = 255
 
 
 def check_submission(spec: JobSpec, settings: Settings) -> None:
-    """Raise :class:`InvalidSpec` listing every problem found (``model.source``,
+    """Raise :class:`InvalidSpec` listing every problem found (a NUL anywhere, ``model.source``,
     ``dataset.source``, ``rewards.N.name``, ``rewards.N.args.FIELD``)."""
-    problems = [
-        _check_path_source(spec.model.source, settings.models_root, "model.source"),
-        _check_path_source(spec.dataset.source, settings.data_root, "dataset.source"),
-    ]
+    problems: list[SpecError | None] = list(_nul_characters(spec.model_dump(mode="json")))
+    if not problems:  # a path with a NUL cannot even be looked at
+        problems += [
+            _check_path_source(spec.model.source, settings.models_root, "model.source"),
+            _check_path_source(spec.dataset.source, settings.data_root, "dataset.source"),
+        ]
     try:
         validate_reward_specs(spec.rewards)
     except SpecError as exc:
@@ -39,6 +45,22 @@ def check_submission(spec: JobSpec, settings: Settings) -> None:
     errors = [problem for problem in problems if problem is not None]
     if errors:
         raise InvalidSpec(errors)
+
+
+def _nul_characters(value: Any, loc: tuple[Any, ...] = ()) -> Iterator[SpecError]:
+    """A NUL in any string (name, source, prompt, reward args): Postgres cannot store one in a
+    text or JSON column, and no file name holds one, so it is refused here, naming the field."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            yield SpecError(field_path(loc), "must not contain a NUL character")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if "\x00" in key:
+                yield SpecError(field_path(loc), "a key must not contain a NUL character")
+            yield from _nul_characters(item, (*loc, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _nul_characters(item, (*loc, index))
 
 
 def _is_model_folder(path: Path) -> bool:
@@ -63,14 +85,18 @@ def _check_path_source(source: str | None, root: Path, field: str) -> SpecError 
     scheme, location = split_source(source)
     if scheme != "path":
         return None
+    too_long = next((part for part in location.split("/") if len(part.encode()) > MAX_NAME_BYTES), None)
+    if too_long is not None:
+        return SpecError(field, f"a path component is longer than {MAX_NAME_BYTES} bytes")
     try:
         resolved = resolve_under_root(location, root, None, field)
+        found = exists(resolved)
     except SpecError:
         return SpecError(field, f"'{location}' is outside the {root_name} root: name it relative to that "
                                 "root, without '..' or links that lead out of it")
     except (OSError, RuntimeError):  # a symlink loop, or a name the filesystem refuses
         return SpecError(field, f"'{location}' cannot be resolved")
-    if not exists(resolved):
+    if not found:
         return SpecError(field, f"no {what} '{location}' under the {root_name} root")
     return None
 

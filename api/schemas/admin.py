@@ -40,7 +40,8 @@ class QuotaSet(_Body):
 
 
 class QuotaChange(_Body):
-    delta: int = Field(description="Added to the current quota (none counts as 0); the result must be >= 0")
+    delta: int = Field(ge=-MAX_QUOTA_GPUS, le=MAX_QUOTA_GPUS,
+                       description="Added to the current quota (none counts as 0); the result must be >= 0")
 
 
 class ArtifactQuotaSet(_Body):
@@ -51,7 +52,8 @@ class ArtifactQuotaSet(_Body):
 
 class KeyCreate(_Body):
     admin: bool = False
-    label: str | None = Field(None, max_length=MAX_LABEL_LENGTH)
+    # Printable text only: a NUL cannot be stored, and a label is printed in terminals.
+    label: str | None = Field(None, max_length=MAX_LABEL_LENGTH, pattern=r"^[^\x00-\x1f\x7f]*$")
 
 
 class KeyRead(BaseModel):

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import PurePath
 from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from grpo_core.spec import Priority
 
@@ -49,10 +50,34 @@ class JobRead(BaseModel):
     started_at: UtcDatetime | None
     finished_at: UtcDatetime | None
     heartbeat_at: UtcDatetime | None
+    # The newest checkpoint's folder: its server path for admins, its name (``step-40``) for members.
     latest_checkpoint: str | None
     error: ErrorInfo | None
     # A spec may be a megabyte of inline rows: lists leave it out (null) unless asked (include=spec).
     spec: dict[str, Any] | None = None
+
+    def for_member(self) -> JobRead:
+        """The job as a team member sees it: the checkpoint's name, not its server path (paths
+        tell how the servers are laid out; the name identifies it among the job's checkpoints)."""
+        if self.latest_checkpoint is None:
+            return self
+        return self.model_copy(update={"latest_checkpoint": checkpoint_name(self.latest_checkpoint)})
+
+
+def checkpoint_name(path: str) -> str:
+    return PurePath(path).name
+
+
+# Event data fields that hold a checkpoint's server path (the trainer's `checkpoint` and
+# `resumed` events); members get the checkpoint's name there too.
+PATH_FIELDS = ("path", "checkpoint")
+
+
+def member_event_data(data: dict[str, Any]) -> dict[str, Any]:
+    if not any(isinstance(data.get(name), str) for name in PATH_FIELDS):
+        return data
+    return {name: checkpoint_name(value) if name in PATH_FIELDS and isinstance(value, str) else value
+            for name, value in data.items()}
 
 
 class JobUpdate(BaseModel):
@@ -71,6 +96,11 @@ class EventRead(BaseModel):
     message: str
     data: dict[str, Any]
 
+    def for_member(self) -> EventRead:
+        """A checkpoint's name, not its server path, in ``data`` (see :meth:`JobRead.for_member`)."""
+        data = member_event_data(self.data)
+        return self if data is self.data else self.model_copy(update={"data": data})
+
 
 class MetricRead(BaseModel):
     step: int
@@ -85,7 +115,8 @@ class SamplesRead(BaseModel):
 
 class CheckpointRead(BaseModel):
     step: int
-    path: str
+    path: str = Field(description="The checkpoint's folder: its server path for admins, its name "
+                                  "(`step-N`) for members")
     created_at: UtcDatetime
 
 

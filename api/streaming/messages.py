@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from api.schemas.jobs import JobRead
+from api.schemas.jobs import JobRead, member_event_data
 from api.store import bus
 from api.streaming.cursor import StreamId, parse_id
 
@@ -20,13 +20,18 @@ def to_client(kind: str, data: dict[str, Any], job: JobRead | None = None) -> di
         return {"type": "metrics", "step": int(data["step"]), "values": data}
     if kind == "samples":
         return {"type": "samples", "step": int(data["step"]), "rows": data["rows"]}
-    if kind == "event":
-        return {"type": "event", "event": {name: data.get(name) for name in EVENT_FIELDS}}
+    if kind == "event":  # as members see it, like the status below
+        event = {name: data.get(name) for name in EVENT_FIELDS}
+        if isinstance(event["data"], dict):
+            event["data"] = member_event_data(event["data"])
+        return {"type": "event", "event": event}
     if kind == "status":
+        # One encoding serves every subscriber, admins included: the member's view of the job
+        # (no server paths). An admin reads the paths from ``GET /v1/jobs/{id}`` and its events.
         return {
             "type": "status",
             "status": data["status"],
-            "job": job.model_dump(mode="json") if job is not None else None,
+            "job": job.for_member().model_dump(mode="json") if job is not None else None,
         }
     raise ValueError(f"unknown message type '{kind}'; valid: {', '.join(bus.MESSAGE_TYPES)}")
 

@@ -88,7 +88,7 @@ def test_bad_credentials_are_401_saying_why(api_server, client_for, team_keys, m
     assert_401(client_for(team_keys.alpha + "x").get("/v1/jobs"), "malformed API key")
     assert_401(client_for(keys.generate_key().plaintext).get("/v1/jobs"), "invalid API key")
     assert_401(client_for(revoked).get("/v1/jobs"), "API key revoked")
-    # ?token= is for WebSocket handshakes only (browsers cannot set their headers).
+    # A key is never read from a URL (access logs keep URLs).
     assert_401(client_for(None).get("/v1/jobs", params={"token": team_keys.alpha}), "missing bearer token")
 
 
@@ -139,11 +139,16 @@ def test_without_an_operator_token_only_keys_get_in(api_database_url, api_settin
         assert client_for(team_keys.alpha, server).get("/v1/me").json()["team"] == "alpha"
 
 
-def test_a_key_in_the_websocket_query_is_accepted(api_server, client_for, team_keys, job_spec) -> None:
+def test_a_key_in_the_websocket_query_is_refused(api_server, client_for, team_keys, job_spec) -> None:
     job_id = client_for(team_keys.alpha).post("/v1/jobs", json=job_spec()).json()["id"]
     url = f"{api_server.ws_url}/v1/jobs/{job_id}/stream"
-    with connect(f"{url}?token={team_keys.alpha}", proxy=None, open_timeout=5) as ws:
+    with pytest.raises(InvalidStatus) as refused:
+        connect(f"{url}?token={team_keys.alpha}", proxy=None, open_timeout=5)
+    assert refused.value.response.status_code == 401
+    # The same key offered as a subprotocol opens it; another team's key finds no such job.
+    with connect(url, subprotocols=["grpo.v1", f"grpo.bearer.{team_keys.alpha}"], proxy=None,
+                 open_timeout=5) as ws:
         assert json.loads(ws.recv(timeout=10))["type"] in ("status", "event")
     with pytest.raises(InvalidStatus) as refused:
-        connect(f"{url}?token={team_keys.beta}", proxy=None, open_timeout=5)
+        connect(url, subprotocols=["grpo.v1", f"grpo.bearer.{team_keys.beta}"], proxy=None, open_timeout=5)
     assert refused.value.response.status_code == 404

@@ -328,7 +328,7 @@ def test_auth_is_required(api_server, api_token, job_spec) -> None:
         assert missing.json()["error"]["code"] == "unauthorized"
         for header in ("Bearer wrong-token", "Basic dXNlcjpwYXNz", "Bearer"):
             assert anonymous.get("/v1/jobs", headers={"Authorization": header}).status_code == 401
-        assert anonymous.get("/v1/jobs", params={"token": api_token}).status_code == 401  # WebSocket only
+        assert anonymous.get("/v1/jobs", params={"token": api_token}).status_code == 401  # never in a URL
         before = row_counts(api_server.settings.database_url)
         assert anonymous.post("/v1/jobs", json=job_spec()).status_code == 401
         assert row_counts(api_server.settings.database_url) == before

@@ -41,13 +41,22 @@ def test_readyz_is_503_when_redis_is_unreachable(api_database_url, api_settings_
 
 
 def test_readyz_is_503_when_the_database_is_unreachable(api_settings_factory, serve_api) -> None:
-    url = f"postgresql+psycopg://postgres@127.0.0.1:{closed_port()}/nothing"
+    """Without a key it says only which component is down; the operator token is told why
+    (host, database name and driver error are for operators, not for anyone who can reach it)."""
+    port = closed_port()
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/nothing"
     with serve_api(api_settings_factory(url)) as server, \
             httpx.Client(base_url=server.http_url, trust_env=False) as client:
-        response = client.get("/readyz")
-    assert response.status_code == 503
-    assert response.json()["checks"]["redis"] == "ok"
-    assert response.json()["error"]["message"].startswith("database: ")
+        anonymous = client.get("/readyz")
+        wrong_key = client.get("/readyz", headers={"Authorization": "Bearer grpo_" + "x" * 43})
+        admin = client.get("/readyz", headers=operator(server.settings))
+    for response in (anonymous, wrong_key):
+        assert response.status_code == 503
+        assert response.json() == {"error": {"code": "not_ready", "message": "database: down", "param": None},
+                                   "checks": {"database": "down", "redis": "ok"}}
+    assert admin.status_code == 503 and admin.json()["checks"]["redis"] == "ok"
+    detail = admin.json()["checks"]["database"]
+    assert admin.json()["error"]["message"] == f"database: {detail}" and str(port) in detail
 
 
 def operator(settings) -> dict[str, str]:

@@ -24,11 +24,15 @@ from api.streaming.subscriber import SlowClient, Subscriber
 
 
 def open_stream(server, job_id: int, token: str | None, *, after: int | None = None,
-                query_token: bool = False, **options) -> ClientConnection:
+                query_token: bool = False, subprotocol: bool = False, **options) -> ClientConnection:
+    """``token`` as a bearer header; or in the query (which the server refuses); or offered as
+    a subprotocol, as a browser does."""
     params = [f"after={after}"] if after is not None else []
     headers = {}
     if token is not None and query_token:
         params.append(f"token={token}")
+    elif token is not None and subprotocol:
+        options["subprotocols"] = ["grpo.v1", f"grpo.bearer.{token}"]
     elif token is not None:
         headers["Authorization"] = f"Bearer {token}"
     url = f"{server.ws_url}/v1/jobs/{job_id}/stream" + (f"?{'&'.join(params)}" if params else "")
@@ -248,7 +252,8 @@ def test_an_unannounced_finish_is_noticed_in_sql(api, api_server, api_token, wor
 
 def test_cancelling_a_queued_job_ends_its_stream(api, api_server, api_token, job_spec) -> None:
     job_id = submit(api, job_spec)
-    with open_stream(api_server, job_id, api_token, query_token=True) as ws:
+    with open_stream(api_server, job_id, api_token, subprotocol=True) as ws:
+        assert ws.subprotocol == "grpo.v1"  # the key itself is never echoed back
         first = read_n(ws, 2)
         assert kinds(first) == ["event", "status"] and first[1]["status"] == "queued"
         assert api.post(f"/v1/jobs/{job_id}/cancel").json()["status"] == "cancelled"
@@ -297,7 +302,7 @@ def test_an_event_published_without_its_row_id_is_sent_once_from_sql(api, api_se
 def test_stream_handshake_errors(api, api_server, api_token, job_spec) -> None:
     job_id = submit(api, job_spec)
     cases = [(None, job_id, {}, 401), ("wrong", job_id, {}, 401),
-             ("wrong", job_id, {"query_token": True}, 401),
+             ("wrong", job_id, {"query_token": True}, 401), (api_token, job_id, {"query_token": True}, 401),
              (api_token, 999999, {}, 404), (api_token, job_id, {"after": -1}, 422)]
     for token, target, options, status in cases:
         with pytest.raises(InvalidStatus) as refused:

@@ -28,7 +28,7 @@ from api.cli.client import ApiClient
 from api.cli.dev import free_port
 from api.lifecycle import TERMINAL_STATUSES
 
-TOKEN = "e2e-secret-token-0123456789"
+TOKEN = "e2e-secret-operator-token-0123456789"
 
 
 @dataclass

@@ -110,6 +110,8 @@ def test_a_job_from_the_form_is_charted_live_with_its_samples(browser_page, keye
                                                               screenshots) -> None:
     page = browser_page
     steps = 120
+    sockets: list[str] = []
+    page.on("websocket", lambda socket: sockets.append(socket.url))
     log_in_as(page, keyed_stack, "alpha")
     job_id = submitted_job_id(page, tiny_spec("charted", max_steps=steps, checkpoint_every=40,
                                               log_completions_every=5))
@@ -138,6 +140,10 @@ def test_a_job_from_the_form_is_charted_live_with_its_samples(browser_page, keye
     assert page.locator("[data-panel=events] li[data-type=checkpoint]").count() >= 1
     page.wait_for_selector(f"[data-panel=checkpoints] td:text-is('{steps}')")
     screenshots(page, "job-succeeded")
+    # The stream was opened with a ticket: the key is in no socket URL and in none of the logs.
+    key = keyed_stack.keys["alpha"]
+    assert sockets and not [url for url in sockets if key in url]
+    assert not [log for log in keyed_stack.root.rglob("*.log") if key in log.read_text(errors="replace")]
 
     # The trained model comes back out: the final one and a kept checkpoint, as tars.
     buttons = {"[data-panel=job] button[data-action=download]": f"job-{job_id}-model.tar",

@@ -1,5 +1,5 @@
 // Talking to the service: the API key (kept in sessionStorage, so it leaves with the tab), JSON
-// requests with `Authorization: Bearer`, the service's error shape, and the stream's URL.
+// requests with `Authorization: Bearer`, the service's error shape, and opening a job's stream.
 
 const KEY_NAME = "grpo.apiKey";
 let unauthorized = () => {};
@@ -63,11 +63,20 @@ export async function api(path, {method = "GET", body, text, contentType, query}
   throw error;
 }
 
-// Browsers cannot set headers on a WebSocket: the key goes as ?token=.
-export function streamUrl(jobId, after, afterEvent) {
+// Browsers cannot set headers on a WebSocket, and a key in its URL would land in access logs: the
+// socket is opened with a single-use ticket (valid 30 s) offered as a subprotocol instead.
+export const KEY_REVOKED_CLOSE = 4401;
+
+export async function openStream(jobId, after, afterEvent) {
+  const {ticket} = await api("/v1/stream-tickets", {method: "POST"});
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const query = withQuery(`/v1/jobs/${jobId}/stream`, {after, after_event: afterEvent, token: apiKey()});
-  return `${scheme}//${location.host}${query}`;
+  const query = withQuery(`/v1/jobs/${jobId}/stream`, {after, after_event: afterEvent});
+  return new WebSocket(`${scheme}//${location.host}${query}`, ["grpo.v1", `grpo.ticket.${ticket}`]);
+}
+
+// The service closed a stream because the key was revoked: as a 401 would.
+export function keyRevoked() {
+  unauthorized("API key revoked");
 }
 
 // Every page of a cursor-paged list (`after` / `next_after`), concatenated.

@@ -2,7 +2,7 @@
 // `/v1/jobs/{id}/stream?after=<last step>&after_event=<last event id>` for what comes next. A
 // dropped socket reconnects from the same cursors, so each step is handed on once.
 
-import {allPages, streamUrl} from "./api.js";
+import {KEY_REVOKED_CLOSE, allPages, keyRevoked, openStream} from "./api.js";
 
 const RECONNECT_MS = 2000;
 const FINISHED_CLOSE = 1000; // the server closes with 1000 after a finished job's last status
@@ -48,13 +48,30 @@ export function followJob(jobId, handlers) {
     else if (data.type === "status" && data.job) handlers.status(data.job);
   }
 
-  function connect() {
+  async function connect() {
     if (stopped) return;
-    socket = new WebSocket(streamUrl(jobId, step, eventId));
+    let opened;
+    try {
+      opened = await openStream(jobId, step, eventId);
+    } catch (error) {
+      if (error.status === 401 || stopped) return;  // the app shows the login page
+      handlers.note(`live updates interrupted (${error.message}); reconnecting…`);
+      retry = setTimeout(connect, RECONNECT_MS);
+      return;
+    }
+    if (stopped) {
+      opened.close(1000);
+      return;
+    }
+    socket = opened;
     socket.onmessage = receive;
     socket.onclose = (closed) => {
       socket = null;
       if (stopped || closed.code === FINISHED_CLOSE) return;
+      if (closed.code === KEY_REVOKED_CLOSE) {
+        keyRevoked();
+        return;
+      }
       handlers.note(`live updates interrupted (code ${closed.code}); reconnecting…`);
       retry = setTimeout(connect, RECONNECT_MS);
     };

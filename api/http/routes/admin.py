@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from api.http.deps import KeyCacheDep, PrincipalDep, SessionDep, require_admin
+from api.http.params import MAX_NAME_LENGTH, KeyId, PoolName, TeamName
 from api.schemas.admin import (
     ArtifactQuotaSet,
     KeyCreate,
@@ -28,6 +29,7 @@ from api.schemas.admin import (
 )
 from api.schemas.jobs import Page
 from api.store import pools, teams
+from api.vocabulary import NAME_PATTERN
 
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin)],
                    responses={403: {"description": "Not an admin key"}})
@@ -55,24 +57,24 @@ def list_teams(session: SessionDep) -> Page[TeamRead]:
 
 
 @router.patch("/teams/{team}", response_model=TeamRead, responses={**_TEAM_404, **_BAD})
-def update_team(team: str, body: TeamUpdate, session: SessionDep) -> TeamRead:
+def update_team(team: TeamName, body: TeamUpdate, session: SessionDep) -> TeamRead:
     return teams.set_weight(session, team, body.weight)
 
 
 @router.put("/teams/{team}/quotas/{pool}", response_model=TeamRead, responses={**_TEAM_404, **_BAD})
-def set_quota(team: str, pool: str, body: QuotaSet, session: SessionDep) -> TeamRead:
+def set_quota(team: TeamName, pool: PoolName, body: QuotaSet, session: SessionDep) -> TeamRead:
     """The most GPUs the team may hold in the pool at once."""
     return teams.set_quota(session, team, pool, body.gpus)
 
 
 @router.patch("/teams/{team}/quotas/{pool}", response_model=TeamRead, responses={**_TEAM_404, **_BAD})
-def change_quota(team: str, pool: str, body: QuotaChange, session: SessionDep) -> TeamRead:
+def change_quota(team: TeamName, pool: PoolName, body: QuotaChange, session: SessionDep) -> TeamRead:
     """Add ``delta`` to the quota (no quota counts as 0); a result below 0 is a 422."""
     return teams.change_quota(session, team, pool, body.delta)
 
 
 @router.delete("/teams/{team}/quotas/{pool}", response_model=TeamRead, responses=_TEAM_404)
-def clear_quota(team: str, pool: str, session: SessionDep) -> TeamRead:
+def clear_quota(team: TeamName, pool: PoolName, session: SessionDep) -> TeamRead:
     """No quota: the team is limited by the pool's capacity only."""
     return teams.clear_quota(session, team, pool)
 
@@ -92,19 +94,21 @@ def clear_artifact_quota(team: str, session: SessionDep) -> TeamRead:
 
 @router.post("/teams/{team}/keys", status_code=status.HTTP_201_CREATED, response_model=KeyCreated,
              responses={**_TEAM_404, **_BAD})
-def create_key(team: str, body: KeyCreate, session: SessionDep) -> KeyCreated:
+def create_key(team: TeamName, body: KeyCreate, session: SessionDep) -> KeyCreated:
     """A new API key of the team. The key is in this answer only: the service keeps its hash."""
     record, key = teams.create_key(session, team, body.admin, body.label)
     return KeyCreated(**record.model_dump(), key=key)
 
 
 @router.get("/keys", response_model=Page[KeyRead], responses=_TEAM_404)
-def list_keys(session: SessionDep, team: Annotated[str | None, Query()] = None) -> Page[KeyRead]:
+def list_keys(session: SessionDep,
+              team: Annotated[str | None, Query(max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN)] = None,
+              ) -> Page[KeyRead]:
     return Page[KeyRead](items=teams.list_keys(session, team), next_after=None)
 
 
 @router.post("/keys/{key_id}/revoke", response_model=KeyRead, responses={404: {"description": "No such key"}})
-async def revoke_key(key_id: int, session: SessionDep, cache: KeyCacheDep) -> KeyRead:
+async def revoke_key(key_id: KeyId, session: SessionDep, cache: KeyCacheDep) -> KeyRead:
     """Takes effect at once in this process; other API processes notice within
     ``GRPO_AUTH_CACHE_SECONDS``. Revoking a revoked key changes nothing."""
     key = await run_in_threadpool(_revoke_and_commit, session, key_id)
@@ -131,18 +135,18 @@ def list_pools(session: SessionDep) -> Page[PoolRead]:
 
 
 @router.post("/pools/{pool}/hold", response_model=PoolRead, responses=_POOL_404)
-def hold_pool(pool: str, session: SessionDep) -> PoolRead:
+def hold_pool(pool: PoolName, session: SessionDep) -> PoolRead:
     """Stop dispatching into the pool; running jobs go on."""
     return pools.set_held(session, pool, True)
 
 
 @router.post("/pools/{pool}/resume", response_model=PoolRead, responses=_POOL_404)
-def resume_pool(pool: str, session: SessionDep) -> PoolRead:
+def resume_pool(pool: PoolName, session: SessionDep) -> PoolRead:
     return pools.set_held(session, pool, False)
 
 
 @router.put("/pools/{pool}/limits", response_model=PoolRead, responses={**_POOL_404, **_BAD})
-def set_pool_limits(pool: str, body: PoolLimits, session: SessionDep) -> PoolRead:
+def set_pool_limits(pool: PoolName, body: PoolLimits, session: SessionDep) -> PoolRead:
     """Replace the pool's limits (a null or missing field: the deployment's default). Checked at
     each submission; jobs already accepted keep running."""
     return pools.set_limits(session, pool, body)

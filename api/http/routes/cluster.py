@@ -16,6 +16,7 @@ from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 
 from api.http.deps import PrincipalDep, RedisDep, SettingsDep
+from api.http.params import MAX_NAME_LENGTH
 from api.scheduling import policy
 from api.scheduling.cluster_views import ClusterView, QueueView, cluster_view, queue_view
 from api.settings import Settings
@@ -23,7 +24,7 @@ from api.store import bus
 from api.store.db import session_scope
 from api.store.models import utcnow
 from api.store.scheduling import load_state
-from api.vocabulary import Heartbeat
+from api.vocabulary import NAME_PATTERN, Heartbeat
 
 router = APIRouter(tags=["scheduling"])
 
@@ -44,7 +45,8 @@ def _cluster(settings: Settings, heartbeats: list[Heartbeat], scope: int | None)
 
 @router.get("/queue", response_model=QueueView)
 async def get_queue(principal: PrincipalDep, redis: RedisDep,
-                    pool: Annotated[str | None, Query(max_length=64, description="Only this pool")] = None,
+                    pool: Annotated[str | None, Query(max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN,
+                                                      description="Only this pool")] = None,
                     ) -> QueueView:
     """Waiting jobs in the order the scheduler will dispatch them, per pool, each with its
     ``position`` and ``pending_reason``; a member sees its own team's jobs, and how many wait

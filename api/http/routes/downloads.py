@@ -15,6 +15,7 @@ from api.artifact_paths import complete_checkpoint, model_dir
 from api.errors import NotFound
 from api.http.deps import PrincipalDep, SessionDep, SettingsDep
 from api.http.errors import error_response
+from api.http.params import MAX_INT, JobId
 from api.http.tar_stream import TarStream, parse_range
 from api.store import jobs as job_store
 from api.store import telemetry
@@ -28,7 +29,7 @@ _RESPONSES = {200: _TAR, 206: _TAR, 404: {"description": "No such job, or nothin
 
 
 @router.get("/model", response_class=StreamingResponse, responses=_RESPONSES)
-def download_model(job_id: int, session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
+def download_model(job_id: JobId, session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
                    range_: Annotated[str | None, Header(alias="Range")] = None) -> Response:
     """The job's final model, written when it finished (``model`` event): weights, tokenizer,
     generation config and a model card; with ``export.merge_lora`` the merged weights and the
@@ -43,8 +44,8 @@ def download_model(job_id: int, session: SessionDep, principal: PrincipalDep, se
 
 
 @router.get("/checkpoints/{step}/archive", response_class=StreamingResponse, responses=_RESPONSES)
-def download_checkpoint(job_id: int, step: Annotated[int, PathParam(ge=1, le=2**31 - 1)], session: SessionDep,
-                        principal: PrincipalDep, settings: SettingsDep,
+def download_checkpoint(job_id: JobId, step: Annotated[int, PathParam(ge=1, le=MAX_INT)],
+                        session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
                         range_: Annotated[str | None, Header(alias="Range")] = None) -> Response:
     """A kept checkpoint as a model folder: its weights (or adapter) and tokenizer, with a
     generation config and a model card made for it; the training state (optimizer, RNG) stays."""

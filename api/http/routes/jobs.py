@@ -11,7 +11,9 @@ from starlette.concurrency import run_in_threadpool
 
 from api.http.deps import PrincipalDep, RedisDep, SessionDep, SettingsDep
 from api.http.errors import spec_body
+from api.http.params import JobId, id_cursor
 from api.http.submission import check_job_source, check_placement, check_submission
+from api.http.views import job_for
 from api.lifecycle import JOB_STATUSES, WAITING_STATUSES
 from api.schemas.jobs import JobRead, JobUpdate, Page
 from api.settings import Settings
@@ -81,7 +83,7 @@ async def list_jobs(
     principal: PrincipalDep,
     redis: RedisDep,
     status_in: Annotated[list[JobStatus] | None, Query(alias="status")] = None,
-    after: Annotated[int, Query(ge=0, description="Cursor: `next_after` of the previous page")] = 0,
+    after: Annotated[int, id_cursor("Cursor: `next_after` of the previous page")] = 0,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
     order: Annotated[Literal["asc", "desc"], Query(description="`desc`: newest first")] = "asc",
     include: Annotated[Literal["spec"] | None, Query(description="`spec`: each job's spec too")] = None,
@@ -92,24 +94,24 @@ async def list_jobs(
     (``GET /v1/jobs/{id}`` always has it)."""
     items = await run_in_threadpool(job_store.list_jobs, session, principal.scope, status_in, after,
                                     limit + 1, order == "desc", principal.is_admin, include == "spec")
-    page = await with_queue_positions(redis, items[:limit])
+    page = [job_for(principal, job) for job in await with_queue_positions(redis, items[:limit])]
     return Page[JobRead](items=page, next_after=items[limit - 1].id if len(items) > limit else None)
 
 
 @router.get("/{job_id}", response_model=JobRead, responses=_ERRORS)
-async def get_job(job_id: int, session: SessionDep, principal: PrincipalDep, redis: RedisDep) -> JobRead:
+async def get_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, redis: RedisDep) -> JobRead:
     """The job; a failure's ``error.traceback`` only for an admin."""
     job = await run_in_threadpool(job_store.get_job, session, job_id, principal.scope,
                                   traceback=principal.is_admin)
-    return (await with_queue_positions(redis, [job]))[0]
+    return job_for(principal, (await with_queue_positions(redis, [job]))[0])
 
 
 @router.patch("/{job_id}", response_model=JobRead,
               responses={**_ERRORS, 409: {"description": "The job already finished"}})
-def update_job(job_id: int, update: JobUpdate, session: SessionDep, principal: PrincipalDep) -> JobRead:
+def update_job(job_id: JobId, update: JobUpdate, session: SessionDep, principal: PrincipalDep) -> JobRead:
     """Change a job's ``priority`` while it waits (its place in the queue moves at the
     scheduler's next pass) or runs (which decides whether it may be preempted)."""
-    return job_store.set_priority(session, job_id, update.priority, principal.scope)
+    return job_for(principal, job_store.set_priority(session, job_id, update.priority, principal.scope))
 
 
 async def with_queue_positions(redis: RedisDep, jobs: list[JobRead]) -> list[JobRead]:
@@ -133,11 +135,11 @@ async def with_queue_positions(redis: RedisDep, jobs: list[JobRead]) -> list[Job
     response_model=JobRead,
     responses={**_ERRORS, 409: {"description": "The job already finished"}},
 )
-def cancel_job(job_id: int, session: SessionDep, principal: PrincipalDep) -> JobRead:
+def cancel_job(job_id: JobId, session: SessionDep, principal: PrincipalDep) -> JobRead:
     """A queued job ends ``cancelled`` at once; a running one becomes ``cancelling`` and stops at
     its next step, after a checkpoint. A finished job is a 409. Stream readers learn the change
     when the request's transaction commits (the session publishes what the transition staged)."""
-    return job_store.request_cancel(session, job_id, principal.scope)
+    return job_for(principal, job_store.request_cancel(session, job_id, principal.scope))
 
 
 @router.post(
@@ -146,7 +148,7 @@ def cancel_job(job_id: int, session: SessionDep, principal: PrincipalDep) -> Job
     response_model=JobRead,
     responses={**_ERRORS, 422: {"description": "The changed spec is invalid; `param` names the field"}},
 )
-async def clone_job(job_id: int, principal: PrincipalDep, settings: SettingsDep, request: Request,
+async def clone_job(job_id: JobId, principal: PrincipalDep, settings: SettingsDep, request: Request,
                     changes: Annotated[dict[str, Any] | None, Body(
                         description="Fields to change, nested as in a spec ({\"grpo\": {\"max_steps\": 10}} "
                                     "changes one field); none: the same spec")] = None) -> JobRead:
@@ -157,7 +159,7 @@ async def clone_job(job_id: int, principal: PrincipalDep, settings: SettingsDep,
     spec = with_changes(JobSpec.model_validate(original.spec), changes or {})
     job, _ = await run_in_threadpool(_check_and_create, settings, request.app.state.publish,
                                      principal.team_id, spec, None)
-    return job
+    return job_for(principal, job)
 
 
 def _read_own_job(settings: Settings, job_id: int, scope: int | None) -> JobRead:

@@ -1,17 +1,19 @@
 """Probes and the reward catalog. ``/healthz`` says the process serves requests; ``/readyz``
-says it can do its job: the database and Redis both answer."""
+says it can do its job: the database and Redis both answer. ``/readyz`` needs no key, so it
+says only ``ok`` / ``down`` per component; why one is down (which carries hosts, database names
+and driver errors) is told to admin credentials only."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 
-from api.http.deps import RedisDep, SettingsDep
+from api.http.deps import RedisDep, SettingsDep, caller_is_admin
 from api.http.errors import error_body
 from api.store.db import get_engine
 from grpo_core.rewards import reward_catalog
@@ -28,9 +30,13 @@ async def healthz() -> dict[str, str]:
 
 
 @probes.get("/readyz", responses={503: {"description": "The database or Redis does not answer"}})
-async def readyz(settings: SettingsDep, redis: RedisDep) -> JSONResponse:
-    checks = {"database": await _check(run_in_threadpool(_ping_database, settings.database_url)),
-              "redis": await _check(redis.ping())}
+async def readyz(settings: SettingsDep, redis: RedisDep,
+                 admin: Annotated[bool, Depends(caller_is_admin)]) -> JSONResponse:
+    """``checks``: ``ok`` or ``down`` per component; with an admin key or the operator token,
+    a component that is down says why instead."""
+    results = {"database": await _check(run_in_threadpool(_ping_database, settings.database_url)),
+               "redis": await _check(redis.ping())}
+    checks = results if admin else {name: "ok" if r == "ok" else "down" for name, r in results.items()}
     failed = {name: result for name, result in checks.items() if result != "ok"}
     if not failed:
         return JSONResponse({"status": "ready", "checks": checks})

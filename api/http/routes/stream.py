@@ -1,7 +1,11 @@
 """``WS /v1/jobs/{id}/stream?after=STEP&after_event=ID``: a job's training signals, live.
 
-Auth: ``Authorization: Bearer T`` or, for browsers, ``?token=T``. A bad token, an unknown job or
-a bad query is refused in the handshake with the API's usual HTTP error (401/404/422).
+Auth: ``Authorization: Bearer T`` or, for browsers, the subprotocols ``grpo.v1`` plus
+``grpo.ticket.<ticket>`` (a single-use ticket from ``POST /v1/stream-tickets``) or
+``grpo.bearer.<key>``; ``?ticket=`` also works. A key never goes in the URL (``?token=`` is
+refused). A bad credential, an unknown job or a bad query is refused in the handshake with the
+API's usual HTTP error (401/404/422). An open stream re-checks its key every
+``GRPO_AUTH_CACHE_SECONDS`` (at least every second) and is closed with 4401 once it is revoked.
 
 On connect the server sends, from SQL, the job's events after ``after_event`` and its metrics
 and samples after step ``after`` (0, the default: everything; at most the 20 newest samples),
@@ -27,51 +31,102 @@ Messages (JSON text frames)::
 
 Close codes: 1000 the job finished; 1013 try again later: the client read too slowly (its queue of
 256 messages filled) or Redis or the database went away (reconnect with ``after=<last step
-seen>``); 1011 server error. While Redis or the database is down the handshake itself is refused
-with 503 ``unavailable``.
+seen>``); 1011 server error; 4401 the key was revoked. While Redis or the database is down the
+handshake itself is refused with 503 ``unavailable``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Annotated
 
-from fastapi import APIRouter, Query, WebSocket
+from fastapi import APIRouter, WebSocket, status
+from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from api import streaming
-from api.http.deps import PrincipalDep, RedisDep, SettingsDep
+from api.errors import Unauthorized
+from api.http import stream_auth
+from api.http.auth import KeyCache, Principal
+from api.http.deps import KeyCacheDep, PrincipalDep, RedisDep, SettingsDep, principal_for_key
+from api.http.params import JobId, id_cursor, step_cursor
 from api.schemas.jobs import JobRead
+from api.settings import Settings
 from api.store import jobs as job_store
 from api.store.db import session_scope
 
+log = logging.getLogger(__name__)
 router = APIRouter(tags=["stream"])
 
 CLOSE_GRACE_S = 5.0  # a slow client's close frame waits behind what it has not read yet
+KEY_REVOKED = 4401  # close code: the key the stream was opened with no longer holds
+MIN_KEY_RECHECK_S = 1.0  # with the key cache off (0 s), an open stream still asks SQL only once a second
+
+
+class StreamTicket(BaseModel):
+    ticket: str = Field(description="Offer it as the subprotocol `grpo.ticket.<ticket>` (with "
+                                    "`grpo.v1`) or as `?ticket=`; single use")
+    expires_in: int = Field(description="Seconds it stays valid if unused")
+
+
+@router.post("/stream-tickets", status_code=status.HTTP_201_CREATED, response_model=StreamTicket)
+async def create_stream_ticket(principal: PrincipalDep, redis: RedisDep) -> StreamTicket:
+    """A short-lived, single-use ticket that opens one job stream as the caller, so a browser
+    need not put its key in a WebSocket URL or subprotocol."""
+    ticket = await stream_auth.issue_ticket(redis, principal)
+    return StreamTicket(ticket=ticket, expires_in=stream_auth.TICKET_TTL_SECONDS)
 
 
 @router.websocket("/jobs/{job_id}/stream")
 async def stream_job(
     websocket: WebSocket,
-    job_id: int,
+    job_id: JobId,
     principal: PrincipalDep,
     settings: SettingsDep,
+    cache: KeyCacheDep,
     redis: RedisDep,
-    after: Annotated[int, Query(ge=0)] = 0,
-    after_event: Annotated[int, Query(ge=0)] = 0,
+    after: Annotated[int, step_cursor("Only steps after this one")] = 0,
+    after_event: Annotated[int, id_cursor("Only events after this id")] = 0,
 ) -> None:
     await run_in_threadpool(_job_or_404, settings.database_url, job_id, principal.scope)
     # Redis down: refused here with 503 (the app's outage handler) rather than accepted and then
     # closed, since the stream could not start.
     await redis.ping()
-    await websocket.accept()
+    await websocket.accept(subprotocol=stream_auth.selected_subprotocol(websocket))
     hubs = streaming.hubs_for(websocket.app.state, redis, settings)
     cursor = streaming.Cursor(step=after, sample_step=after, event_id=after_event)
-    code = await streaming.serve(websocket, hubs, job_id, cursor)
+    serving = asyncio.create_task(streaming.serve(websocket, hubs, job_id, cursor))
+    watching = asyncio.create_task(_until_key_revoked(settings, cache, principal))
+    try:
+        done, _ = await asyncio.wait({serving, watching}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (serving, watching):
+            task.cancel()
+        await asyncio.gather(serving, watching, return_exceptions=True)
+    code = KEY_REVOKED if watching in done else serving.result()
     if code is not None:
         with contextlib.suppress(Exception):  # the client may already be gone
             await asyncio.wait_for(websocket.close(code), CLOSE_GRACE_S)
+
+
+async def _until_key_revoked(settings: Settings, cache: KeyCache, principal: Principal) -> None:
+    """Return once the stream's key is revoked (or deleted); never for the operator token or
+    with auth off, which have no key. Each check reads SQL, so a revocation made by another
+    process is seen within one interval."""
+    if principal.key_hash is None:
+        await asyncio.Event().wait()
+    interval = max(settings.auth_cache_seconds, MIN_KEY_RECHECK_S)
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await principal_for_key(settings, cache, principal.key_hash, fresh=True)
+        except Unauthorized:
+            log.info("closing a stream: its key %s was revoked", principal.key_prefix)
+            return
+        except Exception as exc:  # noqa: BLE001 - a backend outage is not a revocation: check again
+            log.warning("could not re-check a stream's key: %s", exc)
 
 
 def _job_or_404(url: str, job_id: int, team_id: int | None) -> JobRead:

@@ -8,6 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api.http.deps import PrincipalDep, SessionDep
+from api.http.params import MAX_METRIC_NAMES, JobId, id_cursor, step_cursor
+from api.http.views import checkpoints_for, events_for
 from api.schemas.jobs import CheckpointRead, EventRead, MetricRead, Page, SamplesRead
 from api.store import jobs as job_store
 from api.store import telemetry
@@ -18,21 +20,22 @@ _ERRORS = {401: {"description": "Missing or wrong bearer token"}, 404: {"descrip
 
 
 @router.get("/events", response_model=Page[EventRead], responses=_ERRORS)
-def list_events(job_id: int, session: SessionDep, principal: PrincipalDep,
-                after: Annotated[int, Query(ge=0, description="Cursor: an event id")] = 0,
+def list_events(job_id: JobId, session: SessionDep, principal: PrincipalDep,
+                after: Annotated[int, id_cursor("Cursor: an event id")] = 0,
                 limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Page[EventRead]:
     """Lifecycle events in order; pass ``next_after`` back as ``after`` for the next page."""
     job_store.get_job(session, job_id, principal.scope)
     items = telemetry.list_events(session, job_id, after, limit + 1)
-    return Page[EventRead](items=items[:limit],
+    return Page[EventRead](items=events_for(principal, items[:limit]),
                            next_after=items[limit - 1].id if len(items) > limit else None)
 
 
 @router.get("/metrics", response_model=Page[MetricRead], responses=_ERRORS)
-def list_metrics(job_id: int, session: SessionDep, principal: PrincipalDep,
-                 after_step: Annotated[int, Query(ge=0, description="Only steps after this one")] = 0,
+def list_metrics(job_id: JobId, session: SessionDep, principal: PrincipalDep,
+                 after_step: Annotated[int, step_cursor("Only steps after this one")] = 0,
                  limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
-                 names: Annotated[list[str] | None, Query(description=_NAMES_HELP)] = None,
+                 names: Annotated[list[str] | None,
+                                  Query(description=_NAMES_HELP, max_length=MAX_METRIC_NAMES)] = None,
                  ) -> Page[MetricRead]:
     """One record per optimizer step (steps count from 1), in step order; ``next_after`` is
     the ``after_step`` of the next page."""
@@ -44,8 +47,8 @@ def list_metrics(job_id: int, session: SessionDep, principal: PrincipalDep,
 
 
 @router.get("/samples", response_model=Page[SamplesRead], responses=_ERRORS)
-def list_samples(job_id: int, session: SessionDep, principal: PrincipalDep,
-                 step: Annotated[int | None, Query(ge=1, description="Only this step's samples")] = None,
+def list_samples(job_id: JobId, session: SessionDep, principal: PrincipalDep,
+                 step: Annotated[int | None, step_cursor("Only this step's samples", ge=1)] = None,
                  limit: Annotated[int, Query(ge=1, le=100)] = 20) -> Page[SamplesRead]:
     """Sample completions (kept every ``log_completions_every`` steps), newest step first."""
     job_store.get_job(session, job_id, principal.scope)
@@ -53,7 +56,8 @@ def list_samples(job_id: int, session: SessionDep, principal: PrincipalDep,
 
 
 @router.get("/checkpoints", response_model=Page[CheckpointRead], responses=_ERRORS)
-def list_checkpoints(job_id: int, session: SessionDep, principal: PrincipalDep) -> Page[CheckpointRead]:
+def list_checkpoints(job_id: JobId, session: SessionDep, principal: PrincipalDep) -> Page[CheckpointRead]:
     """Every checkpoint the job saved, by step."""
     job_store.get_job(session, job_id, principal.scope)
-    return Page[CheckpointRead](items=telemetry.list_checkpoints(session, job_id), next_after=None)
+    items = checkpoints_for(principal, telemetry.list_checkpoints(session, job_id))
+    return Page[CheckpointRead](items=items, next_after=None)
