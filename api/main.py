@@ -17,7 +17,7 @@ import redis
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 
-from api.http import access_log
+from api.http import access_log, openapi_stream
 from api.http.errors import BodySizeLimit, install_error_handlers
 from api.http.routes import build_router
 from api.http.yaml_body import YamlSpecBody
@@ -60,6 +60,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(YamlSpecBody)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     app.include_router(build_router())
+    openapi_stream.install(app)
     return app
 
 

@@ -39,6 +39,9 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", f"{_JOB}/metrics"): JOB,
     ("GET", f"{_JOB}/samples"): JOB,
     ("GET", f"{_JOB}/checkpoints"): JOB,
+    ("GET", f"{_JOB}/checkpoints/{{step}}/archive"): JOB,
+    ("GET", f"{_JOB}/model"): JOB,
+    ("POST", f"{_JOB}/clone"): JOB,
     (WS, f"{_JOB}/stream"): JOB,
     ("POST", "/v1/admin/teams"): ADMIN,
     ("GET", "/v1/admin/teams"): ADMIN,
@@ -53,6 +56,9 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/v1/admin/pools"): ADMIN,
     ("POST", "/v1/admin/pools/{pool}/hold"): ADMIN,
     ("POST", "/v1/admin/pools/{pool}/resume"): ADMIN,
+    ("PUT", "/v1/admin/pools/{pool}/limits"): ADMIN,
+    ("PUT", "/v1/admin/teams/{team}/artifact-quota"): ADMIN,
+    ("DELETE", "/v1/admin/teams/{team}/artifact-quota"): ADMIN,
 }
 # Valid bodies where a route reads one, so the team check, not validation, decides the answer.
 BODIES = {("PATCH", _JOB): {"priority": "low"}}
@@ -76,15 +82,25 @@ def present(api_server) -> dict[tuple[str, str], str]:
 
 
 @pytest.fixture
-def alpha_job(client_for, team_keys, job_spec) -> int:
+def alpha_job(client_for, team_keys, job_spec, api_server) -> int:
+    """A job of team alpha, with a final model and a checkpoint of step 1 to download."""
+    from api.artifact_paths import checkpoint_dir, model_dir
+
     response = client_for(team_keys.alpha).post("/v1/jobs", json=job_spec(name="alpha-only"))
     assert response.status_code == 201, response.text
-    return response.json()["id"]
+    job_id = response.json()["id"]
+    step_1 = checkpoint_dir(api_server.settings, job_id) / "step-1"
+    for folder, files in ((model_dir(api_server.settings, job_id), ("config.json",)),
+                          (step_1, ("config.json", "trainer_state.json"))):
+        folder.mkdir(parents=True)
+        for name in files:
+            (folder / name).write_text("{}")
+    return job_id
 
 
 def status_of(server, client_for, key: str | None, method: str, path: str, job_id: int) -> int:
     """The status a call answers with; for a WebSocket, the handshake's (101: accepted)."""
-    url = path.format(job_id=job_id, team="alpha", pool="default", key_id=1)
+    url = path.format(job_id=job_id, team="alpha", pool="default", key_id=1, step=1)
     if method != WS:
         return client_for(key).request(method, url, json=BODIES.get((method, path), {})).status_code
     headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
