@@ -1,5 +1,6 @@
 """Where a job's artifacts live under ``GRPO_ARTIFACTS_ROOT``: one folder per job, with its
-checkpoints (``step-N/`` each) and, once it has finished, its final model. The worker writes
+checkpoints (``step-N/`` each), its TensorBoard event files if it reports to TensorBoard, and,
+once it has finished, its final model. The worker writes
 them and the API streams them, so both ask here."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from pathlib import Path
 
 from api.settings import Settings
 
-CHECKPOINTS_DIR, MODEL_DIR = "checkpoints", "model"
+CHECKPOINTS_DIR, MODEL_DIR, TENSORBOARD_DIR = "checkpoints", "model", "tensorboard"
 
 
 def job_dir(settings: Settings, job_id: int) -> Path:
@@ -21,6 +22,11 @@ def checkpoint_dir(settings: Settings, job_id: int) -> Path:
 
 def model_dir(settings: Settings, job_id: int) -> Path:
     return job_dir(settings, job_id) / MODEL_DIR
+
+
+def tensorboard_dir(settings: Settings, job_id: int) -> Path:
+    """Where ``report_to: [tensorboard]`` writes (grpo_core.tracking names it the same)."""
+    return job_dir(settings, job_id) / TENSORBOARD_DIR
 
 
 COMPLETE_MARK = "trainer_state.json"  # written last into a checkpoint (grpo_core.checkpoint)

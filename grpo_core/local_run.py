@@ -10,6 +10,7 @@ from grpo_core.callbacks import CallbackList, TrainerCallback
 from grpo_core.components import build_components
 from grpo_core.distributed import SINGLE, Ranks
 from grpo_core.spec import JobSpec
+from grpo_core.tracking import trackers
 from grpo_core.trainer import GRPOTrainer, TrainResult
 
 
@@ -77,7 +78,7 @@ def run_local(
     if ranks.is_main:
         output_dir.mkdir(parents=True, exist_ok=True)
         recorder = JsonlRecorder(output_dir)
-        callbacks.callbacks.append(recorder)
+        callbacks.callbacks += [recorder, *trackers(spec, output_dir)]
     trainer = GRPOTrainer(components, output_dir / "checkpoints", callbacks)
     if resume and trainer.resume():
         if recorder is not None:

@@ -183,6 +183,10 @@ class JobSpec(_Strict):
         "own limit (GRPO_STALL_SECONDS); `grpo train` ignores it.")
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     export: ExportSpec = Field(default_factory=ExportSpec)
+    report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
+        default_factory=list, max_length=3,
+        description="Experiment trackers (TRL's name) that also get every step's metrics: TensorBoard "
+        "event files beside the run's checkpoints, a W&B run, an MLflow run (grpo_core.tracking).")
     priority: Priority = "normal"
 
     @model_validator(mode="after")

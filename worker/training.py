@@ -12,7 +12,7 @@ from typing import Any
 import redis
 from pydantic import ValidationError
 
-from api.artifact_paths import checkpoint_dir, model_dir
+from api.artifact_paths import checkpoint_dir, job_dir, model_dir
 from api.lifecycle import JobStatus
 from api.schemas.jobs import JobRead
 from api.settings import Settings
@@ -27,6 +27,7 @@ from grpo_core.models import quiet_library_progress_bars, resolve_model_location
 from grpo_core.oom import out_of_memory_error
 from grpo_core.paths import folder_bytes
 from grpo_core.spec import JobSpec
+from grpo_core.tracking import trackers
 from grpo_core.trainer import GRPOTrainer, TrainResult
 from worker.artifacts import ArtifactQuota
 from worker.attempt_files import CANCEL, PREEMPT, AttemptFiles
@@ -101,7 +102,10 @@ def train_reporting(job: JobRead, spec: JobSpec, settings: Settings, files: Atte
         publish = bus.publisher(client, settings.stream_maxlen)
         reporter = JobReporter(settings.database_url, job.id, publish)
         final, link = FinalMetrics(), SupervisorLink(files, job.last_step, reporter.stop_request)
-        callbacks = CallbackList([ArtifactQuota(settings, job.id, job.team_id), reporter, link, final])
+        # The job's trackers write beside its checkpoints; one W&B run per job, resumed by each attempt.
+        tracked = trackers(spec, job_dir(settings, job.id), run_id=f"job-{job.id}")
+        quota = ArtifactQuota(settings, job.id, job.team_id)
+        callbacks = CallbackList([quota, reporter, link, final, *tracked])
         result = train_job(job, spec, settings, callbacks, ranks)
         if not result.stopped and result.checkpoint is not None:
             export_final_model(job, spec, settings, result, final.record, callbacks)

@@ -126,3 +126,24 @@ def test_a_file_deleted_while_streaming_still_streams_whole(tmp_path) -> None:
     body = b"".join(archive.iter_range())
     assert len(body) == archive.length
     assert members(body) == {"ckpt/weights.bin": bytes(range(256)) * 5000, "ckpt/README.md": b"card"}
+
+
+def test_tensorboard_files_download_as_written(alpha, finished_job, api_server, job_spec) -> None:
+    from tensorboard_events import read_scalars
+
+    from api.artifact_paths import tensorboard_dir
+    from grpo_core.tracking import TensorBoardTracker
+
+    job_id = finished_job["id"]
+    tracker = TensorBoardTracker(tensorboard_dir(api_server.settings, job_id))
+    for step in (1, 2):
+        tracker.on_step({"step": step, "reward": step / 10})
+    response = alpha.get(f"/v1/jobs/{job_id}/tensorboard")
+    assert response.status_code == 200 and int(response.headers["content-length"]) == len(response.content)
+    unpacked = api_server.settings.artifacts_root / "unpacked"
+    with tarfile.open(fileobj=io.BytesIO(response.content)) as tar:
+        tar.extractall(unpacked, filter="data")
+    assert read_scalars(unpacked)["reward"] == pytest.approx({1: 0.1, 2: 0.2})  # float32 on disk
+    untracked = alpha.post("/v1/jobs", json=job_spec()).json()
+    missing = alpha.get(f"/v1/jobs/{untracked['id']}/tensorboard")
+    assert missing.status_code == 404 and "report_to tensorboard" in missing.json()["error"]["message"]

@@ -41,6 +41,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", f"{_JOB}/checkpoints"): JOB,
     ("GET", f"{_JOB}/checkpoints/{{step}}/archive"): JOB,
     ("GET", f"{_JOB}/model"): JOB,
+    ("GET", f"{_JOB}/tensorboard"): JOB,
     ("POST", f"{_JOB}/clone"): JOB,
     (WS, f"{_JOB}/stream"): JOB,
     ("POST", "/v1/admin/teams"): ADMIN,
@@ -83,14 +84,16 @@ def present(api_server) -> dict[tuple[str, str], str]:
 
 @pytest.fixture
 def alpha_job(client_for, team_keys, job_spec, api_server) -> int:
-    """A job of team alpha, with a final model and a checkpoint of step 1 to download."""
-    from api.artifact_paths import checkpoint_dir, model_dir
+    """A job of team alpha, with a final model, TensorBoard files and a checkpoint of step 1 to
+    download."""
+    from api.artifact_paths import checkpoint_dir, model_dir, tensorboard_dir
 
     response = client_for(team_keys.alpha).post("/v1/jobs", json=job_spec(name="alpha-only"))
     assert response.status_code == 201, response.text
     job_id = response.json()["id"]
     step_1 = checkpoint_dir(api_server.settings, job_id) / "step-1"
     for folder, files in ((model_dir(api_server.settings, job_id), ("config.json",)),
+                          (tensorboard_dir(api_server.settings, job_id), ("events.out.tfevents.1.host",)),
                           (step_1, ("config.json", "trainer_state.json"))):
         folder.mkdir(parents=True)
         for name in files:

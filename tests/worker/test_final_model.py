@@ -1,7 +1,8 @@
 """The model a job leaves: at the end of a real task (supervisor and job process), a Hugging
-Face folder beside the checkpoints that ``from_pretrained`` loads with the policy's final weights,
-a generation config with the job's sampling and a model card with its spec and last metrics;
-with LoRA and ``export.merge_lora``, the merged weights (equal to base + adapter) and the adapter."""
+Face folder beside the checkpoints (with report_to, TensorBoard files too) that
+``from_pretrained`` loads with the policy's final weights, a generation config with the job's
+sampling and a model card with its spec and last metrics; with LoRA and ``export.merge_lora``,
+the merged weights (equal to base + adapter) and the adapter."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from tensorboard_events import read_scalars
 from transformers import AutoModelForCausalLM
 
-from api.artifact_paths import checkpoint_dir, model_dir
+from api.artifact_paths import checkpoint_dir, model_dir, tensorboard_dir
 from api.lifecycle import Transition
 from api.store.db import session_scope
 from api.store.jobs import transition
@@ -31,7 +33,8 @@ def run_to_the_end(database_url: str, job_id: int) -> None:
 
 def test_a_finished_job_leaves_a_model_folder_that_from_pretrained_loads(task_settings, submit, tiny_spec,
                                                                          database_url):
-    job_id = submit(tiny_spec("exported", max_steps=3, checkpoint_every=2, grpo={"temperature": 0.7}))
+    job_id = submit(tiny_spec("exported", max_steps=3, checkpoint_every=2, grpo={"temperature": 0.7},
+                              report_to=["tensorboard"]))
     run_to_the_end(database_url, job_id)
 
     folder = model_dir(task_settings, job_id)
@@ -55,6 +58,13 @@ def test_a_finished_job_leaves_a_model_folder_that_from_pretrained_loads(task_se
     assert f"| reward | {last.values['reward']:.6g} |" in card and "Metrics at step 3" in card
     assert "source: path:tiny" in card  # the spec
     assert event.data["step"] == 3 and event.data["bytes"] > 0
+
+    # report_to: tensorboard charts the numbers the API serves, under the same names.
+    with session_scope(database_url) as session:
+        records = list_metrics(session, job_id)
+    charted = read_scalars(tensorboard_dir(task_settings, job_id))
+    for name in ("reward", "kl", "rewards/contains/mean", "loss"):
+        assert charted[name] == pytest.approx({r.step: r.values[name] for r in records}), name
 
 
 @pytest.mark.slow

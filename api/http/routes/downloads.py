@@ -5,13 +5,14 @@ volume (:mod:`api.http.tar_stream`): team-scoped like every job route, exact ``C
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Header
 from fastapi import Path as PathParam
 from fastapi.responses import Response, StreamingResponse
 
-from api.artifact_paths import complete_checkpoint, model_dir
+from api.artifact_paths import complete_checkpoint, model_dir, tensorboard_dir
 from api.errors import NotFound
 from api.http.deps import PrincipalDep, SessionDep, SettingsDep
 from api.http.errors import error_response
@@ -39,8 +40,26 @@ def download_model(job_id: JobId, session: SessionDep, principal: PrincipalDep, 
     if not folder.is_dir():
         raise NotFound(f"job {job_id} has no final model: it is written when the job finishes its last "
                        "step (a checkpoint of it downloads from /checkpoints/{step}/archive)", param="job_id")
-    files = {str(p.relative_to(folder)): p for p in sorted(folder.rglob("*")) if p.is_file()}
-    return _tar_response(TarStream(f"job-{job_id}-model", files, {}), f"job-{job_id}-model.tar", range_)
+    archive = TarStream(f"job-{job_id}-model", _files_under(folder), {})
+    return _tar_response(archive, f"job-{job_id}-model.tar", range_)
+
+
+@router.get("/tensorboard", response_class=StreamingResponse, responses=_RESPONSES)
+def download_tensorboard(job_id: JobId, session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
+                         range_: Annotated[str | None, Header(alias="Range")] = None) -> Response:
+    """The TensorBoard event files of a job with ``report_to: [tensorboard]`` (``tensorboard
+    --logdir`` the unpacked folder), as written so far."""
+    job_store.get_job(session, job_id, principal.scope)
+    folder = tensorboard_dir(settings, job_id)
+    if not folder.is_dir():
+        raise NotFound(f"job {job_id} has no TensorBoard files: its spec does not report_to tensorboard, "
+                       "or it has not trained a step yet", param="job_id")
+    return _tar_response(TarStream(f"job-{job_id}-tensorboard", _files_under(folder), {}),
+                         f"job-{job_id}-tensorboard.tar", range_)
+
+
+def _files_under(folder: Path) -> dict[str, Path]:
+    return {str(p.relative_to(folder)): p for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @router.get("/checkpoints/{step}/archive", response_class=StreamingResponse, responses=_RESPONSES)
