@@ -206,9 +206,13 @@ def validate_reward_specs(specs: list[RewardSpec], columns: set[str] | None = No
     may need the model's tokenizer, which the web service never loads. ``columns`` (inline rows'
     columns, when the spec has them) also checks the columns each reward reads."""
     state = _registry()
+    checked = []
     for index, spec in enumerate(specs):
         definition = _lookup(state, spec.name, index)
-        _needed_columns(definition, _validate_args(definition, spec.args, index), columns, index)
+        checked.append((definition, _validate_args(definition, spec.args, index)))
+    # Columns last: a malformed reward is reported before a column the rows lack.
+    for index, (definition, args) in enumerate(checked):
+        _needed_columns(definition, args, columns, index)
 
 
 def _needed_columns(definition: RewardDefinition, args: BaseModel, columns: set[str] | None,
