@@ -1,7 +1,9 @@
 """Rewards over their time budget, through the job process's body (run in this process, as in
 ``test_disk_full.py``) and the recording of its outcome: the finding's regex times out at every
 step, each such step is a warning event and trains with its rows unscorable, and the third step in
-a row fails the job ``reward_timeout`` (grpo_core.spec.REWARD_TIMEOUT_STEPS)."""
+a row fails the job ``reward_timeout`` (grpo_core.spec.REWARD_TIMEOUT_STEPS). The service's cap
+(GRPO_MAX_REWARD_TIMEOUT_SECONDS) bounds a budget the spec asked for, even one the submit did
+not check (this job is queued through the store)."""
 
 from __future__ import annotations
 
@@ -22,16 +24,17 @@ def test_rewards_over_budget_step_after_step_fail_the_job_as_reward_timeout(
     from worker.runner import record_outcome
     from worker.training import run_attempt
 
-    job_id = submit(tiny_spec(max_steps=10, rewards=CATASTROPHIC, reward_timeout_seconds=0.2,
+    job_id = submit(tiny_spec(max_steps=10, rewards=CATASTROPHIC, reward_timeout_seconds=600,
                               grpo={"max_completion_length": 48}))
+    settings = task_settings.model_copy(update={"max_reward_timeout_seconds": 0.2})
     with session_scope(database_url) as session:
         assert transition(session, job_id, via=Transition.DISPATCH, values={"dispatched_at": utcnow()})
         job = claim(session, job_id, "late-worker")
-    outcome = run_attempt(job, task_settings, "late-worker", AttemptFiles(tmp_path))
-    assert record_outcome(job, "late-worker", task_settings, None, outcome) == "failed"
+    outcome = run_attempt(job, settings, "late-worker", AttemptFiles(tmp_path))
+    assert record_outcome(job, "late-worker", settings, None, outcome) == "failed"
 
     job = job_of(job_id)
-    assert job.error.code == "reward_timeout"
+    assert job.error.code == "reward_timeout" and "reward_timeout_seconds (0.2 s)" in job.error.message
     assert f"in {REWARD_TIMEOUT_STEPS} steps in a row (last: step {REWARD_TIMEOUT_STEPS}" in job.error.message
     with session_scope(database_url) as session:
         warnings = [e for e in list_events(session, job_id, limit=100) if e.type == "reward_timeout"]
