@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["MESSAGE_ROLES", "RESERVED_COLUMNS", "prompt_problem", "reward_columns", "reserved_in"]
+__all__ = ["MESSAGE_ROLES", "RESERVED_COLUMNS", "prompt_problem", "reward_column_names", "reserved_in"]
 
 # The inputs score_completions passes every reward besides the dataset's columns.
 RESERVED_COLUMNS = frozenset({"completions", "prompts", "raw_completions"})
@@ -44,7 +44,7 @@ def reserved_in(columns: Iterable[str]) -> list[str]:
     return sorted(RESERVED_COLUMNS.intersection(columns))
 
 
-def reward_columns(rows: Iterable[dict[str, Any]], prompt_field: str) -> set[str]:
+def reward_column_names(rows: Iterable[dict[str, Any]], prompt_field: str) -> set[str]:
     """Columns a reward may ask for by name: every key but the prompt (a ``prompt`` column is
     dropped too when ``prompt_field`` names another, see :mod:`grpo_core.data`)."""
     return {str(key) for row in rows for key in row if key not in (prompt_field, "prompt")}

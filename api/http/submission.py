@@ -23,7 +23,7 @@ from api.store.jobs import get_job
 from api.store.pools import admission, list_pools
 from grpo_core.errors import SpecError
 from grpo_core.paths import resolve_under_root
-from grpo_core.prompt_rows import reward_columns
+from grpo_core.prompt_rows import reward_column_names
 from grpo_core.rewards import validate_reward_specs
 from grpo_core.spec import JobSpec, job_source, split_source
 from grpo_core.specfile import InvalidSpec, field_path
@@ -48,7 +48,7 @@ def check_submission(spec: JobSpec, settings: Settings) -> None:
     ]
     inline = spec.dataset.prompts
     try:
-        columns = None if inline is None else reward_columns(inline, spec.dataset.prompt_field)
+        columns = None if inline is None else reward_column_names(inline, spec.dataset.prompt_field)
         validate_reward_specs(spec.rewards, columns)
     except SpecError as exc:
         problems.append(exc)
