@@ -121,8 +121,27 @@ class RegexMatchArgs(_Args):
     def _compiles(cls, pattern: str) -> str:
         """At submit, so a pattern that cannot compile never waits in the queue (none of the
         allowed flags changes what compiles)."""
+        _check_repeat_counts(pattern)
         _compile(pattern, 0)
         return pattern
+
+
+# Compiling unrolls counted repeats: (?:a{65535}){65535} compiles for ever, in the API's process.
+# Every {m,n} counts, nested or not (a bound that needs no parser), and patterns of real rewards
+# stay far below it; at the bound compiling takes well under 0.1 s.
+MAX_REPEAT_PRODUCT = 100_000
+_COUNTED_REPEAT = regex.compile(r"\{(\d*)(?:,(\d*))?\}")
+
+
+def _check_repeat_counts(pattern: str) -> None:
+    product = 1
+    for match in _COUNTED_REPEAT.finditer(pattern):
+        low, high = match.group(1), match.group(2)
+        count = int(high) if high else int(low or 0)  # {m,} unrolls m copies
+        product *= max(count, 1)
+        if product > MAX_REPEAT_PRODUCT:
+            raise ValueError(f"its counted repeats ({{m,n}}) multiply to over {MAX_REPEAT_PRODUCT:,} "
+                             "copies, too many to compile")
 
 
 def _compile(pattern: str, flags: int) -> regex.Pattern:

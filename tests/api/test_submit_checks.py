@@ -15,6 +15,8 @@ BAD_SPECS = [
     ({"rewards": [{"name": "regex_match", "args": {"pattern": "("}}]}, "rewards.0.args.pattern"),
     ({"rewards": [CATASTROPHIC, {"name": "regex_match", "args": {"pattern": "[z-a]"}}]},
      "rewards.1.args.pattern"),
+    ({"rewards": [{"name": "regex_match", "args": {"pattern": "(?:a{65535}){65535}"}}]},
+     "rewards.0.args.pattern"),  # would compile for ever in the API's process
     ({"dataset": {"prompts": [{"question": "2+2?"}]}}, "dataset.prompts.0"),
     ({"dataset": {"prompts": []}}, "dataset.prompts"),
     ({"dataset": {"prompts": [{"prompt": "x", "completions": "y"}]}}, "dataset.prompts.0.completions"),

@@ -82,6 +82,15 @@ def test_a_regex_that_does_not_compile_is_refused_at_its_pattern(pattern: str) -
     assert "invalid regular expression" in info.value.reason
 
 
+def test_a_pattern_that_would_compile_for_ever_is_refused_before_compiling() -> None:
+    """``(?:a{65535}){65535}`` unrolls to 4e9 copies: compiling it would hold the API's process."""
+    for pattern in ("(?:a{65535}){65535}", "(?:x{316}){317}", "a{100001}"):
+        with pytest.raises(SpecError) as info:
+            validate_reward_specs([RewardSpec(name="regex_match", args={"pattern": pattern})])
+        assert info.value.field == "rewards.0.args.pattern" and "too many to compile" in info.value.reason
+    validate_reward_specs([RewardSpec(name="regex_match", args={"pattern": r"\d{1,3}(?:,\d{3}){0,5}"})])
+
+
 def test_a_reward_field_missing_from_the_inline_rows_is_refused() -> None:
     rewards = [RewardSpec(name="exact_match", args={"field": "solution"})]
     with pytest.raises(SpecError) as info:
