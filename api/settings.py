@@ -86,6 +86,11 @@ class Settings(BaseSettings):
         0.9, gt=0, le=1, description="Without a pool's job_memory_bytes, a job may use this fraction of "
         "its worker's memory times its share of the worker's devices; beyond it the job's processes are "
         "killed and it fails `out_of_memory`.")
+    allow_hub: bool = Field(
+        True, description="false: `hf:` sources are refused at submit (air-gapped deployments).")
+    max_reward_timeout_seconds: float = Field(
+        60.0, gt=0, description="The most a spec's `reward_timeout_seconds` (each reward call's time "
+        "budget) may ask for; a larger one is refused at submit.")
 
     @field_validator("api_token")
     @classmethod

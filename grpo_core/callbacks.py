@@ -7,6 +7,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+# Events that say something went wrong without ending the run (a reporter may flag them).
+WARNING_EVENTS = frozenset({"reward_timeout"})
+
 
 def json_safe(value: Any) -> Any:
     """``value`` with every NaN/inf float, at any depth of dicts, lists and tuples, as None.

@@ -25,7 +25,8 @@ from grpo_core.models import (
 )
 from grpo_core.optim import build_optimizer, build_scheduler
 from grpo_core.placement import Placement, place
-from grpo_core.rewards import RESERVED_COLUMNS, BoundReward, RewardContext, bind_rewards
+from grpo_core.prompt_rows import reserved_in
+from grpo_core.rewards import BoundReward, RewardContext, bind_rewards
 from grpo_core.sharding import shard_models
 from grpo_core.spec import JobSpec
 
@@ -69,14 +70,13 @@ def build_components(
     ranks: Ranks = SINGLE,
 ) -> RunComponents:
     rows = load_rows(spec.dataset, data_root=data_root, base_dir=base_dir)
-    clash = RESERVED_COLUMNS & columns_of(rows)
+    clash = reserved_in(columns_of(rows))
     if clash:
-        raise SpecError(
-            "dataset", f"column names {sorted(clash)} are reserved for the reward function arguments"
-        )
+        raise SpecError("dataset", f"column names {clash} are reserved for the reward function arguments")
     location = resolve_model_location(spec.model, models_root, base_dir)
     tokenizer = load_tokenizer(location)
-    rewards = bind_rewards(spec.rewards, RewardContext(tokenizer=tokenizer), columns_of(rows))
+    context = RewardContext(tokenizer=tokenizer, timeout_seconds=spec.reward_timeout_seconds)
+    rewards = bind_rewards(spec.rewards, context, columns_of(rows))
     prompts = PromptSet(rows, [render_prompt(row["prompt"], tokenizer) for row in rows])
     torch.manual_seed(spec.grpo.seed)
     placement = place(device, spec.model.dtype, ranks)

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from grpo_core.errors import SourceUnavailable, SpecError
+from grpo_core.hub import load_from_hub
 from grpo_core.paths import resolve_under_root
-from grpo_core.sources import unreachable
+from grpo_core.prompt_rows import prompt_problem
 from grpo_core.spec import DatasetSpec, split_source
 
 __all__ = ["MAX_ROWS", "PromptSampler", "columns_of", "load_rows", "render_prompt"]
@@ -129,42 +130,26 @@ def _read_file(location: str, data_root: Path | None, base_dir: Path | None) -> 
 
 
 def _load_hub(location: str, split: str) -> list[dict[str, Any]]:
-    """Load a hub dataset; any failure (offline, unknown id, no ``datasets``) becomes a SpecError,
-    :class:`SourceUnavailable` when the hub could not be reached."""
-    name, _, revision = location.partition("@")
-    try:
+    """Load a hub dataset by id only (:mod:`grpo_core.hub`): unreachable is SourceUnavailable, any
+    other failure (unknown id, missing split, no ``datasets``) a SpecError."""
+
+    def load(name: str, revision: str | None) -> list[dict[str, Any]]:
         import datasets
 
-        dataset = datasets.load_dataset(name, revision=revision or None, split=split)
+        dataset = datasets.load_dataset(name, revision=revision, split=split)
         _check_count(len(dataset), SOURCE)
         return [dict(row) for row in dataset]
-    except SpecError:
-        raise
-    except Exception as exc:  # network, auth, missing split, missing package: all the user's to fix
-        reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-        error = SourceUnavailable if unreachable(exc) else SpecError
-        raise error(SOURCE, f"could not load hub dataset '{location}': {reason}") from exc
+
+    return load_from_hub(location, SOURCE, "hub dataset", load)
 
 
 def _check_prompt(value: Any, field: str, prefix: str = "") -> Any:
-    """Accept a non-empty string or a non-empty list of role/content messages."""
-    if isinstance(value, str) and value.strip():
+    """A usable prompt (:func:`grpo_core.prompt_rows.prompt_problem`) or a SpecError at ``field``."""
+    problem = prompt_problem(value)
+    if problem is None:
         return value
-    if isinstance(value, list) and value and all(_is_message(m) for m in value):
-        return value
-    got = type(value).__name__
-    if isinstance(value, str):  # a string that got here is empty or whitespace
-        got = "a blank string"
-    elif isinstance(value, list):
-        got = (
-            "an empty list" if not value else "a list with an item that is not a {'role', 'content'} message"
-        )
-    raise SpecError(field, f"{prefix}must be a non-empty string or a non-empty list of messages, got {got}")
-
-
-def _is_message(item: Any) -> bool:
-    role = item.get("role") if isinstance(item, dict) else None
-    return isinstance(role, str) and bool(role) and isinstance(item.get("content"), str)
+    raise SpecError(field, f"{prefix}must be a non-empty string or a non-empty list of messages, "
+                           f"got {problem}")
 
 
 def _normalize(raw: list[dict[str, Any]], prompt_field: str, inline: bool) -> list[dict[str, Any]]:

@@ -57,3 +57,8 @@ class NonFiniteLossError(GRPOError):
 
     code = "non_finite_loss"
 
+
+class RewardTimeout(GRPOError):
+    """A reward went over its time budget (``reward_timeout_seconds``) too often to train on."""
+
+    code = "reward_timeout"

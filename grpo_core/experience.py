@@ -55,6 +55,8 @@ class Experience:
     # The step's trained groups (all ranks'), as indices into every group it sampled, round by
     # round in draw order: which ones drop_zero_std_groups kept.
     selected_groups: list[int] = field(default_factory=list)
+    # This rank's reward calls that went over their budget (their rows are NaN), by reward name.
+    reward_timeouts: list[str] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
 
 
@@ -98,6 +100,7 @@ class _Groups:
     prompt_count: int = 0
     generation_seconds: float = 0.0
     reward_seconds: float = 0.0
+    reward_timeouts: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -143,7 +146,7 @@ def _sample_round(gen: _Generation, groups: _Groups) -> None:
         rollout.completion_ids, rollout.completion_mask, gen.tokenizer, gen.reasoning
     )
     row_prompts = [t for t in texts for _ in range(g)]
-    matrix = score_completions(
+    scored = score_completions(
         gen.rewards,
         [d.answer for d in decoded],
         row_prompts,
@@ -151,7 +154,8 @@ def _sample_round(gen: _Generation, groups: _Groups) -> None:
         raw_completions=[d.text for d in decoded],
     )
     groups.reward_seconds += time.perf_counter() - scoring
-    scores = torch.tensor(matrix, dtype=torch.float32).reshape(len(decoded), len(gen.rewards))
+    groups.reward_timeouts += scored.timed_out
+    scores = torch.tensor(scored.matrix, dtype=torch.float32).reshape(len(decoded), len(gen.rewards))
     groups.rounds.append(_Rows(rollout, row_prompts, decoded, scores))
     spread = torch.nan_to_num(group_std(combine_rewards(scores, gen.weights), g), nan=0.0)
     has_signal = ~torch.isclose(spread, torch.tensor(0.0))
@@ -236,6 +240,7 @@ def make_experience(
         is_std_zero=adv.is_std_zero,
         loss_mask=loss_mask,
         selected_groups=selected,
+        reward_timeouts=groups.reward_timeouts,
     )
     exp.metrics["timing/generation"] = groups.generation_seconds
     exp.metrics["timing/reward"] = groups.reward_seconds

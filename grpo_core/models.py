@@ -8,24 +8,28 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
 from grpo_core.errors import SourceUnavailable, SpecError
+from grpo_core.hub import is_hub_location, load_from_hub
 from grpo_core.paths import resolve_under_root
 from grpo_core.sources import unreachable
 from grpo_core.spec import ModelSpec, split_source
 
+T = TypeVar("T")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def resolve_model_location(
     spec: ModelSpec, models_root: Path | None = None, base_dir: Path | None = None
 ) -> str:
-    """``path:`` → a local folder that holds a ``config.json``; ``hf:`` → the hub id (with revision)."""
+    """``path:`` → the absolute path of a local folder that holds a ``config.json``; ``hf:`` → the
+    hub id (with revision), never a path (:func:`grpo_core.hub.is_hub_location`)."""
     scheme, location = split_source(spec.source)
     if scheme == "hf":
         return location
@@ -40,15 +44,23 @@ def resolve_model_location(
     return str(folder)
 
 
+def _load(location: str, what: str, load: Callable[[str, str | None], T], failed: str) -> T:
+    """``load(name, revision)`` from a hub id (by id only, see :mod:`grpo_core.hub`) or a folder;
+    a folder that fails is a SpecError saying ``failed`` and why."""
+    if is_hub_location(location):
+        return load_from_hub(location, "model.source", what, load)
+    try:
+        return load(location, None)
+    except Exception as exc:  # transformers raises many types here; all mean "not usable"
+        raise _load_error(failed, exc) from exc
+
+
 def load_tokenizer(location: str):
     """Left-padding tokenizer; a tokenizer without a pad token pads with EOS (as TRL does)."""
     from transformers import AutoTokenizer
 
-    name, revision = _split_revision(location)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(name, revision=revision)
-    except Exception as exc:  # transformers raises many types here; all mean "no usable tokenizer"
-        raise _load_error(f"could not load a tokenizer from '{location}'", exc) from exc
+    tokenizer = _load(location, "a tokenizer from", lambda name, revision: AutoTokenizer.from_pretrained(
+        name, revision=revision), f"could not load a tokenizer from '{location}'")
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise SpecError("model.source", "the tokenizer has neither a pad nor an EOS token")
@@ -60,11 +72,8 @@ def load_tokenizer(location: str):
 def load_causal_lm(location: str, dtype: str, device: torch.device) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
-    name, revision = _split_revision(location)
-    try:
-        model = AutoModelForCausalLM.from_pretrained(name, revision=revision, dtype=DTYPES[dtype])
-    except Exception as exc:
-        raise _load_error(f"'{location}' does not hold a causal LM", exc) from exc
+    model = _load(location, "a causal LM from", lambda name, revision: AutoModelForCausalLM.from_pretrained(
+        name, revision=revision, dtype=DTYPES[dtype]), f"'{location}' does not hold a causal LM")
     return model.to(device)
 
 
@@ -72,11 +81,6 @@ def _load_error(what: str, exc: Exception) -> SpecError:
     if unreachable(exc):
         return SourceUnavailable("model.source", f"{what}: the source cannot be reached: {exc}")
     return SpecError("model.source", f"{what}: {exc}")
-
-
-def _split_revision(location: str) -> tuple[str, str | None]:
-    name, _, revision = location.partition("@")
-    return name, (revision or None)
 
 
 def quiet_library_progress_bars() -> None:

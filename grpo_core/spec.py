@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from grpo_core.config import GRPOConfig
+from grpo_core.prompt_rows import prompt_problem, reserved_in
 
 SOURCE_PATTERN = re.compile(r"^(path|hf|job):(.+)$")
 # Another job's model: its final one (job:ID) or a kept checkpoint (job:ID@STEP); the service only.
@@ -21,8 +22,16 @@ JOB_SOURCE_PATTERN = re.compile(r"^(\d{1,18})(?:@(\d{1,10}))?$")
 # Pool (and team) names: lower case, digits, "_" and "-", as in a URL path or a queue name.
 POOL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_\-]{0,62}$"
 Priority = Literal["low", "normal", "high"]  # lowest first
-# Hub ids are owner/name (optionally @revision); nothing that could be a URL or a shell word.
-HUB_ID_PATTERN = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?(@[\w.\-/]+)?$")
+# Hub ids follow the hub's own rules: owner/name, each letters, digits, "-", "_" and ".", neither
+# starting nor ending with "." or "-", no ".." or "--", 96 characters in all; then an optional
+# @revision (a branch, tag or commit). Nothing that could be a URL, a shell word or a local path.
+_HUB_PART = r"[A-Za-z0-9_](?:[\w.\-]*[A-Za-z0-9_])?"
+HUB_ID_PATTERN = re.compile(rf"^(?P<id>{_HUB_PART}/{_HUB_PART})(?:@(?P<revision>[\w.\-]+(?:/[\w.\-]+)*))?$",
+                            re.ASCII)
+HUB_ID_MAX_LENGTH, HUB_REVISION_MAX_LENGTH = 96, 128
+# A job whose rewards time out in this many consecutive steps fails `reward_timeout`: one slow
+# batch is noise, a reward that never finishes in time only burns a device.
+REWARD_TIMEOUT_STEPS = 3
 
 
 def split_source(source: str) -> tuple[str, str]:
@@ -33,8 +42,8 @@ def split_source(source: str) -> tuple[str, str]:
     scheme, rest = match.group(1), match.group(2).strip()
     if not rest:
         raise ValueError(f"'{scheme}:' needs a location after it")
-    if scheme == "hf" and not HUB_ID_PATTERN.match(rest):
-        raise ValueError("hf: ids look like 'owner/name' or 'owner/name@revision'")
+    if scheme == "hf":
+        _check_hub_id(rest)
     if scheme == "job":
         job_source(rest)
     return scheme, rest
@@ -46,6 +55,20 @@ def job_source(location: str) -> tuple[int, int | None]:
     if match is None or int(match.group(1)) < 1 or (match.group(2) is not None and int(match.group(2)) < 1):
         raise ValueError("job: sources look like 'job:ID' (its final model) or 'job:ID@STEP' (a checkpoint)")
     return int(match.group(1)), None if match.group(2) is None else int(match.group(2))
+
+
+def _check_hub_id(location: str) -> None:
+    match = HUB_ID_PATTERN.match(location)
+    rules = ("hf: ids are 'owner/name' or 'owner/name@revision': letters, digits, '-', '_' and '.', "
+             "not starting or ending with '.' or '-'")
+    if match is None:
+        raise ValueError(rules)
+    hub_id, revision = match["id"], match["revision"] or ""
+    if ".." in hub_id or "--" in hub_id or ".." in revision:
+        raise ValueError(f"{rules}; no '..' or '--'")
+    if len(hub_id) > HUB_ID_MAX_LENGTH or len(revision) > HUB_REVISION_MAX_LENGTH:
+        raise ValueError(f"hf: ids are at most {HUB_ID_MAX_LENGTH} characters, revisions "
+                         f"{HUB_REVISION_MAX_LENGTH}")
 
 
 class _Strict(BaseModel):
@@ -78,7 +101,7 @@ class ModelSpec(_Strict):
 
 
 class DatasetSpec(_Strict):
-    prompts: list[dict[str, Any]] | None = Field(None, description="Inline rows.")
+    prompts: list[dict[str, Any]] | None = Field(None, min_length=1, description="Inline rows.")
     source: str | None = Field(None, max_length=1024, description="path:FILE or hf:dataset-id")
     prompt_field: str = Field("prompt", min_length=1, max_length=128)
     split: str = Field("train", min_length=1, max_length=64)
@@ -95,6 +118,27 @@ class DatasetSpec(_Strict):
     def _exactly_one_origin(self) -> DatasetSpec:
         if (self.prompts is None) == (self.source is None):
             raise ValueError("give exactly one of 'prompts' (inline rows) or 'source'")
+        return self
+
+    @model_validator(mode="after")
+    def _inline_rows_are_usable(self) -> DatasetSpec:
+        """Each inline row holds a usable prompt and no reserved column: checked here, at submit,
+        rather than on the worker after the job waited in the queue and loaded its model."""
+        for index, row in enumerate(self.prompts or ()):
+            if self.prompt_field not in row:
+                raise _located_error(type(self).__name__, ("prompts", index), row, "missing_prompt",
+                                     "row has no '{field}' (dataset.prompt_field) column",
+                                     {"field": self.prompt_field})
+            problem = prompt_problem(row[self.prompt_field])
+            if problem is not None:
+                raise _located_error(type(self).__name__, ("prompts", index, self.prompt_field), "",
+                                     "bad_prompt", "must be a non-empty string or a non-empty list of "
+                                     "messages, got {problem}", {"problem": problem})
+            clash = reserved_in(map(str, row))
+            if clash:
+                raise _located_error(type(self).__name__, ("prompts", index, clash[0]), "",
+                                     "reserved_column", "'{name}' is reserved for a reward function "
+                                     "argument; rename the column", {"name": clash[0]})
         return self
 
 
@@ -181,6 +225,12 @@ class JobSpec(_Strict):
         description="In the service: end the job as `stalled` when no step finishes for this long "
         "(its first step counts from the start, model loading included). Only lowers the service's "
         "own limit (GRPO_STALL_SECONDS); `grpo train` ignores it.")
+    reward_timeout_seconds: float = Field(
+        10.0, gt=0, le=3600,
+        description="Time budget of each reward call (one reward over one batch). A call over it "
+        "scores its rows as unscorable (advantage 0) with a `reward_timeout` warning event; "
+        f"timeouts in {REWARD_TIMEOUT_STEPS} steps in a row fail the job `reward_timeout`. The "
+        "service may cap it (GRPO_MAX_REWARD_TIMEOUT_SECONDS).")
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     export: ExportSpec = Field(default_factory=ExportSpec)
     report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(

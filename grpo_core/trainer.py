@@ -22,8 +22,10 @@ from grpo_core.checkpoint import (
 )
 from grpo_core.components import RunComponents
 from grpo_core.config import GRPOConfig
+from grpo_core.errors import RewardTimeout
 from grpo_core.experience import Experience, make_experience
 from grpo_core.metrics import experience_metrics, peak_memory_mb, sample_rows, tokens_in
+from grpo_core.spec import REWARD_TIMEOUT_STEPS
 from grpo_core.update import optimizer_step
 
 # Phases that happen once per generation batch: later passes over the same batch report 0.
@@ -56,6 +58,7 @@ class GRPOTrainer:
         self.pending: Experience | None = None
         self.last_checkpoint: Path | None = None
         self.ranks = components.placement.ranks
+        self.reward_timeout_streak = 0  # consecutive steps with a reward call over its budget
 
     @property
     def max_steps(self) -> int:
@@ -132,6 +135,8 @@ class GRPOTrainer:
         started = time.perf_counter()
         fresh = self.pending is None
         exp = self.make_experience() if fresh else self.pending
+        if fresh:
+            self._count_reward_timeouts(exp)
         step_tokens = self.ranks.sum([tokens_in(exp)])[0] if fresh else 0.0
         self.state.num_tokens += int(step_tokens)
         update = self.optimizer_step(exp)
@@ -161,6 +166,28 @@ class GRPOTrainer:
             self.callbacks.on_samples(self.state.step, rows)
         if self.state.step % self.components.spec.checkpoint_every == 0:
             self._checkpoint()
+
+    def _count_reward_timeouts(self, exp: Experience) -> None:
+        """A warning event for each step whose reward calls went over budget (their rows trained
+        with advantage 0); :data:`REWARD_TIMEOUT_STEPS` such steps in a row fail the job before
+        the last one's update. Counted over every rank, so all ranks stop together."""
+        calls = int(self.ranks.sum([float(len(exp.reward_timeouts))])[0])
+        self.reward_timeout_streak = self.reward_timeout_streak + 1 if calls else 0
+        if not calls:
+            return
+        step, budget = self.state.step + 1, self.components.spec.reward_timeout_seconds
+        names = sorted(set(exp.reward_timeouts))
+        self.callbacks.on_event(
+            "reward_timeout",
+            f"step {step}: {calls} reward call(s) took over {budget:g} s ({', '.join(names)}); "
+            "their rows were left unscorable",
+            {"step": step, "calls": calls, "rewards": names, "steps_in_a_row": self.reward_timeout_streak},
+        )
+        if self.reward_timeout_streak >= REWARD_TIMEOUT_STEPS:
+            raise RewardTimeout(
+                f"rewards took over reward_timeout_seconds ({budget:g} s) in {self.reward_timeout_streak} "
+                f"steps in a row (last: step {step}, {', '.join(names)})"
+            )
 
     def _checkpoint(self) -> Path | None:
         """Save the current step unless it is already saved (or nothing was trained). Every rank

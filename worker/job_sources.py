@@ -10,10 +10,8 @@ from pathlib import Path
 
 from api.artifact_paths import model_to_continue
 from api.settings import Settings
-from grpo_core.errors import GRPOError
+from grpo_core.errors import SourceUnavailable
 from grpo_core.spec import JobSpec, job_source, split_source
-
-SOURCE_UNAVAILABLE = "source_unavailable"
 
 
 def loadable(spec: JobSpec, settings: Settings) -> tuple[JobSpec, Path]:
@@ -25,7 +23,7 @@ def loadable(spec: JobSpec, settings: Settings) -> tuple[JobSpec, Path]:
     job_id, step = job_source(location)
     folder = model_to_continue(settings, job_id, step)
     if folder is None:
-        raise GRPOError(f"model.source: {spec.model.source} no longer exists (its job's retention may have "
-                        "removed that checkpoint)", code=SOURCE_UNAVAILABLE)
+        raise SourceUnavailable("model.source", f"{spec.model.source} no longer exists (its job's "
+                                                "retention may have removed that checkpoint)")
     model = spec.model.model_copy(update={"source": f"path:{folder}"})
     return spec.model_copy(update={"model": model}), Path(settings.artifacts_root)

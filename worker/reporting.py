@@ -24,7 +24,7 @@ from api.store.telemetry import (
     record_metrics,
     record_samples,
 )
-from grpo_core.callbacks import TrainerCallback, json_safe
+from grpo_core.callbacks import WARNING_EVENTS, TrainerCallback, json_safe
 
 
 class JobReporter(TrainerCallback):
@@ -52,7 +52,8 @@ class JobReporter(TrainerCallback):
 
     def on_event(self, type: str, message: str, data: dict[str, Any]) -> None:  # noqa: A002
         with self._session() as session:
-            add_event(session, self.job_id, type, message, json_safe(data))
+            add_event(session, self.job_id, type, message, json_safe(data),
+                      level="warning" if type in WARNING_EVENTS else "info")
 
     def on_checkpoint(self, step: int, path: Path) -> None:
         with self._session() as session:

@@ -37,6 +37,7 @@ from worker.attempt_files import CANCEL, PREEMPT, AttemptFiles
 from worker.heartbeat import JobLease
 from worker.memory import job_memory_limit, private_bytes
 from worker.outcome import Fault, Outcome
+from worker.workdir import absolute_settings, job_environment, make_workdir
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def supervise(job: JobRead, settings: Settings, worker_id: str, lease: JobLease)
     folder = Path(tempfile.mkdtemp(prefix=f"grpo-job-{job.id}-"))
     try:
         files = AttemptFiles(folder)
-        files.write_call(job, settings, worker_id)
+        files.write_call(job, absolute_settings(settings), worker_id)
         return _Watch(job, settings, lease, files).run()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -94,8 +95,10 @@ class _Watch:
         # A session of its own, so the whole group can be signalled; the job's process asks the
         # kernel to kill it if this process dies (grpo_core.lifetime), this thread being the
         # pool process's main thread, which outlives it.
+        # In an empty folder of its own (worker.workdir): no relative name reaches the worker's.
         process = subprocess.Popen([sys.executable, "-m", "worker.job_process", str(self.files.folder),
-                                    str(os.getpid())], start_new_session=True)
+                                    str(os.getpid())], start_new_session=True,
+                                   cwd=make_workdir(self.files.folder), env=job_environment())
         self.lease.track_process(process.pid)
         log.info("job %s: process %s started", self.job.id, process.pid)
         killed_for, seen = None, None

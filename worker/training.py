@@ -147,6 +147,9 @@ def train_job(job: JobRead, spec: JobSpec, settings: Settings, callbacks: Traine
     of memory is the job's own failure (its size), raised as ``out_of_memory`` here so that one
     process and every rank of several report it the same way."""
     spec, models_root = loadable(spec, settings)
+    # The service's cap on a reward call's budget holds for jobs queued before it was lowered too.
+    budget = min(spec.reward_timeout_seconds, settings.max_reward_timeout_seconds)
+    spec = spec.model_copy(update={"reward_timeout_seconds": budget})
     try:
         components = build_components(spec, models_root=models_root, data_root=Path(settings.data_root),
                                       device=None, ranks=ranks)

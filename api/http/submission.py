@@ -1,8 +1,10 @@
 """What a JobSpec must satisfy before the service accepts it, beyond its own shape (which
-pydantic checks while parsing the body): ``path:`` sources stay inside the configured roots and
-exist, every reward is a known one with valid args, and the pool exists with a worker big enough
-for the job. All of it is checked before anything is written, so a rejected request leaves no
-row behind. Torch-free, like everything the web process imports.
+pydantic checks while parsing the body: hub ids, inline rows, regexes that compile): ``path:``
+sources stay inside the configured roots and exist, ``hf:`` sources only where the hub is allowed,
+every reward is a known one with valid args and finds the inline rows' columns it reads, its time
+budget is within the service's cap, and the pool exists with a worker big enough for the job. All
+of it is checked before anything is written, so a rejected request leaves no row behind.
+Torch-free, like everything the web process imports.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from api.store.jobs import get_job
 from api.store.pools import admission, list_pools
 from grpo_core.errors import SpecError
 from grpo_core.paths import resolve_under_root
+from grpo_core.prompt_rows import reward_column_names
 from grpo_core.rewards import validate_reward_specs
 from grpo_core.spec import JobSpec, job_source, split_source
 from grpo_core.specfile import InvalidSpec, field_path
@@ -38,8 +41,15 @@ def check_submission(spec: JobSpec, settings: Settings) -> None:
             _check_path_source(spec.model.source, settings.models_root, "model.source"),
             _check_path_source(spec.dataset.source, settings.data_root, "dataset.source"),
         ]
+    problems += [
+        _check_hub_allowed(spec.model.source, settings, "model.source"),
+        _check_hub_allowed(spec.dataset.source, settings, "dataset.source"),
+        _check_reward_budget(spec, settings),
+    ]
+    inline = spec.dataset.prompts
     try:
-        validate_reward_specs(spec.rewards)
+        columns = None if inline is None else reward_column_names(inline, spec.dataset.prompt_field)
+        validate_reward_specs(spec.rewards, columns)
     except SpecError as exc:
         problems.append(exc)
     errors = [problem for problem in problems if problem is not None]
@@ -61,6 +71,20 @@ def _nul_characters(value: Any, loc: tuple[Any, ...] = ()) -> Iterator[SpecError
     elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from _nul_characters(item, (*loc, index))
+
+
+def _check_hub_allowed(source: str | None, settings: Settings, field: str) -> SpecError | None:
+    if source is None or settings.allow_hub or split_source(source)[0] != "hf":
+        return None
+    return SpecError(field, "this service does not load from the model hub (GRPO_ALLOW_HUB=false); "
+                            "use a path: source")
+
+
+def _check_reward_budget(spec: JobSpec, settings: Settings) -> SpecError | None:
+    cap = settings.max_reward_timeout_seconds
+    if spec.reward_timeout_seconds <= cap:
+        return None
+    return SpecError("reward_timeout_seconds", f"at most {cap:g} s on this service")
 
 
 def _is_model_folder(path: Path) -> bool:

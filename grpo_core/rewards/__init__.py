@@ -13,13 +13,14 @@ from grpo_core.rewards.registry import (
     reward_catalog,
     validate_reward_specs,
 )
-from grpo_core.rewards.scoring import RESERVED_COLUMNS, score_completions
+from grpo_core.rewards.scoring import RESERVED_COLUMNS, Scores, score_completions
 
 __all__ = [
     "RESERVED_COLUMNS",
     "BoundReward",
     "RewardContext",
     "RewardDefinition",
+    "Scores",
     "available_rewards",
     "bind_rewards",
     "reward_catalog",

@@ -1,8 +1,8 @@
 """Built-in rewards. Each scores in [0, 1] and returns ``None`` for rows it cannot judge.
 
 ``None`` (not 0.0) when the reference is missing, so a row with no usable answer is left out of the
-group statistics instead of punishing every completion. Only ``re``/``json``/``math`` are used:
-patterns from a spec are compiled, never evaluated.
+group statistics instead of punishing every completion. Only ``re``/``regex``/``json``/``math``
+are used: patterns from a spec are compiled, never evaluated.
 """
 
 from __future__ import annotations
@@ -10,13 +10,15 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import regex
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from grpo_core.errors import SpecError
+from grpo_core.errors import RewardTimeout, SpecError
 from grpo_core.rewards.answers import parse_number, reference_number
 from grpo_core.rewards.registry import RewardContext, RewardDefinition, RewardFn
 
@@ -114,20 +116,63 @@ class RegexMatchArgs(_Args):
         default_factory=list, max_length=3, description="re flags to compile the pattern with."
     )
 
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, pattern: str) -> str:
+        """At submit, so a pattern that cannot compile never waits in the queue (none of the
+        allowed flags changes what compiles)."""
+        _check_repeat_counts(pattern)
+        _compile(pattern, 0)
+        return pattern
+
+
+# Compiling unrolls counted repeats: (?:a{65535}){65535} compiles for ever, in the API's process.
+# Every {m,n} counts, nested or not (a bound that needs no parser), and patterns of real rewards
+# stay far below it; at the bound compiling takes well under 0.1 s.
+MAX_REPEAT_PRODUCT = 100_000
+_COUNTED_REPEAT = regex.compile(r"\{(\d*)(?:,(\d*))?\}")
+
+
+def _check_repeat_counts(pattern: str) -> None:
+    product = 1
+    for match in _COUNTED_REPEAT.finditer(pattern):
+        low, high = match.group(1), match.group(2)
+        count = int(high) if high else int(low or 0)  # {m,} unrolls m copies
+        product *= max(count, 1)
+        if product > MAX_REPEAT_PRODUCT:
+            raise ValueError(f"its counted repeats ({{m,n}}) multiply to over {MAX_REPEAT_PRODUCT:,} "
+                             "copies, too many to compile")
+
+
+def _compile(pattern: str, flags: int) -> regex.Pattern:
+    try:
+        return regex.compile(pattern, flags)
+    except (regex.error, OverflowError, RecursionError, ValueError) as exc:
+        raise ValueError(f"invalid regular expression: {exc}") from exc
+
 
 @_builtin("regex_match", "1.0 if the answer matches a regular expression.", RegexMatchArgs)
 def _build_regex(args: RegexMatchArgs, context: RewardContext) -> RewardFn:
+    """Matched with the ``regex`` package and its ``timeout``: a pattern that backtracks
+    catastrophically (``(.|.)*(?!)``) stops at the call's budget instead of holding the process
+    (and the GIL) for ever, and the call then counts as timed out."""
     flags = 0
     for name in args.flags:
-        flags |= getattr(re, name)
-    try:
-        compiled = re.compile(args.pattern, flags)
-    except (re.error, OverflowError, RecursionError, ValueError) as exc:
-        raise SpecError("pattern", f"invalid regular expression: {exc}") from exc
+        flags |= getattr(regex, name)
+    compiled = _compile(args.pattern, flags)
     match = compiled.search if args.mode == "search" else compiled.fullmatch
+    budget = context.timeout_seconds
 
     def regex_match(completions: list[str], prompts: list[str], **columns: Any) -> list[float | None]:
-        return [float(match(text) is not None) for text in completions]
+        deadline = None if budget is None else time.monotonic() + budget
+        scores: list[float | None] = []
+        for text in completions:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                scores.append(float(match(text, concurrent=True, timeout=left) is not None))
+            except TimeoutError as exc:
+                raise RewardTimeout(f"regex_match took over {budget:g} s") from exc
+        return scores
 
     return regex_match
 

@@ -50,9 +50,12 @@ RewardFn = Callable[..., list[float | None]]
 
 @dataclass
 class RewardContext:
-    """What a reward may need from the run besides its args (``length_target`` counts tokens)."""
+    """What a reward may need from the run besides its args: the tokenizer (``length_target``
+    counts tokens) and the budget of one call in seconds (``regex_match`` stops matching when it is
+    spent; :func:`grpo_core.rewards.score_completions` stops waiting for any reward then)."""
 
     tokenizer: Any | None = None
+    timeout_seconds: float | None = None
 
 
 def _no_columns(args: BaseModel) -> list[str]:
@@ -85,6 +88,7 @@ class BoundReward:
     weight: float
     fn: RewardFn
     columns: list[str] = field(default_factory=list)
+    timeout_seconds: float | None = None  # budget of one call; None: unbounded (tests, tools)
 
 
 class _NoArgs(BaseModel):
@@ -196,13 +200,31 @@ def _validate_args(definition: RewardDefinition, args: dict[str, Any], index: in
         raise SpecError(path, f"{first['msg']}{more}") from exc
 
 
-def validate_reward_specs(specs: list[RewardSpec]) -> None:
+def validate_reward_specs(specs: list[RewardSpec], columns: set[str] | None = None) -> None:
     """Check each spec's name and ``args`` as :func:`bind_rewards` would, raising the same
     :class:`SpecError` (``rewards.N.name``, ``rewards.N.args.FIELD``), but build nothing: building
-    may need the model's tokenizer, which the web service never loads."""
+    may need the model's tokenizer, which the web service never loads. ``columns`` (inline rows'
+    columns, when the spec has them) also checks the columns each reward reads."""
     state = _registry()
+    checked = []
     for index, spec in enumerate(specs):
-        _validate_args(_lookup(state, spec.name, index), spec.args, index)
+        definition = _lookup(state, spec.name, index)
+        checked.append((definition, _validate_args(definition, spec.args, index)))
+    # Columns last: a malformed reward is reported before a column the rows lack.
+    for index, (definition, args) in enumerate(checked):
+        _needed_columns(definition, args, columns, index)
+
+
+def _needed_columns(definition: RewardDefinition, args: BaseModel, columns: set[str] | None,
+                    index: int) -> list[str]:
+    """The columns the reward reads; a SpecError when ``columns`` (if known) lacks one."""
+    needed = list(definition.required_columns(args))
+    missing = [] if columns is None else [column for column in needed if column not in columns]
+    if missing:
+        present = ", ".join(sorted(columns or ())) or "(none)"
+        raise SpecError(f"rewards.{index}.args",
+                        f"needs dataset column '{missing[0]}'; columns present: {present}")
+    return needed
 
 
 def _build(definition: RewardDefinition, args: BaseModel, context: RewardContext, index: int) -> RewardFn:
@@ -237,13 +259,8 @@ def bind_rewards(
     for index, spec in enumerate(specs):
         definition = _lookup(state, spec.name, index)
         args = _validate_args(definition, spec.args, index)
-        needed = list(definition.required_columns(args))
-        missing = [] if columns is None else [column for column in needed if column not in columns]
-        if missing:
-            present = ", ".join(sorted(columns or ())) or "(none)"
-            raise SpecError(
-                f"rewards.{index}.args", f"needs dataset column '{missing[0]}'; columns present: {present}"
-            )
+        needed = _needed_columns(definition, args, columns, index)
         fn = _build(definition, args, context, index)
-        bound.append(BoundReward(_unique_name(spec.name, used), spec.weight, fn, needed))
+        name = _unique_name(spec.name, used)
+        bound.append(BoundReward(name, spec.weight, fn, needed, context.timeout_seconds))
     return bound

@@ -4,24 +4,58 @@ Reward functions may come from plugins, so their output is not trusted: a wrong 
 a bool is an error naming the reward (a bool usually means a forgotten ``float()`` and a silently
 coerced 0/1 would hide it); inf and NaN become "not applicable" rather than poisoning the group
 statistics. Each function gets its own copies of the inputs so one cannot alter what the next sees.
+
+A reward bound with a time budget runs in a thread of its own and is waited for that long: a call
+over budget leaves its rows unscorable (NaN, so advantage 0) and is reported, not raised; what to
+do about repeated timeouts is the trainer's call. A thread cannot be killed, so a plugin that never
+returns keeps spinning in the background (until the job ends); one stuck in C code holding the GIL
+stops this thread too, and only the service's stall watchdog, in another process, ends it.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from grpo_core.errors import GRPOError
+from grpo_core.errors import GRPOError, RewardTimeout
 from grpo_core.oom import out_of_memory_error
+from grpo_core.prompt_rows import RESERVED_COLUMNS
 from grpo_core.rewards.registry import BoundReward
 
-__all__ = ["RESERVED_COLUMNS", "score_completions"]
+__all__ = ["RESERVED_COLUMNS", "Scores", "score_completions"]
 
-# The inputs :func:`score_completions` passes every reward besides the dataset's columns; a column
-# of the same name would shadow one of them.
-RESERVED_COLUMNS = frozenset({"completions", "prompts", "raw_completions"})
+
+@dataclass
+class Scores:
+    matrix: list[list[float]]  # N x F: a row per completion, a column per reward, NaN = unscorable
+    timed_out: list[str] = field(default_factory=list)  # rewards whose call went over its budget
+
+
+def _call_within(fn: Callable[..., Any], timeout: float | None, name: str, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, or :class:`RewardTimeout` when it has not returned in ``timeout``."""
+    if timeout is None:
+        return fn(*args, **kwargs)
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # handed to the caller's thread, which decides
+            result["error"] = exc
+
+    # A daemon: a reward that never returns must not keep the job's process alive at exit.
+    thread = threading.Thread(target=run, name=f"reward-{name}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise RewardTimeout(f"reward '{name}' did not return within {timeout:g} s")
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
 
 
 def _check_inputs(n: int, prompts: list[str], columns: dict[str, list[Any]]) -> None:
@@ -70,8 +104,9 @@ def score_completions(
     prompts: list[str],
     columns: dict[str, list[Any]],
     raw_completions: list[str] | None = None,
-) -> list[list[float]]:
-    """An N x F matrix (row per completion, column per reward); NaN where a reward returned None.
+) -> Scores:
+    """An N x F matrix (row per completion, column per reward); NaN where a reward returned None
+    or went over its budget (those rewards are named in ``timed_out``).
 
     ``completions`` are the answers rewards score, ``raw_completions`` the whole texts (reasoning
     included; the answers when not given) for format rewards, ``columns`` every dataset column
@@ -83,15 +118,19 @@ def score_completions(
     if len(raw) != n:
         raise ValueError(f"{len(raw)} raw completions for {n} completions")
     columns = {**columns, "raw_completions": raw}
-    matrix = [[math.nan] * len(rewards) for _ in range(n)]
+    scores = Scores([[math.nan] * len(rewards) for _ in range(n)])
     for j, reward in enumerate(rewards):
         try:
-            values = reward.fn(list(completions), list(prompts), **{k: list(v) for k, v in columns.items()})
+            values = _call_within(reward.fn, reward.timeout_seconds, reward.name, list(completions),
+                                  list(prompts), **{k: list(v) for k, v in columns.items()})
+        except RewardTimeout:
+            scores.timed_out.append(reward.name)
+            continue
         except Exception as exc:
             # A reward that runs a model may run out of memory: the job's size, not the reward's bug.
             raise out_of_memory_error(exc) or GRPOError(
                 f"reward '{reward.name}' raised {type(exc).__name__}: {exc}", code="reward_error"
             ) from exc
         for row, score in enumerate(_checked(reward.name, values, n)):
-            matrix[row][j] = score
-    return matrix
+            scores.matrix[row][j] = score
+    return scores

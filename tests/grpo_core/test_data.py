@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from grpo_core import data
 from grpo_core.data import PromptSampler, columns_of, load_rows, render_prompt
-from grpo_core.errors import SpecError
+from grpo_core.errors import SourceUnavailable, SpecError
 from grpo_core.spec import DatasetSpec
 
 ROWS = [{"question": "What is 2+2?", "answer": "4"}, {"question": "Name a colour.", "answer": "red"}]
@@ -96,15 +97,20 @@ def test_missing_prompt_field_names_the_row_and_columns(tmp_path: Path) -> None:
 def test_empty_dataset(tmp_path: Path) -> None:
     path = tmp_path / "rows.jsonl"
     path.write_text("\n", encoding="utf-8")
-    for spec in (_file_spec(path), DatasetSpec(prompts=[])):
-        err = _error(spec)
-        assert (err.field, err.reason) == ("dataset", "the dataset has no rows")
+    err = _error(_file_spec(path))
+    assert (err.field, err.reason) == ("dataset", "the dataset has no rows")
+    # Inline rows are the spec's own: an empty list never gets this far (tests/grpo_core/test_spec_checks.py).
+    with pytest.raises(ValidationError):
+        DatasetSpec(prompts=[])
 
 
-@pytest.mark.parametrize("bad", [3, "", "   ", [], [{"role": "user"}], ["hi"], None])
-def test_inline_bad_prompt(bad: Any) -> None:
-    err = _error(DatasetSpec(prompts=[{"prompt": "fine"}, {"prompt": bad}]))
-    assert err.field == "dataset.prompts.1.prompt"
+@pytest.mark.parametrize(
+    "bad", [3, "", "   ", [], [{"role": "user"}], ["hi"], None, [{"role": "tool", "content": "x"}]]
+)
+def test_a_bad_prompt_in_a_file_names_the_row(tmp_path: Path, bad: Any) -> None:
+    path = _write(tmp_path / "rows.jsonl", [{"question": "fine"}, {"question": bad}])
+    err = _error(_file_spec(path))
+    assert err.field == "dataset.source" and err.reason.startswith("row 1: 'question' must be")
 
 
 def test_file_bad_prompt_names_the_row(tmp_path: Path) -> None:
@@ -170,10 +176,10 @@ def test_row_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert _error(DatasetSpec(prompts=ROWS, prompt_field="question")).field == "dataset.prompts"
 
 
-def test_hub_failure_becomes_a_spec_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unreachable_hub_is_source_unavailable_and_an_unknown_id_a_spec_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     datasets = pytest.importorskip("datasets")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     calls: list[tuple[Any, ...]] = []
 
     def offline(name: str, revision: str | None = None, split: str | None = None) -> None:
@@ -181,13 +187,30 @@ def test_hub_failure_becomes_a_spec_error(monkeypatch: pytest.MonkeyPatch) -> No
         raise ConnectionError("Couldn't reach the Hub (offline mode is enabled)")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    err = _error(DatasetSpec(source="hf:nobody/no-such-dataset@v1", split="test"))
-    assert err.field == "dataset.source"
-    assert err.reason == (
-        "could not load hub dataset 'nobody/no-such-dataset@v1': "
-        "Couldn't reach the Hub (offline mode is enabled)"
-    )
+    with pytest.raises(SourceUnavailable) as info:
+        load_rows(DatasetSpec(source="hf:nobody/no-such-dataset@v1", split="test"))
+    assert info.value.code == "source_unavailable"
+    assert info.value.field == "dataset.source"
+    assert "hub dataset 'nobody/no-such-dataset@v1': the source cannot be reached" in info.value.reason
     assert calls == [("nobody/no-such-dataset", "v1", "test")]
+
+    def unknown(*args: Any, **kwargs: Any) -> None:
+        raise FileNotFoundError("Dataset 'nobody/no-such-dataset' doesn't exist on the Hub")
+
+    monkeypatch.setattr(datasets, "load_dataset", unknown)
+    err = _error(DatasetSpec(source="hf:nobody/no-such-dataset"))
+    assert err.field == "dataset.source" and err.reason.startswith("could not load hub dataset")
+
+
+def test_a_hub_id_naming_a_local_folder_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``load_dataset('outside/m')`` would read ./outside/m: the id is never looked up locally."""
+    datasets = pytest.importorskip("datasets")
+    (tmp_path / "outside" / "m").mkdir(parents=True)
+    _write(tmp_path / "outside" / "m" / "train.jsonl", ROWS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("the loader was called"))
+    err = _error(DatasetSpec(source="hf:outside/m", prompt_field="question"))
+    assert err.field == "dataset.source" and "a local path of that name exists" in err.reason
 
 
 def test_hub_rows_are_normalized(monkeypatch: pytest.MonkeyPatch) -> None:

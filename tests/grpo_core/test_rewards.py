@@ -318,7 +318,7 @@ def test_score_completions_builds_an_n_by_f_matrix_with_nan_for_none():
         prompts=["p", "p", "q"],
         columns={"answer": ["72", "72", None]},
         raw_completions=["<think>r</think>72", "71", "5"],
-    )
+    ).matrix
     assert len(matrix) == 3 and all(len(row) == 2 for row in matrix)
     assert matrix[0] == [1.0, 1.0]
     assert matrix[1] == [0.0, 0.0]
@@ -335,7 +335,7 @@ def test_score_completions_passes_every_column_and_copies():
 
     completions = ["a", "b"]
     columns = {"answer": [1, 2], "extra": ["e", "f"]}
-    matrix = score_completions([BoundReward("spy", 1.0, spy)], completions, ["p", "q"], columns)
+    matrix = score_completions([BoundReward("spy", 1.0, spy)], completions, ["p", "q"], columns).matrix
     assert matrix == [[1.0], [1.0]]
     # Without raw texts (no reasoning split) the answers stand in for them.
     expected = {"answer": [1, 2], "extra": ["e", "f"], "prompts": ["p", "q"], "raw_completions": ["a", "b"]}
@@ -345,7 +345,7 @@ def test_score_completions_passes_every_column_and_copies():
 
 def test_non_finite_values_become_nan():
     rewards = [fixed("r", [math.inf, -math.inf, math.nan, 10**400, 2])]
-    matrix = score_completions(rewards, ["a"] * 5, ["p"] * 5, {})
+    matrix = score_completions(rewards, ["a"] * 5, ["p"] * 5, {}).matrix
     assert all(math.isnan(row[0]) for row in matrix[:4])
     assert matrix[4] == [2.0]
 
