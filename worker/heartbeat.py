@@ -33,6 +33,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from api.settings import Settings
 from api.store import bus
+from api.store.clock import Backoff
 from api.store.db import session_scope
 from api.store.jobs import renew_lease, requeue_after_fault
 from api.vocabulary import Heartbeat
@@ -186,7 +187,8 @@ class WorkerHeartbeat(_Ticker):
             try:
                 with session_scope(self.settings.database_url) as session:
                     moved = requeue_after_fault(session, job_id, worker_id=self.worker_id, message=message,
-                                                data={"pid": pid}, max_attempts=self.settings.max_attempts)
+                                                data={"pid": pid}, max_attempts=self.settings.max_attempts,
+                                                backoff=Backoff.of(self.settings))
             except SQLAlchemyError as exc:  # tried again next beat; the lease expires meanwhile anyway
                 log.warning("could not requeue job %s after its process died: %s", job_id, exc)
                 continue
