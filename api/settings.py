@@ -56,6 +56,15 @@ class Settings(BaseSettings):
         5, ge=1, description="An attempt that a machine fault ended (a rank process killed, at once; "
         "a worker gone silent, once its lease expires) sends its job back to the queue, until the "
         "job has had this many attempts; then it fails `too_many_attempts`.")
+    db_retry_seconds: float = Field(
+        60.0, ge=0, description="The worker retries a write or read its job's reporting needs through a "
+        "transient database error (a dropped connection, a restart) for this long, backing off; a "
+        "database away longer ends the attempt without failing the job, which resumes when it is back.")
+    requeue_backoff_seconds: float = Field(
+        5.0, ge=0, description="A job requeued after a fault or an expired lease is not dispatched "
+        "again for this long, doubled per attempt it has had (`pending_reason: backoff` meanwhile).")
+    requeue_backoff_max_seconds: float = Field(
+        300.0, ge=0, description="The most a requeued job waits before it is dispatched again.")
     rank_timeout_seconds: float = Field(
         1800.0, gt=0, description="A rank of a multi-GPU job that waits longer than this on the others "
         "(at the rendezvous or in a collective) fails the attempt.")

@@ -96,6 +96,8 @@ def reference_plan(state: ClusterState) -> Plan:
                 reason = "no_workers"
             elif all(w.gpus < job.gpus for w in workers):
                 reason = "too_large"
+            elif job.backoff:
+                reason = "backoff"
             elif limit is not None and after > limit:
                 reason = "quota_exceeded"
             elif fits:
@@ -196,7 +198,8 @@ def random_state(
     come from short lists so that fair-share keys tie often. ``edge_cases`` adds what a benchmark
     does not need: a held pool now and then, holders with no devices recorded, devices a
     worker reports busy outside SQL, jobs for a pool with no workers or too large for any
-    worker, holders on workers that stopped heartbeating, and teams missing from ``state.teams``."""
+    worker, holders on workers that stopped heartbeating, teams missing from ``state.teams``, and
+    jobs waiting out a requeue backoff."""
     live = tuple(
         Worker(f"w{i:03d}", rng.choice(pools), rng.choice((1, 1, 2, 4, 8))) for i in range(workers)
     )
@@ -232,7 +235,7 @@ def random_state(
         ]
     waiting = tuple(
         WaitingJob(next(ids), rng.choice(team_ids), rng.choice(job_pools), rng.choice(job_gpus),
-                   rng.choice(PRIORITY_ORDER))
+                   rng.choice(PRIORITY_ORDER), backoff=edge_cases and rng.random() < 0.05)
         for _ in range(jobs)
     )
     usage = {(t, p): rng.choice((0.0, 0.5, 1.0, 3.0)) for t in team_ids for p in pools if rng.random() < 0.5}

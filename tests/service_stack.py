@@ -89,7 +89,8 @@ def service_env(database_url: str, redis_url: str, roots: dict[str, Path]) -> di
     env.update(GRPO_DATABASE_URL=database_url, GRPO_REDIS_URL=redis_url,
                GRPO_MODELS_ROOT=str(roots["models"]), GRPO_DATA_ROOT=str(roots["data"]),
                GRPO_ARTIFACTS_ROOT=str(roots["artifacts"]), GRPO_HEARTBEAT_SECONDS="0.5",
-               GRPO_SCHEDULER_INTERVAL_SECONDS="0.2", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1",
+               GRPO_SCHEDULER_INTERVAL_SECONDS="0.2", GRPO_REQUEUE_BACKOFF_SECONDS="0.2",
+               OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1",
                PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
     return env
 

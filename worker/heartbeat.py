@@ -33,6 +33,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from api.settings import Settings
 from api.store import bus
+from api.store.clock import Backoff, db_now
 from api.store.db import session_scope
 from api.store.jobs import renew_lease, requeue_after_fault
 from api.vocabulary import Heartbeat
@@ -167,6 +168,7 @@ class WorkerHeartbeat(_Ticker):
         self.static = Heartbeat(worker_id=worker_id, pool=settings.pool, gpus=device_count(settings),
                                 **detect_gpus(), memory_mb=host_memory_mb(), hostname=socket.gethostname())
         self._withdrawn = threading.Event()
+        warm_up_database(settings.database_url)
 
     def beat(self) -> None:
         if self._withdrawn.is_set():
@@ -186,7 +188,8 @@ class WorkerHeartbeat(_Ticker):
             try:
                 with session_scope(self.settings.database_url) as session:
                     moved = requeue_after_fault(session, job_id, worker_id=self.worker_id, message=message,
-                                                data={"pid": pid}, max_attempts=self.settings.max_attempts)
+                                                data={"pid": pid}, max_attempts=self.settings.max_attempts,
+                                                backoff=Backoff.of(self.settings))
             except SQLAlchemyError as exc:  # tried again next beat; the lease expires meanwhile anyway
                 log.warning("could not requeue job %s after its process died: %s", job_id, exc)
                 continue
@@ -200,6 +203,18 @@ class WorkerHeartbeat(_Ticker):
             self.client.delete(bus.worker_key(self.worker_id))
         except RedisError:
             pass
+
+
+def warm_up_database(url: str) -> None:
+    """Import the database driver and connect once, from the main thread, before the heartbeat
+    thread can: Celery forks a new pool process whenever one dies, and a fork while that thread is
+    in the middle of the driver's first import leaves the child waiting forever on the module's
+    import lock (the replacement pool process then never runs a task)."""
+    try:
+        with session_scope(url) as session:
+            db_now(session)
+    except SQLAlchemyError as exc:  # imported all the same; the heartbeat retries its own writes
+        log.warning("database not reachable at worker start: %s", exc)
 
 
 class JobLease(_Ticker):

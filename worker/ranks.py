@@ -26,11 +26,15 @@ from grpo_core.models import quiet_library_progress_bars
 from grpo_core.spec import JobSpec
 from worker.attempt_files import AttemptFiles
 from worker.outcome import Outcome
+from worker.retrying import DatabaseUnavailable
 from worker.training import train_job, train_reporting
+
+_DATABASE_UNAVAILABLE = f"{DatabaseUnavailable.__module__}.{DatabaseUnavailable.__qualname__}"
 
 
 def train_on_ranks(job: JobRead, spec: JobSpec, settings: Settings, files: AttemptFiles) -> Outcome:
-    """Train ``job`` on one rank per device it holds. Raises :class:`grpo_core.launch.RankDied`;
+    """Train ``job`` on one rank per device it holds. Raises :class:`grpo_core.launch.RankDied`,
+    or :class:`worker.retrying.DatabaseUnavailable` when rank 0 could not reach the database;
     a spec the ranks cannot train raises SpecError first."""
     nproc = len(job.devices or ())
     check_data_parallel(spec, nproc)
@@ -39,6 +43,8 @@ def train_on_ranks(job: JobRead, spec: JobSpec, settings: Settings, files: Attem
         args = (job, spec, settings, files)
         [outcome, *_] = launch_ranks(train_rank, args, nproc, hang_timeout=hang_timeout)
     except RankFailed as exc:
+        if exc.exception_type == _DATABASE_UNAVAILABLE:  # rank 0 lost the database: not the job's fault
+            raise DatabaseUnavailable(exc.reason) from exc
         # Anything but a GRPOError is a crash, as in one process.
         return Outcome(JobStatus.FAILED, exc.message, exc.rank_code or "internal_error", exc.traceback)
     return outcome

@@ -4,67 +4,92 @@ idempotent per step), then to the job's Redis Stream for live readers.
 Publishing after the commit (:mod:`api.store.outbox`) means a reader that sees a stream entry
 can always find it in SQL; a failed publish only delays live readers until their next SQL
 re-check (they read history from SQL).
+
+Each hook's transaction is retried through a dropped connection (:mod:`worker.retrying`): every
+one is idempotent (a step's record per job, attempt and step; an event per its timestamp), so a
+retry whose first try committed changes nothing. A database away for longer than the budget
+raises :class:`worker.retrying.DatabaseUnavailable`, which ends the attempt, not the job.
 """
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session
 
 from api.store import outbox
 from api.store.db import session_scope
 from api.store.jobs import set_progress, stop_request
+from api.store.models import utcnow
 from api.store.telemetry import (
-    add_event,
+    add_event_once,
     forget_checkpoints,
     record_checkpoint,
     record_metrics,
     record_samples,
 )
 from grpo_core.callbacks import WARNING_EVENTS, TrainerCallback, json_safe
+from worker.retrying import retry_transient
+
+T = TypeVar("T")
 
 
 class JobReporter(TrainerCallback):
-    """Each hook is one transaction; the store functions stage what the job's stream carries
-    (metrics, samples, events) and ``publish`` (:func:`api.store.bus.publisher`; None: nobody
-    listens) sends it once the transaction has committed."""
+    """Each hook is one transaction, retried through transient errors for ``retry_seconds``; the
+    store functions stage what the job's stream carries (metrics, samples, events) and
+    ``publish`` (:func:`api.store.bus.publisher`; None: nobody listens) sends it once the
+    transaction has committed. ``attempt``: the job's attempt this process trains (its step
+    records replace those of earlier attempts)."""
 
-    def __init__(self, database_url: str, job_id: int, publish: outbox.Publish | None) -> None:
+    def __init__(self, database_url: str, job_id: int, publish: outbox.Publish | None,
+                 attempt: int | None = None, retry_seconds: float = 0.0) -> None:
         self.database_url = database_url
         self.job_id = job_id
         self.publish = publish
+        self.attempt = attempt
+        self.retry_seconds = retry_seconds
 
-    def _session(self) -> AbstractContextManager[Session]:
-        return session_scope(self.database_url, publish=self.publish)
+    def _write(self, what: str, body: Callable[[Session], T]) -> T:
+        """``body`` in a transaction of its own, the whole transaction retried."""
+        def once() -> T:
+            with session_scope(self.database_url, publish=self.publish) as session:
+                return body(session)
+
+        return retry_transient(once, self.retry_seconds, f"job {self.job_id}: {what}")
 
     def on_step(self, record: dict[str, Any]) -> None:
         record = json_safe(record)
-        with self._session() as session:
-            record_metrics(session, self.job_id, record)
-            set_progress(session, self.job_id, int(record["step"]))
+        step = int(record["step"])
+
+        def write(session: Session) -> None:
+            record_metrics(session, self.job_id, record, self.attempt)
+            set_progress(session, self.job_id, step)
+
+        self._write(f"step {step}'s metrics", write)
 
     def on_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
-        with self._session() as session:
-            record_samples(session, self.job_id, step, json_safe(rows))
+        rows = json_safe(rows)
+        self._write(f"step {step}'s samples",
+                    lambda session: record_samples(session, self.job_id, step, rows))
 
     def on_event(self, type: str, message: str, data: dict[str, Any]) -> None:  # noqa: A002
-        with self._session() as session:
-            add_event(session, self.job_id, type, message, json_safe(data),
-                      level="warning" if type in WARNING_EVENTS else "info")
+        data, ts = json_safe(data), utcnow()  # the event's identity across retries
+        level = "warning" if type in WARNING_EVENTS else "info"
+        self._write(f"event {type}",
+                    lambda session: add_event_once(session, self.job_id, type, message, data, ts, level))
 
     def on_checkpoint(self, step: int, path: Path) -> None:
-        with self._session() as session:
+        def write(session: Session) -> None:
             record_checkpoint(session, self.job_id, step, str(path))
             set_progress(session, self.job_id, step, checkpoint=str(path))
 
+        self._write(f"step {step}'s checkpoint", write)
+
     def on_checkpoints_removed(self, steps: list[int]) -> None:
-        with self._session() as session:
-            forget_checkpoints(session, self.job_id, steps)
+        self._write("checkpoints removed", lambda session: forget_checkpoints(session, self.job_id, steps))
 
     def stop_request(self) -> str | None:
         """What the job has been asked to do (:func:`api.store.jobs.stop_request`)."""
-        with self._session() as session:
-            return stop_request(session, self.job_id)
+        return self._write("stop request", lambda session: stop_request(session, self.job_id))

@@ -11,6 +11,11 @@ What the supervisor saw becomes one of:
 * an ending the supervisor forced: ``stalled`` (failed), a cancel or a preemption the job did not
   honour in time (cancelled, or back to the queue);
 * nothing, when the lease was lost: another attempt owns the job.
+
+The record is retried through transient database errors (:mod:`worker.retrying`; each is one
+guarded transition, so a retry whose first try committed changes nothing). If the database stays
+away for the whole budget the record is dropped: the lease then expires and the scheduler
+requeues the job, which resumes from its checkpoint.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from api.lifecycle import JobStatus
 from api.schemas.jobs import JobRead
 from api.settings import Settings
 from api.store import bus, outbox
+from api.store.clock import Backoff
 from api.store.db import session_scope
 from api.store.jobs import finish, requeue_after_fault
 from api.store.scheduling import yield_preempted
@@ -31,6 +37,7 @@ from worker.attempt_files import CANCEL, PREEMPT
 from worker.heartbeat import JobLease
 from worker.memory import gib
 from worker.outcome import Fault, Outcome
+from worker.retrying import DatabaseUnavailable, retry_transient
 from worker.supervisor import LEASE_LOST, OUT_OF_MEMORY, STALLED, Ended, stall_limit, supervise
 
 log = logging.getLogger(__name__)
@@ -47,13 +54,18 @@ def run_claimed_job(job: JobRead, worker_id: str, settings: Settings, lease: Job
     lease.stop()  # no renewal may race the outcome: it is the attempt's last write
     publish = bus.publisher(client, settings.stream_maxlen)
     report = ended.report if ended.killed_for is None else None
-    if isinstance(report, Fault):
-        return _requeue(job, worker_id, settings, publish, report)
-    if isinstance(report, Outcome):
-        return record_outcome(job, worker_id, settings, publish, report)
-    if ended.killed_for is not None:
-        return record_outcome(job, worker_id, settings, publish, forced_outcome(ended, settings, job))
-    return _requeue(job, worker_id, settings, publish, death_fault(ended))
+    try:
+        if isinstance(report, Fault):
+            return _requeue(job, worker_id, settings, publish, report)
+        if isinstance(report, Outcome):
+            return record_outcome(job, worker_id, settings, publish, report)
+        if ended.killed_for is not None:
+            return record_outcome(job, worker_id, settings, publish, forced_outcome(ended, settings, job))
+        return _requeue(job, worker_id, settings, publish, death_fault(ended))
+    except DatabaseUnavailable as exc:
+        log.error("job %s: how its attempt ended was not recorded; its lease will expire and the "
+                  "scheduler requeue it: %s", job.id, exc)
+        return "unrecorded"
 
 
 def forced_outcome(ended: Ended, settings: Settings, job: JobRead) -> Outcome:
@@ -102,14 +114,16 @@ def record_outcome(job: JobRead, worker_id: str, settings: Settings, publish: ou
             outcome: Outcome) -> str:
     # The transition stages the final status: readers learn it after the commit, and find it
     # (and every step) in SQL.
-    with session_scope(settings.database_url, publish=publish) as session:
-        if outcome.status is JobStatus.PREEMPTED:  # checkpointed: back to the queue, to resume from it
-            recorded = yield_preempted(session, job.id, worker_id, outcome.step)
-        else:
-            recorded = finish(session, job.id, worker_id=worker_id, outcome=outcome.status,
-                              message=outcome.message, error_code=outcome.error_code,
-                              error_message=outcome.message if outcome.error_code else None,
-                              traceback=outcome.traceback) is not None
+    def record() -> bool:
+        with session_scope(settings.database_url, publish=publish) as session:
+            if outcome.status is JobStatus.PREEMPTED:  # checkpointed: back to the queue, to resume from it
+                return yield_preempted(session, job.id, worker_id, outcome.step)
+            return finish(session, job.id, worker_id=worker_id, outcome=outcome.status,
+                          message=outcome.message, error_code=outcome.error_code,
+                          error_message=outcome.message if outcome.error_code else None,
+                          traceback=outcome.traceback) is not None
+
+    recorded = retry_transient(record, settings.db_retry_seconds, f"job {job.id}: its outcome")
     if not recorded:
         log.warning("job %s: lease lost before its outcome (%s) was recorded", job.id, outcome.status)
         return "lost"
@@ -118,11 +132,15 @@ def record_outcome(job: JobRead, worker_id: str, settings: Settings, publish: ou
 
 
 def _requeue(job: JobRead, worker_id: str, settings: Settings, publish: outbox.Publish, fault: Fault) -> str:
-    """The machine's fault: back to the queue now (bounded by ``max_attempts``) to resume from its
-    checkpoint, rather than when its lease expires."""
-    with session_scope(settings.database_url, publish=publish) as session:
-        moved = requeue_after_fault(session, job.id, worker_id=worker_id, message=fault.message,
-                                    data=fault.data, max_attempts=settings.max_attempts)
+    """The machine's fault: back to the queue now (bounded by ``max_attempts``, after a backoff) to
+    resume from its checkpoint, rather than when its lease expires."""
+    def record():
+        with session_scope(settings.database_url, publish=publish) as session:
+            return requeue_after_fault(session, job.id, worker_id=worker_id, message=fault.message,
+                                       data=fault.data, max_attempts=settings.max_attempts,
+                                       backoff=Backoff.of(settings))
+
+    moved = retry_transient(record, settings.db_retry_seconds, f"job {job.id}: its requeue")
     if moved is None:
         log.warning("job %s: lease lost before its fault was recorded (%s)", job.id, fault.message)
         return "lost"

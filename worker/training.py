@@ -34,6 +34,7 @@ from worker.attempt_files import CANCEL, PREEMPT, AttemptFiles
 from worker.job_sources import loadable
 from worker.outcome import Fault, Outcome
 from worker.reporting import JobReporter
+from worker.retrying import DATABASE_UNAVAILABLE, DatabaseUnavailable
 
 
 class SupervisorLink(TrainerCallback):
@@ -69,7 +70,8 @@ class SupervisorLink(TrainerCallback):
 
 def run_attempt(job: JobRead, settings: Settings, worker_id: str, files: AttemptFiles) -> Outcome | Fault:
     """Train ``job`` and say how the attempt ended. Every failure of the job's own becomes an
-    Outcome with a stable code; a machine fault (a rank process that died) becomes a Fault."""
+    Outcome with a stable code; a machine fault (a rank process that died, the database away
+    longer than the retry budget) becomes a Fault."""
     from worker.ranks import train_on_ranks  # it imports this module
 
     quiet_library_progress_bars()
@@ -81,6 +83,8 @@ def run_attempt(job: JobRead, settings: Settings, worker_id: str, files: Attempt
     except RankDied as exc:
         data = {"rank": exc.rank, "pid": exc.pid, "exitcode": exc.exitcode, "signal": exc.signal_name}
         return Fault(exc.message, data)
+    except DatabaseUnavailable as exc:  # the infrastructure's fault: resume once it is back
+        return Fault(str(exc), {"error_code": DATABASE_UNAVAILABLE}, DATABASE_UNAVAILABLE)
     except ValidationError as exc:
         return failure("invalid_spec", f"stored spec no longer validates: {exc}")
     except GRPOError as exc:
@@ -100,7 +104,7 @@ def train_reporting(job: JobRead, spec: JobSpec, settings: Settings, files: Atte
     client = redis.Redis.from_url(settings.redis_url)
     try:
         publish = bus.publisher(client, settings.stream_maxlen)
-        reporter = JobReporter(settings.database_url, job.id, publish)
+        reporter = JobReporter(settings.database_url, job.id, publish, job.attempt, settings.db_retry_seconds)
         final, link = FinalMetrics(), SupervisorLink(files, job.last_step, reporter.stop_request)
         # The job's trackers write beside its checkpoints; one W&B run per job, resumed by each attempt.
         tracked = trackers(spec, job_dir(settings, job.id), run_id=f"job-{job.id}")

@@ -22,6 +22,8 @@ The rules, per pool (pools are independent):
   (progressive filling). Recent usage is the team's GPU count averaged over the past with a
   half-life (:func:`decayed_usage`), so a team that just had the pool for hours waits behind
   one that did not. Ties go to the older job (lower id).
+* A job requeued after a fault waits out its backoff (``WaitingJob.backoff``) before anything
+  else is considered for it; it keeps its place in the order meanwhile.
 * A job is dispatched when its pool is not held, its team stays within its quota for the pool,
   and a worker has enough free devices for it. Otherwise it is skipped and the next job is tried:
   a smaller job behind a blocked one is backfilled into what is free.
@@ -56,6 +58,7 @@ PENDING_REASONS = (
     "pool_held",  # an admin held dispatch into the job's pool
     "no_workers",  # no live worker serves the pool
     "too_large",  # no live worker of the pool has as many GPUs as the job asks for
+    "backoff",  # requeued after a fault or a lost worker: waits out its backoff before a retry
     "quota_exceeded",  # the team would exceed its GPU quota for the pool
     "preempting",  # a lower-priority job is checkpointing to make room for this one
     "lower_priority",  # free devices that fit went to a job of a higher priority class
@@ -79,6 +82,7 @@ class WaitingJob:
     pool: str
     gpus: int
     priority: str  # one of PRIORITY_ORDER
+    backoff: bool = False  # requeued after a fault, its backoff not over yet: not dispatched
 
 
 @dataclass(frozen=True)
@@ -278,6 +282,8 @@ def _place(
             reason = "no_workers"
         elif biggest < job.gpus:
             reason = "too_large"
+        elif job.backoff:
+            reason = "backoff"
         elif quota is not None and real_held.get(job.team_id, 0) + job.gpus > quota:
             reason = "quota_exceeded"
         else:

@@ -33,6 +33,7 @@ from api.lifecycle import Transition
 from api.scheduling import policy
 from api.settings import Settings
 from api.store import bus
+from api.store.clock import Backoff, db_now
 from api.store.db import session_scope
 from api.store.jobs import requeue_expired, transition
 from api.store.models import utcnow
@@ -111,11 +112,13 @@ class Scheduler:
         url = self.settings.database_url
         with self._session() as session:
             for job_id in requeue_expired(session, self.settings.lease_seconds,
-                                          max_attempts=self.settings.max_attempts):
+                                          max_attempts=self.settings.max_attempts,
+                                          backoff=Backoff.of(self.settings)):
                 log.warning("job %s: lease expired (requeued, or failed once out of attempts)", job_id)
         heartbeats = bus.live_workers(self.client)
         with session_scope(url) as session:
-            state = load_state(session, heartbeats, utcnow(), self.settings.fair_share_half_life_seconds)
+            state = load_state(session, heartbeats, db_now(session),
+                               self.settings.fair_share_half_life_seconds)
         decision = policy.plan(state.cluster)
         sent = [item.job_id for item in decision.dispatch if self.dispatch(item)]
         for item in decision.preempt:

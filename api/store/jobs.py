@@ -26,6 +26,7 @@ from api.lifecycle import (
 from api.schemas.jobs import JobRead
 from api.store import outbox
 from api.store._rows import insert_returning, job_read
+from api.store.clock import Backoff, db_now
 from api.store.models import Allocation, Job, JobEvent, utcnow
 from api.store.telemetry import add_event
 from api.vocabulary import PRIORITIES
@@ -247,10 +248,11 @@ def request_cancel(session: Session, job_id: int, team_id: int | None = None) ->
 
 
 def claim(session: Session, job_id: int, worker_id: str) -> JobRead | None:
-    """A worker takes a dispatched job; a duplicate delivery finds it no longer dispatched."""
-    now = utcnow()
+    """A worker takes a dispatched job; a duplicate delivery finds it no longer dispatched. The
+    lease starts on the database's clock (:mod:`api.store.clock`), as every renewal does."""
+    now = db_now(session)
     values = {"worker_id": worker_id, "attempt": _JOBS.c.attempt + 1, "heartbeat_at": now, "started_at": now,
-              "error_code": None, "error_message": None, "error_traceback": None}
+              "retry_at": None, "error_code": None, "error_message": None, "error_traceback": None}
     # The job is promised to this worker; one dispatched to none (by hand) is anyone's.
     promised = or_(_JOBS.c.worker_id == worker_id, _JOBS.c.worker_id.is_(None))
     return transition(session, job_id, via=Transition.CLAIM, message=f"claimed by {worker_id}",
@@ -258,11 +260,13 @@ def claim(session: Session, job_id: int, worker_id: str) -> JobRead | None:
 
 
 def renew_lease(session: Session, job_id: int, worker_id: str) -> tuple[bool, bool, bool]:
-    """``(still_ours, cancel_requested, preempt_requested)``; a worker that lost its lease must stop."""
+    """``(still_ours, cancel_requested, preempt_requested)``; a worker that lost its lease must stop.
+    Stamped with the database's clock, which the reaper compares it with: a worker whose own clock
+    is off neither loses its job nor keeps a dead one."""
     stmt = (
         update(Job)
         .where(Job.id == job_id, Job.worker_id == worker_id, Job.status.in_(ACTIVE_STATUSES))
-        .values(heartbeat_at=utcnow())
+        .values(heartbeat_at=db_now(session))
         .returning(Job.cancel_requested, Job.preempt_requested)
         .execution_options(synchronize_session=False)
     )
@@ -312,13 +316,15 @@ TOO_MANY_ATTEMPTS = "too_many_attempts"
 
 
 def requeue_expired(session: Session, lease_seconds: float, now: datetime | None = None,
-                    max_attempts: int | None = None) -> list[int]:
+                    max_attempts: int | None = None, backoff: Backoff | None = None) -> list[int]:
     """Jobs whose worker went silent go back to the queue (they resume from their checkpoint);
     one that was being cancelled ends cancelled instead, and a running one that has had
     ``max_attempts`` attempts fails ``too_many_attempts`` (a job that kills its worker each
     time, say, must not loop forever). The staleness is checked again by each move, so a lease
-    renewed meanwhile keeps its job."""
-    cutoff = (now or utcnow()) - timedelta(seconds=lease_seconds)
+    renewed meanwhile keeps its job. ``now``: the database's clock unless given (tests);
+    ``backoff``: how long a requeued job waits before its next dispatch."""
+    now = now or db_now(session)
+    cutoff = now - timedelta(seconds=lease_seconds)
     c = _JOBS.c
     expired = or_(c.status.in_(ACTIVE_STATUSES) & (c.heartbeat_at < cutoff),
                   (c.status == JobStatus.DISPATCHED.value) & (c.dispatched_at < cutoff))
@@ -330,40 +336,47 @@ def requeue_expired(session: Session, lease_seconds: float, now: datetime | None
         else:
             job = _requeue_or_give_up(session, job_id, guard=expired, worker_id=None,
                                       message="lease expired", data={"previous_status": status},
-                                      max_attempts=max_attempts)
+                                      max_attempts=max_attempts, backoff=backoff, now=now)
         if job is not None:
             moved.append(job_id)
     return moved
 
 
 def requeue_after_fault(session: Session, job_id: int, *, worker_id: str, message: str, data: dict[str, Any],
-                        max_attempts: int) -> JobRead | None:
+                        max_attempts: int, backoff: Backoff | None = None) -> JobRead | None:
     """The attempt was ended by the machine, not by the job (a rank process killed, e.g. by the OOM
     killer): back to the queue at once, to resume from its checkpoint, rather than once its lease
     expires. Bounded: a job that has had ``max_attempts`` attempts fails ``too_many_attempts`` with
     this ``message`` as its error instead; one being cancelled ends cancelled. Only the worker
-    holding the lease may; None when it no longer does."""
+    holding the lease may; None when it no longer does. ``backoff``: how long the job waits
+    before its next dispatch."""
     c = _JOBS.c
     job = transition(session, job_id, via=Transition.STOP_CANCELLED, worker_id=worker_id,
                      guard=c.status == JobStatus.CANCELLING.value, message=f"{message} while cancelling",
                      data=data, values={"finished_at": utcnow()})
     return job or _requeue_or_give_up(session, job_id, guard=None, worker_id=worker_id, message=message,
-                                      data=data, max_attempts=max_attempts)
+                                      data=data, max_attempts=max_attempts, backoff=backoff)
 
 
 def _requeue_or_give_up(session: Session, job_id: int, *, guard: ColumnElement[bool] | None,
                         worker_id: str | None, message: str, data: dict[str, Any],
-                        max_attempts: int | None) -> JobRead | None:
+                        max_attempts: int | None, backoff: Backoff | None = None,
+                        now: datetime | None = None) -> JobRead | None:
     """Back to the queue, unless the job has used ``max_attempts`` attempts (None: no limit): then
     it fails ``too_many_attempts`` with ``message`` as the last error. A dispatched job that was
-    never claimed has used no attempt, so it always goes back."""
+    never claimed has used no attempt, so it always goes back. A requeued job is not dispatched
+    before ``backoff`` says (``retry_at``, on the database's clock ``now``)."""
     c = _JOBS.c
+    values = dict(_BACK_IN_QUEUE)
+    if backoff is not None:
+        attempts = session.execute(select(c.attempt).where(c.id == job_id)).scalar() or 0
+        values["retry_at"] = backoff.until(now or db_now(session), attempts)
     within = None if max_attempts is None else or_(c.attempt < max_attempts,
                                                    c.status == JobStatus.DISPATCHED.value)
     conditions = [g for g in (guard, within) if g is not None]
     requeue_guard = and_(*conditions) if conditions else None
     job = transition(session, job_id, via=Transition.REQUEUE, worker_id=worker_id, guard=requeue_guard,
-                     message=f"{message}; back to the queue", data=data, values=_BACK_IN_QUEUE)
+                     message=f"{message}; back to the queue", data=data, values=values)
     if job is not None or max_attempts is None:
         return job
     error = f"gave up after {max_attempts} attempts; the last: {message}"

@@ -16,8 +16,9 @@ from sqlalchemy.orm import Session
 from api.lifecycle import HOLDING_STATUSES, WAITING_STATUSES, JobStatus, Transition
 from api.scheduling import policy
 from api.schemas.jobs import as_utc
+from api.store.clock import db_now
 from api.store.jobs import transition
-from api.store.models import Allocation, Job, Pool, Team, utcnow
+from api.store.models import Allocation, Job, Pool, Team
 from api.store.teams import quotas_by_team
 from api.store.telemetry import add_event
 from api.vocabulary import Heartbeat
@@ -64,15 +65,17 @@ def schedulable_workers(heartbeats: list[Heartbeat], holding: list[policy.Holdin
 def load_state(session: Session, heartbeats: list[Heartbeat], now: datetime, half_life: float,
                ) -> SchedulingState:
     """Everything :func:`api.scheduling.policy.plan` needs: SQL read in one transaction, plus the live
-    workers' heartbeats (``api.store.bus.live_workers``)."""
+    workers' heartbeats (``api.store.bus.live_workers``). ``now``: the database's clock
+    (:func:`api.store.clock.db_now`), which requeue backoffs are timed by."""
     # Core on the session's connection: the ORM's per-row bookkeeping was most of a 10k-job read.
     conn = session.connection()
     waiting, info = [], {}
     c = _JOBS.c
-    waiting_rows = conn.execute(select(c.id, c.team_id, c.pool, c.gpus, c.priority, c.name, c.pending_reason)
-                                .where(c.status.in_(WAITING_STATUSES)).order_by(c.id))
-    for job_id, team_id, pool, gpus, priority, name, reason in waiting_rows:
-        waiting.append(policy.WaitingJob(job_id, team_id, pool, gpus, priority))
+    waiting_rows = conn.execute(select(c.id, c.team_id, c.pool, c.gpus, c.priority, c.name, c.pending_reason,
+                                       c.retry_at).where(c.status.in_(WAITING_STATUSES)).order_by(c.id))
+    for job_id, team_id, pool, gpus, priority, name, reason, retry_at in waiting_rows:
+        backing_off = retry_at is not None and as_utc(retry_at) > now
+        waiting.append(policy.WaitingJob(job_id, team_id, pool, gpus, priority, backing_off))
         info[job_id] = WaitingInfo(name, reason)
     holding = [
         policy.HoldingJob(row.id, row.team_id, row.pool, row.gpus, row.priority, row.worker_id, row.status,
@@ -116,8 +119,9 @@ def dispatch_job(session: Session, job_id: int, worker_id: str, devices: tuple[i
     quotas and fair share count) until it leaves the holding statuses. Only that worker may claim
     it, and its child sees only those devices."""
     recorded = None if devices is None else list(devices)
-    values = {"worker_id": worker_id, "devices": recorded, "dispatched_at": utcnow(),
-              "pending_reason": None, "preempt_requested": False}
+    # The database's clock: the lease reaper compares it with its own reading of that clock.
+    values = {"worker_id": worker_id, "devices": recorded, "dispatched_at": db_now(session),
+              "pending_reason": None, "preempt_requested": False, "retry_at": None}
     where = worker_id if devices is None else f"{worker_id} devices {','.join(map(str, devices))}"
     return transition(session, job_id, via=Transition.DISPATCH, values=values,
                       message=f"dispatched to {where}", data={"devices": recorded}) is not None

@@ -1,16 +1,18 @@
 """Events, per-step metrics, samples and checkpoints of a job. Writes are idempotent per
-``(job_id, step)`` so a retried worker write never duplicates a step."""
+``(job_id, step)`` (an event: per its timestamp, :func:`add_event_once`) so a retried worker
+write never duplicates a step."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from api.schemas.jobs import CheckpointRead, EventRead, MetricRead, SamplesRead
 from api.store import outbox
-from api.store._rows import insert_ignoring_duplicates
+from api.store._rows import dialect_insert, insert_ignoring_duplicates
 from api.store.models import Checkpoint, JobEvent, JobMetric, JobSample, utcnow
 
 
@@ -21,8 +23,10 @@ def add_event(
     message: str = "",  # noqa: A002
     data: dict[str, Any] | None = None,
     level: str = "info",
+    ts: datetime | None = None,
 ) -> EventRead:
-    event = JobEvent(job_id=job_id, type=type, message=message, data=data or {}, level=level, ts=utcnow())
+    event = JobEvent(job_id=job_id, type=type, message=message, data=data or {}, level=level,
+                     ts=ts or utcnow())
     session.add(event)
     session.flush()
     read = EventRead.model_validate(event, from_attributes=True)
@@ -30,15 +34,38 @@ def add_event(
     return read
 
 
-def record_metrics(session: Session, job_id: int, record: dict[str, Any]) -> bool:
-    """One step's record, staged for the stream too: also a retried write's (readers drop a
-    step they have), since the first attempt may have committed without publishing."""
+def add_event_once(session: Session, job_id: int, type: str, message: str,  # noqa: A002
+                   data: dict[str, Any], ts: datetime, level: str = "info") -> bool:
+    """:func:`add_event` unless the job already has a ``type`` event at ``ts``: the writer picks
+    ``ts`` once, so a retry whose first try committed (the connection dropped on the way back)
+    does not record the event twice. True when it was written."""
+    found = session.execute(select(JobEvent.id).where(JobEvent.job_id == job_id, JobEvent.type == type,
+                                                      JobEvent.ts == ts).limit(1)).first()
+    if found is not None:
+        return False
+    add_event(session, job_id, type, message, data, level=level, ts=ts)
+    return True
+
+
+def record_metrics(session: Session, job_id: int, record: dict[str, Any], attempt: int | None = None) -> bool:
+    """One step's record, written by ``attempt`` of the job, once: the same attempt writing it
+    again (a retry) changes nothing; a later attempt, which trained the step again after resuming
+    from an older checkpoint, replaces it, so SQL holds the step the model took. True when the
+    row was written. Staged for the stream too, also on a retry (readers drop a step they have),
+    since the first try may have committed without publishing."""
     outbox.stage(session, job_id, "metrics", record)
-    return insert_ignoring_duplicates(
-        session,
-        JobMetric.__table__,
-        {"job_id": job_id, "step": int(record["step"]), "payload": record, "ts": utcnow()},
+    table = JobMetric.__table__
+    values = {"job_id": job_id, "step": int(record["step"]), "attempt": attempt, "payload": record,
+              "ts": utcnow()}
+    stmt = dialect_insert(session.get_bind().dialect.name, table).values(**values)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["job_id", "step"],
+        set_={"attempt": stmt.excluded.attempt, "payload": stmt.excluded.payload, "ts": stmt.excluded.ts},
+        # Rows from before attempts were recorded count as attempt 0.
+        where=func.coalesce(table.c.attempt, 0) < stmt.excluded.attempt,
     )
+    # RETURNING, not rowcount: psycopg reports -1 for a Core INSERT run through the ORM session.
+    return session.execute(stmt.returning(table.c.id)).first() is not None
 
 
 def record_samples(session: Session, job_id: int, step: int, rows: list[dict[str, Any]]) -> bool:

@@ -262,6 +262,7 @@ def _reason_states() -> dict[str, tuple[ClusterState, int]]:
         "pool_held": (cluster(one, [job(1, 1)], held_pools=frozenset({"a"})), 1),
         "no_workers": (cluster(one, [job(1, 1, pool="elsewhere")]), 1),
         "too_large": (cluster(one, [job(1, 1, gpus=2)]), 1),
+        "backoff": (cluster(one, [WaitingJob(1, 1, "a", 1, "normal", backoff=True)]), 1),
         "quota_exceeded": (cluster(one, [job(1, 1)], teams=[Team(1, 1.0, {"a": 0})]), 1),
         "preempting": (cluster(one, [job(1, 1, priority="high")], [hold(50, 2, "w1", priority="low")]), 1),
         "lower_priority": (cluster(one, [job(1, 1), job(2, 1, priority="high")]), 1),
@@ -274,6 +275,13 @@ def _reason_states() -> dict[str, tuple[ClusterState, int]]:
 def test_every_pending_reason_is_reachable(reason):
     state, job_id = _reason_states()[reason]
     assert plan(state).pending[job_id] == reason
+
+
+def test_a_job_in_backoff_keeps_its_place_and_the_worker_goes_to_the_next():
+    backing_off = WaitingJob(1, 1, "a", 1, "high", backoff=True)
+    result = plan(cluster([worker("w1")], [backing_off, job(2, 1)], [hold(50, 2, "w0", priority="low")]))
+    assert placed(result) == {2: "w1"}
+    assert (result.pending, result.position, result.preempt) == ({1: "backoff"}, {1: 1}, [])
 
 
 # ---- preemption ----

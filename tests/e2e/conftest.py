@@ -94,6 +94,7 @@ def stack(request, tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Pat
                # Nothing listens there, so `grpo dev` starts its own redis-server.
                GRPO_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0",
                GRPO_HEARTBEAT_SECONDS="0.5", GRPO_SCHEDULER_INTERVAL_SECONDS="0.2",
+               GRPO_REQUEUE_BACKOFF_SECONDS="0.2",
                OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     for database in _database_env(request.param):
         log = root / "dev.log"
@@ -161,6 +162,7 @@ def keyed_stack(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) 
                GRPO_MODELS_ROOT=str(root / "models"), GRPO_DATA_ROOT=str(root / "data"),
                GRPO_ARTIFACTS_ROOT=str(root / "artifacts"), GRPO_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0",
                GRPO_HEARTBEAT_SECONDS="0.5", GRPO_SCHEDULER_INTERVAL_SECONDS="0.2",
+               GRPO_REQUEUE_BACKOFF_SECONDS="0.2",
                OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     log = root / "dev.log"
     with log.open("w") as handle:

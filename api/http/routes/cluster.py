@@ -21,8 +21,8 @@ from api.scheduling import policy
 from api.scheduling.cluster_views import ClusterView, QueueView, cluster_view, queue_view
 from api.settings import Settings
 from api.store import bus
+from api.store.clock import db_now
 from api.store.db import session_scope
-from api.store.models import utcnow
 from api.store.scheduling import load_state
 from api.vocabulary import NAME_PATTERN, Heartbeat
 
@@ -39,7 +39,7 @@ async def get_cluster(principal: PrincipalDep, settings: SettingsDep, redis: Red
 
 def _cluster(settings: Settings, heartbeats: list[Heartbeat], scope: int | None) -> ClusterView:
     with session_scope(settings.database_url) as session:
-        state = load_state(session, heartbeats, utcnow(), settings.fair_share_half_life_seconds)
+        state = load_state(session, heartbeats, db_now(session), settings.fair_share_half_life_seconds)
     return cluster_view(state, heartbeats, policy.fair_shares(state.cluster), scope)
 
 
