@@ -61,13 +61,13 @@ def redis_answers(url: str) -> bool:
         return False
 
 
-def start_redis(timeout: float = 10.0) -> tuple[str, subprocess.Popen]:
-    """A throwaway ``redis-server`` (no persistence) on a free local port."""
+def start_redis(timeout: float = 10.0, port: int | None = None) -> tuple[str, subprocess.Popen]:
+    """A throwaway ``redis-server`` (no persistence) on ``port``, or a free local port."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise DevError("no Redis answers at GRPO_REDIS_URL and no redis-server is on PATH; "
                        "install Redis (apt install redis-server) or set GRPO_REDIS_URL", code=2)
-    port = free_port()
+    port = port or free_port()
     process = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                                 "--appendonly", "no"], stdout=subprocess.DEVNULL, start_new_session=True,
                                preexec_fn=child_of_this_process())
