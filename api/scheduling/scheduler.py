@@ -70,9 +70,14 @@ class LeaderLock:
 
 
 def celery_client(settings: Settings) -> Celery:
-    """A producer-only Celery app: it knows the broker and task names, no task code."""
+    """A producer-only Celery app: it knows the broker and task names, no task code. Its sends
+    time out like the scheduler's other Redis calls (``bus.client_timeouts``), so a frozen Redis
+    fails a tick, which is retried, instead of hanging the scheduler."""
+    timeouts = bus.client_timeouts(settings)
     app = Celery("grpo_scheduler", broker=settings.redis_url, set_as_current=False)
-    app.conf.update(broker_connection_retry_on_startup=True, task_ignore_result=True)
+    app.conf.update(broker_connection_retry_on_startup=True, task_ignore_result=True,
+                    broker_transport_options={"socket_timeout": timeouts.socket,
+                                              "socket_connect_timeout": timeouts.connect})
     return app
 
 

@@ -47,3 +47,20 @@ def test_a_frozen_redis_fails_a_call_within_the_socket_timeout(frozen_redis) -> 
     assert time.monotonic() - started < settings.lease_seconds
     os.kill(process.pid, signal.SIGCONT)
     assert client.ping()  # and it recovers once Redis answers again
+
+
+def test_the_schedulers_send_to_a_frozen_broker_fails_instead_of_hanging(frozen_redis) -> None:
+    from kombu.exceptions import OperationalError
+
+    from api.scheduling.scheduler import celery_client
+
+    url, process = frozen_redis
+    settings = Settings(redis_url=url, lease_seconds=3)
+    sender = celery_client(settings)
+    sender.send_task("grpo.probe", args=[1], queue=settings.redis_keys.worker_queue("w"))
+    os.kill(process.pid, signal.SIGSTOP)
+    started = time.monotonic()
+    with pytest.raises(OperationalError):  # without timeouts this send waits for as long as Redis is frozen
+        sender.send_task("grpo.probe", args=[2], queue=settings.redis_keys.worker_queue("w"))
+    # Celery's publish retries each time out: a few timeouts, the tick fails and is retried.
+    assert time.monotonic() - started < 4 * settings.lease_seconds
