@@ -18,11 +18,15 @@ change how jobs survive a broker outage (see :data:`PINNED_FOR_CELERY_6`).
 
 from __future__ import annotations
 
+import logging
+
 from celery import Celery, signals
 
 from api.settings import Settings, get_settings
 from worker.devices import device_count
 from worker.heartbeat import WorkerHeartbeat, current_worker_id
+
+log = logging.getLogger(__name__)
 
 # The message only starts a job; SQL (claim, lease, outcome) is the record of it.
 PINNED_FOR_CELERY_6 = {
@@ -82,8 +86,11 @@ def _consume_own_queue(sender: object, instance: object, **_: object) -> None:
 def _start_heartbeat(**_: object) -> None:
     """Advertise capacity only once the consumer is ready: the scheduler dispatches on it."""
     global _heartbeat
-    _heartbeat = WorkerHeartbeat(get_settings(), current_worker_id())
+    settings = get_settings()
+    _heartbeat = WorkerHeartbeat(settings, current_worker_id())
     _heartbeat.start()
+    log.info("worker %s serves pool %s in namespace %s", current_worker_id(), settings.pool,
+             settings.namespace)
 
 
 @signals.worker_shutting_down.connect

@@ -218,8 +218,10 @@ class Scheduler:
                 try:
                     now_leading = self.lock.hold()
                     if now_leading != leading:
-                        log.info("scheduler %s %s", self.holder,
-                                 "is the leader" if now_leading else "stood down")
+                        # The namespace is in the line: a stack whose processes derive different
+                        # ones (different database URLs) would see no workers, silently.
+                        log.info("scheduler %s %s of namespace %s", self.holder,
+                                 "is the leader" if now_leading else "stood down", self.keys.namespace)
                         leading = now_leading
                     if leading:
                         self.tick()
