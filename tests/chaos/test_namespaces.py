@@ -42,11 +42,13 @@ def finished_in(database_url: str, job_id: int):
 
 def test_two_stacks_on_one_redis_each_dispatch_and_finish_their_own_job(
         processes, service_env, settings, database_url, other_database_url, redis_url, pool, tiny_spec,
-        wait_for):
-    other_env = {**service_env, "GRPO_DATABASE_URL": other_database_url}
-    other = settings_of(other_env)
+        wait_for, tmp_path):
+    # Its own artifacts too: both databases number their jobs from 1, and a job resumes from the
+    # checkpoints it finds under its id.
+    own = {"GRPO_DATABASE_URL": other_database_url, "GRPO_ARTIFACTS_ROOT": str(tmp_path)}
+    other = settings_of({**service_env, **own})
     assert other.namespace != settings.namespace  # derived from the database: no setup needed
-    for env in ({}, {"GRPO_DATABASE_URL": other_database_url}):
+    for env in ({}, own):
         processes.worker(pool, **env)
         processes.scheduler(**env)
     client = redis.Redis.from_url(redis_url)
