@@ -55,7 +55,8 @@ def test_readyz_is_503_when_the_database_is_unreachable(api_settings_factory, se
     for response in (anonymous, wrong_key):
         assert response.status_code == 503
         assert response.json() == {"error": {"code": "not_ready", "message": "database: down", "param": None},
-                                   "checks": {"database": "down", "redis": "ok"}}
+                                   "checks": {"database": "down", "redis": "ok"},
+                                   "scheduler": {"last_pass_age_seconds": None, "stale_after_seconds": 10.0}}
     assert admin.status_code == 503 and admin.json()["checks"]["redis"] == "ok"
     detail = admin.json()["checks"]["database"]
     assert admin.json()["error"]["message"] == f"database: {detail}" and str(port) in detail
