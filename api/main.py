@@ -13,8 +13,6 @@ from contextlib import asynccontextmanager
 from functools import lru_cache
 from typing import Any
 
-import redis
-import redis.asyncio as aioredis
 from fastapi import FastAPI
 
 from api.http import access_log, openapi_stream
@@ -24,21 +22,16 @@ from api.http.yaml_body import YamlSpecBody
 from api.settings import Settings, get_settings
 from api.store import bus
 
-# Above the stream's XREAD BLOCK (1 s), so a blocked read is never mistaken for a dead socket.
-REDIS_SOCKET_TIMEOUT_S = 10.0
-REDIS_CONNECT_TIMEOUT_S = 2.0
-
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
-    app.state.redis = aioredis.Redis.from_url(settings.redis_url, socket_timeout=REDIS_SOCKET_TIMEOUT_S,
-                                              socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S)
+    # Its timeouts exceed the stream's XREAD BLOCK, so a blocked read is never taken for a dead socket.
+    app.state.redis = bus.connect_async(settings)
     # Sessions commit in worker threads (sync routes and dependencies), so what they staged for
     # live readers is published from there, through a sync client of its own.
-    publisher_client = redis.Redis.from_url(settings.redis_url, socket_timeout=REDIS_CONNECT_TIMEOUT_S,
-                                            socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S)
-    app.state.publish = bus.publisher(publisher_client, settings.stream_maxlen)
+    publisher_client = bus.connect(settings)
+    app.state.publish = bus.publisher(publisher_client, settings.redis_keys, settings.stream_maxlen)
     try:
         yield
     finally:

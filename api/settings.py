@@ -6,9 +6,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from api.store.redis_keys import NAMESPACE_PATTERN, RedisKeys, namespace_for
 from api.vocabulary import DEFAULT_POOL, POOL_NAME_PATTERN
 
 # Refused as tokens: a default secret in production is worse than none at all.
@@ -23,6 +24,10 @@ class Settings(BaseSettings):
 
     database_url: str = Field("sqlite:///./grpo.db", description="SQLAlchemy URL; Postgres in production.")
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Broker, live streams and heartbeats.")
+    namespace: str | None = Field(
+        None, pattern=NAMESPACE_PATTERN, description="Prefix of every Redis key and Celery queue of this "
+        "deployment, so stacks can share one Redis; unset: derived from the database URL (its password "
+        "left out), which every process of one stack shares.")
     models_root: Path = Field(Path("./models"), description="`path:NAME` model sources resolve under this.")
     data_root: Path = Field(Path("./data"), description="`path:NAME` dataset sources resolve under this.")
     artifacts_root: Path = Field(Path("./artifacts"), description="Checkpoints are written under this.")
@@ -100,6 +105,17 @@ class Settings(BaseSettings):
     max_reward_timeout_seconds: float = Field(
         60.0, gt=0, description="The most a spec's `reward_timeout_seconds` (each reward call's time "
         "budget) may ask for; a larger one is refused at submit.")
+
+    @model_validator(mode="after")
+    def _derive_namespace(self) -> Settings:
+        if self.namespace is None:
+            self.namespace = namespace_for(self.database_url)
+        return self
+
+    @property
+    def redis_keys(self) -> RedisKeys:
+        """The names of this deployment's Redis keys and Celery queues."""
+        return RedisKeys(self.namespace or namespace_for(self.database_url))
 
     @field_validator("api_token")
     @classmethod

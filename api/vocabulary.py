@@ -1,6 +1,7 @@
 """Words every part of the service shares and none of them owns: priority classes, the shape of
-team and pool names, Celery task names and queues, and a worker's heartbeat. Pure (no I/O), so
-the store, the scheduler, the worker, the HTTP layer and the CLI can all import it.
+team and pool names, Celery task names, and a worker's heartbeat. Pure (no I/O), so the store,
+the scheduler, the worker, the HTTP layer and the CLI can all import it. Queue names belong to a
+deployment's namespace: ``api.store.redis_keys``.
 
 The job's statuses and their transitions live in :mod:`api.lifecycle`.
 """
@@ -22,12 +23,6 @@ MAX_ARTIFACT_QUOTA_BYTES = 2**62  # a team's artifact byte quota: far past any d
 MAX_LABEL_LENGTH = 128  # an API key's label
 
 RUN_JOB = "grpo.run_job"
-
-
-def worker_queue(worker_id: str) -> str:
-    """Each worker consumes a queue of its own: the scheduler places a job on one worker (the
-    one whose GPUs it counted), so the broker must not pick another one of the pool."""
-    return f"grpo.worker.{worker_id}"
 
 
 @dataclass(frozen=True)

@@ -104,13 +104,16 @@ def migrated_database(backend: str) -> Iterator[str]:
         admin.dispose()
 
 
-def drop_streams(job_ids: Sequence[int], redis_url: str = REDIS_URL) -> None:
-    """Job ids restart at 1 in each fresh database: delete their Redis Streams."""
+def drop_streams(database_url: str, job_ids: Sequence[int], redis_url: str = REDIS_URL) -> None:
+    """Delete the Redis Streams of a database's jobs (in the namespace a server on it derives)."""
     import redis
 
+    from api.store.redis_keys import RedisKeys, namespace_for
+
+    keys = RedisKeys(namespace_for(database_url))
     with redis.Redis.from_url(redis_url) as client:
         if job_ids:
-            client.delete(*(f"grpo:job:{job_id}" for job_id in job_ids))
+            client.delete(*(keys.job_stream(job_id) for job_id in job_ids))
 
 
 def server_env(database_url: str, **settings: Any) -> dict[str, str]:

@@ -65,7 +65,7 @@ def measure(size: int, args: argparse.Namespace, redis_url: str) -> list[object]
         scheduler = Scheduler(settings)
         scheduler.client.flushdb()
         for w in range(args.workers):
-            bus.advertise_worker(scheduler.client, Heartbeat(worker_id=f"bench-{w}"), 600)
+            bus.advertise_worker(scheduler.client, scheduler.keys, Heartbeat(worker_id=f"bench-{w}"), 600)
         started = time.perf_counter()
         sent = scheduler.tick()
         first_ms = (time.perf_counter() - started) * 1000

@@ -161,11 +161,12 @@ def publish_steps(database_url: str, job_id: int, steps: int, rate: float) -> di
     from api.lifecycle import JobStatus
     from api.store import bus, jobs
     from api.store.db import session_scope
+    from api.store.redis_keys import RedisKeys, namespace_for
     from worker.reporting import JobReporter
 
     xadd_at: dict[int, float] = {}
     client = redis.Redis.from_url(REDIS_URL)
-    publish = bus.publisher(client, STREAM_MAXLEN)
+    publish = bus.publisher(client, RedisKeys(namespace_for(database_url)), STREAM_MAXLEN)
 
     def timed_publish(messages: list) -> None:
         for message in messages:
@@ -296,7 +297,7 @@ def main() -> None:
         flush=True,
     )
     results, ids = [], range(1, len(ks) + 1)  # a fresh database numbers its jobs from 1
-    drop_streams(ids)
+    url = None
     try:
         with (
             migrated_database(args.backend) as url,
@@ -312,7 +313,8 @@ def main() -> None:
                 results.append(measure(url, base, pgid, k, args))
                 print(f"  K={k} done, load {results[-1]['load_after']}", flush=True)
     finally:
-        drop_streams(ids)
+        if url is not None:
+            drop_streams(url, ids)
     report(results)
     if args.json:
         write_json(args.json, {"started": started.isoformat(), "args": vars(args), "results": results})

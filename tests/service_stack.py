@@ -126,7 +126,7 @@ class Processes:
         return process
 
     def worker(self, pool: str, **env: str) -> subprocess.Popen:
-        # No -Q: a worker consumes its own queue (api.vocabulary.worker_queue). No -c: it runs
+        # No -Q: a worker consumes its own queue (RedisKeys.worker_queue). No -c: it runs
         # one child per device it owns (GRPO_WORKER_GPUS CPU slots here).
         return self.start(["-m", "celery", "-A", "worker.celery_app", "worker",
                            "--pool", "prefork", "--without-gossip", "--without-mingle",
@@ -224,7 +224,7 @@ def finished(job_of: Callable[[int], Any]) -> Callable[[int], Any]:
 
 
 @pytest.fixture
-def wait_worker_ready(redis_url: str) -> Callable[..., list[str]]:
+def wait_worker_ready(redis_url: str, settings: Settings) -> Callable[..., list[str]]:
     """``wait(pool, procs, count=1)``: the ids of the pool's live workers once ``count`` advertise."""
     from api.store.bus import live_workers
 
@@ -232,7 +232,7 @@ def wait_worker_ready(redis_url: str) -> Callable[..., list[str]]:
 
     def wait(pool: str, procs: Processes, count: int = 1) -> list[str]:
         def ready() -> list[str]:
-            ids = sorted(w.worker_id for w in live_workers(client) if w.pool == pool)
+            ids = sorted(w.worker_id for w in live_workers(client, settings.redis_keys) if w.pool == pool)
             return ids if len(ids) >= count else []
 
         return wait_until(ready, 60, f"{count} worker(s) of pool {pool} to advertise", interval=0.1,

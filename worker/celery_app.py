@@ -1,32 +1,55 @@
 """The worker's entrypoint: ``celery -A worker.celery_app worker`` (or ``grpo worker``, which
 passes the same options); ``GRPO_POOL`` and ``GRPO_WORKER_GPUS`` say what it serves.
 
-Each worker consumes its own queue (``api.vocabulary.worker_queue``): the scheduler places every
-job on one worker, so no other worker of the pool may take the message. The queue is added at
-setup whatever ``-Q`` says, and is the default queue when ``-Q`` is not given.
+Each worker consumes its own queue (``RedisKeys.worker_queue``, in the deployment's namespace):
+the scheduler places every job on one worker, so no other worker of the pool may take the
+message. The queue is added at setup whatever ``-Q`` says, and is the default queue when ``-Q``
+is not given.
 
 One job at a time per process and a fresh child per job (``worker_max_tasks_per_child=1``): a
 job's CUDA context, memory fragmentation and any leaked threads die with its child, and the main
 process, which forks the children, never imports torch, so CUDA is only ever touched in a child.
 Late acks with ``task_reject_on_worker_lost`` put the message back when a child is killed; the
 claim makes that redelivery harmless (it finds the job no longer ``dispatched``).
+
+Settings whose default Celery 5 warns it will change in 6.0 are pinned, so an upgrade cannot
+change how jobs survive a broker outage (see :data:`PINNED_FOR_CELERY_6`).
 """
 
 from __future__ import annotations
 
+import logging
+
 from celery import Celery, signals
 
 from api.settings import Settings, get_settings
-from api.vocabulary import worker_queue
 from worker.devices import device_count
 from worker.heartbeat import WorkerHeartbeat, current_worker_id
+
+log = logging.getLogger(__name__)
+
+# The message only starts a job; SQL (claim, lease, outcome) is the record of it.
+PINNED_FOR_CELERY_6 = {
+    # False (6.0 makes it True): on a lost broker connection Celery would kill every running
+    # late-ack task, i.e. every training job, to have its message redelivered. A Redis restart
+    # must not cost each job its work since its last checkpoint: the job keeps running and
+    # renewing its lease in SQL; its message, which can no longer be acked, comes back only after
+    # the visibility timeout, and the claim refuses it then.
+    "worker_cancel_long_running_tasks_on_connection_loss": False,
+    # A worker started while Redis is still coming up waits for it instead of exiting.
+    "broker_connection_retry_on_startup": True,
+    # Replace task_acks_on_failure_or_timeout (deprecated in 6.0): a task that raised has already
+    # recorded its job's end (or the lease reaper will); redelivering it could only lose the claim.
+    "task_acks_on_failure": True,
+    "task_acks_on_timeout": True,
+}
 
 
 def create_celery(settings: Settings) -> Celery:
     app = Celery("grpo_worker", broker=settings.redis_url, include=["worker.tasks"])
     app.conf.update(
-        broker_connection_retry_on_startup=True,
-        task_default_queue=worker_queue(current_worker_id()),
+        **PINNED_FOR_CELERY_6,
+        task_default_queue=settings.redis_keys.worker_queue(current_worker_id()),
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         task_ignore_result=True,
@@ -56,15 +79,18 @@ def _name_this_worker(**_: object) -> None:
 @signals.celeryd_after_setup.connect
 def _consume_own_queue(sender: object, instance: object, **_: object) -> None:
     """Also when started with ``-Q``: the scheduler only ever sends to this queue."""
-    instance.app.amqp.queues.select_add(worker_queue(current_worker_id()))
+    instance.app.amqp.queues.select_add(get_settings().redis_keys.worker_queue(current_worker_id()))
 
 
 @signals.worker_ready.connect
 def _start_heartbeat(**_: object) -> None:
     """Advertise capacity only once the consumer is ready: the scheduler dispatches on it."""
     global _heartbeat
-    _heartbeat = WorkerHeartbeat(get_settings(), current_worker_id())
+    settings = get_settings()
+    _heartbeat = WorkerHeartbeat(settings, current_worker_id())
     _heartbeat.start()
+    log.info("worker %s serves pool %s in namespace %s", current_worker_id(), settings.pool,
+             settings.namespace)
 
 
 @signals.worker_shutting_down.connect

@@ -9,7 +9,7 @@
 * :class:`JobLease` runs in the pool process that supervises a job (:mod:`worker.supervisor`) and
   renews the job's SQL lease; the answer also says whether a cancel was requested or the lease
   was lost (the job was requeued). It also marks the job's devices busy in a hash of the worker's
-  (:func:`busy_key`), with the pids of the supervisor and of the job's process, which is how the
+  (``RedisKeys.busy``), with the pids of the supervisor and of the job's process, which is how the
   main process learns what its children run: each mark carries its own deadline, and a mark whose
   processes are all gone frees its devices at once.
 """
@@ -43,37 +43,35 @@ WORKER_ID_ENV = "GRPO_WORKER_ID"
 log = logging.getLogger(__name__)
 
 
-def busy_key(worker_id: str) -> str:
-    """A hash, job id -> ``{"devices": [...], "until": epoch ms}``, written by each job's child
-    while it runs; outside ``bus.WORKER_PREFIX`` so it is no heartbeat."""
-    return f"grpo:busy:{worker_id}"
+# A worker's busy marks (``RedisKeys.busy``): a hash, job id -> ``{"devices": [...], "until": epoch
+# ms, "pid": supervisor, "job_pid": job's process}``, written by each job's supervisor while it runs.
 
 
-def running_jobs(client: redis.Redis, worker_id: str, gpus: int, now_ms: int) -> dict[int, list[int]]:
+def running_jobs(client: redis.Redis, busy_key: str, gpus: int, now_ms: int) -> dict[int, list[int]]:
     """Job id -> devices, for the jobs the worker's children marked and whose mark has not
     expired nor outlived its processes; such marks (a child killed before it could remove its
     own) are dropped. A job with no devices recorded uses the whole worker."""
     running, stale = {}, []
-    for job_id, mark in _marks(client, worker_id).items():
+    for job_id, mark in _marks(client, busy_key).items():
         if mark["until"] < now_ms or not any(process_alive(pid) for pid in _pids(mark)):
             stale.append(job_id)
         else:
             devices = mark["devices"]
             running[job_id] = list(range(gpus)) if devices is None else sorted(devices)
     if stale:
-        client.hdel(busy_key(worker_id), *map(str, stale))
+        client.hdel(busy_key, *map(str, stale))
     return running
 
 
-def orphaned_jobs(client: redis.Redis, worker_id: str) -> dict[int, int]:
+def orphaned_jobs(client: redis.Redis, busy_key: str) -> dict[int, int]:
     """Job id -> pid, for the marks whose supervising pool process is gone: its job's attempt
     ended without a record (the job's own process dies with it)."""
-    return {job_id: mark["pid"] for job_id, mark in _marks(client, worker_id).items()
+    return {job_id: mark["pid"] for job_id, mark in _marks(client, busy_key).items()
             if mark.get("pid") and not process_alive(mark["pid"])}
 
 
-def _marks(client: redis.Redis, worker_id: str) -> dict[int, dict]:
-    return {int(job_id): json.loads(raw) for job_id, raw in client.hgetall(busy_key(worker_id)).items()}
+def _marks(client: redis.Redis, busy_key: str) -> dict[int, dict]:
+    return {int(job_id): json.loads(raw) for job_id, raw in client.hgetall(busy_key).items()}
 
 
 def _pids(mark: dict) -> list[int]:
@@ -162,8 +160,10 @@ class WorkerHeartbeat(_Ticker):
     def __init__(self, settings: Settings, worker_id: str) -> None:
         super().__init__(settings.heartbeat_seconds, "grpo-worker-heartbeat")
         self.settings = settings
-        self.client = redis.Redis.from_url(settings.redis_url)
+        self.client = bus.connect(settings)
+        self.keys = settings.redis_keys
         self.worker_id = worker_id
+        self.busy_key = self.keys.busy(worker_id)
         self.ttl = 3 * settings.heartbeat_seconds
         self.static = Heartbeat(worker_id=worker_id, pool=settings.pool, gpus=device_count(settings),
                                 **detect_gpus(), memory_mb=host_memory_mb(), hostname=socket.gethostname())
@@ -175,15 +175,15 @@ class WorkerHeartbeat(_Ticker):
             return
         try:
             self._requeue_orphans()
-            jobs = running_jobs(self.client, self.worker_id, self.static.gpus, int(time.time() * 1000))
-            bus.advertise_worker(self.client, replace(self.static, jobs=jobs), self.ttl)
+            jobs = running_jobs(self.client, self.busy_key, self.static.gpus, int(time.time() * 1000))
+            bus.advertise_worker(self.client, self.keys, replace(self.static, jobs=jobs), self.ttl)
         except RedisError as exc:  # the key expires meanwhile: the scheduler sees no capacity here
             log.warning("heartbeat failed: %s", exc)
 
     def _requeue_orphans(self) -> None:
         """A pool process died under its job (this process is its parent, so it sees at once):
         the job goes back to the queue now, bounded by the attempt limit."""
-        for job_id, pid in orphaned_jobs(self.client, self.worker_id).items():
+        for job_id, pid in orphaned_jobs(self.client, self.busy_key).items():
             message = f"the worker's process for the job (pid {pid}) died"
             try:
                 with session_scope(self.settings.database_url) as session:
@@ -194,13 +194,13 @@ class WorkerHeartbeat(_Ticker):
                 log.warning("could not requeue job %s after its process died: %s", job_id, exc)
                 continue
             log.warning("job %s: %s; %s", job_id, message, moved.status if moved else "no longer ours")
-            self.client.hdel(busy_key(self.worker_id), str(job_id))
+            self.client.hdel(self.busy_key, str(job_id))
 
     def stop(self) -> None:
         self._withdrawn.set()
         super().stop()
         try:
-            self.client.delete(bus.worker_key(self.worker_id))
+            self.client.delete(self.keys.worker(self.worker_id))
         except RedisError:
             pass
 
@@ -226,6 +226,7 @@ class JobLease(_Ticker):
         super().__init__(settings.heartbeat_seconds, f"grpo-lease-{job_id}")
         self.database_url = settings.database_url
         self.job_id, self.worker_id, self.client, self.devices = job_id, worker_id, client, devices
+        self.busy_key = settings.redis_keys.busy(worker_id)
         # Short, so a killed child's mark vanishes about as fast as a dead worker's heartbeat.
         self.busy_ttl_ms = int(3 * settings.heartbeat_seconds * 1000)
         self._lock = threading.Lock()
@@ -250,9 +251,9 @@ class JobLease(_Ticker):
                     "pid": os.getpid(), "job_pid": self.job_pid}
             try:
                 with self.client.pipeline() as pipe:
-                    pipe.hset(busy_key(self.worker_id), str(self.job_id), json.dumps(mark))
+                    pipe.hset(self.busy_key, str(self.job_id), json.dumps(mark))
                     # The whole hash goes once no child renews it (a worker that died with its jobs).
-                    pipe.pexpire(busy_key(self.worker_id), self.busy_ttl_ms)
+                    pipe.pexpire(self.busy_key, self.busy_ttl_ms)
                     pipe.execute()
             except RedisError as exc:
                 log.warning("could not mark the job's devices busy: %s", exc)
@@ -265,6 +266,6 @@ class JobLease(_Ticker):
     def stop(self) -> None:
         super().stop()
         try:
-            self.client.hdel(busy_key(self.worker_id), str(self.job_id))
+            self.client.hdel(self.busy_key, str(self.job_id))
         except RedisError:
             pass

@@ -52,7 +52,7 @@ def run_claimed_job(job: JobRead, worker_id: str, settings: Settings, lease: Job
         log.warning("job %s: lease lost; its process was killed and the job left to its new attempt", job.id)
         return "lost"
     lease.stop()  # no renewal may race the outcome: it is the attempt's last write
-    publish = bus.publisher(client, settings.stream_maxlen)
+    publish = bus.publisher(client, settings.redis_keys, settings.stream_maxlen)
     report = ended.report if ended.killed_for is None else None
     try:
         if isinstance(report, Fault):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 
-import redis
 from celery import shared_task
 
 from api.lifecycle import JobStatus
@@ -34,9 +33,9 @@ log = logging.getLogger(__name__)
 def run_job(job_id: int) -> str:
     settings = get_settings()
     worker_id = current_worker_id()
-    client = redis.Redis.from_url(settings.redis_url)
+    client = bus.connect(settings)
     # The claim's event and status reach the job's stream once the claim commits.
-    publish = bus.publisher(client, settings.stream_maxlen)
+    publish = bus.publisher(client, settings.redis_keys, settings.stream_maxlen)
     with session_scope(settings.database_url, publish=publish) as session:
         job = claim(session, job_id, worker_id)
     if job is None:

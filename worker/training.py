@@ -9,7 +9,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import redis
 from pydantic import ValidationError
 
 from api.artifact_paths import checkpoint_dir, job_dir, model_dir
@@ -101,9 +100,9 @@ def train_reporting(job: JobRead, spec: JobSpec, settings: Settings, files: Atte
                     ranks: Ranks) -> Outcome:
     """Train as the process that reports (the only one, or rank 0): to SQL and the job's stream,
     and to the supervisor through ``files``."""
-    client = redis.Redis.from_url(settings.redis_url)
+    client = bus.connect(settings)
     try:
-        publish = bus.publisher(client, settings.stream_maxlen)
+        publish = bus.publisher(client, settings.redis_keys, settings.stream_maxlen)
         reporter = JobReporter(settings.database_url, job.id, publish, job.attempt, settings.db_retry_seconds)
         final, link = FinalMetrics(), SupervisorLink(files, job.last_step, reporter.stop_request)
         # The job's trackers write beside its checkpoints; one W&B run per job, resumed by each attempt.

@@ -4,6 +4,11 @@ API (uvicorn), scheduler and one worker run as child processes of this one, each
 process group so Ctrl-C reaches only us and we stop them in order. Defaults are the embedded
 ones: a SQLite file in the working directory and Redis at the configured URL, or, when none
 answers, a private ``redis-server`` from PATH on a free port (state in memory only).
+
+Each run has a namespace of its own (``GRPO_NAMESPACE``), so it shares a Redis with another stack
+or an earlier run without seeing their workers or waiting on their scheduler's lock. Every child
+dies with this process however it ends, a SIGKILL included (``die_with_parent``): a stale
+scheduler or worker left behind would go on taking jobs from the same database.
 """
 
 from __future__ import annotations
@@ -15,13 +20,16 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, MutableMapping
+from functools import partial
 from pathlib import Path
 
 import httpx
 import redis
 
 from api.settings import Settings
+from grpo_core.lifetime import die_with_parent
 
 DEV_DATABASE_URL = "sqlite:///./grpo.db"
 ROLES = ("api", "scheduler", "worker")
@@ -33,6 +41,11 @@ class DevError(Exception):
     def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)
         self.code = code
+
+
+def child_of_this_process() -> Callable[[], None]:
+    """``preexec_fn`` of every child: the kernel kills it when this process dies."""
+    return partial(die_with_parent, os.getpid())
 
 
 def free_port() -> int:
@@ -48,15 +61,16 @@ def redis_answers(url: str) -> bool:
         return False
 
 
-def start_redis(timeout: float = 10.0) -> tuple[str, subprocess.Popen]:
-    """A throwaway ``redis-server`` (no persistence) on a free local port."""
+def start_redis(timeout: float = 10.0, port: int | None = None) -> tuple[str, subprocess.Popen]:
+    """A throwaway ``redis-server`` (no persistence) on ``port``, or a free local port."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise DevError("no Redis answers at GRPO_REDIS_URL and no redis-server is on PATH; "
                        "install Redis (apt install redis-server) or set GRPO_REDIS_URL", code=2)
-    port = free_port()
+    port = port or free_port()
     process = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                "--appendonly", "no"], stdout=subprocess.DEVNULL, start_new_session=True)
+                                "--appendonly", "no"], stdout=subprocess.DEVNULL, start_new_session=True,
+                               preexec_fn=child_of_this_process())
     url = f"redis://127.0.0.1:{port}/0"
     deadline = time.monotonic() + timeout
     while not redis_answers(url):
@@ -73,6 +87,7 @@ def dev_environment(base: dict[str, str], port: int | None, spec: Path | None,
     roots; with ``--submit`` they default to the spec's folder, as for ``grpo train``."""
     env = dict(base)
     env.setdefault("GRPO_DATABASE_URL", DEV_DATABASE_URL)
+    env["GRPO_NAMESPACE"] = f"dev-{uuid.uuid4().hex[:8]}"
     # One person on their own machine, on 127.0.0.1: no keys to create first (GRPO_AUTH=keys overrides).
     env.setdefault("GRPO_AUTH", "none")
     if port is not None:
@@ -88,10 +103,11 @@ def dev_environment(base: dict[str, str], port: int | None, spec: Path | None,
 
 def start_role(role: str, env: MutableMapping[str, str], log_dir: Path | None) -> subprocess.Popen:
     """Output goes to the terminal, or to ``log_dir/ROLE.log`` when the terminal is for a job."""
+    command = [sys.executable, "-m", "api.cli.main", role]
     if log_dir is None:
-        return subprocess.Popen([sys.executable, "-m", "api.cli.main", role], env=env, start_new_session=True)
+        return subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=child_of_this_process())
     with (log_dir / f"{role}.log").open("ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "api.cli.main", role], env=env, start_new_session=True,
+        return subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=child_of_this_process(),
                                 stdout=log, stderr=subprocess.STDOUT)
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from api.scheduling import policy
+from api.scheduling.liveness import NO_SCHEDULER
 from api.schemas.jobs import UtcDatetime
 from api.store.scheduling import SchedulingState
 from api.vocabulary import Heartbeat
@@ -141,8 +142,12 @@ def cluster_view(state: SchedulingState, heartbeats: list[Heartbeat],
 
 
 def queue_view(snapshot: dict[str, Any] | None, scheduler_pass_at: str | None, scope: int | None,
-               pool: str | None = None) -> QueueView:
+               pool: str | None = None, scheduler_alive: bool = True) -> QueueView:
+    """With no scheduler alive, the last published order stays, but no one is deciding any more:
+    every entry says ``no_scheduler`` (``api.scheduling.liveness``)."""
     entries = (snapshot or {}).get("entries", [])
+    if not scheduler_alive:
+        entries = [{**entry, "pending_reason": NO_SCHEDULER} for entry in entries]
     if pool is not None:
         entries = [entry for entry in entries if entry["pool"] == pool]
     waiting = _count(entry["pool"] for entry in entries)

@@ -7,10 +7,10 @@ only to the worker whose GPUs the plan gave it. Capacity is what live workers ad
 (``api.store.bus.live_workers``); pools are registered, and their largest worker recorded, from the
 same heartbeats, which is what a submission is checked against.
 
-One leader at a time: a Redis lock (``SET NX PX``, renewed and released by compare-and-set), so
-it works whatever the SQL database is. Two leaders overlapping for a moment still cannot both
-dispatch a job: the ``queued -> dispatched`` transition is guarded. This module never imports the
-worker's task modules; it sends by name.
+One leader per namespace (``api.store.redis_keys``) at a time: a Redis lock (``SET NX PX``,
+renewed and released by compare-and-set), so it works whatever the SQL database is. Two leaders
+overlapping for a moment still cannot both dispatch a job: the ``queued -> dispatched``
+transition is guarded. This module never imports the worker's task modules; it sends by name.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from api.lifecycle import Transition
-from api.scheduling import policy
+from api.scheduling import liveness, policy
 from api.settings import Settings
 from api.store import bus
 from api.store.clock import Backoff, db_now
@@ -45,9 +45,8 @@ from api.store.scheduling import (
     request_preempt,
     set_pending_reasons,
 )
-from api.vocabulary import RUN_JOB, Heartbeat, worker_queue
+from api.vocabulary import RUN_JOB, Heartbeat
 
-LEADER_KEY = "grpo:scheduler:leader"
 log = logging.getLogger(__name__)
 
 _RENEW = ("if redis.call('get', KEYS[1]) == ARGV[1] then "
@@ -56,25 +55,30 @@ _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del
 
 
 class LeaderLock:
-    def __init__(self, client: redis.Redis, holder: str, ttl_seconds: float) -> None:
-        self.client, self.holder, self.ttl_ms = client, holder, int(ttl_seconds * 1000)
+    def __init__(self, client: redis.Redis, key: str, holder: str, ttl_seconds: float) -> None:
+        self.client, self.key, self.holder, self.ttl_ms = client, key, holder, int(ttl_seconds * 1000)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
 
     def hold(self) -> bool:
         """Renew if we hold the lock, else try to take it; True when we are the leader now."""
-        if self._renew(keys=[LEADER_KEY], args=[self.holder, self.ttl_ms]):
+        if self._renew(keys=[self.key], args=[self.holder, self.ttl_ms]):
             return True
-        return bool(self.client.set(LEADER_KEY, self.holder, nx=True, px=self.ttl_ms))
+        return bool(self.client.set(self.key, self.holder, nx=True, px=self.ttl_ms))
 
     def release(self) -> None:
-        self._release(keys=[LEADER_KEY], args=[self.holder])
+        self._release(keys=[self.key], args=[self.holder])
 
 
 def celery_client(settings: Settings) -> Celery:
-    """A producer-only Celery app: it knows the broker and task names, no task code."""
+    """A producer-only Celery app: it knows the broker and task names, no task code. Its sends
+    time out like the scheduler's other Redis calls (``bus.client_timeouts``), so a frozen Redis
+    fails a tick, which is retried, instead of hanging the scheduler."""
+    timeouts = bus.client_timeouts(settings)
     app = Celery("grpo_scheduler", broker=settings.redis_url, set_as_current=False)
-    app.conf.update(broker_connection_retry_on_startup=True, task_ignore_result=True)
+    app.conf.update(broker_connection_retry_on_startup=True, task_ignore_result=True,
+                    broker_transport_options={"socket_timeout": timeouts.socket,
+                                              "socket_connect_timeout": timeouts.connect})
     return app
 
 
@@ -97,12 +101,14 @@ class Scheduler:
     def __init__(self, settings: Settings, client: redis.Redis | None = None,
                  sender: Celery | None = None) -> None:
         self.settings = settings
-        self.client = client or redis.Redis.from_url(settings.redis_url)
+        self.keys = settings.redis_keys
+        self.client = client or bus.connect(settings)
         self.sender = sender or celery_client(settings)
         # Every transition and event a tick writes reaches the job's stream after its commit.
-        self.publish = bus.publisher(self.client, settings.stream_maxlen)
+        self.publish = bus.publisher(self.client, self.keys, settings.stream_maxlen)
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.lock = LeaderLock(self.client, self.holder, max(5.0, 10 * settings.scheduler_interval_seconds))
+        self.lock = LeaderLock(self.client, self.keys.scheduler_leader, self.holder,
+                               liveness.leader_ttl_seconds(settings))
         self._published_queue: list[tuple] | None = None  # what the last published queue showed
         self._live: set[str] = set()  # workers heartbeating at the last tick
         self._gone: set[str] = set()  # workers that stopped, whose queue is not dropped yet
@@ -115,7 +121,7 @@ class Scheduler:
                                           max_attempts=self.settings.max_attempts,
                                           backoff=Backoff.of(self.settings)):
                 log.warning("job %s: lease expired (requeued, or failed once out of attempts)", job_id)
-        heartbeats = bus.live_workers(self.client)
+        heartbeats = bus.live_workers(self.client, self.keys)
         with session_scope(url) as session:
             state = load_state(session, heartbeats, db_now(session),
                                self.settings.fair_share_half_life_seconds)
@@ -133,7 +139,7 @@ class Scheduler:
         with self._session() as session:
             if not dispatch_job(session, item.job_id, item.worker_id, item.devices):
                 return False
-        queue = worker_queue(item.worker_id)
+        queue = self.keys.worker_queue(item.worker_id)
         try:
             self.sender.send_task(RUN_JOB, args=[item.job_id], queue=queue)
         except Exception as exc:  # noqa: BLE001 - any broker failure: undo, retry next tick
@@ -161,7 +167,7 @@ class Scheduler:
     def _count(self, name: str) -> None:
         """Best effort: a lost increment only dents a Prometheus rate, never a decision."""
         try:
-            bus.count(self.client, name)
+            bus.count(self.client, self.keys, name)
         except RedisError as exc:
             log.warning("could not count %s: %s", name, exc)
 
@@ -177,9 +183,9 @@ class Scheduler:
         signature = [(job.id, job.priority, decision.position.get(job.id), decision.pending.get(job.id))
                      for job in state.cluster.waiting]
         if signature != self._published_queue:
-            bus.publish_queue(self.client, queue_snapshot(state, decision), utcnow().isoformat())
+            bus.publish_queue(self.client, self.keys, queue_snapshot(state, decision), utcnow().isoformat())
             self._published_queue = signature
-        bus.mark_scheduler_pass(self.client, utcnow().isoformat())
+        bus.mark_scheduler_pass(self.client, self.keys, utcnow().isoformat())
 
     def forget_gone_workers(self, state: SchedulingState, heartbeats: list[Heartbeat]) -> None:
         """A worker that stopped heartbeating leaves its private queue behind. Once no job is
@@ -191,7 +197,7 @@ class Scheduler:
         promised = {job.worker_id for job in state.cluster.holding}
         done = {worker_id for worker_id in self._gone if worker_id not in promised}
         if done:
-            self.client.delete(*(worker_queue(worker_id) for worker_id in done))
+            self.client.delete(*(self.keys.worker_queue(worker_id) for worker_id in done))
             self._gone -= done
 
     def register_pools(self, state: SchedulingState, heartbeats: list[Heartbeat]) -> None:
@@ -215,8 +221,10 @@ class Scheduler:
                 try:
                     now_leading = self.lock.hold()
                     if now_leading != leading:
-                        log.info("scheduler %s %s", self.holder,
-                                 "is the leader" if now_leading else "stood down")
+                        # The namespace is in the line: a stack whose processes derive different
+                        # ones (different database URLs) would see no workers, silently.
+                        log.info("scheduler %s %s of namespace %s", self.holder,
+                                 "is the leader" if now_leading else "stood down", self.keys.namespace)
                         leading = now_leading
                     if leading:
                         self.tick()

@@ -43,7 +43,8 @@ class JobRead(BaseModel):
     last_step: int
     cancel_requested: bool
     preempt_requested: bool = False
-    pending_reason: str | None = None  # why a waiting job waits (api.scheduling.policy.PENDING_REASONS)
+    # why a waiting job waits: policy.PENDING_REASONS, or no_scheduler (api.scheduling.liveness)
+    pending_reason: str | None = None
     queue_position: int | None = None  # 1-based place in its pool's order, from the scheduler's last pass
     created_at: UtcDatetime
     dispatched_at: UtcDatetime | None

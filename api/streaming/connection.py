@@ -16,7 +16,6 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from api.outages import backend_down
 from api.settings import Settings
-from api.store import bus
 from api.streaming.catch_up import catch_up
 from api.streaming.config import StreamConfig
 from api.streaming.cursor import Cursor, parse_id
@@ -34,7 +33,8 @@ def hubs_for(state: Any, redis: Any, settings: Settings) -> Hubs:
     """The app's job hubs (kept on its ``state``), made with and for the life of its Redis client."""
     hubs = getattr(state, "stream_hubs", None)
     if hubs is None or hubs.redis is not redis:
-        hubs = state.stream_hubs = Hubs(redis, settings.database_url, StreamConfig.from_settings(settings))
+        hubs = state.stream_hubs = Hubs(redis, settings.database_url, settings.redis_keys,
+                                         StreamConfig.from_settings(settings))
     return hubs
 
 
@@ -96,7 +96,7 @@ async def _produce(hubs: Hubs, job_id: int, subscriber: Subscriber) -> None:
     hub: JobHub | None = None
     try:
         while hub is None and not subscriber.ended.is_set():
-            newest = await hubs.redis.xrevrange(bus.stream_key(job_id), "+", "-", count=1)
+            newest = await hubs.redis.xrevrange(hubs.keys.job_stream(job_id), "+", "-", count=1)
             subscriber.start = parse_id(newest[0][0]) if newest else (0, 0)  # before the SQL read
             floor = dataclasses.replace(subscriber.cursor)
             await catch_up(hubs.database_url, job_id, [subscriber], floor, wait=True)

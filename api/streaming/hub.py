@@ -27,7 +27,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.store import bus
+from api.store.redis_keys import RedisKeys
 from api.streaming.catch_up import catch_up
 from api.streaming.config import StreamConfig
 from api.streaming.cursor import Cursor, StreamId, format_id
@@ -41,6 +41,7 @@ class Hubs:
 
     redis: Any  # an asyncio Redis client
     database_url: str
+    keys: RedisKeys
     config: StreamConfig = field(default_factory=StreamConfig)
     jobs: dict[int, JobHub] = field(default_factory=dict)
 
@@ -102,7 +103,7 @@ class JobHub:
 
     async def _tail(self) -> None:
         """Read and fan out until a SQL read finds the job terminal (module docstring: when)."""
-        redis, config, key = self.hubs.redis, self.hubs.config, bus.stream_key(self.job_id)
+        redis, config, key = self.hubs.redis, self.hubs.config, self.hubs.keys.job_stream(self.job_id)
         loop = asyncio.get_running_loop()
         checked_at = loop.time()
         while True:

@@ -125,16 +125,16 @@ def api_server(api_database_url: str, api_settings_factory) -> Iterator[LiveServ
     """The app under uvicorn for one test module and backend, with the token required."""
     import redis
 
-    def drop_streams() -> None:  # job ids restart at 1 in each fresh database
-        from api.store import bus
+    settings = api_settings_factory(api_database_url)
 
+    def drop_streams() -> None:  # job ids restart at 1 in each fresh database
         with redis.Redis.from_url(API_REDIS_URL) as client:
-            stale = [*client.scan_iter(match="grpo:job:*"), *client.scan_iter(match=f"{bus.WORKER_PREFIX}*"),
-                     bus.QUEUE_KEY, bus.QUEUE_POSITIONS_KEY, bus.SCHEDULER_PASS_KEY]
-            client.delete(*stale)
+            stale = list(client.scan_iter(match=settings.redis_keys.everything_pattern))
+            if stale:
+                client.delete(*stale)
 
     drop_streams()
-    yield from _serve(api_settings_factory(api_database_url))
+    yield from _serve(settings)
     drop_streams()
 
 
@@ -169,21 +169,21 @@ class ScriptedWorker:
     ``worker.reporting.JobReporter`` for steps, samples and events. Each writes SQL, then its
     transaction's staged messages reach the job's stream, as in the real worker."""
 
-    def __init__(self, database_url: str, maxlen: int = 100_000) -> None:
+    def __init__(self, settings, maxlen: int = 100_000) -> None:
         import redis
 
         from api.store import bus
 
-        self.database_url = database_url
+        self.database_url, self.keys = settings.database_url, settings.redis_keys
         self.redis = redis.Redis.from_url(API_REDIS_URL)
         self.maxlen = maxlen
-        self.publish_staged = bus.publisher(self.redis, maxlen)
+        self.publish_staged = bus.publisher(self.redis, self.keys, maxlen)
 
     def publish(self, job_id: int, kind: str, data: dict) -> None:
         """A raw XADD, for a test of what readers do with a message no store function wrote."""
         from api.store import bus
 
-        bus.publish(self.redis, job_id, kind, data, self.maxlen)
+        bus.publish(self.redis, self.keys, job_id, kind, data, self.maxlen)
 
     def reporter(self, job_id: int, seen: list | None = None):
         """The worker's reporter for ``job_id``; what it publishes is also appended to ``seen``."""
@@ -254,7 +254,7 @@ class ScriptedWorker:
 
 @pytest.fixture
 def worker(api_server: LiveServer) -> Iterator[ScriptedWorker]:
-    scripted = ScriptedWorker(api_server.settings.database_url)
+    scripted = ScriptedWorker(api_server.settings)
     yield scripted
     scripted.close()
 
@@ -339,3 +339,17 @@ def alpha(client_for, team_keys):
 def beta(client_for, team_keys):
     """A client of team beta's member key."""
     return client_for(team_keys.beta)
+
+
+@pytest.fixture
+def pool(api_server: LiveServer) -> str:
+    """A pool of its own for the test (registered, with no worker yet)."""
+    import uuid
+
+    from api.store.db import session_scope
+    from api.store.pools import ensure_pool
+
+    name = f"q{uuid.uuid4().hex[:8]}"
+    with session_scope(api_server.settings.database_url) as session:
+        ensure_pool(session, name)
+    return name

@@ -24,8 +24,10 @@ def closed_port() -> int:
 def test_healthz_and_readyz(api) -> None:
     assert api.get("/healthz").json() == {"status": "ok"}
     ready = api.get("/readyz")
+    # No scheduler runs in these tests: ready to serve, but degraded (tests/api/test_no_scheduler.py).
     assert ready.status_code == 200
-    assert ready.json() == {"status": "ready", "checks": {"database": "ok", "redis": "ok"}}
+    assert ready.json()["status"] == "degraded"
+    assert ready.json()["checks"] == {"database": "ok", "redis": "ok", "scheduler": "no scheduler pass yet"}
 
 
 def test_readyz_is_503_when_redis_is_unreachable(api_database_url, api_settings_factory, serve_api) -> None:
@@ -53,7 +55,8 @@ def test_readyz_is_503_when_the_database_is_unreachable(api_settings_factory, se
     for response in (anonymous, wrong_key):
         assert response.status_code == 503
         assert response.json() == {"error": {"code": "not_ready", "message": "database: down", "param": None},
-                                   "checks": {"database": "down", "redis": "ok"}}
+                                   "checks": {"database": "down", "redis": "ok"},
+                                   "scheduler": {"last_pass_age_seconds": None, "stale_after_seconds": 10.0}}
     assert admin.status_code == 503 and admin.json()["checks"]["redis"] == "ok"
     detail = admin.json()["checks"]["database"]
     assert admin.json()["error"]["message"] == f"database: {detail}" and str(port) in detail

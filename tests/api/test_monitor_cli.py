@@ -22,7 +22,7 @@ from api.store import bus
 from api.store.db import session_scope
 from api.store.pools import ensure_pool
 from api.store.teams import set_quota
-from api.vocabulary import Heartbeat, worker_queue
+from api.vocabulary import Heartbeat
 
 
 class Grpo:
@@ -171,9 +171,10 @@ def own_pool(api_server, team_keys):
     client = redis.Redis.from_url(api_server.settings.redis_url)
     beat = Heartbeat(worker_id=worker_id, pool=pool, gpus=1, gpu_model="H200", gpu_memory_mb=143771,
                      hostname="node-1")
-    bus.advertise_worker(client, beat, 60)
+    keys = api_server.settings.redis_keys
+    bus.advertise_worker(client, keys, beat, 60)
     yield pool, worker_id
-    client.delete(bus.worker_key(worker_id), worker_queue(worker_id))
+    client.delete(keys.worker(worker_id), keys.worker_queue(worker_id))
     client.close()
 
 

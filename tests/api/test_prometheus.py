@@ -23,7 +23,7 @@ from api.store.db import session_scope
 from api.store.jobs import set_progress
 from api.store.pools import ensure_pool
 from api.store.telemetry import record_metrics
-from api.vocabulary import Heartbeat, worker_queue
+from api.vocabulary import Heartbeat
 
 Samples = dict[tuple[str, tuple], float]
 
@@ -81,8 +81,9 @@ def test_the_scrape_reports_queue_dispatches_running_jobs_and_streams(api, api_s
     assert ("grpo_workers", (("pool", pool),)) not in before
 
     client = redis.Redis.from_url(api_server.settings.redis_url)
+    keys = api_server.settings.redis_keys
     idle, busy = f"w-{uuid.uuid4().hex[:6]}", f"w-{uuid.uuid4().hex[:6]}"
-    bus.advertise_worker(client, Heartbeat(worker_id=idle, pool=pool, gpus=1), 60)
+    bus.advertise_worker(client, keys, Heartbeat(worker_id=idle, pool=pool, gpus=1), 60)
     try:
         ticked = time.monotonic()
         assert Scheduler(api_server.settings).tick() == [first]
@@ -90,7 +91,7 @@ def test_the_scrape_reports_queue_dispatches_running_jobs_and_streams(api, api_s
         # heartbeats after the pass, so the scheduler never saw it).
         worker.start(second)
         beat = Heartbeat(worker_id=busy, pool=pool, gpus=3, jobs={second: [0, 2]})
-        bus.advertise_worker(client, beat, 60)
+        bus.advertise_worker(client, keys, beat, 60)
         with session_scope(api_server.settings.database_url) as session:
             for step in (1, 2):
                 record_metrics(session, second, {"step": step, "step_time": 0.5, "reward": 0.1})
@@ -103,9 +104,9 @@ def test_the_scrape_reports_queue_dispatches_running_jobs_and_streams(api, api_s
             elapsed = time.monotonic() - ticked
         scrape_counting(api, streams)  # a closed stream is no longer counted
         # The scheduler's own counts in Redis, which the counters report since Redis started.
-        counted = {name: int(client.get(f"{bus.STATS_PREFIX}{name}") or 0) for name in bus.COUNTERS}
+        counted = {name: int(client.get(keys.stat(name)) or 0) for name in bus.COUNTERS}
     finally:
-        client.delete(bus.worker_key(idle), bus.worker_key(busy), worker_queue(idle))
+        client.delete(keys.worker(idle), keys.worker(busy), keys.worker_queue(idle))
         client.close()
 
     assert jobs_by_status(after) == moved(jobs_by_status(start), queued=1, dispatched=1, running=1)

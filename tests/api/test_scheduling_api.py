@@ -17,7 +17,7 @@ from api.scheduling.scheduler import Scheduler
 from api.store import bus
 from api.store.db import session_scope
 from api.store.pools import ensure_pool, set_max_worker_gpus
-from api.vocabulary import Heartbeat, worker_queue
+from api.vocabulary import Heartbeat
 
 
 def error_of(response) -> dict:
@@ -25,30 +25,23 @@ def error_of(response) -> dict:
 
 
 @pytest.fixture
-def pool(api_server) -> str:
-    name = f"q{uuid.uuid4().hex[:8]}"
-    with session_scope(api_server.settings.database_url) as session:
-        ensure_pool(session, name)
-    return name
-
-
-@pytest.fixture
 def advertise(api_server) -> Iterator:
     """``advertise(pool, gpus=1) -> worker_id``: a live worker heartbeat; removed after the test."""
     client = redis.Redis.from_url(api_server.settings.redis_url)
+    keys = api_server.settings.redis_keys
     made: list[str] = []
 
     def add(pool: str, gpus: int = 1) -> str:
         worker_id = f"w-{uuid.uuid4().hex[:6]}"
-        bus.advertise_worker(client, Heartbeat(worker_id=worker_id, pool=pool, gpus=gpus,
-                                                 gpu_model="H200", gpu_memory_mb=143771,
-                                                 memory_mb=1024, hostname="node-1"), 60)
+        bus.advertise_worker(client, keys, Heartbeat(worker_id=worker_id, pool=pool, gpus=gpus,
+                                                       gpu_model="H200", gpu_memory_mb=143771,
+                                                       memory_mb=1024, hostname="node-1"), 60)
         made.append(worker_id)
         return worker_id
 
     yield add
     for worker_id in made:
-        client.delete(bus.worker_key(worker_id), worker_queue(worker_id))
+        client.delete(keys.worker(worker_id), keys.worker_queue(worker_id))
     client.close()
 
 

@@ -116,12 +116,13 @@ def test_a_job_hub_fans_out_once_and_late_joiners_replay_from_their_start(api_se
 
     async def scenario(client: aioredis.Redis) -> None:
         job_id = 990_007  # no database job has it, so no other test's stream either
-        key = bus.stream_key(job_id)
+        key = settings.redis_keys.job_stream(job_id)
         await client.delete(key)
         for n in range(2, 6):
             await client.xadd(key, bus.encode("metrics", {"step": n}), id=f"{n}-0")
         # No database: the XREAD wait is far longer than the test, so no SQL re-read comes.
-        hubs = Hubs(client, settings.database_url, StreamConfig(block_ms=60_000, ring_size=3))
+        hubs = Hubs(client, settings.database_url, settings.redis_keys,
+                    StreamConfig(block_ms=60_000, ring_size=3))
 
         def subscriber(start: tuple[int, int], size: int = 10) -> Subscriber:
             joiner = Subscriber(Cursor(), asyncio.Queue(size), 1.0)

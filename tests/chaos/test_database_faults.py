@@ -25,7 +25,6 @@ from waiting import process_gone
 from api.store.db import session_scope
 from api.store.models import JobMetric
 from api.store.telemetry import list_events
-from worker.heartbeat import busy_key
 
 
 def events(database_url: str, job_id: int, kind: str) -> list:
@@ -156,19 +155,21 @@ class Proxy:
 
 def test_a_database_away_longer_than_the_retry_budget_requeues_the_job_which_resumes_when_it_is_back(
         processes, submit, tiny_spec, job_of, finished, wait_for, pool, database_url, redis_url,
-        wait_worker_ready):
+        wait_worker_ready, settings):
     url = make_url(database_url)
     proxy = Proxy((url.host, url.port or 5432))
     proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
     # The worker alone goes through the proxy; the scheduler keeps its database.
-    processes.worker(pool, GRPO_DATABASE_URL=proxied, GRPO_DB_RETRY_SECONDS="3")
+    # Its own URL would derive another Redis namespace: it stays in the stack's.
+    processes.worker(pool, GRPO_DATABASE_URL=proxied, GRPO_NAMESPACE=settings.namespace,
+                     GRPO_DB_RETRY_SECONDS="3")
     [worker_id] = wait_worker_ready(pool, processes)
     processes.scheduler()
     steps = 8
     job_id = submit(tiny_spec("outage", pool=pool, grpo={"max_steps": steps}, checkpoint_every=2))
     wait_for(lambda: (j := job_of(job_id)).latest_checkpoint and j.last_step >= 3, 120,
              "a checkpoint and a few steps", processes)
-    marks = redis.Redis.from_url(redis_url).hgetall(busy_key(worker_id))
+    marks = redis.Redis.from_url(redis_url).hgetall(settings.redis_keys.busy(worker_id))
     job_pid = json.loads(marks[str(job_id).encode()])["job_pid"]
 
     proxy.cut()

@@ -21,11 +21,11 @@ import psutil
 import redis
 from waiting import process_gone
 
+from api.settings import Settings
 from api.store.bus import live_workers
 from api.store.db import session_scope
 from api.store.jobs import request_cancel
 from api.store.telemetry import list_events, list_metrics
-from worker.heartbeat import busy_key
 from worker.supervisor import end_process
 
 TWO_SLOTS = {"GRPO_WORKER_GPUS": "2"}
@@ -38,23 +38,23 @@ def events(database_url: str, job_id: int, kind: str) -> list:
         return [e for e in list_events(session, job_id, limit=1000) if e.type == kind]
 
 
-def marks(redis_url: str, worker_id: str) -> dict[int, dict]:
-    raw = redis.Redis.from_url(redis_url).hgetall(busy_key(worker_id))
+def marks(settings: Settings, worker_id: str) -> dict[int, dict]:
+    raw = redis.Redis.from_url(settings.redis_url).hgetall(settings.redis_keys.busy(worker_id))
     return {int(job): json.loads(mark) for job, mark in raw.items()}
 
 
 def test_a_killed_job_process_or_supervisor_requeues_at_once_and_the_job_resumes(
         processes, submit, tiny_spec, job_of, finished, wait_for, pool, database_url, redis_url,
-        wait_worker_ready):
+        settings, wait_worker_ready):
     processes.worker(pool, **TWO_SLOTS)
     [worker_id] = wait_worker_ready(pool, processes)
     processes.scheduler()
     steps = 24
     jobs = [submit(tiny_spec(f"victim-{n}", pool=pool, grpo={"max_steps": steps}, checkpoint_every=3))
             for n in range(2)]
-    wait_for(lambda: all(job_of(j).latest_checkpoint for j in jobs) and len(marks(redis_url, worker_id)) == 2,
+    wait_for(lambda: all(job_of(j).latest_checkpoint for j in jobs) and len(marks(settings, worker_id)) == 2,
              120, "both jobs past a checkpoint", processes, interval=0.05)
-    found = marks(redis_url, worker_id)
+    found = marks(settings, worker_id)
     job_process, supervisor = found[jobs[0]]["job_pid"], found[jobs[1]]["pid"]
     psutil.Process(job_process).kill()  # as the OOM killer would
     psutil.Process(supervisor).kill()  # Celery's WorkerLostError: the job's process dies with it
@@ -77,7 +77,7 @@ def test_a_killed_job_process_or_supervisor_requeues_at_once_and_the_job_resumes
 
 def test_a_stuck_reward_stalls_a_deaf_job_is_cancelled_and_the_devices_come_back(
         processes, submit, tiny_spec, job_of, finished, wait_for, pool, database_url, redis_url,
-        wait_worker_ready):
+        settings, wait_worker_ready):
     processes.worker(pool, GRPO_CANCEL_GRACE_SECONDS="1", GRPO_KILL_GRACE_SECONDS="1", **TWO_SLOTS)
     [worker_id] = wait_worker_ready(pool, processes)
     processes.scheduler()
@@ -85,7 +85,7 @@ def test_a_stuck_reward_stalls_a_deaf_job_is_cancelled_and_the_devices_come_back
     stalls = submit(tiny_spec("stalls", pool=pool, stall_seconds=4, **stuck))
     deaf = submit(tiny_spec("deaf", pool=pool, **stuck))
     wait_for(lambda: events(database_url, deaf, "started"), 120, "the deaf job to start", processes)
-    pid = marks(redis_url, worker_id)[deaf]["job_pid"]
+    pid = marks(settings, worker_id)[deaf]["job_pid"]
     with session_scope(database_url) as session:
         request_cancel(session, deaf)
 
@@ -98,8 +98,9 @@ def test_a_stuck_reward_stalls_a_deaf_job_is_cancelled_and_the_devices_come_back
     assert "no step finished for 4 s" in stalled.error.message
 
     def devices_free() -> bool:
-        [beat] = [w for w in live_workers(redis.Redis.from_url(redis_url)) if w.worker_id == worker_id]
-        return beat.free_devices == [0, 1] and not marks(redis_url, worker_id)
+        beats = live_workers(redis.Redis.from_url(redis_url), settings.redis_keys)
+        [beat] = [w for w in beats if w.worker_id == worker_id]
+        return beat.free_devices == [0, 1] and not marks(settings, worker_id)
 
     wait_for(devices_free, 10, "the worker to advertise both devices free", processes)
 

@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 import redis
 
 from api.lifecycle import Transition
-from api.store import bus
 from api.store.db import session_scope
 from api.store.jobs import (
     TOO_MANY_ATTEMPTS,
@@ -71,12 +70,12 @@ def test_a_delivery_of_a_job_that_is_not_dispatched_has_no_effect(task_settings,
     assert job_of(job_id) == before
     with session_scope(database_url) as session:
         assert list_events(session, job_id) == events_before
-    assert redis.Redis.from_url(redis_url).xlen(bus.stream_key(job_id)) == 0
+    assert redis.Redis.from_url(redis_url).xlen(task_settings.redis_keys.job_stream(job_id)) == 0
 
 
 def test_the_lease_reports_a_cancel_and_refuses_a_worker_that_lost_the_job(submit, tiny_spec, settings,
                                                                           database_url, redis_url):
-    from worker.heartbeat import JobLease, busy_key, running_jobs
+    from worker.heartbeat import JobLease, running_jobs
 
     job_id = submit(tiny_spec())
     dispatched(database_url, job_id)
@@ -89,8 +88,9 @@ def test_the_lease_reports_a_cancel_and_refuses_a_worker_that_lost_the_job(submi
     owner.beat()
     assert (owner.lost, owner.cancel_requested) == (False, False)
     # What the worker's heartbeat reports: the job on its device, and device 0 of 2 free.
-    assert running_jobs(client, "owner", 2, int(time.time() * 1000)) == {job_id: [1]}
-    assert client.hexists(busy_key("stranger"), str(job_id)) is False  # a lost lease marks nothing
+    keys = settings.redis_keys
+    assert running_jobs(client, keys.busy("owner"), 2, int(time.time() * 1000)) == {job_id: [1]}
+    assert client.hexists(keys.busy("stranger"), str(job_id)) is False  # a lost lease marks nothing
     with session_scope(database_url) as session:
         assert request_cancel(session, job_id).status == "cancelling"
     owner.beat()
@@ -98,18 +98,19 @@ def test_the_lease_reports_a_cancel_and_refuses_a_worker_that_lost_the_job(submi
     stranger.beat()
     assert stranger.lost is True  # e.g. requeued and claimed by another worker: its process is killed
     owner.stop()
-    assert client.hlen(busy_key("owner")) == 0
+    assert client.hlen(keys.busy("owner")) == 0
 
 
-def test_an_expired_device_mark_is_dropped_and_a_job_without_devices_has_the_whole_worker(redis_url):
-    from worker.heartbeat import busy_key, running_jobs
+def test_an_expired_device_mark_is_dropped_and_a_job_without_devices_has_the_whole_worker(redis_url,
+                                                                                          settings):
+    from worker.heartbeat import running_jobs
 
     client = redis.Redis.from_url(redis_url)
-    key = busy_key(f"w-{time.time_ns()}")
+    key = settings.redis_keys.busy(f"w-{time.time_ns()}")
     now = int(time.time() * 1000)
     client.hset(key, mapping={"7": json.dumps({"devices": None, "until": now + 60_000}),
                               "8": json.dumps({"devices": [2], "until": now - 1})})  # its child was killed
-    assert running_jobs(client, key.removeprefix("grpo:busy:"), 3, now) == {7: [0, 1, 2]}
+    assert running_jobs(client, key, 3, now) == {7: [0, 1, 2]}
     assert client.hkeys(key) == [b"7"]
     client.delete(key)
 

@@ -28,7 +28,7 @@ def test_two_one_slot_jobs_run_at_once_each_on_its_own_device(processes, submit,
     processes.worker(pool, GRPO_WORKER_GPUS="2")
     [worker_id] = wait_worker_ready(pool, processes)
     client = redis.Redis.from_url(redis_url)
-    [beat] = [w for w in bus.live_workers(client) if w.worker_id == worker_id]
+    [beat] = [w for w in bus.live_workers(client, settings.redis_keys) if w.worker_id == worker_id]
     assert (beat.gpus, beat.free_devices) == (2, [0, 1])
     # Long enough that both children are past their torch import while the other trains.
     first, second = (submit(tiny_spec(f"pack{i}", pool=pool, max_steps=8)) for i in (1, 2))
@@ -47,5 +47,6 @@ def test_two_one_slot_jobs_run_at_once_each_on_its_own_device(processes, submit,
     assert [s["cuda_visible_devices"] for s in seen] == ["0", "1"]  # each child saw only its own
     assert seen[0]["pid"] != seen[1]["pid"]
     # Both marks are gone once the children end: the worker advertises both devices free again.
-    wait_for(lambda: [w for w in bus.live_workers(client) if w.worker_id == worker_id and not w.jobs],
+    keys = settings.redis_keys
+    wait_for(lambda: [w for w in bus.live_workers(client, keys) if w.worker_id == worker_id and not w.jobs],
              10, "the worker to advertise both devices free", processes)

@@ -28,10 +28,10 @@ def scheduler(settings, redis_url) -> Scheduler:
     return Scheduler(slow, redis.Redis.from_url(redis_url))
 
 
-def advertise(redis_url: str, pool: str) -> str:
+def advertise(scheduler: Scheduler, pool: str) -> str:
     worker_id = f"fake-{uuid.uuid4().hex[:6]}"
     beat = Heartbeat(worker_id=worker_id, pool=pool, gpus=1, gpu_model="cpu", hostname="test")
-    bus.advertise_worker(redis.Redis.from_url(redis_url), beat, 60)
+    bus.advertise_worker(scheduler.client, scheduler.settings.redis_keys, beat, 60)
     return worker_id
 
 
@@ -53,7 +53,7 @@ def fault(database_url: str, job_id: int, worker_id: str, backoff: Backoff) -> s
 def test_a_requeued_job_waits_its_backoff_while_others_run_then_is_dispatched(
         scheduler, submit, tiny_spec, job_of, pool, database_url, redis_url):
     backoff = Backoff.of(scheduler.settings)
-    worker_id = advertise(redis_url, pool)
+    worker_id = advertise(scheduler, pool)
     job_id = submit(tiny_spec("faulty", pool=pool))
     assert scheduler.tick() == [job_id]
     assert fault(database_url, job_id, worker_id, backoff) == "queued"
@@ -80,7 +80,7 @@ def test_a_requeued_job_waits_its_backoff_while_others_run_then_is_dispatched(
 
 def test_a_job_whose_lease_expired_waits_its_backoff_too(submit, tiny_spec, pool, database_url, redis_url,
                                                          scheduler):
-    worker_id = advertise(redis_url, pool)
+    worker_id = advertise(scheduler, pool)
     job_id = submit(tiny_spec("silent", pool=pool))
     assert scheduler.tick() == [job_id]
     with session_scope(database_url) as session:

@@ -13,25 +13,26 @@ import redis
 from celery import Celery
 
 from api.scheduling.scheduler import celery_client
+from api.settings import Settings
 from api.store import bus
 from api.store.db import session_scope
 from api.store.scheduling import dispatch_job
 from api.store.telemetry import list_checkpoints, list_events, list_metrics
-from api.vocabulary import RUN_JOB, worker_queue
+from api.vocabulary import RUN_JOB
 
 pytestmark = pytest.mark.slow
 
 
-def dispatch_by_hand(database_url: str, sender: Celery, job_id: int, worker_id: str, copies: int) -> None:
-    with session_scope(database_url) as session:
+def dispatch_by_hand(settings: Settings, sender: Celery, job_id: int, worker_id: str, copies: int) -> None:
+    with session_scope(settings.database_url) as session:
         assert dispatch_job(session, job_id, worker_id)
     for _ in range(copies):
-        sender.send_task(RUN_JOB, args=[job_id], queue=worker_queue(worker_id))
+        sender.send_task(RUN_JOB, args=[job_id], queue=settings.redis_keys.worker_queue(worker_id))
 
 
-def stream(redis_url: str, job_id: int) -> list[dict]:
-    client = redis.Redis.from_url(redis_url)
-    return [bus.decode(fields) for _, fields in client.xrange(bus.stream_key(job_id))]
+def stream(settings: Settings, job_id: int) -> list[dict]:
+    client = redis.Redis.from_url(settings.redis_url)
+    return [bus.decode(fields) for _, fields in client.xrange(settings.redis_keys.job_stream(job_id))]
 
 
 def events(database_url: str, job_id: int, kind: str) -> list:
@@ -46,9 +47,10 @@ def test_a_job_delivered_twice_runs_once_and_reports_every_step(processes, submi
     job_id = submit(tiny_spec(pool=pool))
     processes.worker(pool)
     [worker_id] = wait_worker_ready(pool, processes)
-    dispatch_by_hand(database_url, celery_client(settings), job_id, worker_id, copies=2)
+    dispatch_by_hand(settings, celery_client(settings), job_id, worker_id, copies=2)
     client = redis.Redis.from_url(redis_url)
-    beat = wait_for(lambda: [w for w in bus.live_workers(client) if w.pool == pool and w.jobs],
+    keys = settings.redis_keys
+    beat = wait_for(lambda: [w for w in bus.live_workers(client, keys) if w.pool == pool and w.jobs],
                     60, "the worker to advertise its running job", processes)[0]
     # Dispatched by hand without devices: the job has the whole (1-slot) worker.
     assert beat.jobs == {job_id: [0]} and beat.gpus == 1 and beat.free_devices == []
@@ -68,7 +70,7 @@ def test_a_job_delivered_twice_runs_once_and_reports_every_step(processes, submi
     assert job.latest_checkpoint == checkpoints[-1].path
     assert len(events(database_url, job_id, "running")) == 1
 
-    messages = stream(redis_url, job_id)
+    messages = stream(settings, job_id)
     assert [m["data"]["step"] for m in messages if m["type"] == "metrics"] == [1, 2, 3, 4]
     assert {m["type"] for m in messages} == {"event", "metrics", "samples", "status"}
     assert messages[-1] == {"type": "status", "data": {"status": "succeeded"}}
@@ -84,11 +86,11 @@ def test_a_failing_job_records_its_error_code(processes, submit, tiny_spec, fini
     job_id = submit(tiny_spec(pool=pool, dataset={"source": "path:no-prompts.jsonl"}))
     processes.worker(pool)
     [worker_id] = wait_worker_ready(pool, processes)
-    dispatch_by_hand(database_url, celery_client(settings), job_id, worker_id, copies=1)
+    dispatch_by_hand(settings, celery_client(settings), job_id, worker_id, copies=1)
     job = wait_for(lambda: finished(job_id), 120, "the job to end", processes)
     assert job.status == "failed"
     assert job.error.code == "invalid_spec" and "prompt" in job.error.message
-    final = stream(redis_url, job_id)[-1]
+    final = stream(settings, job_id)[-1]
     assert final["type"] == "status" and final["data"]["error"]["code"] == "invalid_spec"
     assert events(database_url, job_id, "failed")[0].data == {"error_code": "invalid_spec"}
 

@@ -3,7 +3,7 @@
 
 The cluster view is computed now, from live heartbeats and SQL, by the same state loader and
 fair-share rule the scheduler uses, so its fair shares are the scheduler's. The queue is the order the
-scheduler published at its last pass (``api.store.bus.QUEUE_KEY``): positions are its decisions, not
+scheduler published at its last pass (``RedisKeys.queue``): positions are its decisions, not
 a guess made here.
 """
 
@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.http.deps import PrincipalDep, RedisDep, SettingsDep
 from api.http.params import MAX_NAME_LENGTH
-from api.scheduling import policy
+from api.scheduling import liveness, policy
 from api.scheduling.cluster_views import ClusterView, QueueView, cluster_view, queue_view
 from api.settings import Settings
 from api.store import bus
@@ -33,7 +33,7 @@ router = APIRouter(tags=["scheduling"])
 async def get_cluster(principal: PrincipalDep, settings: SettingsDep, redis: RedisDep) -> ClusterView:
     """Pools with their live workers and free GPUs, every team's GPUs held against its quota
     and fair share, and the running jobs (a member sees only its own team's)."""
-    heartbeats = await bus.live_workers_async(redis)
+    heartbeats = await bus.live_workers_async(redis, settings.redis_keys)
     return await run_in_threadpool(_cluster, settings, heartbeats, principal.scope)
 
 
@@ -44,13 +44,15 @@ def _cluster(settings: Settings, heartbeats: list[Heartbeat], scope: int | None)
 
 
 @router.get("/queue", response_model=QueueView)
-async def get_queue(principal: PrincipalDep, redis: RedisDep,
+async def get_queue(principal: PrincipalDep, settings: SettingsDep, redis: RedisDep,
                     pool: Annotated[str | None, Query(max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN,
                                                       description="Only this pool")] = None,
                     ) -> QueueView:
     """Waiting jobs in the order the scheduler will dispatch them, per pool, each with its
     ``position`` and ``pending_reason``; a member sees its own team's jobs, and how many wait
     in all."""
-    raw, passed = await redis.mget([bus.QUEUE_KEY, bus.SCHEDULER_PASS_KEY])
+    keys = settings.redis_keys
+    raw, passed = await redis.mget([keys.queue, keys.scheduler_pass])
     snapshot = json.loads(raw) if raw else None
-    return queue_view(snapshot, passed.decode() if passed else None, principal.scope, pool)
+    alive = liveness.scheduler_alive(liveness.pass_age_seconds(passed), settings)
+    return queue_view(snapshot, passed.decode() if passed else None, principal.scope, pool, alive)

@@ -15,10 +15,11 @@ from api.http.params import JobId, id_cursor
 from api.http.submission import check_job_source, check_placement, check_submission
 from api.http.views import job_for
 from api.lifecycle import JOB_STATUSES, WAITING_STATUSES
+from api.scheduling import liveness
 from api.schemas.jobs import JobRead, JobUpdate, Page
 from api.settings import Settings
-from api.store import bus, outbox
 from api.store import jobs as job_store
+from api.store import outbox
 from api.store.db import session_scope
 from grpo_core.spec import JobSpec
 from grpo_core.specfile import with_changes
@@ -81,6 +82,7 @@ def _check_and_create(
 async def list_jobs(
     session: SessionDep,
     principal: PrincipalDep,
+    settings: SettingsDep,
     redis: RedisDep,
     status_in: Annotated[list[JobStatus] | None, Query(alias="status")] = None,
     after: Annotated[int, id_cursor("Cursor: `next_after` of the previous page")] = 0,
@@ -94,16 +96,17 @@ async def list_jobs(
     (``GET /v1/jobs/{id}`` always has it)."""
     items = await run_in_threadpool(job_store.list_jobs, session, principal.scope, status_in, after,
                                     limit + 1, order == "desc", principal.is_admin, include == "spec")
-    page = [job_for(principal, job) for job in await with_queue_positions(redis, items[:limit])]
+    page = [job_for(principal, job) for job in await with_queue_positions(redis, settings, items[:limit])]
     return Page[JobRead](items=page, next_after=items[limit - 1].id if len(items) > limit else None)
 
 
 @router.get("/{job_id}", response_model=JobRead, responses=_ERRORS)
-async def get_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, redis: RedisDep) -> JobRead:
+async def get_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
+                  redis: RedisDep) -> JobRead:
     """The job; a failure's ``error.traceback`` only for an admin."""
     job = await run_in_threadpool(job_store.get_job, session, job_id, principal.scope,
                                   traceback=principal.is_admin)
-    return job_for(principal, (await with_queue_positions(redis, [job]))[0])
+    return job_for(principal, (await with_queue_positions(redis, settings, [job]))[0])
 
 
 @router.patch("/{job_id}", response_model=JobRead,
@@ -114,20 +117,28 @@ def update_job(job_id: JobId, update: JobUpdate, session: SessionDep, principal:
     return job_for(principal, job_store.set_priority(session, job_id, update.priority, principal.scope))
 
 
-async def with_queue_positions(redis: RedisDep, jobs: list[JobRead]) -> list[JobRead]:
-    """Fill ``queue_position`` of waiting jobs from the scheduler's last published order; a
-    Redis outage leaves it empty rather than failing the read."""
+async def with_queue_positions(redis: RedisDep, settings: Settings, jobs: list[JobRead]) -> list[JobRead]:
+    """Fill ``queue_position`` of waiting jobs from the scheduler's last published order, and say
+    ``no_scheduler`` as their pending reason when no scheduler has passed lately; a Redis outage
+    leaves them as SQL has them rather than failing the read."""
     waiting = [job for job in jobs if job.status in WAITING_STATUSES]
     if not waiting:
         return jobs
+    keys = settings.redis_keys
     try:
-        positions = await redis.hmget(bus.QUEUE_POSITIONS_KEY, [job.id for job in waiting])
+        async with redis.pipeline(transaction=False) as pipe:
+            pipe.hmget(keys.queue_positions, [job.id for job in waiting])
+            pipe.get(keys.scheduler_pass)
+            positions, passed = await pipe.execute()
     except (RedisError, OSError) as exc:
         log.warning("could not read queue positions: %s", exc)
         return jobs
-    found = {job.id: int(value) for job, value in zip(waiting, positions, strict=True) if value is not None}
-    return [job.model_copy(update={"queue_position": found[job.id]}) if job.id in found else job
-            for job in jobs]
+    found = {job.id: {"queue_position": int(value)}
+             for job, value in zip(waiting, positions, strict=True) if value is not None}
+    if not liveness.scheduler_alive(liveness.pass_age_seconds(passed), settings):
+        for job in waiting:
+            found.setdefault(job.id, {})["pending_reason"] = liveness.NO_SCHEDULER
+    return [job.model_copy(update=found[job.id]) if job.id in found else job for job in jobs]
 
 
 @router.post(

@@ -1,7 +1,10 @@
 """Probes and the reward catalog. ``/healthz`` says the process serves requests; ``/readyz``
-says it can do its job: the database and Redis both answer. ``/readyz`` needs no key, so it
-says only ``ok`` / ``down`` per component; why one is down (which carries hosts, database names
-and driver errors) is told to admin credentials only."""
+says it can do its job: the database and Redis both answer (else 503). ``/readyz`` needs no key,
+so it says only ``ok`` / ``down`` per component; why one is down (which carries hosts, database
+names and driver errors) is told to admin credentials only. It also reports the scheduler's last
+pass: with none lately it answers 200 ``degraded``, not 503, since this API still serves every
+request and taking it out of a load balancer would not bring a scheduler back; queued jobs then
+say ``no_scheduler`` (``api.scheduling.liveness``)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.http.deps import RedisDep, SettingsDep, caller_is_admin
 from api.http.errors import error_body
+from api.scheduling import liveness
 from api.store.db import get_engine
 from grpo_core.rewards import reward_catalog
 
@@ -33,25 +37,35 @@ async def healthz() -> dict[str, str]:
 async def readyz(settings: SettingsDep, redis: RedisDep,
                  admin: Annotated[bool, Depends(caller_is_admin)]) -> JSONResponse:
     """``checks``: ``ok`` or ``down`` per component; with an admin key or the operator token,
-    a component that is down says why instead."""
-    results = {"database": await _check(run_in_threadpool(_ping_database, settings.database_url)),
-               "redis": await _check(redis.ping())}
+    a component that is down says why instead. ``scheduler``: its last pass's age."""
+    database, _ = await _check(run_in_threadpool(_ping_database, settings.database_url))
+    # The probe of Redis reads the scheduler's last pass: one round trip tells both.
+    redis_check, stamp = await _check(redis.get(settings.redis_keys.scheduler_pass))
+    results = {"database": database, "redis": redis_check}
     checks = results if admin else {name: "ok" if r == "ok" else "down" for name, r in results.items()}
+    age = liveness.pass_age_seconds(stamp)
+    scheduler = {"last_pass_age_seconds": None if age is None else round(age, 3),
+                 "stale_after_seconds": liveness.stale_after_seconds(settings)}
     failed = {name: result for name, result in checks.items() if result != "ok"}
-    if not failed:
-        return JSONResponse({"status": "ready", "checks": checks})
-    message = "; ".join(f"{name}: {result}" for name, result in failed.items())
-    return JSONResponse({**error_body("not_ready", message), "checks": checks}, status_code=503)
+    if failed:
+        message = "; ".join(f"{name}: {result}" for name, result in failed.items())
+        return JSONResponse({**error_body("not_ready", message), "checks": checks, "scheduler": scheduler},
+                            status_code=503)
+    if not liveness.scheduler_alive(age, settings):
+        checks["scheduler"] = "no scheduler pass yet" if age is None else f"no pass for {age:.0f} s"
+        return JSONResponse({"status": "degraded", "checks": checks, "scheduler": scheduler})
+    checks["scheduler"] = "ok"
+    return JSONResponse({"status": "ready", "checks": checks, "scheduler": scheduler})
 
 
-async def _check(probe: Any) -> str:
+async def _check(probe: Any) -> tuple[str, Any]:
+    """``("ok", the probe's answer)``, or what went wrong and None."""
     try:
-        await asyncio.wait_for(probe, PROBE_TIMEOUT_S)
+        return "ok", await asyncio.wait_for(probe, PROBE_TIMEOUT_S)
     except TimeoutError:
-        return f"no answer within {PROBE_TIMEOUT_S:g} s"
+        return f"no answer within {PROBE_TIMEOUT_S:g} s", None
     except Exception as exc:  # any failure means not ready; its text tells the operator which
-        return f"{type(exc).__name__}: {exc}"
-    return "ok"
+        return f"{type(exc).__name__}: {exc}", None
 
 
 def _ping_database(url: str) -> None:

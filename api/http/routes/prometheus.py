@@ -6,8 +6,6 @@ Admin only (an admin key or the operator token as the scrape's bearer token; ope
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from fastapi import APIRouter, Response
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
@@ -15,9 +13,9 @@ from starlette.requests import Request
 
 from api.http.deps import AdminDep, RedisDep, SettingsDep
 from api.http.prometheus import ServiceSnapshot, read_sql, render
+from api.scheduling import liveness
 from api.store import bus
 from api.store.db import session_scope
-from api.store.models import utcnow
 
 router = APIRouter(tags=["meta"])
 
@@ -28,12 +26,10 @@ router = APIRouter(tags=["meta"])
                        403: {"description": "Not an admin key"}})
 async def metrics(request: Request, _admin: AdminDep, settings: SettingsDep, redis: RedisDep) -> Response:
     snapshot: ServiceSnapshot = await run_in_threadpool(_read_sql, settings.database_url)
-    snapshot.counters = await bus.read_counters(redis)
-    snapshot.heartbeats = await bus.live_workers_async(redis)
-    passed = await redis.get(bus.SCHEDULER_PASS_KEY)
-    if passed:
-        age = utcnow() - datetime.fromisoformat(passed.decode())
-        snapshot.seconds_since_scheduler_pass = age.total_seconds()
+    keys = settings.redis_keys
+    snapshot.counters = await bus.read_counters(redis, keys)
+    snapshot.heartbeats = await bus.live_workers_async(redis, keys)
+    snapshot.seconds_since_scheduler_pass = liveness.pass_age_seconds(await redis.get(keys.scheduler_pass))
     hubs = getattr(request.app.state, "stream_hubs", None)
     snapshot.stream_subscribers = hubs.subscriber_count() if hubs is not None else 0
     return Response(render(snapshot), media_type=CONTENT_TYPE_LATEST)

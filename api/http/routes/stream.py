@@ -9,7 +9,7 @@ API's usual HTTP error (401/404/422). An open stream re-checks its key every
 
 On connect the server sends, from SQL, the job's events after ``after_event`` and its metrics
 and samples after step ``after`` (0, the default: everything; at most the 20 newest samples),
-then the job's current ``status``. It then tails the Redis Stream ``grpo:job:{id}`` from the
+then the job's current ``status``. It then tails the job's Redis Stream (``RedisKeys.job_stream``) from the
 entry that was last *before* the SQL read, so nothing published meanwhile is lost; duplicates
 are dropped (a step, sample step or event id at or before the last one sent is skipped), so
 each step arrives exactly once and in order. Whoever writes an event or changes the job's
