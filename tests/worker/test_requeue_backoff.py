@@ -62,7 +62,7 @@ def test_a_requeued_job_waits_its_backoff_while_others_run_then_is_dispatched(
     other = submit(tiny_spec("next", pool=pool))
     assert scheduler.tick() == [other]  # the free device does not wait for the faulty job
     assert job_of(job_id).pending_reason == "backoff"
-    queue = json.loads(redis.Redis.from_url(redis_url).get(bus.QUEUE_KEY))["entries"]
+    queue = json.loads(scheduler.client.get(scheduler.settings.redis_keys.queue))["entries"]
     [entry] = [e for e in queue if e["job_id"] == job_id]
     assert entry["pending_reason"] == "backoff"
 
