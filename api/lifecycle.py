@@ -9,8 +9,11 @@ and consults :data:`RULES` for every move it makes.
       │  └─undispatch──────┘   │                │  └─request_cancel──► cancelling
       │                        │                │                       ├─stop_cancelled─► cancelled
       ├──requeue (lease expired, rank died)─────┤                       └─succeed/fail (ended first)
-      │                                         └─yield──► preempted ──dispatch──► dispatched
-      └─ queued | preempted | dispatched ──cancel──► cancelled
+      │                                         ├─yield──► preempted ──dispatch──► dispatched
+      │                                         └─request_pause──► pausing ─stop_paused─► paused
+      ├─ queued | preempted | dispatched ──pause──► paused ──resume──► queued
+      ├─ failed | cancelled ──retry──► queued (resumes from its last checkpoint)
+      └─ queued | preempted | dispatched | paused ──cancel──► cancelled
 
 A move names its *transition*, never a target status: two actors that race (a cancel and a
 claim, a reaper and a late finish) each ask for their own transition, and the SQL guard on the
@@ -32,6 +35,8 @@ class JobStatus(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     PREEMPTED = "preempted"
+    PAUSING = "pausing"
+    PAUSED = "paused"
 
 
 # Plain strings (the enum's values): what SQL stores, what the wire carries, and what SQL
@@ -39,10 +44,12 @@ class JobStatus(StrEnum):
 JOB_STATUSES: tuple[str, ...] = tuple(status.value for status in JobStatus)
 TERMINAL_STATUSES = ("succeeded", "failed", "cancelled")
 # A job holds its GPUs from dispatch until it leaves these (quotas and fair share count them).
-HOLDING_STATUSES = ("dispatched", "running", "cancelling")
+HOLDING_STATUSES = ("dispatched", "running", "cancelling", "pausing")
 WAITING_STATUSES = ("queued", "preempted")
 # A worker holds the job's lease: it renews it and may end the attempt.
-ACTIVE_STATUSES = ("running", "cancelling")
+ACTIVE_STATUSES = ("running", "cancelling", "pausing")
+# Finished, for now: a paused job holds nothing and waits for no GPU until it is resumed.
+RESTING_STATUSES = ("paused",)
 
 
 class Transition(StrEnum):
@@ -56,6 +63,11 @@ class Transition(StrEnum):
     STOP_CANCELLED = "stop_cancelled"  # the attempt stopped for a cancel (or died while cancelling)
     YIELD = "yield"  # preempted: checkpointed and back in the queue
     REQUEUE = "requeue"  # lease expired or a rank died (the machine's fault): queued, resumes its checkpoint
+    PAUSE = "pause"  # paused before any attempt runs (or between attempts)
+    REQUEST_PAUSE = "request_pause"  # a running job is asked to checkpoint and stop at its next step
+    STOP_PAUSED = "stop_paused"  # the attempt stopped for a pause (or died while pausing)
+    RESUME = "resume"  # a paused job goes back to the queue, to continue from its checkpoint
+    RETRY = "retry"  # a failed or cancelled job goes back to the queue, to continue from its checkpoint
 
 
 @dataclass(frozen=True)
@@ -78,17 +90,24 @@ RULES: dict[Transition, Rule] = {
     Transition.CLAIM: Rule(frozenset({S.DISPATCHED}), S.RUNNING, "running", record=("worker_id", "attempt")),
     Transition.SUCCEED: Rule(frozenset(map(S, ACTIVE_STATUSES)), S.SUCCEEDED, "succeeded"),
     Transition.FAIL: Rule(frozenset(map(S, ACTIVE_STATUSES)), S.FAILED, "failed", "error"),
-    Transition.CANCEL: Rule(frozenset({*map(S, WAITING_STATUSES), S.DISPATCHED}), S.CANCELLED, "cancelled"),
-    Transition.REQUEST_CANCEL: Rule(frozenset({S.RUNNING}), S.CANCELLING, "cancel_requested"),
+    Transition.CANCEL: Rule(frozenset({*map(S, WAITING_STATUSES), S.DISPATCHED, S.PAUSED}), S.CANCELLED,
+                            "cancelled"),
+    Transition.REQUEST_CANCEL: Rule(frozenset({S.RUNNING, S.PAUSING}), S.CANCELLING, "cancel_requested"),
     Transition.STOP_CANCELLED: Rule(frozenset(map(S, ACTIVE_STATUSES)), S.CANCELLED, "cancelled"),
     Transition.YIELD: Rule(frozenset({S.RUNNING}), S.PREEMPTED, "preempted", "warning"),
     Transition.REQUEUE: Rule(frozenset({S.DISPATCHED, S.RUNNING}), S.QUEUED, "requeued", "warning"),
+    Transition.PAUSE: Rule(frozenset({*map(S, WAITING_STATUSES), S.DISPATCHED}), S.PAUSED, "paused"),
+    Transition.REQUEST_PAUSE: Rule(frozenset({S.RUNNING}), S.PAUSING, "pause_requested"),
+    Transition.STOP_PAUSED: Rule(frozenset({S.PAUSING}), S.PAUSED, "paused", record=("last_step",)),
+    Transition.RESUME: Rule(frozenset({S.PAUSED}), S.QUEUED, "unpaused"),
+    Transition.RETRY: Rule(frozenset({S.FAILED, S.CANCELLED}), S.QUEUED, "retried"),
 }
 # How an attempt that ran ends, by the outcome the worker reports (a preempted one yields instead).
 ENDINGS: dict[JobStatus, Transition] = {
     S.SUCCEEDED: Transition.SUCCEED,
     S.FAILED: Transition.FAIL,
     S.CANCELLED: Transition.STOP_CANCELLED,
+    S.PAUSED: Transition.STOP_PAUSED,
 }
 del S
 

@@ -85,6 +85,9 @@ class Settings(BaseSettings):
     fair_share_half_life_seconds: float = Field(
         3600.0, gt=0, description="Half-life of a team's past GPU usage in the fair-share order.")
     max_request_bytes: int = Field(1024 * 1024, ge=1024)
+    auto_migrate: bool = Field(
+        True, description="`grpo api`, `grpo scheduler` and `grpo admin` bring a database that is behind "
+        "the code's schema to it at start; false: they refuse, naming the command to run.")
     # Per-pool limits: the defaults; admins override them per pool (PUT /v1/admin/pools/{pool}/limits).
     # Each spec field is bounded on its own; these bound what they multiply to, so no team's
     # job can take a worker's memory or disk from the others.

@@ -21,7 +21,10 @@ from api.settings import Settings
 from worker.outcome import Fault, Outcome
 
 _CALL, _OUTCOME, _PROGRESS, _STOP = "call.pkl", "outcome.pkl", "progress.json", "stop.json"
-CANCEL, PREEMPT = "cancel", "preempt"
+CANCEL, PAUSE, PREEMPT = "cancel", "pause", "preempt"
+# A later request replaces an earlier one only if it outranks it: a cancel wins over a pause, a
+# pause over a preemption (a paused job must not be requeued by a preemption that came first).
+_RANK = {PREEMPT: 0, PAUSE: 1, CANCEL: 2}
 
 
 def _write_whole(path: Path, data: bytes) -> None:
@@ -39,8 +42,9 @@ class AttemptFiles:
         _write_whole(self.folder / _CALL, pickle.dumps((job, settings, worker_id)))
 
     def request_stop(self, reason: str) -> None:
-        """``cancel`` or ``preempt``; a cancel replaces a preemption (it wins), never the reverse."""
-        if self.stop_reason() == CANCEL:
+        """``cancel``, ``pause`` or ``preempt``; a request replaces an earlier one it outranks."""
+        current = self.stop_reason()
+        if current in _RANK and _RANK[current] >= _RANK[reason]:
             return
         _write_whole(self.folder / _STOP, json.dumps({"reason": reason}).encode())
 

@@ -234,11 +234,12 @@ class JobLease(_Ticker):
         self.lost = False
         self.cancel_requested = False
         self.preempt_requested = False
+        self.pause_requested = False
 
     def beat(self) -> None:
         try:
             with session_scope(self.database_url) as session:
-                still_ours, cancel, preempt = renew_lease(session, self.job_id, self.worker_id)
+                still_ours, cancel, preempt, pause = renew_lease(session, self.job_id, self.worker_id)
         except SQLAlchemyError as exc:  # if this lasts, the lease expires and the answer is "lost"
             log.warning("lease renewal of job %s failed: %s", self.job_id, exc)
             return
@@ -246,6 +247,7 @@ class JobLease(_Ticker):
             self.lost = self.lost or not still_ours
             self.cancel_requested = self.cancel_requested or cancel
             self.preempt_requested = self.preempt_requested or preempt
+            self.pause_requested = self.pause_requested or pause
         if still_ours:
             mark = {"devices": self.devices, "until": int(time.time() * 1000) + self.busy_ttl_ms,
                     "pid": os.getpid(), "job_pid": self.job_pid}

@@ -31,9 +31,9 @@ from api.settings import Settings
 from api.store import bus, outbox
 from api.store.clock import Backoff
 from api.store.db import session_scope
-from api.store.jobs import finish, requeue_after_fault
+from api.store.jobs import finish, requeue_after_fault, stop_paused
 from api.store.scheduling import yield_preempted
-from worker.attempt_files import CANCEL, PREEMPT
+from worker.attempt_files import CANCEL, PAUSE, PREEMPT
 from worker.heartbeat import JobLease
 from worker.memory import gib
 from worker.outcome import Fault, Outcome
@@ -83,6 +83,8 @@ def forced_outcome(ended: Ended, settings: Settings, job: JobRead) -> Outcome:
     grace = f"did not stop within {settings.cancel_grace_seconds:.0f} s; its process was killed {at}"
     if ended.killed_for == CANCEL:
         return Outcome(JobStatus.CANCELLED, f"cancelled: {grace}", step=ended.last_step)
+    if ended.killed_for == PAUSE:  # resumes from its last checkpoint once resumed
+        return Outcome(JobStatus.PAUSED, f"paused: {grace}", step=ended.last_step)
     if ended.killed_for == PREEMPT:  # resumes from its last checkpoint
         return Outcome(JobStatus.PREEMPTED, f"preempted: {grace}", step=ended.last_step)
     raise ValueError(f"unknown reason to end a job's process: {ended.killed_for}")
@@ -118,6 +120,8 @@ def record_outcome(job: JobRead, worker_id: str, settings: Settings, publish: ou
         with session_scope(settings.database_url, publish=publish) as session:
             if outcome.status is JobStatus.PREEMPTED:  # checkpointed: back to the queue, to resume from it
                 return yield_preempted(session, job.id, worker_id, outcome.step)
+            if outcome.status is JobStatus.PAUSED:  # checkpointed: at rest until resumed
+                return stop_paused(session, job.id, worker_id, outcome.step)
             return finish(session, job.id, worker_id=worker_id, outcome=outcome.status,
                           message=outcome.message, error_code=outcome.error_code,
                           error_message=outcome.message if outcome.error_code else None,

@@ -29,7 +29,7 @@ from grpo_core.spec import JobSpec
 from grpo_core.tracking import trackers
 from grpo_core.trainer import GRPOTrainer, TrainResult
 from worker.artifacts import ArtifactQuota
-from worker.attempt_files import CANCEL, PREEMPT, AttemptFiles
+from worker.attempt_files import CANCEL, PAUSE, PREEMPT, AttemptFiles
 from worker.job_sources import loadable
 from worker.outcome import Fault, Outcome
 from worker.reporting import JobReporter
@@ -173,6 +173,8 @@ def ending(result: TrainResult, stop_reason: str | None) -> Outcome:
     """How a run that returned ended: stopped for a cancel or a preemption, or finished."""
     if result.stopped and stop_reason == CANCEL:  # a cancel wins over a preemption
         return Outcome(JobStatus.CANCELLED, f"cancelled at step {result.step}", step=result.step)
+    if result.stopped and stop_reason == PAUSE:
+        return Outcome(JobStatus.PAUSED, f"paused at step {result.step}", step=result.step)
     if result.stopped and stop_reason == PREEMPT:
         return Outcome(JobStatus.PREEMPTED, f"preempted at step {result.step}", step=result.step)
     return Outcome(JobStatus.SUCCEEDED, f"finished at step {result.step}", step=result.step)

@@ -138,12 +138,15 @@ def _handler(command: Command) -> Callable[[argparse.Namespace], int]:
     def handler(args: argparse.Namespace) -> int:
         from sqlalchemy.exc import SQLAlchemyError
 
+        from api.cli.main import schema_ready
         from api.errors import ServiceError
         from api.settings import get_settings
         from api.store.db import session_scope
 
-        url = get_settings().database_url
+        settings = get_settings()
+        url = settings.database_url
         try:
+            schema_ready(settings)  # a fresh deployment's first `grpo admin create-team` works
             with session_scope(url) as session:
                 result = command(session, args)
         except ServiceError as exc:

@@ -119,6 +119,10 @@ class ApiClient:
     def clone(self, job_id: int, changes: dict[str, Any] | None = None) -> dict[str, Any]:
         return self._json(self.http.post(f"/v1/jobs/{job_id}/clone", json=changes))
 
+    def act(self, job_id: int, action: str) -> dict[str, Any]:
+        """``POST /v1/jobs/{id}/{action}``: pause, resume or retry."""
+        return self._json(self.http.post(f"/v1/jobs/{job_id}/{action}"))
+
     def cancel(self, job_id: int) -> dict[str, Any]:
         return self._json(self.http.post(f"/v1/jobs/{job_id}/cancel"))
 

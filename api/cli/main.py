@@ -32,9 +32,21 @@ def _api(args: argparse.Namespace) -> int:
     from api.settings import get_settings
 
     settings = get_settings()
+    schema_ready(settings)
     uvicorn.run("api.main:create_app", factory=True, host=args.host or settings.api_host,
                 port=args.port or settings.api_port, log_level="info")
     return 0
+
+
+def schema_ready(settings) -> None:
+    """Migrate a database behind the code (or refuse, with the command): a fresh deployment's
+    first command works, and an old schema never meets new code."""
+    from api.store.migrate import SchemaBehind, ensure_schema
+
+    try:
+        ensure_schema(settings.database_url, settings.auto_migrate)
+    except SchemaBehind as exc:
+        raise SystemExit(f"error: {exc} (GRPO_AUTO_MIGRATE=false)") from None
 
 
 def _scheduler(args: argparse.Namespace) -> int:
@@ -45,6 +57,7 @@ def _scheduler(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    schema_ready(get_settings())
     Scheduler(get_settings()).run(stop)
     return 0
 

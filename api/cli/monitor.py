@@ -24,8 +24,8 @@ from typing import Any
 
 from api.cli.printable import printable
 
-MONITOR_COMMANDS = ("submit", "list", "show", "watch", "cancel", "clone", "events", "metrics", "download",
-                    "cluster", "queue")
+MONITOR_COMMANDS = ("submit", "list", "show", "watch", "cancel", "pause", "resume", "retry", "clone",
+                    "events", "metrics", "download", "cluster", "queue")
 BAD_INPUT_STATUSES = (400, 404, 409, 413, 422)
 DEFAULT_API_URL = "http://127.0.0.1:8000"
 INTERRUPTED = 130
@@ -182,6 +182,18 @@ def _cancel(client: Any, args: argparse.Namespace) -> Result:
     return Result(job, f"job {job['id']} {job['status']}{later}")
 
 
+_ACTION_NOTES = {"pausing": " (it checkpoints at its next step, then frees its GPUs)",
+                 "queued": " (it continues from its checkpoint)"}
+
+
+def _action(action: str) -> Callable[[Any, argparse.Namespace], Result]:
+    def command(client: Any, args: argparse.Namespace) -> Result:
+        job = client.act(args.job_id, action)
+        return Result(job, f"job {job['id']} {job['status']}{_ACTION_NOTES.get(job['status'], '')}")
+
+    return command
+
+
 def _clone(client: Any, args: argparse.Namespace) -> Result:
     changes = None
     if args.changes is not None:
@@ -317,6 +329,10 @@ def add_monitor_commands(commands: argparse._SubParsersAction) -> None:
     add("show", "one job: status, progress, placement, times, error", _show)
     add("watch", "follow a job live until it ends (exit 0: succeeded)", _watch)
     add("cancel", "cancel a job (a running one stops at its next step, with a checkpoint)", _cancel)
+    add("pause", "pause a job: it checkpoints, frees its GPUs and waits to be resumed", _action("pause"))
+    add("resume", "put a paused job back in the queue, to continue from its checkpoint", _action("resume"))
+    add("retry", "put a failed or cancelled job back in the queue, from its last checkpoint",
+        _action("retry"))
     clone = add("clone", "submit a copy of a job's spec, changed by a file of fields if given", _clone)
     clone.add_argument("--changes", type=Path, default=None, metavar="FILE",
                        help="fields to change, nested as in a spec (grpo: {max_steps: 10})")

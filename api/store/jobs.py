@@ -247,6 +247,55 @@ def request_cancel(session: Session, job_id: int, team_id: int | None = None) ->
     return get_job(session, job_id)  # already cancelling
 
 
+def request_pause(session: Session, job_id: int, team_id: int | None = None) -> JobRead:
+    """A waiting (or dispatched, not yet claimed) job is paused at once; a running one is asked to
+    checkpoint at its next step and stop (``pausing``), then it is ``paused``. A paused job holds
+    no GPU and waits for none until it is resumed. Pausing a paused or pausing job changes nothing."""
+    job = get_job(session, job_id, team_id)
+    moved = transition(session, job_id, via=Transition.PAUSE, message="paused before it ran",
+                       values=_BACK_IN_QUEUE)
+    moved = moved or transition(session, job_id, via=Transition.REQUEST_PAUSE, message="pause requested")
+    if moved is not None:
+        return moved
+    if job.status in (JobStatus.PAUSED, JobStatus.PAUSING):
+        return job
+    raise Conflict(f"job {job_id} is {job.status}: only a waiting or running job can be paused",
+                   param="job_id")
+
+
+def stop_paused(session: Session, job_id: int, worker_id: str, step: int) -> bool:
+    """The attempt checkpointed and stopped for a pause: ``paused``, its GPUs free; only the
+    worker holding the lease may record it. False when it no longer holds it."""
+    moved = transition(session, job_id, via=Transition.STOP_PAUSED, worker_id=worker_id,
+                       values=_BACK_IN_QUEUE, message=f"paused at step {step}", data={"step": step})
+    return moved is not None
+
+
+def resume(session: Session, job_id: int, team_id: int | None = None) -> JobRead:
+    """A paused job goes back to the queue; its next attempt continues from its checkpoint."""
+    job = get_job(session, job_id, team_id)
+    moved = transition(session, job_id, via=Transition.RESUME, message="resumed: back in the queue",
+                       values={"retry_at": None})
+    if moved is None:
+        raise Conflict(f"job {job_id} is {job.status}, not paused", param="job_id")
+    return moved
+
+
+def retry(session: Session, job_id: int, team_id: int | None = None) -> JobRead:
+    """A failed or cancelled job goes back to the queue to continue from its last checkpoint
+    (from the start without one), its error cleared and its attempt budget fresh."""
+    job = get_job(session, job_id, team_id)
+    values = {**_BACK_IN_QUEUE, "finished_at": None, "error_code": None, "error_message": None,
+              "error_traceback": None, "cancel_requested": False, "retry_at": None,
+              "attempt_base": _JOBS.c.attempt}
+    moved = transition(session, job_id, via=Transition.RETRY, values=values,
+                       message=f"retried after it {job.status}", data={"previous_status": job.status})
+    if moved is None:
+        raise Conflict(f"job {job_id} is {job.status}: only a failed or cancelled job can be retried",
+                       param="job_id")
+    return moved
+
+
 def claim(session: Session, job_id: int, worker_id: str) -> JobRead | None:
     """A worker takes a dispatched job; a duplicate delivery finds it no longer dispatched. The
     lease starts on the database's clock (:mod:`api.store.clock`), as every renewal does."""
@@ -259,29 +308,36 @@ def claim(session: Session, job_id: int, worker_id: str) -> JobRead | None:
                       guard=promised, values=values)
 
 
-def renew_lease(session: Session, job_id: int, worker_id: str) -> tuple[bool, bool, bool]:
-    """``(still_ours, cancel_requested, preempt_requested)``; a worker that lost its lease must stop.
+def renew_lease(session: Session, job_id: int, worker_id: str) -> tuple[bool, bool, bool, bool]:
+    """``(still_ours, cancel_requested, preempt_requested, pause_requested)``; a worker that lost
+    its lease must stop.
     Stamped with the database's clock, which the reaper compares it with: a worker whose own clock
     is off neither loses its job nor keeps a dead one."""
     stmt = (
         update(Job)
         .where(Job.id == job_id, Job.worker_id == worker_id, Job.status.in_(ACTIVE_STATUSES))
         .values(heartbeat_at=db_now(session))
-        .returning(Job.cancel_requested, Job.preempt_requested)
+        .returning(Job.cancel_requested, Job.preempt_requested, Job.status)
         .execution_options(synchronize_session=False)
     )
     row = session.execute(stmt).first()
-    return (False, False, False) if row is None else (True, bool(row[0]), bool(row[1]))
+    if row is None:
+        return False, False, False, False
+    return True, bool(row[0]), bool(row[1]), row[2] == JobStatus.PAUSING.value
 
 
 def stop_request(session: Session, job_id: int) -> str | None:
-    """``"cancel"``, ``"preempt"`` or None: what the job has been asked to do, read by its own
-    process before every step (one indexed read), so a stop lands within a step however fast
-    steps are, not on the supervisor's next lease renewal. A cancel wins over a preemption."""
-    row = session.execute(select(Job.cancel_requested, Job.preempt_requested).where(Job.id == job_id)).first()
+    """``"cancel"``, ``"pause"``, ``"preempt"`` or None: what the job has been asked to do, read
+    by its own process before every step (one indexed read), so a stop lands within a step however
+    fast steps are, not on the supervisor's next lease renewal. A cancel wins over a pause, and a
+    pause over a preemption."""
+    row = session.execute(select(Job.cancel_requested, Job.preempt_requested, Job.status)
+                          .where(Job.id == job_id)).first()
     if row is None:
         return None
-    return "cancel" if row[0] else "preempt" if row[1] else None
+    if row[0]:
+        return "cancel"
+    return "pause" if row[2] == JobStatus.PAUSING.value else "preempt" if row[1] else None
 
 
 def finish(
@@ -333,6 +389,9 @@ def requeue_expired(session: Session, lease_seconds: float, now: datetime | None
         if status == JobStatus.CANCELLING:
             job = transition(session, job_id, via=Transition.STOP_CANCELLED, guard=expired,
                              message="worker lost while cancelling", values={"finished_at": utcnow()})
+        elif status == JobStatus.PAUSING:  # it resumes from its last checkpoint when resumed
+            job = transition(session, job_id, via=Transition.STOP_PAUSED, guard=expired,
+                             message="worker lost while pausing", values=_BACK_IN_QUEUE)
         else:
             job = _requeue_or_give_up(session, job_id, guard=expired, worker_id=None,
                                       message="lease expired", data={"previous_status": status},
@@ -347,13 +406,15 @@ def requeue_after_fault(session: Session, job_id: int, *, worker_id: str, messag
     """The attempt was ended by the machine, not by the job (a rank process killed, e.g. by the OOM
     killer): back to the queue at once, to resume from its checkpoint, rather than once its lease
     expires. Bounded: a job that has had ``max_attempts`` attempts fails ``too_many_attempts`` with
-    this ``message`` as its error instead; one being cancelled ends cancelled. Only the worker
-    holding the lease may; None when it no longer does. ``backoff``: how long the job waits
-    before its next dispatch."""
+    this ``message`` as its error instead; one being cancelled ends cancelled, one being paused
+    paused. Only the worker holding the lease may; None when it no longer does. ``backoff``: how
+    long the job waits before its next dispatch."""
     c = _JOBS.c
     job = transition(session, job_id, via=Transition.STOP_CANCELLED, worker_id=worker_id,
                      guard=c.status == JobStatus.CANCELLING.value, message=f"{message} while cancelling",
                      data=data, values={"finished_at": utcnow()})
+    job = job or transition(session, job_id, via=Transition.STOP_PAUSED, worker_id=worker_id,
+                            message=f"{message} while pausing", data=data, values=_BACK_IN_QUEUE)
     return job or _requeue_or_give_up(session, job_id, guard=None, worker_id=worker_id, message=message,
                                       data=data, max_attempts=max_attempts, backoff=backoff)
 
@@ -371,7 +432,8 @@ def _requeue_or_give_up(session: Session, job_id: int, *, guard: ColumnElement[b
     if backoff is not None:
         attempts = session.execute(select(c.attempt).where(c.id == job_id)).scalar() or 0
         values["retry_at"] = backoff.until(now or db_now(session), attempts)
-    within = None if max_attempts is None else or_(c.attempt < max_attempts,
+    # Attempts since the job was last retried by hand: a retry gives it a fresh budget.
+    within = None if max_attempts is None else or_(c.attempt - c.attempt_base < max_attempts,
                                                    c.status == JobStatus.DISPATCHED.value)
     conditions = [g for g in (guard, within) if g is not None]
     requeue_guard = and_(*conditions) if conditions else None

@@ -4,17 +4,25 @@
 docker-compose the API container may start before Postgres is ready), then runs
 ``alembic upgrade head``. Imports only SQLAlchemy, Alembic and the settings, never torch, so the
 prestart stays fast.
+
+``grpo api``, ``grpo scheduler`` and ``grpo admin`` check the schema first
+(:func:`ensure_schema`): behind the code's head, they migrate it (``GRPO_AUTO_MIGRATE``, the
+default; several starting at once take turns under a Postgres advisory lock) or refuse with the
+exact command to run. ``/readyz`` is 503 while the schema is behind (:func:`schema_problem`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from functools import cache
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import create_engine, pool, text
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, create_engine, pool, text
 from sqlalchemy.exc import OperationalError
 
 from api.settings import get_settings
@@ -39,6 +47,56 @@ def alembic_config(database_url: str) -> Config:
 
 def upgrade_to_head(database_url: str) -> None:
     command.upgrade(alembic_config(database_url), "head")
+
+
+MIGRATE_COMMAND = "python -m api.store.migrate"
+_LOCK_ID = 0x67_72_70_6F  # "grpo": one advisory lock for every process that migrates
+
+
+class SchemaBehind(RuntimeError):
+    """The database's schema is not the one this code needs, and it may not migrate it."""
+
+
+@cache
+def head_revision() -> str:
+    return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
+
+def current_revision(connection: Connection) -> str | None:
+    """The database's revision; None when it was never migrated."""
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def schema_problem(connection: Connection) -> str | None:
+    """None when the schema is at the code's head, else what is wrong and the command that fixes it."""
+    found, head = current_revision(connection), head_revision()
+    if found == head:
+        return None
+    state = "was never migrated" if found is None else f"is at revision {found}"
+    return f"the database {state}; this code needs {head}: run `{MIGRATE_COMMAND}`"
+
+
+def ensure_schema(database_url: str, migrate: bool) -> None:
+    """Return once the schema is at head, migrating it if ``migrate``; else :class:`SchemaBehind`."""
+    engine = create_engine(database_url, poolclass=pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            problem = schema_problem(connection)
+            if problem is None:
+                return
+            if not migrate:
+                raise SchemaBehind(problem)
+            postgres = connection.dialect.name == "postgresql"
+            if postgres:  # replicas starting together: one migrates, the others find it done
+                connection.execute(text("SELECT pg_advisory_lock(:id)"), {"id": _LOCK_ID})
+            try:
+                log.info("%s; migrating", problem.split(": run")[0])
+                upgrade_to_head(database_url)
+            finally:
+                if postgres:
+                    connection.execute(text("SELECT pg_advisory_unlock(:id)"), {"id": _LOCK_ID})
+    finally:
+        engine.dispose()
 
 
 def wait_for_database(database_url: str, tries: int = WAIT_TRIES, delay: float = WAIT_SECONDS) -> None:

@@ -142,6 +142,8 @@ class Job(Base):
     gpus: Mapped[int] = mapped_column(Integer, default=1)
     max_steps: Mapped[int] = mapped_column(Integer)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
+    # ``attempt`` when the job was last retried by hand: the attempt limit counts from here.
+    attempt_base: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     worker_id: Mapped[str | None] = mapped_column(String(128))
     # Indices of the worker's devices the job runs on (api.scheduling.policy.Dispatch.devices).
     devices: Mapped[list[Any] | None] = mapped_column(JSON)

@@ -156,11 +156,24 @@ def test_unparsable_arguments_exit_2(grpo) -> None:
         assert exited.value.code == 2
 
 
-def test_an_unmigrated_database_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_a_fresh_database_is_migrated_by_the_first_admin_command(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.setenv("GRPO_DATABASE_URL", service_db.sqlite_url(tmp_path))
     get_settings.cache_clear()
     try:
-        assert main(["admin", "list-teams"]) == 1
+        assert main(["admin", "create-team", "vision"]) == 0
+        assert "vision" in capsys.readouterr().out
     finally:
         get_settings.cache_clear()
-    assert "python -m api.store.migrate" in capsys.readouterr().err
+
+
+def test_an_unmigrated_database_is_refused_with_the_command_when_not_to_migrate(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setenv("GRPO_DATABASE_URL", service_db.sqlite_url(tmp_path))
+    monkeypatch.setenv("GRPO_AUTO_MIGRATE", "false")
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(SystemExit) as refused:
+            main(["admin", "list-teams"])
+    finally:
+        get_settings.cache_clear()
+    assert "was never migrated" in str(refused.value) and "python -m api.store.migrate" in str(refused.value)

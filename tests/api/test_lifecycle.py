@@ -15,20 +15,26 @@ from api import lifecycle
 from api.lifecycle import JOB_STATUSES, JobStatus, Transition, TransitionRefused, allowed
 
 ROOT = Path(__file__).resolve().parents[2]
-STATUSES = ("queued", "dispatched", "running", "cancelling", "succeeded", "failed", "cancelled", "preempted")
-HOLDING = {"dispatched", "running", "cancelling"}  # a job holds its GPUs (an open allocation)
+STATUSES = ("queued", "dispatched", "running", "cancelling", "succeeded", "failed", "cancelled", "preempted",
+            "pausing", "paused")
+HOLDING = {"dispatched", "running", "cancelling", "pausing"}  # a job holds its GPUs (an open allocation)
 # transition: (from, to, event type, event level)
 EXPECTED: dict[Transition, tuple[set[str], str, str, str]] = {
     Transition.DISPATCH: ({"queued", "preempted"}, "dispatched", "dispatched", "info"),
     Transition.UNDISPATCH: ({"dispatched"}, "queued", "dispatch_failed", "warning"),
     Transition.CLAIM: ({"dispatched"}, "running", "running", "info"),
-    Transition.SUCCEED: ({"running", "cancelling"}, "succeeded", "succeeded", "info"),
-    Transition.FAIL: ({"running", "cancelling"}, "failed", "failed", "error"),
-    Transition.CANCEL: ({"queued", "preempted", "dispatched"}, "cancelled", "cancelled", "info"),
-    Transition.REQUEST_CANCEL: ({"running"}, "cancelling", "cancel_requested", "info"),
-    Transition.STOP_CANCELLED: ({"running", "cancelling"}, "cancelled", "cancelled", "info"),
+    Transition.SUCCEED: ({"running", "cancelling", "pausing"}, "succeeded", "succeeded", "info"),
+    Transition.FAIL: ({"running", "cancelling", "pausing"}, "failed", "failed", "error"),
+    Transition.CANCEL: ({"queued", "preempted", "dispatched", "paused"}, "cancelled", "cancelled", "info"),
+    Transition.REQUEST_CANCEL: ({"running", "pausing"}, "cancelling", "cancel_requested", "info"),
+    Transition.STOP_CANCELLED: ({"running", "cancelling", "pausing"}, "cancelled", "cancelled", "info"),
     Transition.YIELD: ({"running"}, "preempted", "preempted", "warning"),
     Transition.REQUEUE: ({"dispatched", "running"}, "queued", "requeued", "warning"),
+    Transition.PAUSE: ({"queued", "preempted", "dispatched"}, "paused", "paused", "info"),
+    Transition.REQUEST_PAUSE: ({"running"}, "pausing", "pause_requested", "info"),
+    Transition.STOP_PAUSED: ({"pausing"}, "paused", "paused", "info"),
+    Transition.RESUME: ({"paused"}, "queued", "unpaused", "info"),
+    Transition.RETRY: ({"failed", "cancelled"}, "queued", "retried", "info"),
 }
 PAIRS = [pytest.param(status, via, id=f"{status}-{via.value}") for status in STATUSES for via in Transition]
 

@@ -150,3 +150,21 @@ def test_web_process_imports_without_torch() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                             cwd=Path(__file__).resolve().parents[2])
     assert result.returncode == 0, result.stderr
+
+
+def test_readyz_is_503_until_the_schema_is_the_codes(api_settings_factory, serve_api, tmp_path) -> None:
+    """An API started against a database nobody migrated (``grpo api`` would migrate it first;
+    ``uvicorn api.main:app`` does not) is alive but not ready, saying what to run to admins."""
+    from api.store.migrate import upgrade_to_head
+
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    with serve_api(api_settings_factory(url)) as server, \
+            httpx.Client(base_url=server.http_url, trust_env=False) as client:
+        anonymous = client.get("/readyz")
+        admin = client.get("/readyz", headers=operator(server.settings))
+        upgrade_to_head(url)
+        ready = client.get("/readyz")
+    assert anonymous.status_code == 503 and anonymous.json()["checks"]["database"] == "schema behind the code"
+    assert "was never migrated" in admin.json()["checks"]["database"]
+    assert "python -m api.store.migrate" in admin.json()["checks"]["database"]
+    assert ready.status_code == 200 and ready.json()["checks"]["database"] == "ok"

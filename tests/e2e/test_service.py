@@ -118,3 +118,33 @@ def test_grpo_submit_watch_streams_each_step_and_exits_with_the_outcome(stack, t
     lines = done.stdout.splitlines()
     assert [line.split()[1] for line in lines if line.startswith("step ")] == ["1/3", "2/3", "3/3"]
     assert lines[0].startswith("submitted job") and "succeeded at step 3" in lines[-1]
+
+
+def test_pause_resume_and_retry_continue_from_the_checkpoint_with_each_step_once(stack, tiny_spec):
+    steps_total = 30
+    job_id = stack.api.submit(tiny_spec("paused", max_steps=steps_total, checkpoint_every=1000))["id"]
+    stack.wait_for_job(job_id, lambda job: job["status"] == "running" and job["last_step"] >= 2)
+    assert stack.api.http.post(f"/v1/jobs/{job_id}/pause").json()["status"] == "pausing"
+    paused = stack.wait_for_job(job_id, lambda job: job["status"] == "paused")
+    assert paused["worker_id"] is None and paused["devices"] is None
+    assert paused["latest_checkpoint"].endswith(f"step-{paused['last_step']}")
+    meanwhile = stack.api.submit(tiny_spec("meanwhile", max_steps=2))["id"]  # the one device is free
+    assert stack.wait_until_done(meanwhile)["status"] == "succeeded"
+    assert stack.api.job(job_id)["status"] == "paused"  # at rest: nothing dispatched it
+
+    assert stack.api.http.post(f"/v1/jobs/{job_id}/resume").json()["status"] == "queued"
+    assert stack.wait_until_done(job_id)["status"] == "succeeded"
+    assert [m["step"] for m in stack.api.metrics(job_id)["items"]] == list(range(1, steps_total + 1))
+
+    again = stack.api.submit(tiny_spec("retried", max_steps=steps_total, checkpoint_every=1000))["id"]
+    stack.wait_for_job(again, lambda job: job["status"] == "running" and job["last_step"] >= 2)
+    stack.api.http.post(f"/v1/jobs/{again}/cancel")
+    cancelled = stack.wait_until_done(again)
+    assert cancelled["status"] == "cancelled"
+    retried = stack.api.http.post(f"/v1/jobs/{again}/retry").json()
+    assert (retried["status"], retried["error"], retried["finished_at"]) == ("queued", None, None)
+    final = stack.wait_until_done(again)
+    assert (final["status"], final["attempt"]) == ("succeeded", 2)
+    assert [m["step"] for m in stack.api.metrics(again)["items"]] == list(range(1, steps_total + 1))
+    resumed = [e for e in stack.api.events(again)["items"] if e["type"] == "resumed"]
+    assert resumed and resumed[-1]["data"]["step"] == cancelled["last_step"]  # from its checkpoint

@@ -5,7 +5,7 @@ import {api, download} from "./api.js";
 import {el} from "./dom.js";
 
 export const STATUSES = ["queued", "dispatched", "running", "cancelling", "succeeded", "failed", "cancelled",
-  "preempted"];
+  "preempted", "pausing", "paused"];
 export const FINISHED = ["succeeded", "failed", "cancelled"];
 
 export function waitNote(job) {
@@ -32,6 +32,29 @@ export function downloadButton(jobId, step, onError) {
   };
   return el("button", {type: "button", dataset: {action: "download", step: step ?? "model"}, onclick: save},
     step === null ? "Download model" : "Download");
+}
+
+// Pause (a waiting or running job), resume (a paused one), retry (a failed or cancelled one): each
+// one POST, whose answer redraws the job.
+const ACTIONS = [
+  {action: "pause", label: "Pause", when: ["queued", "preempted", "dispatched", "running"]},
+  {action: "resume", label: "Resume", when: ["paused"]},
+  {action: "retry", label: "Retry", when: ["failed", "cancelled"]},
+];
+
+export function actionButtons(job, after, onError) {
+  return ACTIONS.filter(({when}) => when.includes(job.status)).map(({action, label}) => {
+    const act = async (event) => {
+      event.target.disabled = true;
+      try {
+        after(await api(`/v1/jobs/${job.id}/${action}`, {method: "POST"}));
+      } catch (error) {
+        onError(error);
+        event.target.disabled = false;
+      }
+    };
+    return el("button", {type: "button", dataset: {action}, onclick: act}, label);
+  });
 }
 
 // Clone: the same spec queued again as a new job, whose page opens.

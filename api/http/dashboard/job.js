@@ -6,7 +6,7 @@ import {api} from "./api.js";
 import {ChartSet} from "./charts.js";
 import {el, fill, notice, progressBar, section, statusBadge} from "./dom.js";
 import {time} from "./format.js";
-import {cancelButton, cloneButton, downloadButton, FINISHED, waitNote} from "./controls.js";
+import {actionButtons, cancelButton, cloneButton, downloadButton, FINISHED, waitNote} from "./controls.js";
 import {followJob} from "./live.js";
 import {SamplesView} from "./samples.js";
 import {teamName} from "./session.js";
@@ -27,8 +27,14 @@ export function mount(container, {id}) {
 
   let shown = "";
   let latest = null;
+  let polling = false;
   function render(job) {
     latest = job;
+    // A retried job is alive again: the polls that stopped when it ended start over.
+    if (!FINISHED.includes(job.status) && !polling && alive) {
+      polling = true;
+      timer = setTimeout(poll, POLL_MS);
+    }
     const text = JSON.stringify(job);
     if (text === shown) return; // an unchanged poll leaves the controls alone (an open select stays open)
     shown = text;
@@ -39,14 +45,15 @@ export function mount(container, {id}) {
     try {
       const job = await api(`/v1/jobs/${id}`);
       if (!alive) return;
+      polling = false;
       render(job);
       errors.set("");
-      if (!FINISHED.includes(job.status)) timer = setTimeout(poll, POLL_MS);
       return job;
     } catch (error) {
       if (!alive) return;
       if (error.status === 404) return notFound();
       errors.set(`Could not load job #${id}: ${error.message}`);
+      polling = true;
       timer = setTimeout(poll, POLL_MS);
     }
   }
@@ -126,6 +133,7 @@ function jobHeader(job, render, onError) {
     el("div", {className: "title"},
       el("h2", {}, job.name, " ", el("span", {className: "muted"}, `#${job.id}`)),
       cancelButton(job, render, onError),
+      ...actionButtons(job, render, onError),
       cloneButton(job, onError),
       job.status === "succeeded" ? downloadButton(job.id, null, onError) : null),
     el("dl", {className: "facts"},

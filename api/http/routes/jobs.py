@@ -1,4 +1,5 @@
-"""``/v1/jobs``: submit, list, read, cancel and clone jobs. Thin: parse, check, call the store."""
+"""``/v1/jobs``: submit, list, read, cancel, pause, resume, retry and clone jobs. Thin: parse,
+check, call the store."""
 
 from __future__ import annotations
 
@@ -151,6 +152,29 @@ def cancel_job(job_id: JobId, session: SessionDep, principal: PrincipalDep) -> J
     its next step, after a checkpoint. A finished job is a 409. Stream readers learn the change
     when the request's transaction commits (the session publishes what the transition staged)."""
     return job_for(principal, job_store.request_cancel(session, job_id, principal.scope))
+
+
+@router.post("/{job_id}/pause", response_model=JobRead,
+             responses={**_ERRORS, 409: {"description": "The job has ended: nothing to pause"}})
+def pause_job(job_id: JobId, session: SessionDep, principal: PrincipalDep) -> JobRead:
+    """A waiting job is ``paused`` at once; a running one checkpoints at its next step, frees its
+    GPUs and is ``paused`` (``pausing`` meanwhile). Resume it to continue from that checkpoint."""
+    return job_for(principal, job_store.request_pause(session, job_id, principal.scope))
+
+
+@router.post("/{job_id}/resume", response_model=JobRead,
+             responses={**_ERRORS, 409: {"description": "The job is not paused"}})
+def resume_job(job_id: JobId, session: SessionDep, principal: PrincipalDep) -> JobRead:
+    """A paused job goes back to the queue; it continues from its checkpoint, each step once."""
+    return job_for(principal, job_store.resume(session, job_id, principal.scope))
+
+
+@router.post("/{job_id}/retry", response_model=JobRead,
+             responses={**_ERRORS, 409: {"description": "The job has not failed nor been cancelled"}})
+def retry_job(job_id: JobId, session: SessionDep, principal: PrincipalDep) -> JobRead:
+    """A failed or cancelled job goes back to the queue and continues from its last checkpoint
+    (from the start without one), its error cleared, with a fresh attempt budget."""
+    return job_for(principal, job_store.retry(session, job_id, principal.scope))
 
 
 @router.post(

@@ -1,5 +1,6 @@
 """Probes and the reward catalog. ``/healthz`` says the process serves requests; ``/readyz``
-says it can do its job: the database and Redis both answer (else 503). ``/readyz`` needs no key,
+says it can do its job: the database and Redis both answer and the database's schema is the
+code's (else 503). ``/readyz`` needs no key,
 so it says only ``ok`` / ``down`` per component; why one is down (which carries hosts, database
 names and driver errors) is told to admin credentials only. It also reports the scheduler's last
 pass: with none lately it answers 200 ``degraded``, not 503, since this API still serves every
@@ -13,16 +14,17 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
-from sqlalchemy import text
 from starlette.concurrency import run_in_threadpool
 
 from api.http.deps import RedisDep, SettingsDep, caller_is_admin
 from api.http.errors import error_body
 from api.scheduling import liveness
 from api.store.db import get_engine
+from api.store.migrate import schema_problem
 from grpo_core.rewards import reward_catalog
 
 PROBE_TIMEOUT_S = 2.0
+SCHEMA_BEHIND = "schema behind the code"  # no secret in it: said to anyone
 
 probes = APIRouter(tags=["meta"])
 catalog = APIRouter(tags=["meta"])
@@ -38,11 +40,14 @@ async def readyz(settings: SettingsDep, redis: RedisDep,
                  admin: Annotated[bool, Depends(caller_is_admin)]) -> JSONResponse:
     """``checks``: ``ok`` or ``down`` per component; with an admin key or the operator token,
     a component that is down says why instead. ``scheduler``: its last pass's age."""
-    database, _ = await _check(run_in_threadpool(_ping_database, settings.database_url))
+    database, schema = await _check(run_in_threadpool(_schema_problem, settings.database_url))
+    if database == "ok" and schema is not None:  # it answers, but new code must not meet an old schema
+        database = SCHEMA_BEHIND if not admin else schema
     # The probe of Redis reads the scheduler's last pass: one round trip tells both.
     redis_check, stamp = await _check(redis.get(settings.redis_keys.scheduler_pass))
     results = {"database": database, "redis": redis_check}
-    checks = results if admin else {name: "ok" if r == "ok" else "down" for name, r in results.items()}
+    public = ("ok", SCHEMA_BEHIND)
+    checks = results if admin else {name: r if r in public else "down" for name, r in results.items()}
     age = liveness.pass_age_seconds(stamp)
     scheduler = {"last_pass_age_seconds": None if age is None else round(age, 3),
                  "stale_after_seconds": liveness.stale_after_seconds(settings)}
@@ -68,9 +73,10 @@ async def _check(probe: Any) -> tuple[str, Any]:
         return f"{type(exc).__name__}: {exc}", None
 
 
-def _ping_database(url: str) -> None:
+def _schema_problem(url: str) -> str | None:
+    """The database answers; None when its schema is the code's, else what is wrong."""
     with get_engine(url).connect() as connection:
-        connection.execute(text("SELECT 1"))
+        return schema_problem(connection)
 
 
 @catalog.get("/rewards")
