@@ -4,7 +4,8 @@ Postgres and Redis: the supervisor in the worker's pool process, not the job's p
 * The job's process SIGKILLed (as by the OOM killer), or the pool process supervising it: the
   job is back in the queue within seconds, not after its 30 s lease, and resumes to the end with
   every step recorded once.
-* A reward stuck in a regex (holding its process's GIL): the job fails ``stalled``; one that
+* A job whose step outlasts its stall limit (a catastrophic regex, which the reward budget ends
+  only after 10 s, past the 4 s limit set here): the job fails ``stalled``; one that
   ignores a cancel is ended after the grace period and is ``cancelled``; the worker's devices are
   free again once the processes are gone.
 """
@@ -29,7 +30,8 @@ from api.store.telemetry import list_events, list_metrics
 from worker.supervisor import end_process
 
 TWO_SLOTS = {"GRPO_WORKER_GPUS": "2"}
-# Catastrophic backtracking: exponential in the completion's length, and `re` holds the GIL.
+# Catastrophic backtracking: exponential in the completion's length; each call runs until the
+# reward budget (10 s) stops it, so a step takes longer than the stall limits below.
 STUCK_REWARD = [{"name": "regex_match", "args": {"pattern": "(?s)(.|.)*(?!)"}}]
 
 

@@ -121,14 +121,14 @@ def test_grpo_submit_watch_streams_each_step_and_exits_with_the_outcome(stack, t
 
 
 def test_pause_resume_and_retry_continue_from_the_checkpoint_with_each_step_once(stack, tiny_spec):
-    steps_total = 30
+    steps_total = 12
     job_id = stack.api.submit(tiny_spec("paused", max_steps=steps_total, checkpoint_every=1000))["id"]
     stack.wait_for_job(job_id, lambda job: job["status"] == "running" and job["last_step"] >= 2)
     assert stack.api.http.post(f"/v1/jobs/{job_id}/pause").json()["status"] == "pausing"
     paused = stack.wait_for_job(job_id, lambda job: job["status"] == "paused")
     assert paused["worker_id"] is None and paused["devices"] is None
     assert paused["latest_checkpoint"].endswith(f"step-{paused['last_step']}")
-    meanwhile = stack.api.submit(tiny_spec("meanwhile", max_steps=2))["id"]  # the one device is free
+    meanwhile = stack.api.submit(tiny_spec("meanwhile", max_steps=1))["id"]  # the one device is free
     assert stack.wait_until_done(meanwhile)["status"] == "succeeded"
     assert stack.api.job(job_id)["status"] == "paused"  # at rest: nothing dispatched it
 
