@@ -19,10 +19,11 @@ import threading
 from pathlib import Path
 
 from api.cli.admin import add_admin_commands
+from api.cli.health import add_health_command
 from api.cli.monitor import MONITOR_COMMANDS, add_monitor_commands
 from grpo_core import cli as core_cli
 
-SERVICE_COMMANDS = ("api", "scheduler", "worker", "dev", "admin", *MONITOR_COMMANDS)
+SERVICE_COMMANDS = ("api", "scheduler", "worker", "dev", "admin", "health", *MONITOR_COMMANDS)
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
 
 
@@ -107,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--gpus", type=int, default=None, help="GPUs to advertise (GRPO_WORKER_GPUS)")
     worker.add_argument("--loglevel", default="INFO")
     worker.set_defaults(handler=_worker)
+    add_health_command(commands)
     dev = commands.add_parser("dev", help="API, scheduler and one worker on this machine")
     dev.add_argument("--port", type=int, default=None)
     dev.add_argument("--submit", type=Path, default=None, metavar="SPEC",

@@ -25,7 +25,9 @@ from api.settings import Settings
 REPO = Path(__file__).resolve().parents[2]
 SERVICES = {"postgres", "redis", "api", "scheduler", "worker"}
 APP_SERVICES = {"api", "scheduler", "worker"}  # ours, configured only through Settings
-SERVING = {"postgres", "redis", "api"}  # those with something to probe
+SERVING = {"postgres", "redis", "api", "scheduler", "worker"}  # every long-running service is probed
+# Hugging Face's own variables, read by its libraries in the worker: the hub cache and token.
+HUB_VARIABLES = {"HF_HOME", "HF_TOKEN"}
 PROGRAMS = {"grpo", "python"}
 # The `grpo` subcommands the stack runs; each must be registered in the grpo CLI's parser.
 SERVICE_SUBCOMMANDS = {"api", "scheduler", "worker"}
@@ -90,7 +92,8 @@ def test_app_services_are_configured_only_through_settings(services: dict[str, d
     unknown = {name for name in used if name.removeprefix(prefix).lower() not in Settings.model_fields}
     assert not unknown, f"not fields of api.settings.Settings: {sorted(unknown)}"
     for name in APP_SERVICES:
-        foreign = [key for key in environment(services[name]) if not key.startswith(prefix)]
+        foreign = [key for key in environment(services[name]) if not key.startswith(prefix)
+                   and key not in HUB_VARIABLES]
         assert not foreign, f"{name} sets variables the settings object never reads: {foreign}"
 
 
@@ -141,6 +144,14 @@ def test_api_migrates_before_serving(services: dict[str, dict[str, Any]]) -> Non
 def test_compose_runs_the_listed_subcommands(services: dict[str, dict[str, Any]]) -> None:
     used = {step[1] for step in all_steps(services) if step[0] == "grpo"}
     assert used == SERVICE_SUBCOMMANDS
+    for name in ("scheduler", "worker"):  # their health checks are the CLI's own probe of them
+        assert services[name]["healthcheck"]["test"] == ["CMD", "grpo", "health", name]
+
+
+def test_hub_models_are_cached_in_a_volume(services: dict[str, dict[str, Any]]) -> None:
+    worker = services["worker"]
+    home = environment(worker)["HF_HOME"]
+    assert any(volume.endswith(f":{home}") and volume.startswith("hf-cache:") for volume in worker["volumes"])
 
 
 def test_grpo_subcommands_are_registered() -> None:
