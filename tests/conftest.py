@@ -9,7 +9,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from backing_services import provision
 from specs import tiny_spec as _tiny_spec
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Postgres and Redis for the session (:mod:`backing_services`): started once, by the process
+    that runs the session; xdist's workers inherit them through the environment."""
+    if not hasattr(config, "workerinput"):
+        config.stash[_STOPS] = provision()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for stop in config.stash.get(_STOPS, []):
+        stop()
+
+
+_STOPS = pytest.StashKey[list]()
 
 
 @pytest.fixture(scope="session")

@@ -12,11 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from backing_services import database_url as admin_url  # throwaway databases are made from it
 from sqlalchemy import create_engine, make_url, pool, text
 from sqlalchemy.exc import OperationalError
-
-# Trust auth on localhost; throwaway databases are created from this one.
-POSTGRES_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
 @contextmanager
@@ -24,7 +22,7 @@ def fresh_postgres_url(prefix: str = "grpo_test") -> Iterator[str]:
     """Create an empty database, yield its URL, drop it afterwards with its connections."""
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     admin = create_engine(
-        POSTGRES_ADMIN_URL,
+        admin_url(),
         isolation_level="AUTOCOMMIT",  # CREATE/DROP DATABASE cannot run inside a transaction
         poolclass=pool.NullPool,
         connect_args={"connect_timeout": 5},
@@ -34,14 +32,14 @@ def fresh_postgres_url(prefix: str = "grpo_test") -> Iterator[str]:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
     except OperationalError as exc:
         admin.dispose()
-        raise RuntimeError(f"Postgres at {POSTGRES_ADMIN_URL} did not answer (CI starts it): {exc}") from exc
+        raise RuntimeError(f"Postgres at {admin_url()} did not answer (CI starts it): {exc}") from exc
     try:
-        yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+        yield make_url(admin_url()).set(database=name).render_as_string(hide_password=False)
     finally:
         from api.store.db import dispose_engine
 
         # Engines are cached by URL: a cached one would point at the dropped database.
-        dispose_engine(make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False))
+        dispose_engine(make_url(admin_url()).set(database=name).render_as_string(hide_password=False))
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()

@@ -36,8 +36,8 @@ def fresh_sqlite_url(tmp_path: Path) -> str:
 # and a scripted worker that drives jobs through the real store functions and Redis stream.
 
 API_TOKEN = "api-test-operator-token-7c1e9a40d2b3"
-# Its own Redis database, so stream keys start clean; GRPO_TEST_REDIS_URL moves it (two suites at once).
-API_REDIS_URL = os.environ.get("GRPO_TEST_REDIS_URL", "redis://127.0.0.1:6379/11")
+# The session's Redis (tests/backing_services.py: GRPO_TEST_REDIS_URL, or one started for the session).
+API_REDIS_URL = os.environ["GRPO_TEST_REDIS_URL"]
 
 
 @pytest.fixture(scope="module", params=["postgres", "sqlite"])
