@@ -16,6 +16,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,6 +24,16 @@ from pathlib import Path
 
 DATABASE_ENV, REDIS_ENV = "GRPO_TEST_DATABASE_URL", "GRPO_TEST_REDIS_URL"
 _PG_USER = "postgres"  # initdb refuses to run as root: a root session runs the cluster as this user
+# pg_ctl's server is a daemon, no child of the session: this watcher, started beside it, stops it
+# and removes its folder if the session dies without doing so (killed, say).
+_WATCHER = """
+import os, shutil, subprocess, sys, time
+parent, stop, folder = int(sys.argv[1]), sys.argv[2:-1], sys.argv[-1]
+while os.getppid() == parent:
+    time.sleep(1)
+subprocess.run(stop, capture_output=True)
+shutil.rmtree(folder, ignore_errors=True)
+"""
 
 
 def database_url() -> str:
@@ -51,11 +62,17 @@ class ThrowawayPostgres:
         self.folder = Path(tempfile.mkdtemp(prefix="grpo-test-pg-"))
         self.data = self.folder / "data"
         self.port = 0
+        self.watcher: subprocess.Popen | None = None
+
+    @staticmethod
+    def _as_owner(argv: list[str]) -> list[str]:
+        return ["runuser", "-u", _PG_USER, "--", *argv] if os.geteuid() == 0 else argv
 
     def _run(self, argv: list[str]) -> None:
-        if os.geteuid() == 0:
-            argv = ["runuser", "-u", _PG_USER, "--", *argv]
-        subprocess.run(argv, check=True, capture_output=True, timeout=120)
+        subprocess.run(self._as_owner(argv), check=True, capture_output=True, timeout=120)
+
+    def _stop_command(self) -> list[str]:
+        return self._as_owner([_postgres_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"])
 
     def start(self) -> str:
         from api.cli.dev import free_port
@@ -70,6 +87,8 @@ class ThrowawayPostgres:
                    "-c max_connections=300")
         self._run([_postgres_bin("pg_ctl"), "-D", str(self.data), "-o", options,
                    "-l", str(self.folder / "log"), "-w", "-t", "60", "start"])
+        watch = [sys.executable, "-c", _WATCHER, str(os.getpid()), *self._stop_command(), str(self.folder)]
+        self.watcher = subprocess.Popen(watch, start_new_session=True)
         self._create_database("test")
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/test"
 
@@ -90,10 +109,13 @@ class ThrowawayPostgres:
 
     def stop(self) -> None:
         try:
-            self._run([_postgres_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"])
+            subprocess.run(self._stop_command(), check=True, capture_output=True, timeout=120)
         except (subprocess.SubprocessError, RuntimeError):
             pass  # already gone; the folder goes all the same
         shutil.rmtree(self.folder, ignore_errors=True)
+        if self.watcher is not None:
+            self.watcher.kill()
+            self.watcher.wait()
 
 
 def provision() -> list[Callable[[], None]]:

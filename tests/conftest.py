@@ -12,20 +12,15 @@ import pytest
 from backing_services import provision
 from specs import tiny_spec as _tiny_spec
 
-
-def pytest_configure(config: pytest.Config) -> None:
-    """Postgres and Redis for the session (:mod:`backing_services`): started once, by the process
-    that runs the session; xdist's workers inherit them through the environment."""
-    if not hasattr(config, "workerinput"):
-        config.stash[_STOPS] = provision()
+# Postgres and Redis for the session (:mod:`backing_services`), started as this file is first
+# imported: before any other conftest (tests/api's reads the Redis URL at import) and before
+# xdist's workers start, which inherit the servers through the environment and start none.
+_STOPS = provision()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    for stop in config.stash.get(_STOPS, []):
-        stop()
-
-
-_STOPS = pytest.StashKey[list]()
+    while _STOPS:
+        _STOPS.pop()()
 
 
 @pytest.fixture(scope="session")

@@ -29,3 +29,23 @@ def test_a_throwaway_cluster_serves_the_tests_and_goes_away() -> None:
     finally:
         postgres.stop()
     assert not postgres.folder.exists()
+
+
+@pytest.mark.slow
+def test_a_cluster_whose_session_dies_is_stopped_and_removed() -> None:
+    """The session SIGKILLed: pg_ctl's daemon would outlive it; its watcher ends it."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from waiting import wait_until
+
+    script = ("import sys; sys.path.insert(0, 'tests'); from backing_services import ThrowawayPostgres; "
+              "p = ThrowawayPostgres(); p.start(); print(p.folder, flush=True); import time; time.sleep(600)")
+    session = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    folder = Path(session.stdout.readline().strip())
+    assert (folder / "data" / "postmaster.pid").is_file()
+    session.send_signal(signal.SIGKILL)
+    session.wait()
+    wait_until(lambda: not folder.exists(), 30, "the dead session's cluster to be removed")
