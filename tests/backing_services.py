@@ -40,10 +40,6 @@ def database_url() -> str:
     return os.environ[DATABASE_ENV]
 
 
-def redis_url() -> str:
-    return os.environ[REDIS_ENV]
-
-
 def _postgres_bin(name: str) -> str:
     """A server binary: on PATH, or in Debian's versioned folder (newest first)."""
     versioned = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)

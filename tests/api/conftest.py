@@ -353,3 +353,20 @@ def pool(api_server: LiveServer) -> str:
     with session_scope(api_server.settings.database_url) as session:
         ensure_pool(session, name)
     return name
+
+
+@pytest.fixture
+def private_redis():
+    """``(url, process)``: a redis-server of the test's own, to freeze (SIGSTOP) or kill."""
+    import os
+    import signal
+
+    from api.cli.dev import start_redis, stop_process
+
+    url, process = start_redis()
+    try:
+        yield url, process
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGCONT)  # a frozen one must run to stop on SIGTERM
+        stop_process(process, grace=2)

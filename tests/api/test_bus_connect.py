@@ -10,7 +10,6 @@ import time
 import pytest
 import redis
 
-from api.cli.dev import start_redis, stop_process
 from api.settings import Settings
 from api.store import bus
 
@@ -23,18 +22,8 @@ def test_timeouts_are_a_third_of_the_lease_and_a_stream_reader_outwaits_its_bloc
     assert reader.socket > 5  # an XREAD BLOCK 5 s is not taken for a dead socket
 
 
-@pytest.fixture
-def frozen_redis():
-    url, process = start_redis()
-    try:
-        yield url, process
-    finally:
-        os.kill(process.pid, signal.SIGCONT)
-        stop_process(process)
-
-
-def test_a_frozen_redis_fails_a_call_within_the_socket_timeout(frozen_redis) -> None:
-    url, process = frozen_redis
+def test_a_frozen_redis_fails_a_call_within_the_socket_timeout(private_redis) -> None:
+    url, process = private_redis
     settings = Settings(redis_url=url, lease_seconds=3)  # socket timeout 1 s
     client = bus.connect(settings)
     assert client.ping()
@@ -49,12 +38,12 @@ def test_a_frozen_redis_fails_a_call_within_the_socket_timeout(frozen_redis) -> 
     assert client.ping()  # and it recovers once Redis answers again
 
 
-def test_the_schedulers_send_to_a_frozen_broker_fails_instead_of_hanging(frozen_redis) -> None:
+def test_the_schedulers_send_to_a_frozen_broker_fails_instead_of_hanging(private_redis) -> None:
     from kombu.exceptions import OperationalError
 
     from api.scheduling.scheduler import celery_client
 
-    url, process = frozen_redis
+    url, process = private_redis
     settings = Settings(redis_url=url, lease_seconds=3)
     sender = celery_client(settings)
     sender.send_task("grpo.probe", args=[1], queue=settings.redis_keys.worker_queue("w"))

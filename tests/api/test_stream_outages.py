@@ -13,18 +13,9 @@ import service_db
 from test_stream import open_stream, read_until_closed
 from websockets.exceptions import InvalidStatus
 
-from api.cli.dev import start_redis, stop_process
+from api.cli.dev import stop_process
 
 TRY_AGAIN = 1013
-
-
-@pytest.fixture
-def private_redis():
-    url, process = start_redis()
-    try:
-        yield url, process
-    finally:
-        stop_process(process, grace=2)
 
 
 def test_a_stream_whose_redis_goes_away_closes_1013_and_the_handshake_is_then_refused_503(

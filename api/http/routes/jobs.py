@@ -183,20 +183,15 @@ def retry_job(job_id: JobId, session: SessionDep, principal: PrincipalDep) -> Jo
     response_model=JobRead,
     responses={**_ERRORS, 422: {"description": "The changed spec is invalid; `param` names the field"}},
 )
-async def clone_job(job_id: JobId, principal: PrincipalDep, settings: SettingsDep, request: Request,
-                    changes: Annotated[dict[str, Any] | None, Body(
-                        description="Fields to change, nested as in a spec ({\"grpo\": {\"max_steps\": 10}} "
-                                    "changes one field); none: the same spec")] = None) -> JobRead:
+def clone_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
+              request: Request,
+              changes: Annotated[dict[str, Any] | None, Body(
+                  description="Fields to change, nested as in a spec ({\"grpo\": {\"max_steps\": 10}} "
+                              "changes one field); none: the same spec")] = None) -> JobRead:
     """Queue a new job with this job's spec, changed by the body if given; checked like a
     submission (its own ``model.source``, pool and limits). To continue from this job's weights,
     change ``model.source`` to ``job:ID`` or ``job:ID@STEP``."""
-    original = await run_in_threadpool(_read_own_job, settings, job_id, principal.scope)
+    original = job_store.get_job(session, job_id, principal.scope)
     spec = with_changes(JobSpec.model_validate(original.spec), changes or {})
-    job, _ = await run_in_threadpool(_check_and_create, settings, request.app.state.publish,
-                                     principal.team_id, spec, None)
+    job, _ = _check_and_create(settings, request.app.state.publish, principal.team_id, spec, None)
     return job_for(principal, job)
-
-
-def _read_own_job(settings: Settings, job_id: int, scope: int | None) -> JobRead:
-    with session_scope(settings.database_url) as session:
-        return job_store.get_job(session, job_id, scope)
