@@ -42,8 +42,10 @@ def _tiny_model(args: argparse.Namespace) -> int:
         hidden_size=args.hidden_size,
         num_layers=args.num_layers,
         seed=args.seed,
+        num_labels=args.num_labels,
     )
-    print(f"wrote a tiny {args.family} model to {path}")
+    kind = "model" if args.num_labels is None else f"reward model ({args.num_labels} logits)"
+    print(f"wrote a tiny {args.family} {kind} to {path}")
     return 0
 
 
@@ -72,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--hidden-size", type=int, default=64)
     tiny.add_argument("--num-layers", type=int, default=2)
     tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--num-labels", type=int, default=None,
+                      help="write a sequence classifier with this many logits (a reward model) instead")
     tiny.set_defaults(handler=_tiny_model)
     return parser
 

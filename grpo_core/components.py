@@ -26,7 +26,7 @@ from grpo_core.models import (
 from grpo_core.optim import build_optimizer, build_scheduler
 from grpo_core.placement import Placement, place
 from grpo_core.prompt_rows import reserved_in
-from grpo_core.rewards import BoundReward, RewardContext, bind_rewards
+from grpo_core.rewards import BoundReward, RewardContext, bind_rewards, validate_reward_specs
 from grpo_core.sharding import shard_models
 from grpo_core.spec import JobSpec
 
@@ -68,18 +68,24 @@ def build_components(
     base_dir: Path | None = None,
     device: str | None = None,
     ranks: Ranks = SINGLE,
+    reward_models_root: Path | None = None,
 ) -> RunComponents:
+    """``reward_models_root``: where rewards' ``path:`` models are (default ``models_root``; the
+    service's models root when the policy comes from a job's artifacts)."""
     rows = load_rows(spec.dataset, data_root=data_root, base_dir=base_dir)
     clash = reserved_in(columns_of(rows))
     if clash:
         raise SpecError("dataset", f"column names {clash} are reserved for the reward function arguments")
+    validate_reward_specs(spec.rewards, columns_of(rows))  # cheap; binding may load a reward model
     location = resolve_model_location(spec.model, models_root, base_dir)
     tokenizer = load_tokenizer(location)
-    context = RewardContext(tokenizer=tokenizer, timeout_seconds=spec.reward_timeout_seconds)
-    rewards = bind_rewards(spec.rewards, context, columns_of(rows))
     prompts = PromptSet(rows, [render_prompt(row["prompt"], tokenizer) for row in rows])
-    torch.manual_seed(spec.grpo.seed)
     placement = place(device, spec.model.dtype, ranks)
+    context = RewardContext(tokenizer=tokenizer, timeout_seconds=spec.reward_timeout_seconds,
+                            models_root=reward_models_root or models_root, base_dir=base_dir,
+                            device=placement.device, dtype=spec.model.dtype)
+    rewards = bind_rewards(spec.rewards, context, columns_of(rows))
+    torch.manual_seed(spec.grpo.seed)  # after any reward model's load, so it draws nothing of the policy's
     # Sharded wherever the ranks form a process group: k ranks, or one launched rank (a 1-GPU
     # measurement of FSDP's own cost); a plain process has no group to shard over.
     sharded = spec.resources.sharding == "fsdp" and in_process_group()

@@ -222,6 +222,12 @@ class PromptSet:
         names = sorted({k for i in indices for k in self.rows[i] if k != "prompt"})
         return {name: [self.rows[i].get(name) for i in indices for _ in range(repeat)] for name in names}
 
+    def prompt_messages(self, indices: list[int], repeat: int) -> list[list[dict[str, Any]] | None]:
+        """Each row's prompt as messages (None for a string prompt), ``repeat`` times, for rewards
+        that render the conversation their own way (``reward_model``'s chat template)."""
+        prompts = [self.rows[i]["prompt"] for i in indices]
+        return [p if isinstance(p, list) else None for p in prompts for _ in range(repeat)]
+
 
 class PromptSampler:
     """Seeded batches of row indices, one shuffled pass over the rows per epoch.

@@ -152,6 +152,7 @@ def _sample_round(gen: _Generation, groups: _Groups) -> None:
         row_prompts,
         gen.prompts.reward_columns(indices, g),
         raw_completions=[d.text for d in decoded],
+        prompt_messages=gen.prompts.prompt_messages(indices, g),
     )
     groups.reward_seconds += time.perf_counter() - scoring
     groups.reward_timeouts += scored.timed_out

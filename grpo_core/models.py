@@ -30,40 +30,47 @@ def resolve_model_location(
 ) -> str:
     """``path:`` → the absolute path of a local folder that holds a ``config.json``; ``hf:`` → the
     hub id (with revision), never a path (:func:`grpo_core.hub.is_hub_location`)."""
-    scheme, location = split_source(spec.source)
+    return resolve_source_location(spec.source, models_root, base_dir, "model.source")
+
+
+def resolve_source_location(source: str, models_root: Path | None, base_dir: Path | None, field: str) -> str:
+    """:func:`resolve_model_location` of any field naming a model (a reward's model too)."""
+    scheme, location = split_source(source)
     if scheme == "hf":
         return location
     if scheme == "job":  # the service resolves these to the job's folder first (worker.job_sources)
-        raise SpecError("model.source", "'job:' sources name a job of the service; use 'path:' here")
-    folder = resolve_under_root(location, models_root, base_dir, field="model.source")
+        raise SpecError(field, "'job:' sources name a job of the service; use 'path:' here")
+    folder = resolve_under_root(location, models_root, base_dir, field=field)
     if not folder.is_dir():
         # The service checked it at submit: missing now, it was moved or its disk is not mounted.
-        raise SourceUnavailable("model.source", f"model folder '{folder}' does not exist")
+        raise SourceUnavailable(field, f"model folder '{folder}' does not exist")
     if not (folder / "config.json").is_file():
-        raise SpecError("model.source", f"'{folder}' holds no config.json: not a Hugging Face model folder")
+        raise SpecError(field, f"'{folder}' holds no config.json: not a Hugging Face model folder")
     return str(folder)
 
 
-def _load(location: str, what: str, load: Callable[[str, str | None], T], failed: str) -> T:
+def load_pretrained(location: str, what: str, load: Callable[[str, str | None], T], failed: str,
+                    field: str = "model.source") -> T:
     """``load(name, revision)`` from a hub id (by id only, see :mod:`grpo_core.hub`) or a folder;
-    a folder that fails is a SpecError saying ``failed`` and why."""
+    a folder that fails is a SpecError at ``field`` saying ``failed`` and why."""
     if is_hub_location(location):
-        return load_from_hub(location, "model.source", what, load)
+        return load_from_hub(location, field, what, load)
     try:
         return load(location, None)
     except Exception as exc:  # transformers raises many types here; all mean "not usable"
-        raise _load_error(failed, exc) from exc
+        raise _load_error(failed, exc, field) from exc
 
 
-def load_tokenizer(location: str):
+def load_tokenizer(location: str, field: str = "model.source"):
     """Left-padding tokenizer; a tokenizer without a pad token pads with EOS (as TRL does)."""
     from transformers import AutoTokenizer
 
-    tokenizer = _load(location, "a tokenizer from", lambda name, revision: AutoTokenizer.from_pretrained(
-        name, revision=revision), f"could not load a tokenizer from '{location}'")
+    tokenizer = load_pretrained(location, "a tokenizer from", lambda name, revision: (
+        AutoTokenizer.from_pretrained(name, revision=revision)),
+        f"could not load a tokenizer from '{location}'", field)
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
-            raise SpecError("model.source", "the tokenizer has neither a pad nor an EOS token")
+            raise SpecError(field, "the tokenizer has neither a pad nor an EOS token")
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return tokenizer
@@ -72,15 +79,16 @@ def load_tokenizer(location: str):
 def load_causal_lm(location: str, dtype: str, device: torch.device) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
-    model = _load(location, "a causal LM from", lambda name, revision: AutoModelForCausalLM.from_pretrained(
-        name, revision=revision, dtype=DTYPES[dtype]), f"'{location}' does not hold a causal LM")
+    model = load_pretrained(location, "a causal LM from", lambda name, revision: (
+        AutoModelForCausalLM.from_pretrained(name, revision=revision, dtype=DTYPES[dtype])),
+        f"'{location}' does not hold a causal LM")
     return model.to(device)
 
 
-def _load_error(what: str, exc: Exception) -> SpecError:
+def _load_error(what: str, exc: Exception, field: str) -> SpecError:
     if unreachable(exc):
-        return SourceUnavailable("model.source", f"{what}: the source cannot be reached: {exc}")
-    return SpecError("model.source", f"{what}: {exc}")
+        return SourceUnavailable(field, f"{what}: the source cannot be reached: {exc}")
+    return SpecError(field, f"{what}: {exc}")
 
 
 def quiet_library_progress_bars() -> None:

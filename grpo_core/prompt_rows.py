@@ -14,7 +14,7 @@ from typing import Any
 __all__ = ["MESSAGE_ROLES", "RESERVED_COLUMNS", "prompt_problem", "reward_column_names", "reserved_in"]
 
 # The inputs score_completions passes every reward besides the dataset's columns.
-RESERVED_COLUMNS = frozenset({"completions", "prompts", "raw_completions"})
+RESERVED_COLUMNS = frozenset({"completions", "prompts", "raw_completions", "prompt_messages"})
 MESSAGE_ROLES = ("system", "user", "assistant")
 
 

@@ -142,10 +142,52 @@ class DatasetSpec(_Strict):
         return self
 
 
+_SCORE_BOUND = 1e6  # clip and gate bounds: far beyond any reward's scale, finite for JSON
+
+
 class RewardSpec(_Strict):
+    """One reward of the job. Its score is clipped to [clip_min, clip_max], then gated (see
+    :mod:`grpo_core.rewards.shaping`), then weighted into the sum the advantages are computed from."""
+
     name: str = Field(..., min_length=1, max_length=128)
     weight: float = Field(1.0, ge=-1000.0, le=1000.0)
     args: dict[str, Any] = Field(default_factory=dict)
+    clip_min: float | None = Field(None, ge=-_SCORE_BOUND, le=_SCORE_BOUND,
+                                   description="Scores below it count as it (before weighting).")
+    clip_max: float | None = Field(None, ge=-_SCORE_BOUND, le=_SCORE_BOUND,
+                                   description="Scores above it count as it (before weighting).")
+    gate_by: str | None = Field(
+        None, min_length=1, max_length=136,
+        description="Name of another reward of this job (a repeated name's later ones are NAME_2, "
+        "NAME_3...): where its raw score is not above gate_threshold this reward scores 0; where it "
+        "is unscorable, so is this one.")
+    gate_threshold: float | None = Field(
+        None, ge=-_SCORE_BOUND, le=_SCORE_BOUND,
+        description="The gate passes where the gate reward's raw score is above it; default 0.")
+
+    @model_validator(mode="after")
+    def _coherent_shaping(self) -> RewardSpec:
+        if self.clip_min is not None and self.clip_max is not None and self.clip_min > self.clip_max:
+            raise _located_error(type(self).__name__, ("clip_min",), self.clip_min, "clip_order",
+                                 "must not exceed clip_max ({high})", {"high": self.clip_max})
+        if self.gate_threshold is not None and self.gate_by is None:
+            raise _located_error(type(self).__name__, ("gate_threshold",), self.gate_threshold,
+                                 "threshold_without_gate", "only means something with gate_by", {})
+        return self
+
+
+def reward_names(rewards: list[RewardSpec]) -> list[str]:
+    """Each reward's name in metrics and in ``gate_by``: its own, and for a name that repeats,
+    ``name_2``, ``name_3``... for the later ones."""
+    used: set[str] = set()
+    names = []
+    for spec in rewards:
+        name, suffix = spec.name, 2
+        while name in used:
+            name, suffix = f"{spec.name}_{suffix}", suffix + 1
+        used.add(name)
+        names.append(name)
+    return names
 
 
 class ReasoningSpec(_Strict):
@@ -244,6 +286,22 @@ class JobSpec(_Strict):
         if self.export.merge_lora and self.model.lora is None:
             raise _located_error(type(self).__name__, ("export", "merge_lora"), True, "merge_needs_lora",
                                  "merges a LoRA adapter, but model.lora is not set", {})
+        return self
+
+    @model_validator(mode="after")
+    def _gates_name_other_rewards(self) -> JobSpec:
+        names = reward_names(self.rewards)
+        for index, reward in enumerate(self.rewards):
+            gate = reward.gate_by
+            if gate is None:
+                continue
+            if gate == names[index]:
+                raise _located_error(type(self).__name__, ("rewards", index, "gate_by"), gate,
+                                     "gate_is_self", "a reward cannot gate itself", {})
+            if gate not in names:
+                raise _located_error(type(self).__name__, ("rewards", index, "gate_by"), gate,
+                                     "unknown_gate", "names no reward of this job; its rewards are "
+                                     "{names}", {"names": ", ".join(names)})
         return self
 
     @model_validator(mode="after")

@@ -97,11 +97,14 @@ def build_tiny_model(
     num_layers: int = 2,
     num_heads: int = 4,
     seed: int = 0,
+    num_labels: int | None = None,
 ) -> Path:
-    """Write a random-init ``family`` model and its tokenizer to ``output_dir``; returns the path."""
+    """Write a random-init ``family`` model and its tokenizer to ``output_dir``; returns the path.
+    With ``num_labels``, a sequence classifier with that many output logits (a reward model)
+    instead of a causal LM."""
     # Imported here so that importing this module (test fixtures, the CLI) stays torch-free.
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     if family not in FAMILIES:
         raise ValueError(f"unknown family '{family}'; valid: {', '.join(FAMILIES)}")
@@ -110,8 +113,12 @@ def build_tiny_model(
     tokenizer = build_tokenizer()
     config = _config(family, len(tokenizer), hidden_size, num_layers, num_heads, tokenizer)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config)
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if num_labels is not None:
+        config.num_labels = num_labels
+        model = AutoModelForSequenceClassification.from_config(config)
+    else:
+        model = AutoModelForCausalLM.from_config(config)
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     return out

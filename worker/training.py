@@ -155,7 +155,7 @@ def train_job(job: JobRead, spec: JobSpec, settings: Settings, callbacks: Traine
     spec = spec.model_copy(update={"reward_timeout_seconds": budget})
     try:
         components = build_components(spec, models_root=models_root, data_root=Path(settings.data_root),
-                                      device=None, ranks=ranks)
+                                      device=None, ranks=ranks, reward_models_root=Path(settings.models_root))
         trainer = GRPOTrainer(components, checkpoint_dir(settings, job.id), callbacks)
         # A requeued or preempted job continues from its newest complete checkpoint.
         trainer.resume()

@@ -22,12 +22,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from grpo_core.errors import SpecError
-from grpo_core.spec import RewardSpec
+from grpo_core.spec import RewardSpec, reward_names
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -37,6 +38,7 @@ __all__ = [
     "RewardFn",
     "available_rewards",
     "bind_rewards",
+    "model_sources",
     "reward_catalog",
     "validate_reward_specs",
 ]
@@ -52,14 +54,24 @@ RewardFn = Callable[..., list[float | None]]
 class RewardContext:
     """What a reward may need from the run besides its args: the tokenizer (``length_target``
     counts tokens) and the budget of one call in seconds (``regex_match`` stops matching when it is
-    spent; :func:`grpo_core.rewards.score_completions` stops waiting for any reward then)."""
+    spent; :func:`grpo_core.rewards.score_completions` stops waiting for any reward then).
+    ``reward_model`` loads its model from ``models_root`` (the service's) or, without one, relative
+    to ``base_dir`` (the spec's folder), onto this rank's ``device`` in the job's ``dtype``."""
 
     tokenizer: Any | None = None
     timeout_seconds: float | None = None
+    models_root: Path | None = None
+    base_dir: Path | None = None
+    device: Any | None = None  # a torch.device; None: the CPU (this module stays torch-free)
+    dtype: str = "float32"
 
 
 def _no_columns(args: BaseModel) -> list[str]:
     return []
+
+
+def _no_sources(args: BaseModel) -> dict[str, str]:
+    return {}
 
 
 @dataclass(frozen=True)
@@ -70,7 +82,9 @@ class RewardDefinition:
     its JSON schema is the public catalog. ``build`` may raise :class:`SpecError` with ``field``
     relative to the args (``"pattern"``) or ``ValueError``; :func:`bind_rewards` adds the
     ``rewards.N.args`` prefix. ``required_columns`` lets a missing dataset column be reported
-    before training instead of at the first scored batch.
+    before training instead of at the first scored batch. ``model_sources`` maps args fields that
+    name a model (``path:``/``hf:``) to it, so the service checks them at submit like
+    ``model.source``.
     """
 
     name: str
@@ -78,6 +92,7 @@ class RewardDefinition:
     args_model: type[BaseModel]
     build: Callable[[Any, RewardContext], RewardFn]
     required_columns: Callable[[Any], list[str]] = _no_columns
+    model_sources: Callable[[Any], dict[str, str]] = _no_sources
 
 
 @dataclass
@@ -89,6 +104,10 @@ class BoundReward:
     fn: RewardFn
     columns: list[str] = field(default_factory=list)
     timeout_seconds: float | None = None  # budget of one call; None: unbounded (tests, tools)
+    clip_min: float | None = None
+    clip_max: float | None = None
+    gate_by: str | None = None  # another reward's name; see grpo_core.rewards.shaping
+    gate_threshold: float = 0.0
 
 
 class _NoArgs(BaseModel):
@@ -134,10 +153,12 @@ def _load_plugin(entry_point: Any) -> RewardDefinition:
 
 
 def _discover() -> _Registry:
-    # Imported here because builtins imports this module for RewardDefinition.
+    # Imported here because these modules import this one for RewardDefinition.
     from grpo_core.rewards.builtins import BUILTINS
+    from grpo_core.rewards.reward_model import REWARD_MODEL
+    from grpo_core.rewards.similarity import TEXT_SIMILARITY
 
-    definitions = {definition.name: definition for definition in BUILTINS}
+    definitions = {definition.name: definition for definition in [*BUILTINS, REWARD_MODEL, TEXT_SIMILARITY]}
     builtin_names = frozenset(definitions)
     broken: dict[str, str] = {}
     for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -227,21 +248,31 @@ def _needed_columns(definition: RewardDefinition, args: BaseModel, columns: set[
     return needed
 
 
+def model_sources(specs: list[RewardSpec]) -> list[tuple[str, str]]:
+    """``(rewards.N.args.FIELD, source)`` for every model a reward names, for the submit checks of
+    sources; rewards that do not validate are skipped (:func:`validate_reward_specs` reports them)."""
+    state = _registry()
+    found = []
+    for index, spec in enumerate(specs):
+        definition = state.definitions.get(spec.name)
+        if definition is None:
+            continue
+        try:
+            args = definition.args_model.model_validate(spec.args)
+        except ValidationError:
+            continue
+        sources = definition.model_sources(args).items()
+        found += [(f"rewards.{index}.args.{name}", source) for name, source in sources]
+    return found
+
+
 def _build(definition: RewardDefinition, args: BaseModel, context: RewardContext, index: int) -> RewardFn:
     try:
         return definition.build(args, context)
-    except SpecError as exc:
-        raise SpecError(f"rewards.{index}.args.{exc.field}", exc.reason) from exc
+    except SpecError as exc:  # its class kept: a source that cannot be reached is no spec error
+        raise type(exc)(f"rewards.{index}.args.{exc.field}", exc.reason) from exc
     except ValueError as exc:
         raise SpecError(f"rewards.{index}.args", str(exc)) from exc
-
-
-def _unique_name(base: str, used: set[str]) -> str:
-    name, suffix = base, 2
-    while name in used:
-        name, suffix = f"{base}_{suffix}", suffix + 1
-    used.add(name)
-    return name
 
 
 def bind_rewards(
@@ -251,16 +282,19 @@ def bind_rewards(
 
     ``columns`` (the dataset's columns, when known) enables the missing-column check. A name may
     repeat (two ``regex_match`` rewards); later ones are named ``name_2``, ``name_3``... so that
-    metric names stay unique.
+    metric names stay unique. Every spec is validated before any is built: building one may load
+    a model.
     """
     state = _registry()
-    used: set[str] = set()
-    bound: list[BoundReward] = []
+    checked = []
     for index, spec in enumerate(specs):
         definition = _lookup(state, spec.name, index)
         args = _validate_args(definition, spec.args, index)
-        needed = _needed_columns(definition, args, columns, index)
+        checked.append((definition, args, _needed_columns(definition, args, columns, index)))
+    bound: list[BoundReward] = []
+    for index, (spec, name, (definition, args, needed)) in enumerate(zip(specs, reward_names(specs), checked,
+                                                                         strict=True)):
         fn = _build(definition, args, context, index)
-        name = _unique_name(spec.name, used)
-        bound.append(BoundReward(name, spec.weight, fn, needed, context.timeout_seconds))
+        bound.append(BoundReward(name, spec.weight, fn, needed, context.timeout_seconds, spec.clip_min,
+                                 spec.clip_max, spec.gate_by, spec.gate_threshold or 0.0))
     return bound

@@ -25,6 +25,7 @@ from grpo_core.errors import GRPOError, RewardTimeout
 from grpo_core.oom import out_of_memory_error
 from grpo_core.prompt_rows import RESERVED_COLUMNS
 from grpo_core.rewards.registry import BoundReward
+from grpo_core.rewards.shaping import shape_scores
 
 __all__ = ["RESERVED_COLUMNS", "Scores", "score_completions"]
 
@@ -104,20 +105,26 @@ def score_completions(
     prompts: list[str],
     columns: dict[str, list[Any]],
     raw_completions: list[str] | None = None,
+    prompt_messages: list[Any] | None = None,
 ) -> Scores:
-    """An N x F matrix (row per completion, column per reward); NaN where a reward returned None
-    or went over its budget (those rewards are named in ``timed_out``).
+    """An N x F matrix (row per completion, column per reward), clipped and gated as each reward
+    asks (:mod:`grpo_core.rewards.shaping`); NaN where a reward returned None or went over its
+    budget (those rewards are named in ``timed_out``).
 
     ``completions`` are the answers rewards score, ``raw_completions`` the whole texts (reasoning
     included; the answers when not given) for format rewards, ``columns`` every dataset column
-    aligned with the completions. All of them are passed to every reward as keywords.
+    aligned with the completions, ``prompt_messages`` each row's prompt as chat messages (None for
+    a string prompt; all None when not given). All of them are passed to every reward as keywords.
     """
     n = len(completions)
     _check_inputs(n, prompts, columns)
     raw = list(completions) if raw_completions is None else list(raw_completions)
     if len(raw) != n:
         raise ValueError(f"{len(raw)} raw completions for {n} completions")
-    columns = {**columns, "raw_completions": raw}
+    messages = [None] * n if prompt_messages is None else list(prompt_messages)
+    if len(messages) != n:
+        raise ValueError(f"{len(messages)} prompt messages for {n} completions")
+    columns = {**columns, "raw_completions": raw, "prompt_messages": messages}
     scores = Scores([[math.nan] * len(rewards) for _ in range(n)])
     for j, reward in enumerate(rewards):
         try:
@@ -133,4 +140,5 @@ def score_completions(
             ) from exc
         for row, score in enumerate(_checked(reward.name, values, n)):
             scores.matrix[row][j] = score
+    scores.matrix = shape_scores(scores.matrix, rewards)
     return scores

@@ -1,0 +1,101 @@
+"""Loading a reward model and scoring texts with it (torch; see :mod:`grpo_core.rewards.reward_model`).
+
+Texts follow TRL's reward models: a string prompt is concatenated with its completion; a prompt
+given as messages gets the completion appended as the assistant's message and goes through the
+reward tokenizer's chat template (a reward tokenizer without one gets the policy-rendered prompt
+and the completion concatenated). Texts are tokenized without adding special tokens, right-padded
+so every row's positions are those of its unpadded forward, and truncated from the left so the
+last token, where a sequence classifier reads its score, is always the completion's end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from grpo_core.errors import SpecError
+from grpo_core.models import DTYPES, load_pretrained, load_tokenizer, resolve_source_location
+from grpo_core.rewards.registry import RewardContext, RewardFn
+from grpo_core.rewards.reward_model import RewardModelArgs
+
+__all__ = ["RewardModelScorer", "load_scorer", "reward_texts"]
+
+FIELD = "model"  # bind_rewards prefixes rewards.N.args.
+
+
+def reward_texts(tokenizer: Any, prompts: list[str], completions: list[str],
+                 prompt_messages: list[list[dict[str, str]] | None]) -> list[str]:
+    """What the reward model reads for each row (see the module's docstring)."""
+    templated = bool(getattr(tokenizer, "chat_template", None))
+    texts = []
+    for prompt, completion, messages in zip(prompts, completions, prompt_messages, strict=True):
+        if messages is not None and templated:
+            conversation = [*messages, {"role": "assistant", "content": completion}]
+            texts.append(tokenizer.apply_chat_template(conversation, tokenize=False))
+        else:
+            texts.append(prompt + completion)
+    return texts
+
+
+@dataclass
+class RewardModelScorer:
+    """A loaded reward model; calling it scores texts in batches, under ``inference_mode``."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    device: torch.device
+    batch_size: int
+    max_length: int
+    logit_index: int
+
+    @torch.inference_mode()
+    def scores(self, texts: list[str]) -> list[float]:
+        out: list[float] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = self.tokenizer(texts[start:start + self.batch_size], return_tensors="pt", padding=True,
+                                   truncation=True, max_length=self.max_length, add_special_tokens=False)
+            logits = self.model(**batch.to(self.device)).logits
+            out += logits[:, self.logit_index].float().cpu().tolist()
+        return out
+
+
+def _load_classifier(location: str, dtype: str) -> torch.nn.Module:
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    config = load_pretrained(location, "a model config from", lambda name, revision: (
+        AutoConfig.from_pretrained(name, revision=revision)),
+        f"could not read the config of '{location}'", FIELD)
+    architectures = getattr(config, "architectures", None) or []
+    if architectures and not any(a.endswith("ForSequenceClassification") for a in architectures):
+        # Loading a causal LM as a classifier would succeed with a random score head.
+        raise SpecError(FIELD, f"'{location}' holds a {architectures[0]}, not a sequence classifier")
+    return load_pretrained(location, "a sequence classifier from",
+                           lambda name, revision: AutoModelForSequenceClassification.from_pretrained(
+                               name, revision=revision, dtype=DTYPES[dtype]),
+                           f"'{location}' does not hold a sequence classifier", FIELD)
+
+
+def load_scorer(args: RewardModelArgs, context: RewardContext) -> RewardFn:
+    """Load the model once (this job's device and dtype) and return the reward function."""
+    location = resolve_source_location(args.model, context.models_root, context.base_dir, FIELD)
+    tokenizer = load_tokenizer(location, FIELD)  # pads with EOS when it has no pad token
+    tokenizer.padding_side, tokenizer.truncation_side = "right", "left"
+    model = _load_classifier(location, context.dtype)
+    if args.logit_index >= model.config.num_labels:
+        raise SpecError("logit_index", f"the model has {model.config.num_labels} output logit(s); "
+                                       f"logit_index {args.logit_index} is past them")
+    # The classifier reads each row at its last non-pad token: it must know the pad id.
+    model.config.pad_token_id = tokenizer.pad_token_id
+    device = torch.device(context.device or "cpu")
+    model.requires_grad_(False)
+    scorer = RewardModelScorer(model.to(device).eval(), tokenizer, device, args.batch_size, args.max_length,
+                               args.logit_index)
+
+    def reward_model(completions: list[str], prompts: list[str], **columns: Any) -> list[float | None]:
+        texts = columns.get("raw_completions", completions) if args.completion == "raw" else completions
+        messages = columns.get("prompt_messages") or [None] * len(completions)
+        return list(scorer.scores(reward_texts(tokenizer, prompts, list(texts), messages)))
+
+    return reward_model
