@@ -17,7 +17,7 @@ import torch
 
 from grpo_core.errors import SpecError
 from grpo_core.models import DTYPES, load_pretrained, load_tokenizer, resolve_source_location
-from grpo_core.rewards.registry import RewardContext, RewardFn
+from grpo_core.rewards.registry import RewardContext
 from grpo_core.rewards.reward_model import RewardModelArgs
 
 __all__ = ["RewardModelScorer", "load_scorer", "reward_texts"]
@@ -41,23 +41,28 @@ def reward_texts(tokenizer: Any, prompts: list[str], completions: list[str],
 
 @dataclass
 class RewardModelScorer:
-    """A loaded reward model; calling it scores texts in batches, under ``inference_mode``."""
+    """A loaded reward model, called as a reward function; forward passes in batches of
+    ``batch_size`` under ``inference_mode``."""
 
     model: torch.nn.Module
     tokenizer: Any
     device: torch.device
-    batch_size: int
-    max_length: int
-    logit_index: int
+    args: RewardModelArgs
+
+    def __call__(self, completions: list[str], prompts: list[str], **columns: Any) -> list[float | None]:
+        texts = columns.get("raw_completions", completions) if self.args.completion == "raw" else completions
+        messages = columns.get("prompt_messages") or [None] * len(completions)
+        return list(self.scores(reward_texts(self.tokenizer, prompts, list(texts), messages)))
 
     @torch.inference_mode()
     def scores(self, texts: list[str]) -> list[float]:
         out: list[float] = []
-        for start in range(0, len(texts), self.batch_size):
-            batch = self.tokenizer(texts[start:start + self.batch_size], return_tensors="pt", padding=True,
-                                   truncation=True, max_length=self.max_length, add_special_tokens=False)
+        size = self.args.batch_size
+        for start in range(0, len(texts), size):
+            batch = self.tokenizer(texts[start:start + size], return_tensors="pt", padding=True,
+                                   truncation=True, max_length=self.args.max_length, add_special_tokens=False)
             logits = self.model(**batch.to(self.device)).logits
-            out += logits[:, self.logit_index].float().cpu().tolist()
+            out += logits[:, self.args.logit_index].float().cpu().tolist()
         return out
 
 
@@ -77,7 +82,7 @@ def _load_classifier(location: str, dtype: str) -> torch.nn.Module:
                            f"'{location}' does not hold a sequence classifier", FIELD)
 
 
-def load_scorer(args: RewardModelArgs, context: RewardContext) -> RewardFn:
+def load_scorer(args: RewardModelArgs, context: RewardContext) -> RewardModelScorer:
     """Load the model once (this job's device and dtype) and return the reward function."""
     location = resolve_source_location(args.model, context.models_root, context.base_dir, FIELD)
     tokenizer = load_tokenizer(location, FIELD)  # pads with EOS when it has no pad token
@@ -90,12 +95,4 @@ def load_scorer(args: RewardModelArgs, context: RewardContext) -> RewardFn:
     model.config.pad_token_id = tokenizer.pad_token_id
     device = torch.device(context.device or "cpu")
     model.requires_grad_(False)
-    scorer = RewardModelScorer(model.to(device).eval(), tokenizer, device, args.batch_size, args.max_length,
-                               args.logit_index)
-
-    def reward_model(completions: list[str], prompts: list[str], **columns: Any) -> list[float | None]:
-        texts = columns.get("raw_completions", completions) if args.completion == "raw" else completions
-        messages = columns.get("prompt_messages") or [None] * len(completions)
-        return list(scorer.scores(reward_texts(tokenizer, prompts, list(texts), messages)))
-
-    return reward_model
+    return RewardModelScorer(model.to(device).eval(), tokenizer, device, args)
