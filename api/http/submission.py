@@ -24,7 +24,7 @@ from api.store.pools import admission, list_pools
 from grpo_core.errors import SpecError
 from grpo_core.paths import resolve_under_root
 from grpo_core.prompt_rows import reward_column_names
-from grpo_core.rewards import validate_reward_specs
+from grpo_core.rewards import model_sources, validate_reward_specs
 from grpo_core.spec import JobSpec, job_source, split_source
 from grpo_core.specfile import InvalidSpec, field_path
 
@@ -36,14 +36,19 @@ def check_submission(spec: JobSpec, settings: Settings) -> None:
     """Raise :class:`InvalidSpec` listing every problem found (a NUL anywhere, ``model.source``,
     ``dataset.source``, ``rewards.N.name``, ``rewards.N.args.FIELD``)."""
     problems: list[SpecError | None] = list(_nul_characters(spec.model_dump(mode="json")))
+    # A reward's model (reward_model's args.model) is checked like model.source.
+    reward_models = model_sources(spec.rewards)
     if not problems:  # a path with a NUL cannot even be looked at
         problems += [
             _check_path_source(spec.model.source, settings.models_root, "model.source"),
             _check_path_source(spec.dataset.source, settings.data_root, "dataset.source"),
+            *(_check_path_source(source, settings.models_root, field, "model.source")
+              for field, source in reward_models),
         ]
     problems += [
         _check_hub_allowed(spec.model.source, settings, "model.source"),
         _check_hub_allowed(spec.dataset.source, settings, "dataset.source"),
+        *(_check_hub_allowed(source, settings, field) for field, source in reward_models),
         _check_reward_budget(spec, settings),
     ]
     inline = spec.dataset.prompts
@@ -99,13 +104,14 @@ _SOURCES: dict[str, tuple[str, str, Callable[[Path], bool]]] = {
 }
 
 
-def _check_path_source(source: str | None, root: Path, field: str) -> SpecError | None:
+def _check_path_source(source: str | None, root: Path, field: str,
+                       kind: str | None = None) -> SpecError | None:
     """``None`` when ``source`` is absent, ``hf:``, or a ``path:`` that resolves (after ``..``
     and symlinks) to something inside ``root`` that exists. Messages never show the server's
-    own paths."""
+    own paths. ``kind``: which of ``_SOURCES`` it is (default: ``field``)."""
     if source is None:
         return None
-    root_name, what, exists = _SOURCES[field]
+    root_name, what, exists = _SOURCES[kind or field]
     scheme, location = split_source(source)
     if scheme != "path":
         return None
