@@ -14,6 +14,8 @@ import pytest
 import yaml
 from waiting import wait_until
 
+from grpo_core.rewards import reward_catalog
+
 pytestmark = pytest.mark.slow
 
 # The x values of a chart's named trace, read from the Plotly graph div itself.
@@ -104,6 +106,23 @@ def test_the_form_lists_every_invalid_field_the_service_names(browser_page, keye
     submit_from_form(page, bad)
     params = page.locator(".field-errors li").evaluate_all("items => items.map((li) => li.dataset.param)")
     assert {"grpo.num_generations", "grpo.max_steps"} <= set(params)
+
+
+def test_the_forms_reward_picker_offers_every_catalog_reward_with_its_args(browser_page, keyed_stack) -> None:
+    page = browser_page
+    log_in_as(page, keyed_stack, "alpha")
+    page.goto("/#/jobs")
+    page.locator("[data-panel=submit] summary").click()
+    names = reward_catalog()  # what the stack serves: the same registry
+    page.wait_for_selector("select[name=reward] option[value=reward_model]", state="attached")
+    offered = page.locator("select[name=reward] option").evaluate_all("os => os.map((o) => o.value)")
+    assert offered == [reward["name"] for reward in names]
+    page.select_option("select[name=reward]", "reward_model")
+    page.wait_for_selector(".reward-args li[data-arg=logit_index]")
+    assert "sequence-classification" in page.locator(".reward-about").inner_text()
+    page.click(".reward-picker button:has-text('Add reward to the spec')")
+    spec = json.loads(page.input_value("textarea[name=spec]"))
+    assert spec["rewards"][-1] == {"name": "reward_model", "weight": 1.0, "args": {"model": ""}}
 
 
 def test_a_job_from_the_form_is_charted_live_with_its_samples(browser_page, keyed_stack, tiny_spec,

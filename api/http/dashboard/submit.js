@@ -6,6 +6,7 @@
 
 import {api} from "./api.js";
 import {el, fill, jobLink} from "./dom.js";
+import {mountRewardPicker} from "./reward_picker.js";
 
 export const TEMPLATE = {
   name: "tiny-say-yes",
@@ -39,7 +40,7 @@ export function mountSubmitForm(container, onSubmitted) {
   const spec = el("textarea", {name: "spec", rows: 18, cols: 80, spellcheck: "false"});
   spec.value = templateText();
   const result = el("div", {className: "submit-result", role: "status"});
-  const rewards = el("p", {className: "muted"});
+  const rewards = el("div");
   const button = el("button", {type: "submit"}, "Submit");
   const form = el("form", {className: "submit-form", onsubmit: (event) => {
     event.preventDefault();
@@ -49,7 +50,7 @@ export function mountSubmitForm(container, onSubmitted) {
       "Reset to template")), result);
   container.append(el("details", {className: "panel", dataset: {panel: "submit"}},
     el("summary", {}, "Submit a job"), form));
-  showRewardNames(rewards);
+  mountRewardPicker(rewards, spec);
 
   async function submit() {
     fill(result);
@@ -78,13 +79,4 @@ function errorList(error) {
     el("ul", {className: "field-errors"}, error.fields.map((field) =>
       el("li", {dataset: {param: field.param || ""}}, el("code", {}, field.param || "spec"),
         ` ${field.message}`))));
-}
-
-async function showRewardNames(node) {
-  try {
-    const names = (await api("/v1/rewards")).items.map((reward) => reward.name);
-    node.textContent = `Rewards this service knows: ${names.join(", ")}.`;
-  } catch {
-    node.textContent = "";
-  }
 }
