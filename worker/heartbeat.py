@@ -31,6 +31,7 @@ import redis
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
+from api.lifecycle import StopRequest, stronger_stop
 from api.settings import Settings
 from api.store import bus
 from api.store.clock import Backoff, db_now
@@ -232,22 +233,18 @@ class JobLease(_Ticker):
         self._lock = threading.Lock()
         self.job_pid: int | None = None
         self.lost = False
-        self.cancel_requested = False
-        self.preempt_requested = False
-        self.pause_requested = False
+        self.asked: StopRequest | None = None  # the strongest stop asked for so far
 
     def beat(self) -> None:
         try:
             with session_scope(self.database_url) as session:
-                still_ours, cancel, preempt, pause = renew_lease(session, self.job_id, self.worker_id)
+                still_ours, asked = renew_lease(session, self.job_id, self.worker_id)
         except SQLAlchemyError as exc:  # if this lasts, the lease expires and the answer is "lost"
             log.warning("lease renewal of job %s failed: %s", self.job_id, exc)
             return
         with self._lock:
             self.lost = self.lost or not still_ours
-            self.cancel_requested = self.cancel_requested or cancel
-            self.preempt_requested = self.preempt_requested or preempt
-            self.pause_requested = self.pause_requested or pause
+            self.asked = stronger_stop(self.asked, asked)
         if still_ours:
             mark = {"devices": self.devices, "until": int(time.time() * 1000) + self.busy_ttl_ms,
                     "pid": os.getpid(), "job_pid": self.job_pid}
