@@ -15,12 +15,15 @@ import sqlite3
 import subprocess
 import sys
 import sysconfig
+import tomllib
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 
 import httpx
 import pytest
 from compose_file import REPO, compose, copy_sources, inline_dockerfile, instructions
+from packaging.requirements import Requirement
 from waiting import wait_until
 
 from api.cli.dev import free_port, stop_process
@@ -47,6 +50,10 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
             shutil.copytree(origin, source / origin.name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(origin, source / origin.name)
+    build_system = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]
+    for requirement in map(Requirement, build_system["requires"]):
+        found = metadata.version(requirement.name)  # no build isolation: this interpreter's must do
+        assert requirement.specifier.contains(found), f"the build needs {requirement}; this venv has {found}"
     run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
          "--wheel-dir", str(base / "dist"), str(source)])
     wheel = next((base / "dist").glob("grpo_service-*.whl"))
