@@ -34,7 +34,8 @@ from api.store.teams import team_id_by_name
 pytestmark = pytest.mark.slow
 
 BEGIN, END = "<!-- deployment-steps:begin -->", "<!-- deployment-steps:end -->"
-SHELL_WORDS = {"export", "until", "do", "done", "then", "fi", "if"}
+SHELL_WORDS = {"export", "until", "while", "do", "done", "if", "then", "else", "fi", "!"}
+CONTROL_OPERATORS = {";", "&", "&&", "|", "||", "("}
 STEPS = 2  # the tiny example's max_steps here: enough to train, checkpoint and finish
 
 
@@ -62,14 +63,19 @@ def configured(block: str, values: dict[str, str]) -> str:
 
 
 def programs(block: str) -> set[str]:
-    """The programs the block runs: each command's first word past shell keywords and assignments."""
-    found = set()
+    """The programs the block runs: the first word of each command, past shell keywords and
+    assignments (``export KEY=$(grpo ...)`` runs grpo)."""
+    found: set[str] = set()
     for line in block.splitlines():
-        if line.lstrip().startswith("#"):
-            continue
-        for command in re.split(r"[;&|]+|\$\(", line):
-            words = [word for word in command.split() if word not in SHELL_WORDS and "=" not in word]
-            found.update(words[:1])
+        expect_command = True
+        tokens = shlex.shlex(line, posix=True, punctuation_chars=True)  # drops # comments
+        tokens.whitespace_split = True  # words split only at blanks and ( ) ; < > | &
+        for token in tokens:
+            if token in CONTROL_OPERATORS:
+                expect_command = True
+            elif expect_command and token not in SHELL_WORDS and "=" not in token:
+                found.add(token)
+                expect_command = False
     return found
 
 
