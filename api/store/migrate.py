@@ -9,6 +9,9 @@ prestart stays fast.
 (:func:`ensure_schema`): behind the code's head, they migrate it (``GRPO_AUTO_MIGRATE``, the
 default; several starting at once take turns under a Postgres advisory lock) or refuse with the
 exact command to run. ``/readyz`` is 503 while the schema is behind (:func:`schema_problem`).
+
+The revisions are read from the checkout's ``migrations/``, or, in a non-editable install (the
+docker image's), from the copy the wheel installs as data files (:func:`alembic_ini`).
 """
 
 from __future__ import annotations
