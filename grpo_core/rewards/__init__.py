@@ -10,6 +10,7 @@ from grpo_core.rewards.registry import (
     RewardDefinition,
     available_rewards,
     bind_rewards,
+    required_capabilities,
     reward_catalog,
     validate_reward_specs,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "Scores",
     "available_rewards",
     "bind_rewards",
+    "required_capabilities",
     "reward_catalog",
     "score_completions",
     "validate_reward_specs",
