@@ -3,10 +3,11 @@
 What the program gets (see :func:`_bwrap_command`): new user, pid, network, ipc, uts and cgroup
 namespaces (so no network at all, no other process to see or signal); a read-only view of
 ``/usr`` and the merged-/usr links (``/bin``, ``/lib``, ...) and nothing else of the host's
-files; a private, size-capped tmpfs at ``/tmp`` (the only writable place, also the working
-directory); fresh ``/proc`` and a minimal ``/dev``; uid/gid 65534 inside; an empty environment;
-the system interpreter ``/usr/bin/python3`` run with ``-I -S`` (no site-packages, no user paths).
-``--die-with-parent`` and ``--new-session`` keep it from outliving us or reaching our terminal.
+files, under a read-only root; a private, size-capped tmpfs at ``/tmp`` (the only writable
+place, also the working directory); fresh ``/proc`` and a minimal ``/dev``; uid/gid 65534
+inside; an empty environment; a Python under /usr (:func:`interpreter`) run with ``-I -S``
+(no site-packages, no user paths). ``--die-with-parent`` and ``--new-session`` keep it from
+outliving us or reaching our terminal.
 
 Limits: a fixed launcher (trusted text, :data:`_LAUNCHER`) runs first inside the sandbox, sets
 ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_NPROC``, ``RLIMIT_FSIZE``, ``RLIMIT_NOFILE`` (and no core
@@ -15,10 +16,10 @@ rather than in a ``preexec_fn`` for two reasons: a ``preexec_fn`` runs Python be
 exec, which is unsafe in a process with threads (a job's process has torch's and the reward's),
 and the kernel counts ``RLIMIT_NPROC`` per user namespace and uid, so a limit set inside cannot be
 used up by another sandbox running at the same time or by the host user's own threads, as one set
-before bwrap would be. A wall-clock timeout kills the sandbox's whole process group: bwrap's outer
-process dies, its pid namespace's init with it (``--die-with-parent``), and the kernel then kills
-every process the program started. Output is read with a cap; a program that writes more is
-killed and its output marked truncated (nothing is buffered unbounded).
+before bwrap would be. At the wall-clock limit the sandbox's pid namespace is ended through its
+init (:meth:`_Run.stop`), and the call returns only once no process of the run is left; the same
+happens when the program exits and leaves a child behind. Output is read with a cap; a program
+that writes more is killed and its output marked truncated (nothing is buffered unbounded).
 
 When this process runs as root, bwrap itself is started as uid/gid 65534, so even outside
 the namespaces the program holds no privilege. There is no fallback: where bwrap cannot create
@@ -33,6 +34,7 @@ import selectors
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -42,7 +44,9 @@ from grpo_core.errors import GRPOError
 __all__ = ["CAPABILITY", "Limits", "Outcome", "SandboxUnavailable", "run_python", "sandbox_problem"]
 
 CAPABILITY = "code_sandbox"  # what a worker advertises when sandbox_problem() finds none
-PYTHON = "/usr/bin/python3"
+# Only /usr is visible inside, so the interpreter must live there: this process's own when it
+# does (a venv's base in the python images: /usr/local/bin), else the distribution's.
+_SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3")
 NOBODY = 65534
 _READ_CHUNK = 65536
 
@@ -87,6 +91,16 @@ class Outcome:
         return self.returncode == 0 and not self.timed_out and not self.truncated
 
 
+@lru_cache(maxsize=1)
+def interpreter() -> str | None:
+    """The Python the sandbox runs programs with, by its real path under /usr; None if none."""
+    own = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+    for candidate in (own, *map(os.path.realpath, _SYSTEM_PYTHONS)):
+        if candidate.startswith("/usr/") and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
 def _host_view() -> list[str]:
     """Read-only binds of /usr and of the top-level system folders, as links where they are."""
     args = ["--ro-bind", "/usr", "/usr"]
@@ -109,7 +123,7 @@ def _bwrap_command(program_fd: int, info_fd: int, limits: Limits) -> list[str]:
         "--ro-bind-data", str(program_fd), "/sandbox/main.py",
         "--remount-ro", "/",  # bwrap's own root is a writable tmpfs otherwise
         "--chdir", "/tmp",
-        PYTHON, "-I", "-S", "-c", _LAUNCHER,
+        interpreter(), "-I", "-S", "-c", _LAUNCHER,
         *map(str, (limits.cpu_seconds, limits.memory_bytes, limits.processes, limits.file_bytes,
                    limits.open_files, 0)),
     ]
@@ -228,12 +242,12 @@ def _child_pid(info: bytes) -> int | None:
 def run_python(source: str, stdin: str = "", limits: Limits | None = None) -> Outcome:
     """Run ``source`` as ``/sandbox/main.py`` in a fresh sandbox with ``stdin``; wait at most
     ``limits.wall_seconds`` (plus the time to kill it). Raises :class:`SandboxUnavailable` only
-    when bwrap is not installed; a sandbox that fails to start is a failed run (the caller
+    when bwrap or the interpreter is missing; a sandbox that fails to start is a failed run (the caller
     checks :func:`sandbox_problem` once, up front)."""
     limits = limits or Limits()
-    if shutil.which("bwrap") is None:
-        raise SandboxUnavailable("bwrap (bubblewrap) is not installed")
-    program_fd = os.memfd_create("program", 0)
+    if shutil.which("bwrap") is None or interpreter() is None:
+        raise SandboxUnavailable("bwrap (bubblewrap) is not installed, or no Python under /usr")
+    program_fd = os.memfd_create("program")  # close-on-exec: only bwrap gets it (pass_fds)
     info_read, info_write = os.pipe()
     try:
         os.write(program_fd, source.encode("utf-8", "replace"))
@@ -272,8 +286,8 @@ def sandbox_problem() -> str | None:
     why not, for a worker's log and a refused ``grpo train``."""
     if shutil.which("bwrap") is None:
         return "bwrap (bubblewrap) is not installed (Debian: apt-get install bubblewrap)"
-    if not os.access(PYTHON, os.X_OK):
-        return f"{PYTHON} is missing: the sandbox runs the system interpreter"
+    if interpreter() is None:
+        return f"no Python interpreter under /usr ({', '.join(_SYSTEM_PYTHONS)}) to run programs with"
     try:
         outcome = run_python(_PROBE, "ok", Limits(wall_seconds=20))
     except OSError as exc:

@@ -58,3 +58,13 @@ def test_accepted_once_a_real_worker_of_the_pool_checked_its_sandbox_and_adverti
     # The worker left: its clone is refused like a new submission.
     refused = api.post(f"/v1/jobs/{response.json()['id']}/clone", json={})
     assert refused.status_code == 422 and refused.json()["error"]["param"] == "rewards.1.name"
+
+
+def test_a_worker_without_bwrap_advertises_no_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    sandbox_problem.cache_clear()
+    try:
+        assert worker_capabilities() == []
+    finally:
+        monkeypatch.undo()
+        sandbox_problem.cache_clear()

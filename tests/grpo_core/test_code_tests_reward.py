@@ -145,3 +145,12 @@ def test_grpo_train_refuses_to_start_without_a_sandbox(tmp_path: Path, monkeypat
     stderr = capsys.readouterr().err
     assert "sandbox_unavailable" in stderr and "bwrap" in stderr, stderr
     assert not (tmp_path / "out" / "final").exists()
+
+
+def test_the_code_example_trains_on_cpu_with_the_tiny_model(tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "code.yaml"
+    out = tmp_path / "out"
+    assert main(["train", str(example), "--output-dir", str(out), "--max-steps", "1", "--device", "cpu",
+                 "--quiet"]) == 0
+    [record] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert 0.0 <= record["rewards/code_tests/mean"] <= 1.0  # ~0: a random model writes no code
