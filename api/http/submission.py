@@ -157,7 +157,8 @@ def check_capabilities(spec: JobSpec, live_workers: Callable[[], list[Heartbeat]
     offered = {capability for beat in live_workers() if beat.pool == pool for capability in beat.capabilities}
     problems = [SpecError(f"rewards.{index}.name", (
         f"'{spec.rewards[index].name}' needs a worker that advertises '{capability}', and no live worker "
-        f"of pool '{pool}' does (a worker advertises it when its sandbox check passes at start)"))
+        f"of pool '{pool}' does (a worker advertises it when its check at start passes; GET /v1/cluster "
+        "lists each worker's capabilities)"))
         for index, capability in needed if capability not in offered]
     if problems:
         raise InvalidSpec(problems)

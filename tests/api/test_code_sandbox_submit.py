@@ -53,6 +53,9 @@ def test_accepted_once_a_real_worker_of_the_pool_checked_its_sandbox_and_adverti
         assert response.status_code == 201, response.text
         clone = api.post(f"/v1/jobs/{response.json()['id']}/clone", json={"name": "again"})
         assert clone.status_code == 201, clone.text
+        workers = {worker["worker_id"]: worker for pool in api.get("/v1/cluster").json()["pools"]
+                   for worker in pool["workers"]}
+        assert workers["sandboxed-worker"]["capabilities"] == [CAPABILITY]
     finally:
         heartbeat.stop()
     # The worker left: its clone is refused like a new submission.
