@@ -25,7 +25,7 @@ from api.vocabulary import Heartbeat
 from grpo_core.errors import SpecError
 from grpo_core.paths import resolve_under_root
 from grpo_core.prompt_rows import reward_column_names
-from grpo_core.rewards import required_capabilities, validate_reward_specs
+from grpo_core.rewards import check_reward_rows, required_capabilities, validate_reward_specs
 from grpo_core.spec import JobSpec, job_source, split_source
 from grpo_core.specfile import InvalidSpec, field_path
 
@@ -51,6 +51,8 @@ def check_submission(spec: JobSpec, settings: Settings) -> None:
     try:
         columns = None if inline is None else reward_column_names(inline, spec.dataset.prompt_field)
         validate_reward_specs(spec.rewards, columns)
+        if inline is not None:
+            check_reward_rows(spec.rewards, inline)
     except SpecError as exc:
         problems.append(exc)
     errors = [problem for problem in problems if problem is not None]

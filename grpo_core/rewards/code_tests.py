@@ -95,6 +95,11 @@ def parse_cases(value: Any, field: str, row: int) -> list[dict[str, str] | str] 
     return [_check_case(case, field, row, index) for index, case in enumerate(value)]
 
 
+def _check_rows(args: CodeTestsArgs, rows: list[dict[str, Any]]) -> None:
+    for row, values in enumerate(rows):
+        parse_cases(values.get(args.field), args.field, row)
+
+
 def _normalized(text: str) -> list[str]:
     lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
     while lines and not lines[-1]:
@@ -166,4 +171,5 @@ CODE_TESTS = RewardDefinition(
     _build,
     required_columns=lambda args: [args.field],
     capabilities=frozenset({CAPABILITY}),
+    check_rows=_check_rows,
 )

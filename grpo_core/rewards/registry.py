@@ -37,6 +37,7 @@ __all__ = [
     "RewardFn",
     "available_rewards",
     "bind_rewards",
+    "check_reward_rows",
     "required_capabilities",
     "reward_catalog",
     "validate_reward_specs",
@@ -73,6 +74,8 @@ class RewardDefinition:
     ``rewards.N.args`` prefix. ``required_columns`` lets a missing dataset column be reported
     before training instead of at the first scored batch. ``capabilities`` are what a worker must
     advertise to run it (``code_sandbox``); the service refuses a spec no worker of its pool can run.
+    ``check_rows`` checks the values of the columns it reads (``code_tests``' test cases), raising
+    ``ValueError`` naming the row, so bad data is refused at submit or before a model loads.
     """
 
     name: str
@@ -81,6 +84,7 @@ class RewardDefinition:
     build: Callable[[Any, RewardContext], RewardFn]
     required_columns: Callable[[Any], list[str]] = _no_columns
     capabilities: frozenset[str] = frozenset()
+    check_rows: Callable[[Any, list[dict[str, Any]]], None] | None = None
 
 
 @dataclass
@@ -225,6 +229,22 @@ def required_capabilities(specs: list[RewardSpec]) -> list[tuple[int, str]]:
     definitions = _registry().definitions
     return [(index, capability) for index, spec in enumerate(specs)
             for capability in sorted(definitions[spec.name].capabilities if spec.name in definitions else ())]
+
+
+def check_reward_rows(specs: list[RewardSpec], rows: list[dict[str, Any]]) -> None:
+    """Run each reward's ``check_rows`` over the dataset's rows (specs already validated: a name
+    or args that are not are skipped here); a bad value is a SpecError at ``rewards.N.args``."""
+    definitions = _registry().definitions
+    for index, spec in enumerate(specs):
+        definition = definitions.get(spec.name)
+        if definition is None or definition.check_rows is None:
+            continue
+        try:
+            definition.check_rows(definition.args_model.model_validate(spec.args), rows)
+        except ValidationError:
+            continue
+        except ValueError as exc:
+            raise SpecError(f"rewards.{index}.args", str(exc)) from exc
 
 
 def _needed_columns(definition: RewardDefinition, args: BaseModel, columns: set[str] | None,

@@ -16,8 +16,8 @@ CODE_ROWS = [{"prompt": "Read n and print 2n.", "tests": [{"input": "2", "output
 
 
 def code_spec(job_spec, **fields):
-    return job_spec(dataset={"prompts": CODE_ROWS},
-                    rewards=[{"name": "contains", "args": {"text": "x"}}, {"name": "code_tests"}], **fields)
+    fields = {"dataset": {"prompts": CODE_ROWS}, **fields}
+    return job_spec(rewards=[{"name": "contains", "args": {"text": "x"}}, {"name": "code_tests"}], **fields)
 
 
 def test_refused_naming_the_reward_when_no_live_worker_of_the_pool_advertises_a_sandbox(
@@ -71,3 +71,14 @@ def test_a_worker_without_bwrap_advertises_no_sandbox(monkeypatch: pytest.Monkey
     finally:
         monkeypatch.undo()
         sandbox_problem.cache_clear()
+
+
+def test_malformed_inline_test_cases_are_a_422_naming_the_reward_and_the_row(api, api_server,
+                                                                            job_spec) -> None:
+    rows = [*CODE_ROWS, {"prompt": "Say hi.", "tests": [{"input": "", "expected": "hi"}]}]
+    before = row_counts(api_server.settings.database_url)
+    response = api.post("/v1/jobs", json=code_spec(job_spec, dataset={"prompts": rows}))
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["param"] == "rewards.1.args" and "column 'tests' row 1: case 0" in error["message"], error
+    assert row_counts(api_server.settings.database_url) == before

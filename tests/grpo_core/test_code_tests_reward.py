@@ -14,7 +14,8 @@ import pytest
 from reward_helpers import bind_one, fresh_registry, run, spec_error  # noqa: F401
 
 from grpo_core.cli import main
-from grpo_core.rewards import RewardContext, required_capabilities, score_completions
+from grpo_core.errors import SpecError
+from grpo_core.rewards import RewardContext, check_reward_rows, required_capabilities, score_completions
 from grpo_core.rewards.code_tests import extract_code
 from grpo_core.sandbox import SandboxUnavailable, sandbox_problem
 from grpo_core.spec import RewardSpec
@@ -154,3 +155,12 @@ def test_the_code_example_trains_on_cpu_with_the_tiny_model(tmp_path: Path) -> N
                  "--quiet"]) == 0
     [record] = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert 0.0 <= record["rewards/code_tests/mean"] <= 1.0  # ~0: a random model writes no code
+
+
+def test_malformed_test_cases_in_the_rows_are_refused_before_training() -> None:
+    specs = [RewardSpec(name="contains", args={"text": "x"}),
+             RewardSpec(name="code_tests", args={"field": "t"})]
+    check_reward_rows(specs, [{"prompt": "a", "t": DOUBLE}, {"prompt": "b", "t": json.dumps(ADD)}])
+    with pytest.raises(SpecError, match=r"rewards\.1\.args: column 't' row 1: case 0") as info:
+        check_reward_rows(specs, [{"prompt": "a", "t": DOUBLE}, {"prompt": "b", "t": [{"in": "1"}]}])
+    assert info.value.field == "rewards.1.args"
