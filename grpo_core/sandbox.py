@@ -4,7 +4,7 @@ What the program gets (see :func:`_bwrap_command`): new user, pid, network, ipc,
 namespaces (so no network at all, no other process to see or signal); a read-only view of
 ``/usr`` and the merged-/usr links (``/bin``, ``/lib``, ...) and nothing else of the host's
 files, under a read-only root; a private, size-capped tmpfs at ``/tmp`` (the only writable
-place, also the working directory); fresh ``/proc`` and a minimal ``/dev``; uid/gid 65534
+place, also the working directory); fresh ``/proc``, a minimal read-only ``/dev``; uid/gid 65534
 inside; an empty environment; a Python under /usr (:func:`interpreter`) run with ``-I -S``
 (no site-packages, no user paths). ``--die-with-parent`` and ``--new-session`` keep it from
 outliving us or reaching our terminal.
@@ -121,7 +121,9 @@ def _bwrap_command(program_fd: int, info_fd: int, limits: Limits) -> list[str]:
         "--proc", "/proc", "--dev", "/dev",
         "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
         "--ro-bind-data", str(program_fd), "/sandbox/main.py",
-        "--remount-ro", "/",  # bwrap's own root is a writable tmpfs otherwise
+        # bwrap's root and /dev are tmpfs: writable, and not size-capped like /tmp, a way round the
+        # memory limit. Read-only, /dev's nodes still work (/dev/null takes writes).
+        "--remount-ro", "/dev", "--remount-ro", "/",
         "--chdir", "/tmp",
         interpreter(), "-I", "-S", "-c", _LAUNCHER,
         *map(str, (limits.cpu_seconds, limits.memory_bytes, limits.processes, limits.file_bytes,

@@ -85,7 +85,8 @@ def test_no_network_a_connection_to_a_listening_host_port_is_refused() -> None:
 
 def test_writes_outside_its_tmp_fail_and_nothing_appears_on_the_host(tmp_path: Path) -> None:
     targets = [tmp_path / "escaped.txt", Path("/etc/grpo-escaped"), REPO / "grpo-escaped.txt",
-               Path("/usr/grpo-escaped"), Path("/grpo-escaped")]
+               Path("/usr/grpo-escaped"), Path("/grpo-escaped"), Path("/dev/grpo-escaped"),
+               Path("/dev/shm/grpo-escaped")]
     program = (
         "for path in %r:\n"
         "    try:\n"
@@ -93,6 +94,7 @@ def test_writes_outside_its_tmp_fail_and_nothing_appears_on_the_host(tmp_path: P
         "        print(path, 'WROTE')\n"
         "    except OSError as exc:\n"
         "        print(path, type(exc).__name__)\n"
+        "open('/dev/null', 'w').write('discarded')\n"
         "open('/tmp/scratch', 'w').write('fine')\n"
         "print(open('/tmp/scratch').read())\n"
     ) % [str(path) for path in targets]
