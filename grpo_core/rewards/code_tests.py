@@ -21,6 +21,10 @@ at most ``parallel`` at a time, and nothing is started once the call's budget
 runs outside the sandbox: where it cannot run, building the reward fails (``grpo train`` refuses
 to start) and the service refuses such a spec unless a worker of its pool advertises
 :data:`grpo_core.sandbox.CAPABILITY`.
+
+The limits are per process (no cgroup is assumed to be available), so the most memory one call
+can hold is ``parallel`` x ``max_processes`` x ``memory_mb`` (plus 16 MiB of /tmp per run): 8 GiB
+with the defaults, and what a worker's host must be able to spare for a job with this reward.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ class CodeTestsArgs(BaseModel):
     block: Literal["last", "first"] = Field("last", description="Which Python block of the completion runs.")
     timeout_seconds: float = Field(5.0, gt=0, le=60, description="Wall-clock limit of one test case's run.")
     memory_mb: int = Field(256, ge=32, le=8192, description="Address-space limit of each process, MiB.")
-    max_processes: int = Field(16, ge=1, le=256, description="Processes and threads the program may have.")
+    max_processes: int = Field(8, ge=1, le=256, description="Processes and threads the program may have.")
     max_output_kb: int = Field(64, ge=1, le=1024, description="Output kept per stream; more fails the case.")
     parallel: int = Field(4, ge=1, le=16, description="Test-case runs at once across the batch.")
 
