@@ -38,6 +38,8 @@ from api.store.clock import Backoff, db_now
 from api.store.db import session_scope
 from api.store.jobs import renew_lease, requeue_after_fault
 from api.vocabulary import Heartbeat
+from grpo_core.sandbox import CAPABILITY as SANDBOX
+from grpo_core.sandbox import sandbox_problem
 from worker.devices import device_count
 
 WORKER_ID_ENV = "GRPO_WORKER_ID"
@@ -125,6 +127,16 @@ def detect_gpus() -> dict[str, object]:
     return {"gpu_model": name, "gpu_memory_mb": int(memory) if memory.isdigit() else None}
 
 
+def worker_capabilities() -> list[str]:
+    """What this host can run besides models, each checked for real (a sandboxed program is run),
+    so a spec that needs one is accepted only where it works."""
+    problem = sandbox_problem()
+    if problem is not None:
+        log.warning("this worker will not advertise %s (code_tests rewards): %s", SANDBOX, problem)
+        return []
+    return [SANDBOX]
+
+
 def host_memory_mb() -> int | None:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
@@ -167,7 +179,8 @@ class WorkerHeartbeat(_Ticker):
         self.busy_key = self.keys.busy(worker_id)
         self.ttl = 3 * settings.heartbeat_seconds
         self.static = Heartbeat(worker_id=worker_id, pool=settings.pool, gpus=device_count(settings),
-                                **detect_gpus(), memory_mb=host_memory_mb(), hostname=socket.gethostname())
+                                **detect_gpus(), memory_mb=host_memory_mb(), hostname=socket.gethostname(),
+                                capabilities=worker_capabilities())
         self._withdrawn = threading.Event()
         warm_up_database(settings.database_url)
 
