@@ -26,7 +26,13 @@ from grpo_core.models import (
 from grpo_core.optim import build_optimizer, build_scheduler
 from grpo_core.placement import Placement, place
 from grpo_core.prompt_rows import reserved_in
-from grpo_core.rewards import BoundReward, RewardContext, bind_rewards, validate_reward_specs
+from grpo_core.rewards import (
+    BoundReward,
+    RewardContext,
+    bind_rewards,
+    check_reward_rows,
+    validate_reward_specs,
+)
 from grpo_core.sharding import shard_models
 from grpo_core.spec import JobSpec
 
@@ -79,6 +85,7 @@ def build_components(
     validate_reward_specs(spec.rewards, columns_of(rows))  # cheap; binding may load a reward model
     location = resolve_model_location(spec.model, models_root, base_dir)
     tokenizer = load_tokenizer(location)
+    check_reward_rows(spec.rewards, rows)
     prompts = PromptSet(rows, [render_prompt(row["prompt"], tokenizer) for row in rows])
     placement = place(device, spec.model.dtype, ranks)
     context = RewardContext(tokenizer=tokenizer, timeout_seconds=spec.reward_timeout_seconds,

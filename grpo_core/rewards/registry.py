@@ -38,7 +38,9 @@ __all__ = [
     "RewardFn",
     "available_rewards",
     "bind_rewards",
+    "check_reward_rows",
     "model_sources",
+    "required_capabilities",
     "reward_catalog",
     "validate_reward_specs",
 ]
@@ -82,9 +84,12 @@ class RewardDefinition:
     its JSON schema is the public catalog. ``build`` may raise :class:`SpecError` with ``field``
     relative to the args (``"pattern"``) or ``ValueError``; :func:`bind_rewards` adds the
     ``rewards.N.args`` prefix. ``required_columns`` lets a missing dataset column be reported
-    before training instead of at the first scored batch. ``model_sources`` maps args fields that
-    name a model (``path:``/``hf:``) to it, so the service checks them at submit like
-    ``model.source``.
+    before training instead of at the first scored batch. ``capabilities`` are what a worker must
+    advertise to run it (``code_sandbox``); the service refuses a spec no worker of its pool can run.
+    ``check_rows`` checks the values of the columns it reads (``code_tests``' test cases), raising
+    ``ValueError`` naming the row, so bad data is refused at submit or before a model loads.
+    ``model_sources`` maps args fields that name a model (``path:``/``hf:``) to it, so the service
+    checks them at submit like ``model.source``.
     """
 
     name: str
@@ -93,6 +98,8 @@ class RewardDefinition:
     build: Callable[[Any, RewardContext], RewardFn]
     required_columns: Callable[[Any], list[str]] = _no_columns
     model_sources: Callable[[Any], dict[str, str]] = _no_sources
+    capabilities: frozenset[str] = frozenset()
+    check_rows: Callable[[Any, list[dict[str, Any]]], None] | None = None
 
 
 @dataclass
@@ -155,10 +162,12 @@ def _load_plugin(entry_point: Any) -> RewardDefinition:
 def _discover() -> _Registry:
     # Imported here because these modules import this one for RewardDefinition.
     from grpo_core.rewards.builtins import BUILTINS
+    from grpo_core.rewards.code_tests import CODE_TESTS
     from grpo_core.rewards.reward_model import REWARD_MODEL
     from grpo_core.rewards.similarity import TEXT_SIMILARITY
 
-    definitions = {definition.name: definition for definition in [*BUILTINS, REWARD_MODEL, TEXT_SIMILARITY]}
+    definitions = {definition.name: definition
+                   for definition in [*BUILTINS, CODE_TESTS, REWARD_MODEL, TEXT_SIMILARITY]}
     builtin_names = frozenset(definitions)
     broken: dict[str, str] = {}
     for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -234,6 +243,30 @@ def validate_reward_specs(specs: list[RewardSpec], columns: set[str] | None = No
     # Columns last: a malformed reward is reported before a column the rows lack.
     for index, (definition, args) in enumerate(checked):
         _needed_columns(definition, args, columns, index)
+
+
+def required_capabilities(specs: list[RewardSpec]) -> list[tuple[int, str]]:
+    """``(index, capability)`` for each reward of ``specs`` that needs a worker capability (unknown
+    names need none here: :func:`validate_reward_specs` reports them)."""
+    definitions = _registry().definitions
+    return [(index, capability) for index, spec in enumerate(specs)
+            for capability in sorted(definitions[spec.name].capabilities if spec.name in definitions else ())]
+
+
+def check_reward_rows(specs: list[RewardSpec], rows: list[dict[str, Any]]) -> None:
+    """Run each reward's ``check_rows`` over the dataset's rows (specs already validated: a name
+    or args that are not are skipped here); a bad value is a SpecError at ``rewards.N.args``."""
+    definitions = _registry().definitions
+    for index, spec in enumerate(specs):
+        definition = definitions.get(spec.name)
+        if definition is None or definition.check_rows is None:
+            continue
+        try:
+            definition.check_rows(definition.args_model.model_validate(spec.args), rows)
+        except ValidationError:
+            continue
+        except ValueError as exc:
+            raise SpecError(f"rewards.{index}.args", str(exc)) from exc
 
 
 def _needed_columns(definition: RewardDefinition, args: BaseModel, columns: set[str] | None,
