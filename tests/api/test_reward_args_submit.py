@@ -61,3 +61,13 @@ def test_without_the_hub_a_hub_reward_model_is_refused(api, api_server, api_sett
         error = response.json()["error"]
         assert error["param"] == "rewards.0.args.model" and "GRPO_ALLOW_HUB=false" in error["message"]
     assert api.post("/v1/jobs", json=job_spec(rewards=rewards)).status_code == 201
+
+
+def test_the_catalog_serves_the_new_rewards_with_their_args(api) -> None:
+    items = {item["name"]: item for item in api.get("/v1/rewards").json()["items"]}
+    model_args = items["reward_model"]["args_schema"]
+    assert model_args["required"] == ["model"]
+    assert {"model", "batch_size", "max_length", "logit_index", "completion"} <= set(model_args["properties"])
+    assert model_args["properties"]["batch_size"]["maximum"] == 1024
+    metric = items["text_similarity"]["args_schema"]["properties"]["metric"]
+    assert metric["enum"] == ["fuzzy_ratio", "bleu", "rouge_l"]
