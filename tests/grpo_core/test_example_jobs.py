@@ -21,15 +21,17 @@ def tiny_reward_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny-rm"), family="qwen2", num_labels=1)
 
 
-def run_example(name: str, tmp_path: Path, models: dict[str, Path]) -> list[dict]:
+def run_example(name: str, tmp_path: Path, models: dict[str, Path], *extra: str,
+                steps: int = 2) -> list[dict]:
     folder = tmp_path / "examples"
-    folder.mkdir()
-    shutil.copy(EXAMPLES / name, folder / name)
-    for link, target in models.items():
-        (folder / link).symlink_to(target, target_is_directory=True)
-    out = tmp_path / "run"
+    if not folder.exists():
+        folder.mkdir()
+        shutil.copy(EXAMPLES / name, folder / name)
+        for link, target in models.items():
+            (folder / link).symlink_to(target, target_is_directory=True)
+    out = tmp_path / f"run{'-'.join(extra)}"
     command = [sys.executable, "-m", "grpo_core.cli", "train", str(folder / name), "--output-dir", str(out),
-               "--max-steps", "2", "--quiet"]
+               "--max-steps", str(steps), "--quiet", "--device", "cpu", *extra]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -51,3 +53,7 @@ def test_preference_example_trains_with_a_local_reward_model(
     for record in records:
         assert -2.0 <= record["rewards/reward_model/mean"] <= 2.0  # clipped to [-2, 2]
         assert record["rewards/reward_model/std"] > 0  # a random classifier still tells texts apart
+    # Two ranks: each loads its own copy and scores its own groups; together, what one process scored.
+    ranked = run_example("preference.yaml", tmp_path, {}, "--nproc-per-node", "2", steps=1)
+    for name in ("reward", "reward_std", "rewards/reward_model/mean", "rewards/reward_model/std"):
+        assert ranked[0][name] == pytest.approx(records[0][name], rel=1e-4, abs=1e-6), name
