@@ -115,3 +115,11 @@ def test_bad_models_and_args_name_their_field(models_root: Path):
     assert error(model="path:rm-qwen2", logit_index=1).field == "rewards.0.args.logit_index"
     assert error(model="path:rm-qwen2", batch_size=0).field == "rewards.0.args.batch_size"
     assert error().field == "rewards.0.args.model"
+
+
+def test_rewards_get_each_completions_prompt_messages_from_the_rows():
+    from grpo_core.data import PromptSet
+
+    chat = [{"role": "user", "content": "hi"}]
+    prompts = PromptSet([{"prompt": "plain"}, {"prompt": chat}], ["plain", "<user>hi\n<assistant>"])
+    assert prompts.prompt_messages([1, 0], 2) == [chat, chat, None, None]
