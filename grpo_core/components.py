@@ -8,6 +8,7 @@ it uses, and nothing below the trainer reads the spec.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +28,7 @@ from grpo_core.optim import build_optimizer, build_scheduler
 from grpo_core.placement import Placement, place
 from grpo_core.prompt_rows import reserved_in
 from grpo_core.rewards import BoundReward, RewardContext, bind_rewards
+from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
 from grpo_core.sharding import shard_models
 from grpo_core.spec import JobSpec
 
@@ -68,14 +70,18 @@ def build_components(
     base_dir: Path | None = None,
     device: str | None = None,
     ranks: Ranks = SINGLE,
+    verifiers: Mapping[str, VerifierEndpoint] | None = None,
 ) -> RunComponents:
+    """``verifiers``: the verifier services ``http_verifier`` rewards may name (the service's
+    registrations for the job, or ``grpo train --verifier``)."""
     rows = load_rows(spec.dataset, data_root=data_root, base_dir=base_dir)
     clash = reserved_in(columns_of(rows))
     if clash:
         raise SpecError("dataset", f"column names {clash} are reserved for the reward function arguments")
     location = resolve_model_location(spec.model, models_root, base_dir)
     tokenizer = load_tokenizer(location)
-    context = RewardContext(tokenizer=tokenizer, timeout_seconds=spec.reward_timeout_seconds)
+    context = RewardContext(tokenizer=tokenizer, timeout_seconds=spec.reward_timeout_seconds,
+                            verifiers=dict(verifiers or {}))
     rewards = bind_rewards(spec.rewards, context, columns_of(rows))
     prompts = PromptSet(rows, [render_prompt(row["prompt"], tokenizer) for row in rows])
     torch.manual_seed(spec.grpo.seed)

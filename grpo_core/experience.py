@@ -57,6 +57,9 @@ class Experience:
     selected_groups: list[int] = field(default_factory=list)
     # This rank's reward calls that went over their budget (their rows are NaN), by reward name.
     reward_timeouts: list[str] = field(default_factory=list)
+    # This rank's reward calls whose service could not be reached, and rows a service left unscored.
+    reward_unavailable: list[str] = field(default_factory=list)
+    reward_unscored: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
 
 
@@ -101,6 +104,8 @@ class _Groups:
     generation_seconds: float = 0.0
     reward_seconds: float = 0.0
     reward_timeouts: list[str] = field(default_factory=list)
+    reward_unavailable: list[str] = field(default_factory=list)
+    reward_unscored: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -155,6 +160,9 @@ def _sample_round(gen: _Generation, groups: _Groups) -> None:
     )
     groups.reward_seconds += time.perf_counter() - scoring
     groups.reward_timeouts += scored.timed_out
+    groups.reward_unavailable += scored.unavailable
+    for name, rows in scored.unscored.items():
+        groups.reward_unscored[name] = groups.reward_unscored.get(name, 0) + rows
     scores = torch.tensor(scored.matrix, dtype=torch.float32).reshape(len(decoded), len(gen.rewards))
     groups.rounds.append(_Rows(rollout, row_prompts, decoded, scores))
     spread = torch.nan_to_num(group_std(combine_rewards(scores, gen.weights), g), nan=0.0)
@@ -241,6 +249,8 @@ def make_experience(
         loss_mask=loss_mask,
         selected_groups=selected,
         reward_timeouts=groups.reward_timeouts,
+        reward_unavailable=groups.reward_unavailable,
+        reward_unscored=groups.reward_unscored,
     )
     exp.metrics["timing/generation"] = groups.generation_seconds
     exp.metrics["timing/reward"] = groups.reward_seconds

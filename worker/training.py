@@ -34,6 +34,7 @@ from worker.job_sources import loadable
 from worker.outcome import Fault, Outcome
 from worker.reporting import JobReporter
 from worker.retrying import DATABASE_UNAVAILABLE, DatabaseUnavailable
+from worker.verifiers import registered_verifiers
 
 
 class SupervisorLink(TrainerCallback):
@@ -155,7 +156,8 @@ def train_job(job: JobRead, spec: JobSpec, settings: Settings, callbacks: Traine
     spec = spec.model_copy(update={"reward_timeout_seconds": budget})
     try:
         components = build_components(spec, models_root=models_root, data_root=Path(settings.data_root),
-                                      device=None, ranks=ranks)
+                                      device=None, ranks=ranks,
+                                      verifiers=registered_verifiers(spec, settings, job.team_id))
         trainer = GRPOTrainer(components, checkpoint_dir(settings, job.id), callbacks)
         # A requeued or preempted job continues from its newest complete checkpoint.
         trainer.resume()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from grpo_core.errors import SpecError
+from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
 from grpo_core.spec import RewardSpec
 
 __all__ = [
@@ -52,10 +53,12 @@ RewardFn = Callable[..., list[float | None]]
 class RewardContext:
     """What a reward may need from the run besides its args: the tokenizer (``length_target``
     counts tokens) and the budget of one call in seconds (``regex_match`` stops matching when it is
-    spent; :func:`grpo_core.rewards.score_completions` stops waiting for any reward then)."""
+    spent; :func:`grpo_core.rewards.score_completions` stops waiting for any reward then), and
+    the verifier services this run may call, by registered name (``http_verifier``)."""
 
     tokenizer: Any | None = None
     timeout_seconds: float | None = None
+    verifiers: Mapping[str, VerifierEndpoint] = field(default_factory=dict)
 
 
 def _no_columns(args: BaseModel) -> list[str]:
@@ -136,8 +139,9 @@ def _load_plugin(entry_point: Any) -> RewardDefinition:
 def _discover() -> _Registry:
     # Imported here because builtins imports this module for RewardDefinition.
     from grpo_core.rewards.builtins import BUILTINS
+    from grpo_core.rewards.http_verifier import HTTP_VERIFIER
 
-    definitions = {definition.name: definition for definition in BUILTINS}
+    definitions = {definition.name: definition for definition in [*BUILTINS, HTTP_VERIFIER]}
     builtin_names = frozenset(definitions)
     broken: dict[str, str] = {}
     for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):

@@ -10,6 +10,11 @@ over budget leaves its rows unscorable (NaN, so advantage 0) and is reported, no
 do about repeated timeouts is the trainer's call. A thread cannot be killed, so a plugin that never
 returns keeps spinning in the background (until the job ends); one stuck in C code holding the GIL
 stops this thread too, and only the service's stall watchdog, in another process, ends it.
+
+A reward backed by a service reports what went wrong there the same way, without raising: a call
+that raises :class:`RewardUnavailable` leaves its rows unscorable and is named in ``unavailable``;
+rows the service answered without a usable score come back as None in a :class:`PartlyScored`
+and are counted in ``unscored``.
 """
 
 from __future__ import annotations
@@ -21,18 +26,29 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpo_core.errors import GRPOError, RewardTimeout
+from grpo_core.errors import GRPOError, RewardTimeout, RewardUnavailable
 from grpo_core.oom import out_of_memory_error
 from grpo_core.prompt_rows import RESERVED_COLUMNS
 from grpo_core.rewards.registry import BoundReward
 
-__all__ = ["RESERVED_COLUMNS", "Scores", "score_completions"]
+__all__ = ["RESERVED_COLUMNS", "PartlyScored", "Scores", "score_completions"]
+
+
+class PartlyScored(list):
+    """A reward's values (a plain list to any other caller) with how many of its None values are
+    rows a service failed to score rather than rows the reward does not apply to."""
+
+    def __init__(self, values: list[float | None], unscored: int) -> None:
+        super().__init__(values)
+        self.unscored = unscored
 
 
 @dataclass
 class Scores:
     matrix: list[list[float]]  # N x F: a row per completion, a column per reward, NaN = unscorable
     timed_out: list[str] = field(default_factory=list)  # rewards whose call went over its budget
+    unavailable: list[str] = field(default_factory=list)  # rewards whose service could not be reached
+    unscored: dict[str, int] = field(default_factory=dict)  # reward -> rows its service could not score
 
 
 def _call_within(fn: Callable[..., Any], timeout: float | None, name: str, *args: Any, **kwargs: Any) -> Any:
@@ -126,6 +142,9 @@ def score_completions(
         except RewardTimeout:
             scores.timed_out.append(reward.name)
             continue
+        except RewardUnavailable:
+            scores.unavailable.append(reward.name)
+            continue
         except Exception as exc:
             # A reward that runs a model may run out of memory: the job's size, not the reward's bug.
             raise out_of_memory_error(exc) or GRPOError(
@@ -133,4 +152,6 @@ def score_completions(
             ) from exc
         for row, score in enumerate(_checked(reward.name, values, n)):
             scores.matrix[row][j] = score
+        if getattr(values, "unscored", 0):
+            scores.unscored[reward.name] = values.unscored
     return scores
