@@ -167,3 +167,28 @@ def test_the_local_option_names_a_verifier() -> None:
         "grader", VerifierEndpoint(url="http://127.0.0.1:8000/score"))
     with pytest.raises(ValueError, match="NAME=URL"):
         parse_verifier_option("http://127.0.0.1:8000/score")
+
+
+def test_grpo_train_scores_through_the_verifier_its_option_names(server, tiny_model_dir, tmp_path,
+                                                                capsys) -> None:
+    """In-process ``grpo train``: ``--verifier NAME=URL`` is the local stand-in for a registration;
+    without it the spec's verifier is unknown and nothing is written."""
+    import yaml
+    from core_specs import spec_dict
+
+    from grpo_core.cli import main
+
+    data = {**spec_dict(tiny_model_dir, max_steps=1),
+            "rewards": [{"name": "http_verifier", "args": {"verifier": "grader", "columns": ["answer"]}}]}
+    spec = tmp_path / "job.yaml"
+    spec.write_text(yaml.safe_dump(data))
+    never = tmp_path / "never"
+    assert main(["train", str(spec), "--output-dir", str(never), "--quiet"]) == 2
+    assert "rewards.0.args.verifier: no verifier 'grader'" in capsys.readouterr().err and not never.exists()
+
+    out = tmp_path / "run"
+    option = f"grader={server.url}"
+    assert main(["train", str(spec), "--output-dir", str(out), "--quiet", "--verifier", option]) == 0
+    sent = [item for seen in server.seen for item in seen.items]
+    assert len(sent) == 8 and {item["columns"]["answer"] for item in sent} == {"5"}
+    assert "rewards/http_verifier/mean" in (out / "metrics.jsonl").read_text()
