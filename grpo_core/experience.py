@@ -57,8 +57,9 @@ class Experience:
     selected_groups: list[int] = field(default_factory=list)
     # This rank's reward calls that went over their budget (their rows are NaN), by reward name.
     reward_timeouts: list[str] = field(default_factory=list)
-    # This rank's reward calls whose service could not be reached, and rows a service left unscored.
-    reward_unavailable: list[str] = field(default_factory=list)
+    # This rank's rewards whose service could not be reached (name -> why), and rows a service
+    # left unscored (name -> rows).
+    reward_unavailable: dict[str, str] = field(default_factory=dict)
     reward_unscored: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
 
@@ -104,7 +105,7 @@ class _Groups:
     generation_seconds: float = 0.0
     reward_seconds: float = 0.0
     reward_timeouts: list[str] = field(default_factory=list)
-    reward_unavailable: list[str] = field(default_factory=list)
+    reward_unavailable: dict[str, str] = field(default_factory=dict)
     reward_unscored: dict[str, int] = field(default_factory=dict)
 
 
@@ -160,7 +161,7 @@ def _sample_round(gen: _Generation, groups: _Groups) -> None:
     )
     groups.reward_seconds += time.perf_counter() - scoring
     groups.reward_timeouts += scored.timed_out
-    groups.reward_unavailable += scored.unavailable
+    groups.reward_unavailable.update(scored.unavailable)
     for name, rows in scored.unscored.items():
         groups.reward_unscored[name] = groups.reward_unscored.get(name, 0) + rows
     scores = torch.tensor(scored.matrix, dtype=torch.float32).reshape(len(decoded), len(gen.rewards))

@@ -210,10 +210,11 @@ class GRPOTrainer:
         self.reward_unavailable_streak = self.reward_unavailable_streak + 1 if calls else 0
         if not calls:
             return
-        names = sorted(set(exp.reward_unavailable))
+        names = sorted(exp.reward_unavailable)
+        why = "; ".join(exp.reward_unavailable[name] for name in names)  # this rank's; others may differ
         self.callbacks.on_event(
             "reward_unavailable",
-            f"step {step}: {calls} reward call(s) could not reach their service ({', '.join(names)}); "
+            f"step {step}: {calls} reward call(s) could not reach their service ({why}); "
             "their rows were left unscorable",
             {"step": step, "calls": calls, "rewards": names,
              "steps_in_a_row": self.reward_unavailable_streak},
@@ -221,7 +222,7 @@ class GRPOTrainer:
         if self.reward_unavailable_streak >= REWARD_TIMEOUT_STEPS:
             raise RewardUnavailable(
                 f"reward services could not be reached in {self.reward_unavailable_streak} steps in a row "
-                f"(last: step {step}, {', '.join(names)})"
+                f"(last: step {step}: {why})"
             )
 
     def _checkpoint(self) -> Path | None:

@@ -12,7 +12,8 @@ returns keeps spinning in the background (until the job ends); one stuck in C co
 stops this thread too, and only the service's stall watchdog, in another process, ends it.
 
 A reward backed by a service reports what went wrong there the same way, without raising: a call
-that raises :class:`RewardUnavailable` leaves its rows unscorable and is named in ``unavailable``;
+that raises :class:`RewardUnavailable` leaves its rows unscorable and is named in ``unavailable``
+with its message;
 rows the service answered without a usable score come back as None in a :class:`PartlyScored`
 and are counted in ``unscored``.
 """
@@ -47,7 +48,7 @@ class PartlyScored(list):
 class Scores:
     matrix: list[list[float]]  # N x F: a row per completion, a column per reward, NaN = unscorable
     timed_out: list[str] = field(default_factory=list)  # rewards whose call went over its budget
-    unavailable: list[str] = field(default_factory=list)  # rewards whose service could not be reached
+    unavailable: dict[str, str] = field(default_factory=dict)  # reward -> why its service was unreachable
     unscored: dict[str, int] = field(default_factory=dict)  # reward -> rows its service could not score
 
 
@@ -142,8 +143,8 @@ def score_completions(
         except RewardTimeout:
             scores.timed_out.append(reward.name)
             continue
-        except RewardUnavailable:
-            scores.unavailable.append(reward.name)
+        except RewardUnavailable as exc:
+            scores.unavailable[reward.name] = exc.message
             continue
         except Exception as exc:
             # A reward that runs a model may run out of memory: the job's size, not the reward's bug.

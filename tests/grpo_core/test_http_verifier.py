@@ -49,7 +49,7 @@ def test_rows_go_in_batches_with_their_columns_and_the_auth_header(server) -> No
     answers = ["0", "1", "1", "0", "0"]
     scored = score_completions([reward], completions, [f"p{i}" for i in range(5)], {"answer": answers})
     assert [row[0] for row in scored.matrix] == [1.0, 1.0, 0.0, 0.0, 1.0]
-    assert scored.unscored == {} and scored.unavailable == []
+    assert scored.unscored == {} and scored.unavailable == {}
     assert sorted(len(s.items) for s in server.seen) == [1, 2, 2]
     assert all(s.headers["X-Verifier-Key"] == SECRET for s in server.seen)
     sent = sorted((item for s in server.seen for item in s.items), key=lambda item: item["prompt"])
@@ -110,7 +110,9 @@ def test_a_hanging_verifier_times_out_within_the_calls_budget(server) -> None:
 def test_a_verifier_that_is_down_is_unavailable_and_scoring_goes_on(server) -> None:
     down = verifier_reward(closed_port_url(), budget=3.0)
     scored = score_completions([down], ["a", "b"], ["", ""], {"answer": ["0", "1"]})
-    assert scored.unavailable == ["http_verifier"]
+    assert list(scored.unavailable) == ["http_verifier"]
+    assert "verifier 'grader' is unavailable: gave up after 4 attempt(s); last: ConnectError" in (
+        scored.unavailable["http_verifier"])
     assert all(math.isnan(row[0]) for row in scored.matrix)
 
 

@@ -81,6 +81,8 @@ def test_a_verifier_that_stays_down_fails_the_job_as_reward_unavailable(
 
     assert job.status == "failed" and job.error.code == "reward_unavailable", job.error
     assert f"in {REWARD_TIMEOUT_STEPS} steps in a row" in job.error.message
+    assert "verifier 'down-grader' is unavailable" in job.error.message
+    assert "ConnectError" in job.error.message
     warnings = events(database_url, job_id, "reward_unavailable")
     assert [(e.level, e.data["step"], e.data["rewards"]) for e in warnings] == [
         ("warning", step, ["http_verifier"]) for step in range(1, REWARD_TIMEOUT_STEPS + 1)]
