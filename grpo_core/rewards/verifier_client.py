@@ -70,9 +70,21 @@ def _retry_after(response: httpx.Response) -> float | None:
         return None
 
 
+_slots_lock = threading.Lock()
+_slots: dict[tuple[str, int], threading.Semaphore] = {}
+
+
+def _process_slots(name: str, limit: int) -> threading.Semaphore:
+    """One semaphore per verifier in this process: two rewards naming one verifier share its
+    ``max_concurrency``, and so do calls abandoned at their time budget, which hold their slots
+    until their requests return."""
+    with _slots_lock:
+        return _slots.setdefault((name, limit), threading.Semaphore(limit))
+
+
 class VerifierClient:
-    """One per bound reward in a job process; ``max_concurrency`` bounds its requests in flight
-    across calls (a call abandoned at its time budget still holds its slots until it returns)."""
+    """One per bound reward in a job process; ``max_concurrency`` bounds the requests in flight to
+    the verifier from the whole process."""
 
     def __init__(self, name: str, endpoint: VerifierEndpoint, transport: httpx.BaseTransport | None = None,
                  ) -> None:
@@ -80,7 +92,7 @@ class VerifierClient:
         # trust_env off: no proxy or netrc from the worker's environment reaches the verifier.
         self._http = httpx.Client(follow_redirects=False, trust_env=False, headers=endpoint.headers(),
                                   transport=transport)
-        self._slots = threading.Semaphore(endpoint.max_concurrency)
+        self._slots = _process_slots(name, endpoint.max_concurrency)
 
     def score(self, items: list[dict[str, Any]], budget_seconds: float | None) -> VerifierScores:
         """Scores of ``items`` in order; every request finishes (or is given up) within

@@ -57,13 +57,19 @@ def test_rows_go_in_batches_with_their_columns_and_the_auth_header(server) -> No
     assert server.most_in_flight <= 2
 
 
-def test_the_concurrency_limit_bounds_requests_in_flight(server) -> None:
-    server.script = [("slow", 0.2)] * 8
-    client = VerifierClient("grader", endpoint(server.url, max_batch_size=1, max_concurrency=3))
+def test_the_concurrency_limit_bounds_the_processs_requests_in_flight(server) -> None:
+    """Two clients of one verifier (two rewards naming it) share its limit."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    server.script = [("slow", 0.2)] * 12
+    clients = [VerifierClient("shared", endpoint(server.url, max_batch_size=1, max_concurrency=3))
+               for _ in range(2)]
     started = time.monotonic()
-    assert len(client.score(rows(8), 10.0).scores) == 8
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda client: client.score(rows(6), 10.0), clients))
+    assert [len(result.scores) for result in results] == [6, 6]
     assert server.most_in_flight == 3
-    assert time.monotonic() - started >= 0.2 * 8 / 3
+    assert time.monotonic() - started >= 0.2 * 12 / 3
 
 
 def test_nulls_and_malformed_entries_are_unscorable_and_counted(server) -> None:
