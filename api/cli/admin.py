@@ -204,7 +204,7 @@ def _handler(command: Command) -> Callable[[argparse.Namespace], int]:
 
 def add_admin_commands(commands: argparse._SubParsersAction) -> None:
     """``grpo admin COMMAND``; ``commands`` is the ``grpo`` parser's subcommands."""
-    admin = commands.add_parser("admin", help="teams, quotas, API keys and pools (on the database)")
+    admin = commands.add_parser("admin", help="teams, quotas, API keys, pools, verifiers (on the database)")
     sub = admin.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
 
     def add(name: str, help_: str, command: Command, *arguments: tuple[str, dict[str, Any]]) -> None:
