@@ -88,3 +88,22 @@ def test_a_verifier_that_stays_down_fails_the_job_as_reward_unavailable(
         ("warning", step, ["http_verifier"]) for step in range(1, REWARD_TIMEOUT_STEPS + 1)]
     texts = [job.error.message, job.error.traceback or "", *(e.message for e in warnings)]
     assert not any("verifier-secret" in text for text in texts)
+
+
+def test_a_verifier_deleted_after_the_submit_fails_the_job_as_invalid_spec(task_settings, submit, tiny_spec,
+                                                                            job_of, database_url, tmp_path):
+    from worker.attempt_files import AttemptFiles
+    from worker.runner import record_outcome
+    from worker.training import run_attempt
+
+    register(database_url, "short-lived", "http://127.0.0.1:9/score")
+    job_id = submit(tiny_spec(rewards=verifier_rewards("short-lived"), dataset={"prompts": ROWS}))
+    with session_scope(database_url) as session:
+        verifiers.delete_verifier(session, "short-lived")
+        assert transition(session, job_id, via=Transition.DISPATCH, values={"dispatched_at": utcnow()})
+        job = claim(session, job_id, "late-worker")
+    outcome = run_attempt(job, task_settings, "late-worker", AttemptFiles(tmp_path))
+    assert record_outcome(job, "late-worker", task_settings, None, outcome) == "failed"
+    error = job_of(job_id).error
+    assert error.code == "invalid_spec"
+    assert error.message.startswith("rewards.0.args.verifier: no verifier 'short-lived' is registered")
