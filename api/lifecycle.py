@@ -112,6 +112,35 @@ ENDINGS: dict[JobStatus, Transition] = {
 del S
 
 
+class StopRequest(StrEnum):
+    """What a running job may be asked to do, strongest first: a cancel wins over a pause, and a
+    pause over a preemption (a job being paused must not be requeued by a preemption that came
+    first, nor a cancelled one paused). The one ranking for the lease renewal, the job process's
+    own check before each step and the attempt's stop file."""
+
+    CANCEL = "cancel"
+    PAUSE = "pause"
+    PREEMPT = "preempt"
+
+
+_STOP_STRENGTH = {StopRequest.PREEMPT: 0, StopRequest.PAUSE: 1, StopRequest.CANCEL: 2}
+
+
+def stop_requested(*, cancel_requested: bool, status: str, preempt_requested: bool) -> StopRequest | None:
+    """The strongest stop a job's row asks for (a pause is its ``pausing`` status), or None."""
+    if cancel_requested:
+        return StopRequest.CANCEL
+    if status == JobStatus.PAUSING:
+        return StopRequest.PAUSE
+    return StopRequest.PREEMPT if preempt_requested else None
+
+
+def stronger_stop(current: str | None, new: str | None) -> StopRequest | None:
+    """The one of two stop requests that wins (None: no request)."""
+    requests = [StopRequest(request) for request in (current, new) if request is not None]
+    return max(requests, key=_STOP_STRENGTH.__getitem__, default=None)
+
+
 class TransitionRefused(Exception):  # noqa: N818 - names the condition
     """A move the state machine does not allow from the job's current status."""
 

@@ -32,6 +32,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     # live readers is published from there, through a sync client of its own.
     publisher_client = bus.connect(settings)
     app.state.publish = bus.publisher(publisher_client, settings.redis_keys, settings.stream_maxlen)
+    app.state.sync_redis = publisher_client  # for checks made in worker threads (live workers)
     try:
         yield
     finally:

@@ -37,6 +37,8 @@ class Heartbeat:
     gpu_memory_mb: int | None = None
     memory_mb: int | None = None
     hostname: str | None = None
+    # what its jobs may use besides devices, checked at its start: "code_sandbox" (code_tests)
+    capabilities: list[str] = field(default_factory=list)
     # job id -> the device indices its child uses now, even for a job SQL no longer gives it
     jobs: dict[int, list[int]] = field(default_factory=dict)
 

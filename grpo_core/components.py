@@ -27,7 +27,7 @@ from grpo_core.models import (
 from grpo_core.optim import build_optimizer, build_scheduler
 from grpo_core.placement import Placement, place
 from grpo_core.prompt_rows import reserved_in
-from grpo_core.rewards import BoundReward, RewardContext, bind_rewards
+from grpo_core.rewards import BoundReward, RewardContext, bind_rewards, check_reward_rows
 from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
 from grpo_core.sharding import shard_models
 from grpo_core.spec import JobSpec
@@ -83,6 +83,7 @@ def build_components(
     context = RewardContext(tokenizer=tokenizer, timeout_seconds=spec.reward_timeout_seconds,
                             verifiers=dict(verifiers or {}))
     rewards = bind_rewards(spec.rewards, context, columns_of(rows))
+    check_reward_rows(spec.rewards, rows)
     prompts = PromptSet(rows, [render_prompt(row["prompt"], tokenizer) for row in rows])
     torch.manual_seed(spec.grpo.seed)
     placement = place(device, spec.model.dtype, ranks)

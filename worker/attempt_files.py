@@ -16,15 +16,12 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+from api.lifecycle import StopRequest, stronger_stop
 from api.schemas.jobs import JobRead
 from api.settings import Settings
 from worker.outcome import Fault, Outcome
 
 _CALL, _OUTCOME, _PROGRESS, _STOP = "call.pkl", "outcome.pkl", "progress.json", "stop.json"
-CANCEL, PAUSE, PREEMPT = "cancel", "pause", "preempt"
-# A later request replaces an earlier one only if it outranks it: a cancel wins over a pause, a
-# pause over a preemption (a paused job must not be requeued by a preemption that came first).
-_RANK = {PREEMPT: 0, PAUSE: 1, CANCEL: 2}
 
 
 def _write_whole(path: Path, data: bytes) -> None:
@@ -41,12 +38,12 @@ class AttemptFiles:
     def write_call(self, job: JobRead, settings: Settings, worker_id: str) -> None:
         _write_whole(self.folder / _CALL, pickle.dumps((job, settings, worker_id)))
 
-    def request_stop(self, reason: str) -> None:
-        """``cancel``, ``pause`` or ``preempt``; a request replaces an earlier one it outranks."""
+    def request_stop(self, reason: StopRequest) -> None:
+        """``cancel``, ``pause`` or ``preempt``; a request replaces an earlier one only if it
+        outranks it (:func:`api.lifecycle.stronger_stop`)."""
         current = self.stop_reason()
-        if current in _RANK and _RANK[current] >= _RANK[reason]:
-            return
-        _write_whole(self.folder / _STOP, json.dumps({"reason": reason}).encode())
+        if stronger_stop(current, reason) != current:
+            _write_whole(self.folder / _STOP, json.dumps({"reason": reason}).encode())
 
     def read_outcome(self) -> Outcome | Fault | None:
         """None when the job's process ended without saying how (it was killed, or crashed)."""
@@ -73,9 +70,9 @@ class AttemptFiles:
     def mark_progress(self, step: int, mark: int) -> None:
         _write_whole(self.folder / _PROGRESS, json.dumps({"step": step, "mark": mark}).encode())
 
-    def stop_reason(self) -> str | None:
+    def stop_reason(self) -> StopRequest | None:
         try:
             data: Any = json.loads((self.folder / _STOP).read_text())
-        except (FileNotFoundError, ValueError):
+            return StopRequest(data["reason"])
+        except (FileNotFoundError, ValueError, TypeError, KeyError):
             return None
-        return data.get("reason") if isinstance(data, dict) else None

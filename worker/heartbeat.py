@@ -31,12 +31,15 @@ import redis
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
+from api.lifecycle import StopRequest, stronger_stop
 from api.settings import Settings
 from api.store import bus
 from api.store.clock import Backoff, db_now
 from api.store.db import session_scope
 from api.store.jobs import renew_lease, requeue_after_fault
 from api.vocabulary import Heartbeat
+from grpo_core.sandbox import CAPABILITY as SANDBOX
+from grpo_core.sandbox import sandbox_problem
 from worker.devices import device_count
 
 WORKER_ID_ENV = "GRPO_WORKER_ID"
@@ -124,6 +127,16 @@ def detect_gpus() -> dict[str, object]:
     return {"gpu_model": name, "gpu_memory_mb": int(memory) if memory.isdigit() else None}
 
 
+def worker_capabilities() -> list[str]:
+    """What this host can run besides models, each checked for real (a sandboxed program is run),
+    so a spec that needs one is accepted only where it works."""
+    problem = sandbox_problem()
+    if problem is not None:
+        log.warning("this worker will not advertise %s (code_tests rewards): %s", SANDBOX, problem)
+        return []
+    return [SANDBOX]
+
+
 def host_memory_mb() -> int | None:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)
@@ -166,7 +179,8 @@ class WorkerHeartbeat(_Ticker):
         self.busy_key = self.keys.busy(worker_id)
         self.ttl = 3 * settings.heartbeat_seconds
         self.static = Heartbeat(worker_id=worker_id, pool=settings.pool, gpus=device_count(settings),
-                                **detect_gpus(), memory_mb=host_memory_mb(), hostname=socket.gethostname())
+                                **detect_gpus(), memory_mb=host_memory_mb(), hostname=socket.gethostname(),
+                                capabilities=worker_capabilities())
         self._withdrawn = threading.Event()
         warm_up_database(settings.database_url)
 
@@ -232,22 +246,18 @@ class JobLease(_Ticker):
         self._lock = threading.Lock()
         self.job_pid: int | None = None
         self.lost = False
-        self.cancel_requested = False
-        self.preempt_requested = False
-        self.pause_requested = False
+        self.asked: StopRequest | None = None  # the strongest stop asked for so far
 
     def beat(self) -> None:
         try:
             with session_scope(self.database_url) as session:
-                still_ours, cancel, preempt, pause = renew_lease(session, self.job_id, self.worker_id)
+                still_ours, asked = renew_lease(session, self.job_id, self.worker_id)
         except SQLAlchemyError as exc:  # if this lasts, the lease expires and the answer is "lost"
             log.warning("lease renewal of job %s failed: %s", self.job_id, exc)
             return
         with self._lock:
             self.lost = self.lost or not still_ours
-            self.cancel_requested = self.cancel_requested or cancel
-            self.preempt_requested = self.preempt_requested or preempt
-            self.pause_requested = self.pause_requested or pause
+            self.asked = stronger_stop(self.asked, asked)
         if still_ours:
             mark = {"devices": self.devices, "until": int(time.time() * 1000) + self.busy_ttl_ms,
                     "pid": os.getpid(), "job_pid": self.job_pid}

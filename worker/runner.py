@@ -25,7 +25,7 @@ import signal
 
 import redis
 
-from api.lifecycle import JobStatus
+from api.lifecycle import JobStatus, StopRequest
 from api.schemas.jobs import JobRead
 from api.settings import Settings
 from api.store import bus, outbox
@@ -33,7 +33,6 @@ from api.store.clock import Backoff
 from api.store.db import session_scope
 from api.store.jobs import finish, requeue_after_fault, stop_paused
 from api.store.scheduling import yield_preempted
-from worker.attempt_files import CANCEL, PAUSE, PREEMPT
 from worker.heartbeat import JobLease
 from worker.memory import gib
 from worker.outcome import Fault, Outcome
@@ -81,11 +80,11 @@ def forced_outcome(ended: Ended, settings: Settings, job: JobRead) -> Outcome:
                    "num_generations or the prompt and completion lengths, or ask for a pool with more")
         return Outcome(JobStatus.FAILED, message, OUT_OF_MEMORY, step=ended.last_step)
     grace = f"did not stop within {settings.cancel_grace_seconds:.0f} s; its process was killed {at}"
-    if ended.killed_for == CANCEL:
+    if ended.killed_for == StopRequest.CANCEL:
         return Outcome(JobStatus.CANCELLED, f"cancelled: {grace}", step=ended.last_step)
-    if ended.killed_for == PAUSE:  # resumes from its last checkpoint once resumed
+    if ended.killed_for == StopRequest.PAUSE:  # resumes from its last checkpoint once resumed
         return Outcome(JobStatus.PAUSED, f"paused: {grace}", step=ended.last_step)
-    if ended.killed_for == PREEMPT:  # resumes from its last checkpoint
+    if ended.killed_for == StopRequest.PREEMPT:  # resumes from its last checkpoint
         return Outcome(JobStatus.PREEMPTED, f"preempted: {grace}", step=ended.last_step)
     raise ValueError(f"unknown reason to end a job's process: {ended.killed_for}")
 

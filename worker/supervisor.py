@@ -33,7 +33,7 @@ from pathlib import Path
 
 from api.schemas.jobs import JobRead
 from api.settings import Settings
-from worker.attempt_files import CANCEL, PAUSE, PREEMPT, AttemptFiles
+from worker.attempt_files import AttemptFiles
 from worker.heartbeat import JobLease
 from worker.memory import job_memory_limit, private_bytes
 from worker.outcome import Fault, Outcome
@@ -132,9 +132,7 @@ class _Watch:
     def _reason_to_end(self, now: float, last_progress: float) -> str | None:
         if self.lease.lost:
             return LEASE_LOST
-        lease = self.lease
-        asked = (CANCEL if lease.cancel_requested else PAUSE if lease.pause_requested
-                 else PREEMPT if lease.preempt_requested else None)
+        asked = self.lease.asked
         if asked is not None:
             self.files.request_stop(asked)
             if self.stop_asked_at is None:

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from api.artifact_paths import checkpoint_dir, job_dir, model_dir
-from api.lifecycle import JobStatus
+from api.lifecycle import JobStatus, StopRequest
 from api.schemas.jobs import JobRead
 from api.settings import Settings
 from api.store import bus
@@ -29,7 +29,7 @@ from grpo_core.spec import JobSpec
 from grpo_core.tracking import trackers
 from grpo_core.trainer import GRPOTrainer, TrainResult
 from worker.artifacts import ArtifactQuota
-from worker.attempt_files import CANCEL, PAUSE, PREEMPT, AttemptFiles
+from worker.attempt_files import AttemptFiles
 from worker.job_sources import loadable
 from worker.outcome import Fault, Outcome
 from worker.reporting import JobReporter
@@ -171,12 +171,12 @@ def train_job(job: JobRead, spec: JobSpec, settings: Settings, callbacks: Traine
         raise known from exc
 
 
-def ending(result: TrainResult, stop_reason: str | None) -> Outcome:
+def ending(result: TrainResult, stop_reason: StopRequest | None) -> Outcome:
     """How a run that returned ended: stopped for a cancel or a preemption, or finished."""
-    if result.stopped and stop_reason == CANCEL:  # a cancel wins over a preemption
+    if result.stopped and stop_reason == StopRequest.CANCEL:  # a cancel wins over a preemption
         return Outcome(JobStatus.CANCELLED, f"cancelled at step {result.step}", step=result.step)
-    if result.stopped and stop_reason == PAUSE:
+    if result.stopped and stop_reason == StopRequest.PAUSE:
         return Outcome(JobStatus.PAUSED, f"paused at step {result.step}", step=result.step)
-    if result.stopped and stop_reason == PREEMPT:
+    if result.stopped and stop_reason == StopRequest.PREEMPT:
         return Outcome(JobStatus.PREEMPTED, f"preempted at step {result.step}", step=result.step)
     return Outcome(JobStatus.SUCCEEDED, f"finished at step {result.step}", step=result.step)

@@ -22,10 +22,11 @@ from api.settings import Settings
 from api.store.jobs import get_job
 from api.store.pools import admission, list_pools
 from api.store.verifiers import endpoints_for
+from api.vocabulary import Heartbeat
 from grpo_core.errors import SpecError
 from grpo_core.paths import resolve_under_root
 from grpo_core.prompt_rows import reward_column_names
-from grpo_core.rewards import validate_reward_specs
+from grpo_core.rewards import check_reward_rows, required_capabilities, validate_reward_specs
 from grpo_core.rewards.http_verifier import verifier_names
 from grpo_core.spec import JobSpec, job_source, split_source
 from grpo_core.specfile import InvalidSpec, field_path
@@ -52,6 +53,8 @@ def check_submission(spec: JobSpec, settings: Settings) -> None:
     try:
         columns = None if inline is None else reward_column_names(inline, spec.dataset.prompt_field)
         validate_reward_specs(spec.rewards, columns)
+        if inline is not None:
+            check_reward_rows(spec.rewards, inline)
     except SpecError as exc:
         problems.append(exc)
     errors = [problem for problem in problems if problem is not None]
@@ -145,6 +148,24 @@ def check_placement(session: Session, spec: JobSpec, settings: Settings) -> None
             "resources.gpus", f"asks for {spec.resources.gpus} GPUs but the largest worker of pool "
                               f"'{spec.resources.pool}' has {largest}; a job's GPUs must all be on "
                               "one worker")])
+
+
+def check_capabilities(spec: JobSpec, live_workers: Callable[[], list[Heartbeat]]) -> None:
+    """Raise :class:`InvalidSpec` when a reward needs what a worker must advertise (``code_tests``:
+    a working sandbox) and no live worker of the job's pool advertises it: such a job could only
+    fail. ``live_workers`` is called only when some reward needs a capability."""
+    needed = required_capabilities(spec.rewards)
+    if not needed:
+        return
+    pool = spec.resources.pool
+    offered = {capability for beat in live_workers() if beat.pool == pool for capability in beat.capabilities}
+    problems = [SpecError(f"rewards.{index}.name", (
+        f"'{spec.rewards[index].name}' needs a worker that advertises '{capability}', and no live worker "
+        f"of pool '{pool}' does (a worker advertises it when its check at start passes; GET /v1/cluster "
+        "lists each worker's capabilities)"))
+        for index, capability in needed if capability not in offered]
+    if problems:
+        raise InvalidSpec(problems)
 
 
 def check_job_source(session: Session, spec: JobSpec, team_id: int, settings: Settings) -> None:

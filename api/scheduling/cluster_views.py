@@ -35,6 +35,7 @@ class WorkerView(BaseModel):
     memory_mb: int | None
     busy: bool  # any of its devices is
     devices: list[DeviceView]
+    capabilities: list[str] = []  # checked at its start, e.g. code_sandbox (the code_tests reward)
 
 
 class PoolView(BaseModel):
@@ -171,7 +172,7 @@ def _worker_view(beat: Heartbeat, holders: list[policy.HoldingJob], scope: int |
                for index in range(beat.gpus)]
     return WorkerView(worker_id=beat.worker_id, hostname=beat.hostname, gpus=beat.gpus,
                       gpu_model=beat.gpu_model, gpu_memory_mb=beat.gpu_memory_mb, memory_mb=beat.memory_mb,
-                      busy=bool(owner), devices=devices)
+                      busy=bool(owner), devices=devices, capabilities=beat.capabilities)
 
 
 def _count(keys, amounts: list[int] | None = None) -> dict:

@@ -21,7 +21,9 @@ from api.lifecycle import (
     RULES,
     TERMINAL_STATUSES,
     JobStatus,
+    StopRequest,
     Transition,
+    stop_requested,
 )
 from api.schemas.jobs import JobRead
 from api.store import outbox
@@ -308,36 +310,34 @@ def claim(session: Session, job_id: int, worker_id: str) -> JobRead | None:
                       guard=promised, values=values)
 
 
-def renew_lease(session: Session, job_id: int, worker_id: str) -> tuple[bool, bool, bool, bool]:
-    """``(still_ours, cancel_requested, preempt_requested, pause_requested)``; a worker that lost
-    its lease must stop.
+_STOP_COLUMNS = (Job.cancel_requested, Job.status, Job.preempt_requested)
+
+
+def _stop_in(row: Row[Any]) -> StopRequest | None:
+    return stop_requested(cancel_requested=bool(row[0]), status=row[1], preempt_requested=bool(row[2]))
+
+
+def renew_lease(session: Session, job_id: int, worker_id: str) -> tuple[bool, StopRequest | None]:
+    """``(still_ours, the stop the job is asked for)``; a worker that lost its lease must stop.
     Stamped with the database's clock, which the reaper compares it with: a worker whose own clock
     is off neither loses its job nor keeps a dead one."""
     stmt = (
         update(Job)
         .where(Job.id == job_id, Job.worker_id == worker_id, Job.status.in_(ACTIVE_STATUSES))
         .values(heartbeat_at=db_now(session))
-        .returning(Job.cancel_requested, Job.preempt_requested, Job.status)
+        .returning(*_STOP_COLUMNS)
         .execution_options(synchronize_session=False)
     )
     row = session.execute(stmt).first()
-    if row is None:
-        return False, False, False, False
-    return True, bool(row[0]), bool(row[1]), row[2] == JobStatus.PAUSING.value
+    return (False, None) if row is None else (True, _stop_in(row))
 
 
-def stop_request(session: Session, job_id: int) -> str | None:
-    """``"cancel"``, ``"pause"``, ``"preempt"`` or None: what the job has been asked to do, read
-    by its own process before every step (one indexed read), so a stop lands within a step however
-    fast steps are, not on the supervisor's next lease renewal. A cancel wins over a pause, and a
-    pause over a preemption."""
-    row = session.execute(select(Job.cancel_requested, Job.preempt_requested, Job.status)
-                          .where(Job.id == job_id)).first()
-    if row is None:
-        return None
-    if row[0]:
-        return "cancel"
-    return "pause" if row[2] == JobStatus.PAUSING.value else "preempt" if row[1] else None
+def stop_request(session: Session, job_id: int) -> StopRequest | None:
+    """What the job has been asked to do, read by its own process before every step (one indexed
+    read), so a stop lands within a step however fast steps are, not on the supervisor's next
+    lease renewal."""
+    row = session.execute(select(*_STOP_COLUMNS).where(Job.id == job_id)).first()
+    return None if row is None else _stop_in(row)
 
 
 def finish(

@@ -9,6 +9,9 @@ prestart stays fast.
 (:func:`ensure_schema`): behind the code's head, they migrate it (``GRPO_AUTO_MIGRATE``, the
 default; several starting at once take turns under a Postgres advisory lock) or refuse with the
 exact command to run. ``/readyz`` is 503 while the schema is behind (:func:`schema_problem`).
+
+The revisions are read from the checkout's ``migrations/``, or, in a non-editable install (the
+docker image's), from the copy the wheel installs as data files (:func:`alembic_ini`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from functools import cache
+from importlib import metadata
 from pathlib import Path
 
 from alembic import command
@@ -27,19 +31,39 @@ from sqlalchemy.exc import OperationalError
 
 from api.settings import get_settings
 
-# migrations/ is not part of the installed packages, so it is found next to the checkout's api/.
-ALEMBIC_INI = Path(__file__).resolve().parents[2] / "migrations" / "alembic.ini"
+# A checkout (or an editable install) has migrations/ beside api/.
+CHECKOUT_ALEMBIC_INI = Path(__file__).resolve().parents[2] / "migrations" / "alembic.ini"
+DISTRIBUTION = "grpo-service"
 WAIT_TRIES = 30
 WAIT_SECONDS = 1.0
 
 log = logging.getLogger(__name__)
 
 
+@cache
+def alembic_ini() -> Path:
+    """migrations/alembic.ini of the checkout, else of the installed distribution.
+
+    A wheel (``pip install .``, the docker image) carries migrations/ as data files
+    (pyproject.toml's ``data-files``) under its install scheme's data folder; the wheel's RECORD
+    lists where, whatever the scheme (a venv, ``--user``, ``--prefix``).
+    """
+    if CHECKOUT_ALEMBIC_INI.is_file():
+        return CHECKOUT_ALEMBIC_INI
+    try:
+        files = metadata.files(DISTRIBUTION) or []
+    except metadata.PackageNotFoundError:
+        files = []
+    for file in files:
+        if file.parts[-2:] == ("migrations", "alembic.ini") and Path(file.locate()).is_file():
+            return Path(file.locate()).resolve()
+    raise FileNotFoundError(f"no {CHECKOUT_ALEMBIC_INI} (a checkout's) nor migrations/alembic.ini among the "
+                            f"installed {DISTRIBUTION} distribution's files: reinstall it (pip install .)")
+
+
 def alembic_config(database_url: str) -> Config:
     """The project's Alembic config pointed at ``database_url`` (the URL set here wins in env.py)."""
-    if not ALEMBIC_INI.is_file():
-        raise FileNotFoundError(f"{ALEMBIC_INI} is missing; run from a checkout or an editable install")
-    cfg = Config(str(ALEMBIC_INI))
+    cfg = Config(str(alembic_ini()))
     # The ini's interpolation would read a percent-encoded password ("%40") as a reference.
     cfg.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
     return cfg

@@ -10,6 +10,8 @@ from grpo_core.rewards.registry import (
     RewardDefinition,
     available_rewards,
     bind_rewards,
+    check_reward_rows,
+    required_capabilities,
     reward_catalog,
     validate_reward_specs,
 )
@@ -23,6 +25,8 @@ __all__ = [
     "Scores",
     "available_rewards",
     "bind_rewards",
+    "check_reward_rows",
+    "required_capabilities",
     "reward_catalog",
     "score_completions",
     "validate_reward_specs",

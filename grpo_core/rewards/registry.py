@@ -38,6 +38,8 @@ __all__ = [
     "RewardFn",
     "available_rewards",
     "bind_rewards",
+    "check_reward_rows",
+    "required_capabilities",
     "reward_catalog",
     "validate_reward_specs",
 ]
@@ -73,7 +75,10 @@ class RewardDefinition:
     its JSON schema is the public catalog. ``build`` may raise :class:`SpecError` with ``field``
     relative to the args (``"pattern"``) or ``ValueError``; :func:`bind_rewards` adds the
     ``rewards.N.args`` prefix. ``required_columns`` lets a missing dataset column be reported
-    before training instead of at the first scored batch.
+    before training instead of at the first scored batch. ``capabilities`` are what a worker must
+    advertise to run it (``code_sandbox``); the service refuses a spec no worker of its pool can run.
+    ``check_rows`` checks the values of the columns it reads (``code_tests``' test cases), raising
+    ``ValueError`` naming the row, so bad data is refused at submit or before a model loads.
     """
 
     name: str
@@ -81,6 +86,8 @@ class RewardDefinition:
     args_model: type[BaseModel]
     build: Callable[[Any, RewardContext], RewardFn]
     required_columns: Callable[[Any], list[str]] = _no_columns
+    capabilities: frozenset[str] = frozenset()
+    check_rows: Callable[[Any, list[dict[str, Any]]], None] | None = None
 
 
 @dataclass
@@ -139,9 +146,10 @@ def _load_plugin(entry_point: Any) -> RewardDefinition:
 def _discover() -> _Registry:
     # Imported here because builtins imports this module for RewardDefinition.
     from grpo_core.rewards.builtins import BUILTINS
+    from grpo_core.rewards.code_tests import CODE_TESTS
     from grpo_core.rewards.http_verifier import HTTP_VERIFIER
 
-    definitions = {definition.name: definition for definition in [*BUILTINS, HTTP_VERIFIER]}
+    definitions = {definition.name: definition for definition in [*BUILTINS, CODE_TESTS, HTTP_VERIFIER]}
     builtin_names = frozenset(definitions)
     broken: dict[str, str] = {}
     for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -217,6 +225,30 @@ def validate_reward_specs(specs: list[RewardSpec], columns: set[str] | None = No
     # Columns last: a malformed reward is reported before a column the rows lack.
     for index, (definition, args) in enumerate(checked):
         _needed_columns(definition, args, columns, index)
+
+
+def required_capabilities(specs: list[RewardSpec]) -> list[tuple[int, str]]:
+    """``(index, capability)`` for each reward of ``specs`` that needs a worker capability (unknown
+    names need none here: :func:`validate_reward_specs` reports them)."""
+    definitions = _registry().definitions
+    return [(index, capability) for index, spec in enumerate(specs)
+            for capability in sorted(definitions[spec.name].capabilities if spec.name in definitions else ())]
+
+
+def check_reward_rows(specs: list[RewardSpec], rows: list[dict[str, Any]]) -> None:
+    """Run each reward's ``check_rows`` over the dataset's rows (specs already validated: a name
+    or args that are not are skipped here); a bad value is a SpecError at ``rewards.N.args``."""
+    definitions = _registry().definitions
+    for index, spec in enumerate(specs):
+        definition = definitions.get(spec.name)
+        if definition is None or definition.check_rows is None:
+            continue
+        try:
+            definition.check_rows(definition.args_model.model_validate(spec.args), rows)
+        except ValidationError:
+            continue
+        except ValueError as exc:
+            raise SpecError(f"rewards.{index}.args", str(exc)) from exc
 
 
 def _needed_columns(definition: RewardDefinition, args: BaseModel, columns: set[str] | None,

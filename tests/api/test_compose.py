@@ -2,7 +2,9 @@
 
 Compose files break silently: a misspelt variable is ignored, a subcommand that does not exist
 fails only on a deployed machine. These checks read the file and compare it with the settings
-object, the ``grpo`` CLI and the prestart module, without needing Docker.
+object, the ``grpo`` CLI and the prestart module, without needing Docker; the image's inline
+Dockerfile is read instruction by instruction (``tests/compose_file.py``).
+``tests/api/test_wheel_install.py`` installs what the image copies, non-editable, and runs it.
 """
 
 from __future__ import annotations
@@ -14,17 +16,14 @@ import shlex
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from compose_file import APP_SERVICES, REPO, compose, copy_sources, inline_dockerfile, instructions
 
 from api.settings import Settings
 
-REPO = Path(__file__).resolve().parents[2]
 SERVICES = {"postgres", "redis", "api", "scheduler", "worker"}
-APP_SERVICES = {"api", "scheduler", "worker"}  # ours, configured only through Settings
 SERVING = {"postgres", "redis", "api", "scheduler", "worker"}  # every long-running service is probed
 # Hugging Face's own variables, read by its libraries in the worker: the hub cache and token.
 HUB_VARIABLES = {"HF_HOME", "HF_TOKEN"}
@@ -35,7 +34,7 @@ SERVICE_SUBCOMMANDS = {"api", "scheduler", "worker"}
 
 @pytest.fixture(scope="module")
 def services() -> dict[str, dict[str, Any]]:
-    return yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
+    return compose()["services"]
 
 
 def environment(service: dict[str, Any]) -> dict[str, str]:
@@ -177,3 +176,132 @@ def test_the_worker_gives_a_jobs_ranks_shared_memory(services):
     size = str(services["worker"].get("shm_size", ""))
     match = re.fullmatch(r"(\d+)\s*g[b]?", size.lower())
     assert match and int(match.group(1)) >= 1, f"worker shm_size {size!r}: needs at least 1gb"
+
+
+# ==== The image: one, built from this checkout by the inline Dockerfile ====
+
+@pytest.fixture(scope="module")
+def dockerfile(services: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    return instructions(inline_dockerfile(services))
+
+
+def keywords(parsed: list[tuple[str, str]]) -> list[str]:
+    return [keyword for keyword, _ in parsed]
+
+
+def test_app_services_run_the_one_image_built_here(services: dict[str, dict[str, Any]]) -> None:
+    builds = [services[name].get("build") or {} for name in APP_SERVICES]
+    assert all(build == builds[0] for build in builds), "api, scheduler and worker must build one image"
+    assert builds[0].get("context") == "." and builds[0].get("dockerfile_inline"), builds[0]
+    images = {services[name].get("image") for name in APP_SERVICES}
+    assert len(images) == 1 and None not in images, images
+    for name in APP_SERVICES:
+        # The image's entrypoint and user stand: an override brought back the start-time install.
+        assert "entrypoint" not in services[name] and "user" not in services[name], name
+
+
+def test_nothing_is_installed_at_container_start(services: dict[str, dict[str, Any]]) -> None:
+    for name in APP_SERVICES:
+        started = [services[name].get(key) for key in ("entrypoint", "command")]
+        started.append((services[name].get("healthcheck") or {}).get("test"))
+        installs = re.search(r"\bpip\b|\buv\b|ensurepip", repr(started))
+        assert not installs, f"{name} installs at start: {started}"
+
+
+def test_app_services_mount_named_volumes_only(services: dict[str, dict[str, Any]]) -> None:
+    """No bind mount of the checkout (or anything else of the host): the image is the code."""
+    declared = set(compose().get("volumes") or {})
+    used: set[str] = set()
+    for name, service in services.items():
+        for volume in service.get("volumes") or []:
+            source = volume["source"] if isinstance(volume, dict) else volume.split(":", 1)[0]
+            kind = volume.get("type", "volume") if isinstance(volume, dict) else "volume"
+            assert kind == "volume" and source in declared, f"{name} mounts {volume!r}, not a named volume"
+            used.add(source)
+    assert used == declared, f"volumes nothing mounts: {sorted(declared - used)}"
+
+
+def test_compose_interpolates_no_dollar_of_the_dockerfile(services: dict[str, dict[str, Any]]) -> None:
+    """Compose substitutes ``$VAR`` in dockerfile_inline from the host's environment (an unset one
+    silently becomes empty); the Dockerfile's own variables must be written ``$$VAR``."""
+    text = inline_dockerfile(services)
+    assert "$" not in text.replace("$$", ""), "a single $ in dockerfile_inline: write $$ for Docker's"
+
+
+def test_the_image_runs_as_a_fixed_non_root_user(dockerfile: list[tuple[str, str]]) -> None:
+    users = [arguments for keyword, arguments in dockerfile if keyword == "USER"]
+    assert users, "the image runs as root: no USER"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit() and int(uid) != 0, f"USER {users[-1]}: a fixed numeric uid, not root"
+    last_user = max(i for i, keyword in enumerate(keywords(dockerfile)) if keyword == "USER")
+    starts = [i for i, keyword in enumerate(keywords(dockerfile)) if keyword in ("CMD", "ENTRYPOINT")]
+    assert starts and min(starts) > last_user, "USER must come before CMD / ENTRYPOINT"
+    created = [arguments for keyword, arguments in dockerfile if keyword == "RUN" and "useradd" in arguments]
+    assert created and re.search(rf"useradd\b.*--uid {uid}\b", created[0]), "USER is not useradd's uid"
+
+
+def test_the_users_volumes_are_its_own(services: dict[str, dict[str, Any]],
+                                       dockerfile: list[tuple[str, str]]) -> None:
+    """An empty named volume takes its mount point's owner from the image: each app volume's
+    mount point is made in the image and chowned to the user, else the user cannot write it."""
+    chowns = [arguments for keyword, arguments in dockerfile if keyword == "RUN" and "chown" in arguments]
+    assert chowns, "no mount point is given to the user"
+    for name in APP_SERVICES:
+        for volume in services[name].get("volumes") or []:
+            target = volume.split(":")[1]
+            made = [run for run in chowns if re.search(rf"mkdir -p [^&]*{re.escape(target)}\b", run)]
+            owned = [run for run in made
+                     if any(target.startswith(path) for path in re.findall(r"chown -R \S+ (\S+)", run))]
+            assert owned, f"{name}: {target} is not made and chowned to the image's user"
+
+
+def test_the_build_copies_only_what_the_install_needs(dockerfile: list[tuple[str, str]]) -> None:
+    """COPY names each thing ``pip install`` needs (BuildKit then sends only those): never ``.``,
+    so a .venv, artifacts or models in the checkout never reach the image (no .dockerignore)."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    setuptools = pyproject["tool"]["setuptools"]
+    packages = {pattern.rstrip("*") for pattern in setuptools["packages"]["find"]["include"]}
+    data = {path.split("/")[0] for paths in setuptools["data-files"].values() for path in paths}
+    needed = {"pyproject.toml", pyproject["project"]["readme"]} | packages | data
+    copied = [source.rstrip("/") for source in copy_sources(dockerfile)]
+    assert sorted(copied) == sorted(needed), f"COPY {copied}; the install needs {sorted(needed)}"
+
+
+def test_dependencies_install_before_the_source_is_copied(dockerfile: list[tuple[str, str]]) -> None:
+    """Layer caching: a code change must not reinstall torch. pyproject.toml is copied alone, the
+    dependencies installed from it, then the rest copied."""
+    copies = [i for i, (keyword, _) in enumerate(dockerfile) if keyword == "COPY"]
+    assert dockerfile[copies[0]][1].split()[:-1] == ["pyproject.toml"], dockerfile[copies[0]]
+    between = [arguments for keyword, arguments in dockerfile[copies[0]:copies[1]] if keyword == "RUN"]
+    assert any("pip install -r" in run for run in between), "no dependency install before the source COPY"
+
+
+def test_the_project_is_installed_non_editable_with_every_runtime_extra(
+        dockerfile: list[tuple[str, str]]) -> None:
+    """Every optional feature a spec may ask for is in the image, so the API accepts no spec the
+    worker cannot run; the ``test`` extra stays out."""
+    workdirs = [arguments for keyword, arguments in dockerfile[:-1] if keyword == "WORKDIR"]
+    installs = [shlex.split(arguments) for keyword, arguments in dockerfile
+                if keyword == "RUN" and re.search(r"pip install \S*\[", arguments)]
+    assert len(installs) == 1, installs
+    words = installs[0]
+    target = next(word for word in words if "[" in word)
+    assert "-e" not in words and "--editable" not in words, words
+    assert target.startswith(f"{workdirs[0]}["), f"{target} is not the copied checkout ({workdirs[0]})"
+    args = dict(arguments.split("=", 1) for keyword, arguments in dockerfile
+                if keyword == "ARG" and "=" in arguments)
+    extras = set(target[target.index("[") + 1:-1].replace("${EXTRAS}", args.get("EXTRAS", "")).split(","))
+    optional = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert extras == set(optional) - {"test"}, extras
+
+
+def test_torch_comes_from_the_index_the_operator_picks(services: dict[str, dict[str, Any]],
+                                                         dockerfile: list[tuple[str, str]]) -> None:
+    """GPU hosts need a CUDA build of torch and CPU hosts want the small CPU one: a build arg
+    (set from the host's TORCH_INDEX_URL) chooses, and only torch comes from that index."""
+    assert "TORCH_INDEX_URL" in services["api"]["build"]["args"]
+    runs = [arguments for keyword, arguments in dockerfile if keyword == "RUN"]
+    torch = [run for run in runs if '--index-url "${TORCH_INDEX_URL}"' in run]
+    assert torch and re.search(r'--index-url "\$\{TORCH_INDEX_URL\}" "\$\(grep -E \'\^torch', torch[0]), torch
+    assert any(keyword == "ARG" and arguments.startswith("TORCH_INDEX_URL=")
+               for keyword, arguments in dockerfile), "TORCH_INDEX_URL needs a default"

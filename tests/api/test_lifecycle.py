@@ -12,7 +12,15 @@ import pytest
 from sqlalchemy import func, select, update
 
 from api import lifecycle
-from api.lifecycle import JOB_STATUSES, JobStatus, Transition, TransitionRefused, allowed
+from api.lifecycle import (
+    JOB_STATUSES,
+    JobStatus,
+    Transition,
+    TransitionRefused,
+    allowed,
+    stop_requested,
+    stronger_stop,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 STATUSES = ("queued", "dispatched", "running", "cancelling", "succeeded", "failed", "cancelled", "preempted",
@@ -206,3 +214,14 @@ def test_no_module_but_the_store_writes_a_jobs_status() -> None:
             offenders[str(relative)] = lines
     assert offenders == {}
     assert status_writes((ROOT / WRITER).read_text()), "the scan no longer sees the one writer"
+
+
+def test_one_ranking_of_stop_requests_a_cancel_over_a_pause_over_a_preemption():
+    assert stop_requested(cancel_requested=True, status="pausing", preempt_requested=True) == "cancel"
+    assert stop_requested(cancel_requested=False, status="pausing", preempt_requested=True) == "pause"
+    assert stop_requested(cancel_requested=False, status="running", preempt_requested=True) == "preempt"
+    assert stop_requested(cancel_requested=False, status="running", preempt_requested=False) is None
+    ladder = [None, "preempt", "pause", "cancel"]
+    for i, weaker in enumerate(ladder):
+        for stronger in ladder[i:]:
+            assert stronger_stop(weaker, stronger) == stronger_stop(stronger, weaker) == stronger

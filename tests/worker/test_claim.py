@@ -86,7 +86,7 @@ def test_the_lease_reports_a_cancel_and_refuses_a_worker_that_lost_the_job(submi
     stranger = JobLease(settings, job_id, "stranger", client)
 
     owner.beat()
-    assert (owner.lost, owner.cancel_requested) == (False, False)
+    assert (owner.lost, owner.asked) == (False, None)
     # What the worker's heartbeat reports: the job on its device, and device 0 of 2 free.
     keys = settings.redis_keys
     assert running_jobs(client, keys.busy("owner"), 2, int(time.time() * 1000)) == {job_id: [1]}
@@ -94,7 +94,7 @@ def test_the_lease_reports_a_cancel_and_refuses_a_worker_that_lost_the_job(submi
     with session_scope(database_url) as session:
         assert request_cancel(session, job_id).status == "cancelling"
     owner.beat()
-    assert owner.cancel_requested is True  # the supervisor asks the job to checkpoint and stop
+    assert owner.asked == "cancel"  # the supervisor asks the job to checkpoint and stop
     stranger.beat()
     assert stranger.lost is True  # e.g. requeued and claimed by another worker: its process is killed
     owner.stop()

@@ -9,18 +9,25 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Header, Query, Request, Response, status
 from redis.exceptions import RedisError
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import State
 
 from api.http.deps import PrincipalDep, RedisDep, SessionDep, SettingsDep
 from api.http.errors import spec_body
 from api.http.params import JobId, id_cursor
-from api.http.submission import check_job_source, check_placement, check_submission, check_verifiers
+from api.http.submission import (
+    check_capabilities,
+    check_job_source,
+    check_placement,
+    check_submission,
+    check_verifiers,
+)
 from api.http.views import job_for
 from api.lifecycle import JOB_STATUSES, WAITING_STATUSES
 from api.scheduling import liveness
 from api.schemas.jobs import JobRead, JobUpdate, Page
 from api.settings import Settings
+from api.store import bus
 from api.store import jobs as job_store
-from api.store import outbox
 from api.store.db import session_scope
 from grpo_core.spec import JobSpec
 from grpo_core.specfile import with_changes
@@ -57,7 +64,7 @@ async def submit_job(
 ) -> JobRead:
     """Queue a job. Retrying with the same ``Idempotency-Key`` and body returns the first job (200)."""
     job, created = await run_in_threadpool(
-        _check_and_create, settings, request.app.state.publish, principal.team_id, spec, idempotency_key
+        _check_and_create, settings, request.app.state, principal.team_id, spec, idempotency_key
     )
     if not created:
         response.status_code = status.HTTP_200_OK
@@ -66,14 +73,16 @@ async def submit_job(
 
 def _check_and_create(
     settings: Settings,
-    publish: outbox.Publish,
+    app_state: State,
     team_id: int,
     spec: JobSpec,
     idempotency_key: str | None,
 ) -> tuple[JobRead, bool]:
-    # One threadpool hop for everything that blocks: the filesystem checks, then one transaction.
+    # One threadpool hop for everything that blocks: the filesystem and Redis checks, then one
+    # transaction. A Redis outage while reading live workers is a 503, like any backend's.
     check_submission(spec, settings)
-    with session_scope(settings.database_url, publish=publish) as session:
+    check_capabilities(spec, lambda: bus.live_workers(app_state.sync_redis, settings.redis_keys))
+    with session_scope(settings.database_url, publish=app_state.publish) as session:
         check_placement(session, spec, settings)
         check_job_source(session, spec, team_id, settings)
         check_verifiers(session, spec, team_id)
@@ -194,5 +203,5 @@ def clone_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, setti
     change ``model.source`` to ``job:ID`` or ``job:ID@STEP``."""
     original = job_store.get_job(session, job_id, principal.scope)
     spec = with_changes(JobSpec.model_validate(original.spec), changes or {})
-    job, _ = _check_and_create(settings, request.app.state.publish, principal.team_id, spec, None)
+    job, _ = _check_and_create(settings, request.app.state, principal.team_id, spec, None)
     return job_for(principal, job)

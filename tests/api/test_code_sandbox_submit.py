@@ -1,0 +1,84 @@
+"""A spec with ``code_tests`` is accepted only where it can run: some live worker of its pool
+advertises the ``code_sandbox`` capability, which a real worker heartbeat does after its sandbox
+check at start (``worker.heartbeat.worker_capabilities``). Over real HTTP, Redis and SQL."""
+
+from __future__ import annotations
+
+import pytest
+from test_jobs_api import row_counts
+
+from api.store import bus
+from api.vocabulary import Heartbeat
+from grpo_core.sandbox import CAPABILITY, sandbox_problem
+from worker.heartbeat import WorkerHeartbeat, worker_capabilities
+
+CODE_ROWS = [{"prompt": "Read n and print 2n.", "tests": [{"input": "2", "output": "4"}]}]
+
+
+def code_spec(job_spec, **fields):
+    fields = {"dataset": {"prompts": CODE_ROWS}, **fields}
+    return job_spec(rewards=[{"name": "contains", "args": {"text": "x"}}, {"name": "code_tests"}], **fields)
+
+
+def test_refused_naming_the_reward_when_no_live_worker_of_the_pool_advertises_a_sandbox(
+        api, api_server, job_spec) -> None:
+    settings = api_server.settings
+    with bus.connect(settings) as client:
+        # A worker of another pool with a sandbox, and one of this pool without: neither will do.
+        bus.advertise_worker(client, settings.redis_keys,
+                             Heartbeat(worker_id="elsewhere", pool="other", capabilities=[CAPABILITY]), 60)
+        bus.advertise_worker(client, settings.redis_keys, Heartbeat(worker_id="plain", pool="default"), 60)
+        try:
+            before = row_counts(settings.database_url)
+            response = api.post("/v1/jobs", json=code_spec(job_spec))
+            assert response.status_code == 422, response.text
+            error = response.json()["error"]
+            assert error["code"] == "invalid_spec" and error["param"] == "rewards.1.name", error
+            assert "code_sandbox" in error["message"] and "pool 'default'" in error["message"]
+            assert row_counts(settings.database_url) == before
+            # A spec without it is not held back by the same workers.
+            assert api.post("/v1/jobs", json=job_spec()).status_code == 201
+        finally:
+            client.delete(settings.redis_keys.worker("elsewhere"), settings.redis_keys.worker("plain"))
+
+
+@pytest.mark.skipif(sandbox_problem() is not None, reason=f"no usable sandbox here: {sandbox_problem()}")
+def test_accepted_once_a_real_worker_of_the_pool_checked_its_sandbox_and_advertises_it(
+        api, api_server, job_spec) -> None:
+    assert worker_capabilities() == [CAPABILITY]
+    heartbeat = WorkerHeartbeat(api_server.settings, "sandboxed-worker")
+    heartbeat.start()
+    try:
+        response = api.post("/v1/jobs", json=code_spec(job_spec))
+        assert response.status_code == 201, response.text
+        clone = api.post(f"/v1/jobs/{response.json()['id']}/clone", json={"name": "again"})
+        assert clone.status_code == 201, clone.text
+        workers = {worker["worker_id"]: worker for pool in api.get("/v1/cluster").json()["pools"]
+                   for worker in pool["workers"]}
+        assert workers["sandboxed-worker"]["capabilities"] == [CAPABILITY]
+    finally:
+        heartbeat.stop()
+    # The worker left: its clone is refused like a new submission.
+    refused = api.post(f"/v1/jobs/{response.json()['id']}/clone", json={})
+    assert refused.status_code == 422 and refused.json()["error"]["param"] == "rewards.1.name"
+
+
+def test_a_worker_without_bwrap_advertises_no_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    sandbox_problem.cache_clear()
+    try:
+        assert worker_capabilities() == []
+    finally:
+        monkeypatch.undo()
+        sandbox_problem.cache_clear()
+
+
+def test_malformed_inline_test_cases_are_a_422_naming_the_reward_and_the_row(api, api_server,
+                                                                            job_spec) -> None:
+    rows = [*CODE_ROWS, {"prompt": "Say hi.", "tests": [{"input": "", "expected": "hi"}]}]
+    before = row_counts(api_server.settings.database_url)
+    response = api.post("/v1/jobs", json=code_spec(job_spec, dataset={"prompts": rows}))
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["param"] == "rewards.1.args" and "column 'tests' row 1: case 0" in error["message"], error
+    assert row_counts(api_server.settings.database_url) == before
