@@ -83,6 +83,16 @@ def test_a_refused_field_names_itself_and_the_replacement(tmp_path, field: str, 
     assert f"'{field}'" in error.reason and advice in error.reason
 
 
+def test_grpo_train_refuses_a_trl_field_with_exit_code_2(tmp_path, capsys) -> None:
+    from grpo_core.cli import main
+
+    spec = tmp_path / "job.yaml"
+    spec.write_text(json.dumps(spec_dict(tmp_path, save_steps=50)))  # JSON is YAML
+    assert main(["train", str(spec), "--output-dir", str(tmp_path / "never"), "--quiet"]) == 2
+    assert "error: grpo.save_steps: 'save_steps' is a TRL GRPOConfig field" in capsys.readouterr().err
+    assert not (tmp_path / "never").exists()
+
+
 def test_specs_stored_before_the_rename_still_read_the_same(tmp_path) -> None:
     """Stored specs are fully materialised (every default written out), with the old name."""
     old = spec_dict(tmp_path, max_steps=500, beta=0.04, seed=0, gradient_checkpointing=False)
