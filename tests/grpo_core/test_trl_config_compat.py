@@ -230,6 +230,16 @@ def test_repetition_penalty_in_the_loop_matches_generate(tiny_model_factory) -> 
     assert not torch.equal(completions[1.0], completions[3.0]), "the penalty changed what was generated"
 
 
+def test_the_exported_generation_config_samples_as_the_job_did(tmp_path) -> None:
+    from grpo_core.export import generation_config
+
+    spec = parse_spec(spec_dict(tmp_path, min_p=0.05, repetition_penalty=1.2))
+    config = generation_config(tmp_path, spec)
+    assert (config["min_p"], config["repetition_penalty"]) == (0.05, 1.2)
+    plain = generation_config(tmp_path, parse_spec(spec_dict(tmp_path)))
+    assert "min_p" not in plain and "repetition_penalty" not in plain  # generate()'s defaults
+
+
 # --- checkpoints ----------------------------------------------------------------------------------
 
 
