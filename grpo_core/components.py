@@ -75,6 +75,9 @@ def build_components(
     """``verifiers``: the verifier services ``http_verifier`` rewards may name (the service's
     registrations for the job, or ``grpo train --verifier``)."""
     rows = load_rows(spec.dataset, data_root=data_root, base_dir=base_dir)
+    # max_steps -1 (train by epochs) becomes a step count now that the prompts are counted: every
+    # reader below (schedule, trainer, progress) sees the one number.
+    spec = spec.model_copy(update={"grpo": spec.grpo.resolved(len(rows))})
     clash = reserved_in(columns_of(rows))
     if clash:
         raise SpecError("dataset", f"column names {clash} are reserved for the reward function arguments")

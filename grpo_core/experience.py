@@ -140,7 +140,8 @@ def _sample_round(gen: _Generation, groups: _Groups) -> None:
     texts = [gen.prompts.texts[i] for i in indices]
     started = time.perf_counter()
     prompt_batch = tokenize_prompts(gen.tokenizer, texts, cfg.max_prompt_length, gen.placement.device)
-    options = SamplingOptions(cfg.max_completion_length, cfg.temperature, cfg.top_k, cfg.top_p)
+    options = SamplingOptions(cfg.max_completion_length, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p,
+                              cfg.repetition_penalty)
     with gen.placement.autocast():
         rollout = sample_completions(
             gen.policy, prompt_batch, g, gen.eos_ids, gen.tokenizer.pad_token_id, options,

@@ -30,6 +30,7 @@ from grpo_core.tracking import trackers
 from grpo_core.trainer import GRPOTrainer, TrainResult
 from worker.artifacts import ArtifactQuota
 from worker.attempt_files import AttemptFiles
+from worker.counted_steps import CountedSteps
 from worker.job_sources import loadable
 from worker.outcome import Fault, Outcome
 from worker.reporting import JobReporter
@@ -109,7 +110,9 @@ def train_reporting(job: JobRead, spec: JobSpec, settings: Settings, files: Atte
         # The job's trackers write beside its checkpoints; one W&B run per job, resumed by each attempt.
         tracked = trackers(spec, job_dir(settings, job.id), run_id=f"job-{job.id}")
         quota = ArtifactQuota(settings, job.id, job.team_id)
-        callbacks = CallbackList([quota, reporter, link, final, *tracked])
+        # First: a job whose counted length is over its pool's limits ends before "started" is recorded.
+        counted = CountedSteps(settings, job, spec)
+        callbacks = CallbackList([counted, quota, reporter, link, final, *tracked])
         result = train_job(job, spec, settings, callbacks, ranks)
         if not result.stopped and result.checkpoint is not None:
             export_final_model(job, spec, settings, result, final.record, callbacks)

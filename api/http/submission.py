@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from api.artifact_paths import model_to_continue
 from api.errors import NotFound
-from api.http.pool_limits import effective_limits, limit_problems
+from api.pool_limits import effective_limits, limit_problems
 from api.settings import Settings
 from api.store.jobs import get_job
 from api.store.pools import admission, list_pools
@@ -132,7 +132,7 @@ def _check_path_source(source: str | None, root: Path, field: str) -> SpecError 
 
 def check_placement(session: Session, spec: JobSpec, settings: Settings) -> None:
     """Raise :class:`InvalidSpec` for a pool nobody registered (a typo would wait forever), a
-    job over one of the pool's limits (:mod:`api.http.pool_limits`), or one asking for more GPUs
+    job over one of the pool's limits (:mod:`api.pool_limits`), or one asking for more GPUs
     than the pool's largest worker advertised (gang: one worker holds all of a job's GPUs). A
     pool whose workers were never seen accepts any size."""
     found = admission(session, spec.resources.pool)

@@ -167,7 +167,8 @@ class Job(Base):
     priority: Mapped[str] = mapped_column(String(8), default="normal")
     pool: Mapped[str] = mapped_column(String(64), default="default")
     gpus: Mapped[int] = mapped_column(Integer, default=1)
-    max_steps: Mapped[int] = mapped_column(Integer)
+    # Null until known: a job by epochs over a file or hub dataset is counted by its worker.
+    max_steps: Mapped[int | None] = mapped_column(Integer)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     # ``attempt`` when the job was last retried by hand: the attempt limit counts from here.
     attempt_base: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

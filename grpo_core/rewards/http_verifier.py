@@ -22,11 +22,6 @@ from grpo_core.spec import POOL_NAME_PATTERN, RewardSpec
 
 __all__ = ["HTTP_VERIFIER", "HttpVerifierArgs", "verifier_names"]
 
-# What the job's own time budget leaves the client: its own "unavailable" should come before the
-# scorer stops waiting (which would report a plain timeout instead).
-_BUDGET_SHARE = 0.9
-
-
 class HttpVerifierArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -52,7 +47,7 @@ def _build(args: HttpVerifierArgs, context: RewardContext) -> RewardFn:
         raise SpecError("verifier", f"no verifier '{args.verifier}' is registered for this job "
                                     f"(registered: {known})")
     client = VerifierClient(args.verifier, endpoint)
-    budget = None if context.timeout_seconds is None else context.timeout_seconds * _BUDGET_SHARE
+    budget = context.own_budget_seconds()  # its own "unavailable" comes before a plain timeout
 
     def http_verifier(completions: list[str], prompts: list[str], **columns: Any) -> list[float | None]:
         items = [{"prompt": prompt, "completion": completion,

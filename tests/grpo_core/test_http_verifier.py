@@ -68,7 +68,8 @@ def test_the_concurrency_limit_bounds_the_processs_requests_in_flight(server) ->
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda client: client.score(rows(6), 10.0), clients))
     assert [len(result.scores) for result in results] == [6, 6]
-    assert server.most_in_flight == 3
+    # The shared limit binds; exactly 3 at once needs every thread scheduled together (not so under load).
+    assert 2 <= server.most_in_flight <= 3
     assert time.monotonic() - started >= 0.2 * 12 / 3
 
 
