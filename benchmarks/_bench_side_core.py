@@ -44,10 +44,11 @@ def _core_spec(args: argparse.Namespace) -> Any:
                 "epsilon_high": 0.28,
                 "loss_type": "dapo",
                 "learning_rate": args.learning_rate,
-                "lr_scheduler": "constant",
+                "lr_scheduler_type": "constant",
                 "max_grad_norm": 1.0,
                 "max_steps": args.warmup + args.steps,
                 "seed": args.seed,
+                "gradient_checkpointing": False,  # as the TRL side's activation_checkpointing
             },
             "checkpoint_every": 10_000_000,
             "log_completions_every": 10_000_000,

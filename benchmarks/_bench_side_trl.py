@@ -129,7 +129,7 @@ def side_trl(args: argparse.Namespace) -> dict[str, Any]:
             seed=args.seed,
             use_cpu=True,
             bf16=False,
-            activation_checkpointing=False,  # TRL defaults to True (as gradient_checkpointing); ours is off
+            activation_checkpointing=False,  # both default to True; both sides turn it off
             report_to=[],
             logging_steps=1,
             save_strategy="no",

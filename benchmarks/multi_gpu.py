@@ -132,6 +132,9 @@ def job_spec(args: argparse.Namespace, model_dir: str, sharding: str, gpus: int)
             "learning_rate": 3e-3,
             "beta": 0.04,
             "seed": 0,
+            # What the published figures ran with (the defaults before they became TRL's).
+            "lr_scheduler_type": "constant",
+            "gradient_checkpointing": False,
         },
         "checkpoint_every": 1_000_000,  # only the final one, which no step time includes
         "log_completions_every": 1_000_000,

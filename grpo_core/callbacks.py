@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 # Events that say something went wrong without ending the run (a reporter may flag them).
-WARNING_EVENTS = frozenset({"reward_timeout"})
+WARNING_EVENTS = frozenset({"reward_timeout", "reward_unavailable", "reward_unscored"})
 
 
 def json_safe(value: Any) -> Any:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from grpo_core.errors import GRPOError, SpecError
+from grpo_core.rewards.verifier_endpoint import VerifierEndpoint, parse_verifier_option
 from grpo_core.specfile import InvalidSpec, load_spec_file, with_changes
 
 
@@ -22,15 +23,22 @@ def _train(args: argparse.Namespace) -> int:
 
         result = run_data_parallel(
             spec, args.spec.resolve().parent, args.output_dir, nproc, args.resume, args.device,
-            progress=not args.quiet,
+            progress=not args.quiet, verifiers=dict(args.verifier),
         )
     else:
         result = run_local(
             spec, args.spec.resolve().parent, args.output_dir, args.resume, args.device,
-            progress=not args.quiet,
+            progress=not args.quiet, verifiers=dict(args.verifier),
         )
     print(f"finished at step {result.step}; checkpoint: {result.checkpoint}")
     return 0
+
+
+def _verifier(text: str) -> tuple[str, VerifierEndpoint]:
+    try:
+        return parse_verifier_option(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _tiny_model(args: argparse.Namespace) -> int:
@@ -65,6 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--nproc-per-node", type=int, default=None,
         help="data-parallel ranks (default: the spec's resources.gpus); gloo on CPU, NCCL on CUDA",
+    )
+    train.add_argument(
+        "--verifier", type=_verifier, action="append", default=[], metavar="NAME=URL",
+        help="a verifier service http_verifier rewards may name (repeatable; the service registers "
+             "them with `grpo admin set-verifier` instead)",
     )
     train.set_defaults(handler=_train)
 

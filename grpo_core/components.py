@@ -8,6 +8,7 @@ it uses, and nothing below the trainer reads the spec.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,6 +34,7 @@ from grpo_core.rewards import (
     check_reward_rows,
     validate_reward_specs,
 )
+from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
 from grpo_core.sharding import shard_models
 from grpo_core.spec import JobSpec
 
@@ -75,10 +77,16 @@ def build_components(
     device: str | None = None,
     ranks: Ranks = SINGLE,
     reward_models_root: Path | None = None,
+    verifiers: Mapping[str, VerifierEndpoint] | None = None,
 ) -> RunComponents:
     """``reward_models_root``: where rewards' ``path:`` models are (default ``models_root``; the
-    service's models root when the policy comes from a job's artifacts)."""
+    service's models root when the policy comes from a job's artifacts). ``verifiers``: the
+    verifier services ``http_verifier`` rewards may name (the service's registrations for the job,
+    or ``grpo train --verifier``)."""
     rows = load_rows(spec.dataset, data_root=data_root, base_dir=base_dir)
+    # max_steps -1 (train by epochs) becomes a step count now that the prompts are counted: every
+    # reader below (schedule, trainer, progress) sees the one number.
+    spec = spec.model_copy(update={"grpo": spec.grpo.resolved(len(rows))})
     clash = reserved_in(columns_of(rows))
     if clash:
         raise SpecError("dataset", f"column names {clash} are reserved for the reward function arguments")
@@ -90,7 +98,7 @@ def build_components(
     placement = place(device, spec.model.dtype, ranks)
     context = RewardContext(tokenizer=tokenizer, timeout_seconds=spec.reward_timeout_seconds,
                             models_root=reward_models_root or models_root, base_dir=base_dir,
-                            device=placement.device, dtype=spec.model.dtype)
+                            device=placement.device, dtype=spec.model.dtype, verifiers=dict(verifiers or {}))
     rewards = bind_rewards(spec.rewards, context, columns_of(rows))
     torch.manual_seed(spec.grpo.seed)  # after any reward model's load, so it draws nothing of the policy's
     # Sharded wherever the ranks form a process group: k ranks, or one launched rank (a 1-GPU

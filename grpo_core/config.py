@@ -1,20 +1,37 @@
 """``GRPOConfig``: the ``grpo:`` section of a job spec, validated before any step runs.
 
-Field names follow TRL's ``GRPOConfig`` so a TRL user can paste theirs. Every field has bounds;
-unknown fields are rejected. Cross-field rules (``epsilon_high >= epsilon``, ``delta`` above the
-upper clip, batch divisible by the accumulation steps) are validators too, so a bad config never
+Field names follow TRL's ``GRPOConfig`` so a TRL user can paste theirs: where a field shares TRL's
+name it has TRL's meaning and default (a test compares them with the installed TRL), and TRL's
+other fields are refused with what to use instead (:mod:`grpo_core.trl_fields`). Every field has
+bounds; unknown fields are rejected. Cross-field rules (``epsilon_high >= epsilon``, ``delta`` above
+the upper clip, batch divisible by the accumulation steps) are validators too, so a bad config never
 reaches the trainer.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from grpo_core.trl_fields import refusal, refused_among
 
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo"]
 ScaleRewards = Literal["group", "batch", "none"]
-LRScheduler = Literal["constant", "linear", "cosine"]
+# transformers' schedule names (``get_scheduler``), with their meaning (grpo_core.optim).
+LRSchedulerType = Literal["linear", "cosine", "constant", "constant_with_warmup"]
+# The name of lr_scheduler_type before it took TRL's name; specs stored then still carry it.
+LEGACY_LR_SCHEDULER = "lr_scheduler"
 
 
 class GRPOConfig(BaseModel):
@@ -25,13 +42,20 @@ class GRPOConfig(BaseModel):
     num_generations: int = Field(8, ge=2, le=1024, description="G: completions sampled per prompt.")
     prompts_per_step: int = Field(8, ge=1, le=4096, description="B: prompts per optimizer step.")
     max_prompt_length: int = Field(256, ge=1, le=131072, description="Prompts are left-truncated to this.")
-    max_completion_length: int = Field(256, ge=1, le=131072, description="Completions stop here.")
+    max_completion_length: int = Field(512, ge=1, le=131072, description="Completions stop here.")
     temperature: float = Field(
         1.0, gt=0.0, le=10.0, description="Sampling temperature; log-probs use it too."
     )
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=0, le=100000, description="0 disables top-k filtering.")
-    beta: float = Field(0.04, ge=0.0, le=100.0, description="KL coefficient; 0 builds no reference model.")
+    min_p: float | None = Field(
+        None, ge=0.0, le=1.0, description="Drop tokens less likely than min_p times the most likely one "
+        "(after temperature, top-k and top-p, as transformers' MinPLogitsWarper); null disables it.")
+    repetition_penalty: float = Field(
+        1.0, gt=0.0, le=100.0, description="Sampling only: logits of tokens already in the prompt or the "
+        "completion are divided by it (multiplied when negative), as transformers' "
+        "RepetitionPenaltyLogitsProcessor; 1 disables it. Log-probs ignore it, as in TRL.")
+    beta: float = Field(0.0, ge=0.0, le=100.0, description="KL coefficient; 0 builds no reference model.")
     epsilon: float = Field(0.2, gt=0.0, lt=1.0, description="Lower clip range epsilon_low.")
     epsilon_high: float | None = Field(
         None, gt=0.0, le=10.0, description="Upper clip range; defaults to epsilon."
@@ -48,17 +72,72 @@ class GRPOConfig(BaseModel):
         2, ge=0, le=64, description="Cap on extra generation batches per step for drop_zero_std_groups."
     )
     learning_rate: float = Field(1.0e-6, gt=0.0, le=1.0)
-    lr_scheduler: LRScheduler = "constant"
-    warmup_steps: int = Field(0, ge=0, le=10_000_000)
+    lr_scheduler_type: LRSchedulerType = "linear"
+    warmup_steps: float = Field(
+        0, ge=0, le=10_000_000, description="Linear warmup from 0: a whole number of steps, or below 1 the "
+        "fraction of the total steps (rounded up), as in transformers 5.")
     weight_decay: float = Field(0.0, ge=0.0, le=10.0)
     adam_beta1: float = Field(0.9, ge=0.0, lt=1.0)
     adam_beta2: float = Field(0.999, ge=0.0, lt=1.0)
     adam_epsilon: float = Field(1.0e-8, gt=0.0, le=1.0)
     max_grad_norm: float = Field(1.0, ge=0.0, le=1.0e6, description="0 disables clipping.")
     gradient_accumulation_steps: int = Field(1, ge=1, le=4096)
-    max_steps: int = Field(500, ge=1, le=10_000_000)
-    seed: int = Field(0, ge=0, le=2**31 - 1)
-    gradient_checkpointing: bool = False
+    max_steps: int = Field(
+        -1, ge=-1, le=10_000_000, description="Optimizer steps to train; -1: num_train_epochs passes over "
+        "the dataset's prompts (resolved once the dataset is loaded, see steps_for).")
+    num_train_epochs: float = Field(
+        3.0, gt=0.0, le=1_000_000.0, description="With max_steps -1: passes over the prompts. One pass is "
+        "ceil(prompts / prompts_per_step) generation batches of num_iterations steps each.")
+    seed: int = Field(42, ge=0, le=2**31 - 1)
+    gradient_checkpointing: bool = True
+    save_total_limit: int | None = Field(
+        None, ge=1, le=1_000_000, description="TRL's name for checkpoint_keep_last (top level): how many "
+        "checkpoints are kept. Giving both with different values is an error.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _trl_names(cls, data: Any) -> Any:
+        """Refuse TRL fields we do not take, each with what to use instead, and read the old
+        name of lr_scheduler_type (specs stored before the rename carry it)."""
+        if not isinstance(data, dict):
+            return data
+        refused = [name for name in refused_among(map(str, data)) if name not in cls.model_fields]
+        if refused:
+            advice = [PydanticCustomError("trl_field_refused", "{advice}", {"advice": refusal(name)})
+                      for name in refused]
+            raise ValidationError.from_exception_data(cls.__name__, [
+                InitErrorDetails(type=error, loc=(name,), input=data[name])
+                for name, error in zip(refused, advice, strict=True)])
+        if LEGACY_LR_SCHEDULER in data:
+            data = dict(data)
+            legacy = data.pop(LEGACY_LR_SCHEDULER)
+            if "lr_scheduler_type" in data:
+                raise ValueError(f"give lr_scheduler_type only; {LEGACY_LR_SCHEDULER} is its old name")
+            # The old "constant" warmed up when warmup_steps was set: that is transformers'
+            # constant_with_warmup (whose "constant" never warms up).
+            warmup = data.get("warmup_steps") or 0
+            data["lr_scheduler_type"] = "constant_with_warmup" if legacy == "constant" and warmup else legacy
+        return data
+
+    def steps_for(self, num_prompts: int) -> int:
+        """The optimizer steps this config trains on a dataset of ``num_prompts`` prompts:
+        ``max_steps``, or with -1 ``ceil(num_train_epochs * steps per epoch)`` as transformers
+        resolves it, where an epoch is one pass over the prompts: ``ceil(num_prompts /
+        prompts_per_step)`` generation batches, each trained on for ``num_iterations`` steps."""
+        if self.max_steps > 0:
+            return self.max_steps
+        per_epoch = math.ceil(num_prompts / self.prompts_per_step) * self.num_iterations
+        return max(1, math.ceil(self.num_train_epochs * per_epoch))
+
+    def resolved(self, num_prompts: int) -> GRPOConfig:
+        """This config with ``max_steps`` set to :meth:`steps_for` ``num_prompts``."""
+        return self.model_copy(update={"max_steps": self.steps_for(num_prompts)})
+
+    def warmup_steps_for(self, total_steps: int) -> int:
+        """Warmup steps in a run of ``total_steps``: transformers' rule for a whole count or a ratio."""
+        if self.warmup_steps >= 1:
+            return int(self.warmup_steps)
+        return math.ceil(total_steps * self.warmup_steps)
 
     @property
     def epsilon_low(self) -> float:
@@ -91,6 +170,20 @@ class GRPOConfig(BaseModel):
         if value is not None and clip_high is not None and value <= 1.0 + clip_high:
             raise ValueError(f"must be > 1 + epsilon_high ({1.0 + clip_high:g}) so the dual clip only acts "
                              "on ratios the ordinary clip leaves unbounded")
+        return value
+
+    @field_validator("warmup_steps")
+    @classmethod
+    def _whole_steps_or_a_ratio(cls, value: float) -> float:
+        if value >= 1 and value != int(value):
+            raise ValueError("must be a whole number of steps, or below 1 for a fraction of the total steps")
+        return value
+
+    @field_validator("max_steps")
+    @classmethod
+    def _positive_or_by_epochs(cls, value: int) -> int:
+        if value == 0:
+            raise ValueError("must be >= 1, or -1 to train for num_train_epochs passes over the prompts")
         return value
 
     @field_validator("gradient_accumulation_steps")

@@ -62,3 +62,10 @@ class RewardTimeout(GRPOError):
     """A reward went over its time budget (``reward_timeout_seconds``) too often to train on."""
 
     code = "reward_timeout"
+
+
+class RewardUnavailable(GRPOError):
+    """A reward's service (a verifier) could not be reached within a call's budget; the call's
+    rows are unscorable. Too many such steps in a row fail the job with this code."""
+
+    code = "reward_unavailable"

@@ -57,6 +57,10 @@ class Experience:
     selected_groups: list[int] = field(default_factory=list)
     # This rank's reward calls that went over their budget (their rows are NaN), by reward name.
     reward_timeouts: list[str] = field(default_factory=list)
+    # This rank's rewards whose service could not be reached (name -> why), and rows a service
+    # left unscored (name -> rows).
+    reward_unavailable: dict[str, str] = field(default_factory=dict)
+    reward_unscored: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
 
 
@@ -101,6 +105,8 @@ class _Groups:
     generation_seconds: float = 0.0
     reward_seconds: float = 0.0
     reward_timeouts: list[str] = field(default_factory=list)
+    reward_unavailable: dict[str, str] = field(default_factory=dict)
+    reward_unscored: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -134,7 +140,8 @@ def _sample_round(gen: _Generation, groups: _Groups) -> None:
     texts = [gen.prompts.texts[i] for i in indices]
     started = time.perf_counter()
     prompt_batch = tokenize_prompts(gen.tokenizer, texts, cfg.max_prompt_length, gen.placement.device)
-    options = SamplingOptions(cfg.max_completion_length, cfg.temperature, cfg.top_k, cfg.top_p)
+    options = SamplingOptions(cfg.max_completion_length, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p,
+                              cfg.repetition_penalty)
     with gen.placement.autocast():
         rollout = sample_completions(
             gen.policy, prompt_batch, g, gen.eos_ids, gen.tokenizer.pad_token_id, options,
@@ -156,6 +163,9 @@ def _sample_round(gen: _Generation, groups: _Groups) -> None:
     )
     groups.reward_seconds += time.perf_counter() - scoring
     groups.reward_timeouts += scored.timed_out
+    groups.reward_unavailable.update(scored.unavailable)
+    for name, rows in scored.unscored.items():
+        groups.reward_unscored[name] = groups.reward_unscored.get(name, 0) + rows
     scores = torch.tensor(scored.matrix, dtype=torch.float32).reshape(len(decoded), len(gen.rewards))
     groups.rounds.append(_Rows(rollout, row_prompts, decoded, scores))
     spread = torch.nan_to_num(group_std(combine_rewards(scores, gen.weights), g), nan=0.0)
@@ -242,6 +252,8 @@ def make_experience(
         loss_mask=loss_mask,
         selected_groups=selected,
         reward_timeouts=groups.reward_timeouts,
+        reward_unavailable=groups.reward_unavailable,
+        reward_unscored=groups.reward_unscored,
     )
     exp.metrics["timing/generation"] = groups.generation_seconds
     exp.metrics["timing/reward"] = groups.reward_seconds

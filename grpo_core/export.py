@@ -56,6 +56,10 @@ def generation_config(checkpoint: Path, spec: JobSpec) -> dict[str, Any]:
                 "max_new_tokens": grpo.max_completion_length}
     if grpo.top_k:
         sampling["top_k"] = grpo.top_k
+    if grpo.min_p:
+        sampling["min_p"] = grpo.min_p
+    if grpo.repetition_penalty != 1.0:
+        sampling["repetition_penalty"] = grpo.repetition_penalty
     return {**base, **sampling}
 
 

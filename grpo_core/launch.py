@@ -40,6 +40,7 @@ from grpo_core.errors import GRPOError, SpecError, traceback_tail
 from grpo_core.lifetime import die_with_parent
 from grpo_core.local_run import run_local
 from grpo_core.placement import pick_device
+from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
 from grpo_core.spec import JobSpec
 from grpo_core.trainer import TrainResult
 
@@ -96,18 +97,20 @@ def run_data_parallel(
     device: str | None = None,
     progress: bool = True,
     hang_timeout: timedelta = DEFAULT_HANG_TIMEOUT,
+    verifiers: dict[str, VerifierEndpoint] | None = None,
 ) -> TrainResult:
     """Train ``spec`` on ``nproc`` ranks; returns rank 0's result. A rank's failure raises
     :class:`RankFailed` or :class:`RankDied` naming the rank; so does a rank that waits longer
     than ``hang_timeout`` on the others (at the rendezvous or in a collective)."""
     check_data_parallel(spec, nproc)
-    args = (spec, spec_dir, output_dir, resume, device, progress)
+    args = (spec, spec_dir, output_dir, resume, device, progress, verifiers)
     return launch_ranks(_train_rank, args, nproc, device=device, hang_timeout=hang_timeout)[0]
 
 
 def _train_rank(ranks: Ranks, spec: JobSpec, spec_dir: Path, output_dir: Path, resume: bool,
-                device: str | None, progress: bool) -> TrainResult:
-    return run_local(spec, spec_dir, output_dir, resume, device, progress, ranks)
+                device: str | None, progress: bool, verifiers: dict[str, VerifierEndpoint] | None,
+                ) -> TrainResult:
+    return run_local(spec, spec_dir, output_dir, resume, device, progress, ranks, verifiers)
 
 
 def launch_ranks(entry: Callable[..., T], args: Sequence[Any], nproc: int, *, device: str | None = None,

@@ -9,6 +9,7 @@ from typing import Any
 from grpo_core.callbacks import CallbackList, TrainerCallback
 from grpo_core.components import build_components
 from grpo_core.distributed import SINGLE, Ranks
+from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
 from grpo_core.spec import JobSpec
 from grpo_core.tracking import trackers
 from grpo_core.trainer import GRPOTrainer, TrainResult
@@ -69,10 +70,11 @@ def run_local(
     device: str | None = None,
     progress: bool = True,
     ranks: Ranks = SINGLE,
+    verifiers: dict[str, VerifierEndpoint] | None = None,
 ) -> TrainResult:
     """Build (validating everything) before creating ``output_dir``, so a bad spec writes nothing.
     One of several data-parallel ``ranks`` writes only if it is rank 0."""
-    components = build_components(spec, base_dir=spec_dir, device=device, ranks=ranks)
+    components = build_components(spec, base_dir=spec_dir, device=device, ranks=ranks, verifiers=verifiers)
     callbacks = CallbackList()
     recorder = None
     if ranks.is_main:

@@ -1,27 +1,66 @@
-"""AdamW and learning-rate schedules (constant / linear / cosine, each with linear warmup)."""
+"""AdamW and the learning-rate schedules of ``grpo.lr_scheduler_type``, with transformers' meaning
+(``transformers.get_scheduler``): the factor before step ``s`` (0-based) of ``total`` with ``warmup``
+warmup steps is ``s / warmup`` during warmup (so the first step's rate is 0, as in transformers),
+then:
+
+- ``constant``: 1, and no warmup at all (transformers' ``constant`` ignores warmup)
+- ``constant_with_warmup``: 1
+- ``linear``: ``(total - s) / (total - warmup)``, down to 0 at the last step
+- ``cosine``: ``0.5 (1 + cos(pi p))`` with ``p = (s - warmup) / (total - warmup)``: half a cycle
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
 from grpo_core.config import GRPOConfig
 
 
+def _warmup(step: int, warmup: int) -> float:
+    return step / max(1, warmup)
+
+
+def _progress(step: int, warmup: int, total: int) -> float:
+    return (step - warmup) / max(1, total - warmup)
+
+
+def _constant(step: int, warmup: int, total: int) -> float:
+    return 1.0
+
+
+def _constant_with_warmup(step: int, warmup: int, total: int) -> float:
+    return _warmup(step, warmup) if step < warmup else 1.0
+
+
+def _linear(step: int, warmup: int, total: int) -> float:
+    if step < warmup:
+        return _warmup(step, warmup)
+    return max(0.0, (total - step) / max(1, total - warmup))
+
+
+def _cosine(step: int, warmup: int, total: int) -> float:
+    if step < warmup:
+        return _warmup(step, warmup)
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * _progress(step, warmup, total))))
+
+
+SCHEDULES: dict[str, Callable[[int, int, int], float]] = {
+    "constant": _constant,
+    "constant_with_warmup": _constant_with_warmup,
+    "linear": _linear,
+    "cosine": _cosine,
+}
+
+
 def lr_multiplier(step: int, schedule: str, warmup_steps: int, total_steps: int) -> float:
     """Factor applied to the base learning rate before optimizer step ``step`` (0-based)."""
-    if warmup_steps > 0 and step < warmup_steps:
-        return (step + 1) / warmup_steps
-    if schedule == "constant":
-        return 1.0
-    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-    progress = min(max(progress, 0.0), 1.0)
-    if schedule == "linear":
-        return 1.0 - progress
-    if schedule == "cosine":
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-    raise ValueError(f"unknown lr_scheduler '{schedule}'; valid: constant, linear, cosine")
+    try:
+        return SCHEDULES[schedule](step, warmup_steps, total_steps)
+    except KeyError:
+        raise ValueError(f"unknown lr_scheduler_type '{schedule}'; valid: {', '.join(SCHEDULES)}") from None
 
 
 def build_optimizer(model: torch.nn.Module, config: GRPOConfig) -> torch.optim.Optimizer:
@@ -38,7 +77,14 @@ def build_optimizer(model: torch.nn.Module, config: GRPOConfig) -> torch.optim.O
 def build_scheduler(
     optimizer: torch.optim.Optimizer, config: GRPOConfig
 ) -> torch.optim.lr_scheduler.LambdaLR:
+    """``config``: resolved for its dataset (:meth:`GRPOConfig.resolved`), so the schedule knows
+    the run's length."""
+    total_steps = config.max_steps
+    if total_steps < 1:
+        raise ValueError("the schedule needs the run's length: resolve max_steps for the dataset first")
+    warmup = config.warmup_steps_for(total_steps)
+
     def multiplier(step: int) -> float:
-        return lr_multiplier(step, config.lr_scheduler, config.warmup_steps, config.max_steps)
+        return lr_multiplier(step, config.lr_scheduler_type, warmup, total_steps)
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)

@@ -15,7 +15,7 @@ import torch
 
 from grpo_core.logprobs import position_ids_from_mask
 from grpo_core.randomness import token_uniforms
-from grpo_core.sampling import sample_next_token
+from grpo_core.sampling import sample_next_token, seen_tokens
 from grpo_core.sharding import gathered_for_generation
 
 
@@ -27,7 +27,9 @@ class SamplingOptions:
     temperature: float = 1.0
     top_k: int = 0  # 0: no top-k filter
     top_p: float = 1.0  # 1: no nucleus filter
-    greedy: bool = False  # argmax, ignoring the three above
+    min_p: float | None = None  # None: no min-p filter
+    repetition_penalty: float = 1.0  # 1: none; applied before greedy's argmax too, as in transformers
+    greedy: bool = False  # argmax, ignoring the temperature and the filters
 
 
 @dataclass
@@ -171,14 +173,20 @@ def _decode_loop(
     can_shrink = hasattr(cache, "batch_select_indices")
     next_position = positions[:, -1:] + 1
     finished = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)
+    # The tokens each row holds so far (prompt, then what it sampled), only when they are penalized.
+    vocab = out.logits.size(-1)
+    seen = seen_tokens(prompt_ids, prompt_mask, vocab) if options.repetition_penalty != 1.0 else None
     width = 0
     for step in range(max_new_tokens):
         logits = out.logits[:, -1, :]
         # ``active`` maps the shrunken batch back to the rows' keys.
         uniforms = None if options.greedy else token_uniforms(row_keys[active], step)
         token = sample_next_token(
-            logits, options.temperature, options.top_k, options.top_p, options.greedy, uniforms
+            logits, options.temperature, options.top_k, options.top_p, options.greedy, uniforms,
+            options.min_p, options.repetition_penalty, seen,
         )
+        if seen is not None:
+            seen[torch.arange(token.size(0), device=token.device), token] = True
         if not can_shrink:
             token = token.masked_fill(finished, pad_id)
         tokens[active, step] = token
@@ -195,6 +203,7 @@ def _decode_loop(
                 active[keep], token[keep], attention[keep], next_position[keep]
             )
             cache.batch_select_indices(keep)
+            seen = seen[keep] if seen is not None else None
         attention = torch.cat([attention, attention.new_ones(attention.size(0), 1)], dim=1)
         out = model(
             input_ids=token.unsqueeze(1),

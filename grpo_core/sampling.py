@@ -1,7 +1,12 @@
-"""Next-token sampling filters, in the order Hugging Face applies them: temperature, top-k, top-p.
+"""Next-token sampling filters, in the order Hugging Face applies them: repetition penalty,
+temperature, top-k, top-p, min-p.
 
 Pure functions over ``logits (N, V)`` so the generation loop stays short and each filter has a
-unit test against a hand-computed case.
+unit test against a hand-computed case and transformers' own processor.
+
+They shape only which token is *sampled*. The log-probs the loss uses are those of the raw
+temperature-scaled logits (:mod:`grpo_core.logprobs`), as TRL computes them: TRL (with vLLM or
+``generate``) applies top-k/top-p/min-p and the repetition penalty to sampling alone.
 """
 
 from __future__ import annotations
@@ -33,6 +38,52 @@ def apply_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
+def apply_min_p(logits: torch.Tensor, min_p: float | None) -> torch.Tensor:
+    """Keep tokens whose probability is at least ``min_p`` times the row's largest; None or 0
+    disables. The most likely token always passes, so a row is never left with nothing."""
+    if not min_p:
+        return logits
+    probs = logits.softmax(dim=-1)
+    threshold = min_p * probs.amax(dim=-1, keepdim=True)
+    return logits.masked_fill(probs < threshold, float("-inf"))
+
+
+def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor | None, penalty: float) -> torch.Tensor:
+    """Make tokens already seen less likely (CTRL's rule, as transformers applies it): where
+    ``seen (N, V)`` is true a positive logit is divided by ``penalty``, a negative one multiplied.
+    1 (or no ``seen``) leaves the logits alone."""
+    if penalty == 1.0 or seen is None:
+        return logits
+    penalized = torch.where(logits < 0, logits * penalty, logits / penalty)
+    return torch.where(seen, penalized, logits)
+
+
+def seen_tokens(ids: torch.Tensor, mask: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """``(N, V)`` bool: which tokens occur among the real (mask 1) ``ids (N, L)`` of each row.
+    Padding is left out: vLLM penalizes a prompt's tokens, and an unpadded row in transformers
+    is the same; padding is an artifact of batching, not part of the text."""
+    seen = torch.zeros(ids.size(0), vocab_size, dtype=torch.int8, device=ids.device)
+    # The largest wins where several positions hold one token: a padded position (0) never
+    # clears a token a real position (1) set.
+    return seen.scatter_reduce_(1, ids, mask.to(torch.int8), reduce="amax").bool()
+
+
+def next_token_scores(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_p: float | None = None,
+    repetition_penalty: float = 1.0,
+    seen: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``logits (N, V)`` → the float32 scores whose softmax is the sampling distribution (filtered
+    tokens at -inf), in transformers' order. ``seen (N, V)``: the tokens each row's prompt and
+    completion hold so far, for ``repetition_penalty``."""
+    scores = apply_repetition_penalty(logits.float(), seen, repetition_penalty) / temperature
+    return apply_min_p(apply_top_p(apply_top_k(scores, top_k), top_p), min_p)
+
+
 def sample_next_token(
     logits: torch.Tensor,
     temperature: float,
@@ -40,15 +91,18 @@ def sample_next_token(
     top_p: float = 1.0,
     greedy: bool = False,
     uniforms: torch.Tensor | None = None,
+    min_p: float | None = None,
+    repetition_penalty: float = 1.0,
+    seen: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``logits (N, V)`` → ``(N,)`` token ids; sampling reads row ``i``'s draw from
-    ``uniforms (N,)`` in [0, 1) (see ``grpo_core.randomness``), greedy needs none."""
+    ``uniforms (N,)`` in [0, 1) (see ``grpo_core.randomness``), greedy needs none. Greedy takes the
+    argmax after the repetition penalty only, as transformers does."""
     if greedy:
-        return logits.argmax(dim=-1)
+        return apply_repetition_penalty(logits, seen, repetition_penalty).argmax(dim=-1)
     if uniforms is None or uniforms.shape != logits.shape[:1]:
         raise ValueError("sampling needs one uniform per row")
-    scores = logits.float() / temperature
-    scores = apply_top_p(apply_top_k(scores, top_k), top_p)
+    scores = next_token_scores(logits, temperature, top_k, top_p, min_p, repetition_penalty, seen)
     # Inverse-CDF sampling: one uniform per row instead of one random number per vocabulary
     # entry (multinomial, Gumbel), which is ~10x cheaper for a decode step on CPU, and which lets
     # the caller key each row's draw. fp64 keeps the cumulative sum exact enough; ``right=True``

@@ -281,6 +281,16 @@ class JobSpec(_Strict):
         "event files beside the run's checkpoints, a W&B run, an MLflow run (grpo_core.tracking).")
     priority: Priority = "normal"
 
+    def known_steps(self) -> int | None:
+        """The run's optimizer steps when the spec alone tells them: ``grpo.max_steps``, or with
+        -1 its epochs over the inline rows; None for a file or hub dataset, which is only counted
+        when the job loads it (:meth:`GRPOConfig.steps_for` either way)."""
+        if self.grpo.max_steps > 0:
+            return self.grpo.max_steps
+        if self.dataset.prompts is None:
+            return None
+        return self.grpo.steps_for(len(self.dataset.prompts))
+
     @model_validator(mode="after")
     def _merge_needs_an_adapter(self) -> JobSpec:
         if self.export.merge_lora and self.model.lora is None:
@@ -302,6 +312,22 @@ class JobSpec(_Strict):
                 raise _located_error(type(self).__name__, ("rewards", index, "gate_by"), gate,
                                      "unknown_gate", "names no reward of this job; its rewards are "
                                      "{names}", {"names": ", ".join(names)})
+        return self
+
+    @model_validator(mode="after")
+    def _save_total_limit_is_checkpoint_keep_last(self) -> JobSpec:
+        """TRL's ``save_total_limit`` (under grpo:, where a pasted TRL config puts it) sets
+        checkpoint_keep_last; both given must agree, so neither is silently ignored."""
+        limit = self.grpo.save_total_limit
+        if limit is None:
+            return self
+        if "checkpoint_keep_last" in self.model_fields_set and self.checkpoint_keep_last != limit:
+            raise _located_error(
+                type(self).__name__, ("grpo", "save_total_limit"), limit, "conflicting_checkpoint_limits",
+                "is TRL's name for checkpoint_keep_last, which says {keep}: give one of them, or the same "
+                "value",
+                {"keep": self.checkpoint_keep_last})
+        self.checkpoint_keep_last = limit
         return self
 
     @model_validator(mode="after")

@@ -22,7 +22,7 @@ from grpo_core.checkpoint import (
 )
 from grpo_core.components import RunComponents
 from grpo_core.config import GRPOConfig
-from grpo_core.errors import RewardTimeout
+from grpo_core.errors import RewardTimeout, RewardUnavailable
 from grpo_core.experience import Experience, make_experience
 from grpo_core.metrics import experience_metrics, peak_memory_mb, sample_rows, tokens_in
 from grpo_core.spec import REWARD_TIMEOUT_STEPS
@@ -59,6 +59,7 @@ class GRPOTrainer:
         self.last_checkpoint: Path | None = None
         self.ranks = components.placement.ranks
         self.reward_timeout_streak = 0  # consecutive steps with a reward call over its budget
+        self.reward_unavailable_streak = 0  # consecutive steps with a reward service unreachable
 
     @property
     def max_steps(self) -> int:
@@ -137,6 +138,7 @@ class GRPOTrainer:
         exp = self.make_experience() if fresh else self.pending
         if fresh:
             self._count_reward_timeouts(exp)
+            self._count_service_failures(exp)
         step_tokens = self.ranks.sum([tokens_in(exp)])[0] if fresh else 0.0
         self.state.num_tokens += int(step_tokens)
         update = self.optimizer_step(exp)
@@ -187,6 +189,40 @@ class GRPOTrainer:
             raise RewardTimeout(
                 f"rewards took over reward_timeout_seconds ({budget:g} s) in {self.reward_timeout_streak} "
                 f"steps in a row (last: step {step}, {', '.join(names)})"
+            )
+
+    def _count_service_failures(self, exp: Experience) -> None:
+        """Warning events for rows a reward's service left unscored and for calls whose service
+        could not be reached (those rows trained with advantage 0); unreachable in
+        :data:`REWARD_TIMEOUT_STEPS` steps in a row fails the job ``reward_unavailable``, as
+        timeouts fail it ``reward_timeout``. Counted over every rank, so all ranks stop together."""
+        calls, rows = (int(x) for x in self.ranks.sum(
+            [float(len(exp.reward_unavailable)), float(sum(exp.reward_unscored.values()))]))
+        step = self.state.step + 1
+        if rows:
+            names = sorted(exp.reward_unscored)
+            self.callbacks.on_event(
+                "reward_unscored",
+                f"step {step}: {rows} row(s) the reward service could not score ({', '.join(names)}); "
+                "they were left unscorable",
+                {"step": step, "rows": rows, "rewards": names},
+            )
+        self.reward_unavailable_streak = self.reward_unavailable_streak + 1 if calls else 0
+        if not calls:
+            return
+        names = sorted(exp.reward_unavailable)
+        why = "; ".join(exp.reward_unavailable[name] for name in names)  # this rank's; others may differ
+        self.callbacks.on_event(
+            "reward_unavailable",
+            f"step {step}: {calls} reward call(s) could not reach their service ({why}); "
+            "their rows were left unscorable",
+            {"step": step, "calls": calls, "rewards": names,
+             "steps_in_a_row": self.reward_unavailable_streak},
+        )
+        if self.reward_unavailable_streak >= REWARD_TIMEOUT_STEPS:
+            raise RewardUnavailable(
+                f"reward services could not be reached in {self.reward_unavailable_streak} steps in a row "
+                f"(last: step {step}: {why})"
             )
 
     def _checkpoint(self) -> Path | None:

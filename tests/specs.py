@@ -20,8 +20,11 @@ def tiny_spec(name: str = "tiny", *, max_steps: int = 4, pool: str | None = None
     """A JobSpec body. ``grpo`` is merged into the defaults (``grpo={"max_steps": 0}`` changes
     one field); any other field replaces its default whole; ``pool`` sets ``resources.pool``
     (a ``resources`` field, if given, wins)."""
+    # The tests were written against these (TRL's defaults differ: beta 0, linear decay, gradient
+    # checkpointing on); they keep a reference model and a constant rate.
     grpo = {"num_generations": 2, "prompts_per_step": 2, "max_completion_length": 8,
-            "max_steps": max_steps, "learning_rate": 1e-3, "seed": 0, **fields.pop("grpo", {})}
+            "max_steps": max_steps, "learning_rate": 1e-3, "seed": 0, "beta": 0.04,
+            "lr_scheduler_type": "constant", "gradient_checkpointing": False, **fields.pop("grpo", {})}
     spec: dict[str, Any] = {"name": name, "model": {"source": "path:tiny"}, "dataset": {"prompts": PROMPTS},
                             "rewards": [{"name": "contains", "args": {"text": "yes"}}], "grpo": grpo,
                             "checkpoint_every": 2, "log_completions_every": 2}

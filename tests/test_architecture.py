@@ -22,6 +22,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
                            "grpo_core", *SERVICE_FRAMEWORKS),
     # What a backend outage raises: the two clients' exceptions, nothing of this project's.
     "api.outages": ("api", "worker", "grpo_core", "fastapi", "starlette", "celery"),
+    # Checked at submit (api.http) and, for a run counted on the worker, by the worker.
+    "api.pool_limits": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
+                        *SERVICE_FRAMEWORKS),
     "api.schemas": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
                     "sqlalchemy", "redis", "fastapi"),
     "api.store": ("api.http", "api.streaming", "api.cli", "worker", "fastapi", "starlette",

@@ -30,10 +30,12 @@ from grpo_core.tracking import trackers
 from grpo_core.trainer import GRPOTrainer, TrainResult
 from worker.artifacts import ArtifactQuota
 from worker.attempt_files import AttemptFiles
+from worker.counted_steps import CountedSteps
 from worker.job_sources import loadable
 from worker.outcome import Fault, Outcome
 from worker.reporting import JobReporter
 from worker.retrying import DATABASE_UNAVAILABLE, DatabaseUnavailable
+from worker.verifiers import registered_verifiers
 
 
 class SupervisorLink(TrainerCallback):
@@ -108,7 +110,9 @@ def train_reporting(job: JobRead, spec: JobSpec, settings: Settings, files: Atte
         # The job's trackers write beside its checkpoints; one W&B run per job, resumed by each attempt.
         tracked = trackers(spec, job_dir(settings, job.id), run_id=f"job-{job.id}")
         quota = ArtifactQuota(settings, job.id, job.team_id)
-        callbacks = CallbackList([quota, reporter, link, final, *tracked])
+        # First: a job whose counted length is over its pool's limits ends before "started" is recorded.
+        counted = CountedSteps(settings, job, spec)
+        callbacks = CallbackList([counted, quota, reporter, link, final, *tracked])
         result = train_job(job, spec, settings, callbacks, ranks)
         if not result.stopped and result.checkpoint is not None:
             export_final_model(job, spec, settings, result, final.record, callbacks)
@@ -155,7 +159,8 @@ def train_job(job: JobRead, spec: JobSpec, settings: Settings, callbacks: Traine
     spec = spec.model_copy(update={"reward_timeout_seconds": budget})
     try:
         components = build_components(spec, models_root=models_root, data_root=Path(settings.data_root),
-                                      device=None, ranks=ranks, reward_models_root=Path(settings.models_root))
+                                      device=None, ranks=ranks, reward_models_root=Path(settings.models_root),
+                                      verifiers=registered_verifiers(spec, settings, job.team_id))
         trainer = GRPOTrainer(components, checkpoint_dir(settings, job.id), callbacks)
         # A requeued or preempted job continues from its newest complete checkpoint.
         trainer.resume()

@@ -1,4 +1,4 @@
-"""``grpo admin ...``: teams, quotas, API keys and pools, straight on the database
+"""``grpo admin ...``: teams, quotas, API keys, pools and verifier services, straight on the database
 (``GRPO_DATABASE_URL``) through the same store functions as ``/v1/admin``. It needs no key,
 which is how the first admin key is made.
 
@@ -86,6 +86,40 @@ def _set_pool_limits(session: Any, args: argparse.Namespace) -> Any:
     return _pools().set_limits(session, args.pool, limits)
 
 
+def _verifiers() -> Any:
+    from api.store import verifiers
+
+    return verifiers
+
+
+def _set_verifier(session: Any, args: argparse.Namespace) -> Any:
+    """The whole registration from the flags; the secret from an environment variable, so it is
+    in no shell history or process listing."""
+    import os
+
+    from pydantic import ValidationError
+
+    from api.errors import InvalidInput
+    from api.schemas.verifiers import VerifierSet
+
+    secret = None
+    if args.auth_secret_env is not None:
+        secret = os.environ.get(args.auth_secret_env)
+        if secret is None:
+            raise InvalidInput(f"--auth-secret-env: ${args.auth_secret_env} is not set", param="auth_secret")
+    fields = {"team": args.team, "pool": args.pool, "url": args.url, "auth_header": args.auth_header,
+              "auth_secret": secret, "timeout_seconds": args.timeout_seconds,
+              "max_concurrency": args.max_concurrency, "max_batch_size": args.max_batch_size}
+    try:
+        body = VerifierSet.model_validate(fields)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(part) for part in error["loc"]) or "verifier"
+        # Never the input: it may be the secret.
+        raise InvalidInput(f"--{field.replace('_', '-')}: {error['msg']}", param=field) from None
+    return _verifiers().set_verifier(session, args.name, body)
+
+
 def _create_key(session: Any, args: argparse.Namespace) -> Any:
     from api.schemas.admin import KeyCreated
 
@@ -95,6 +129,7 @@ def _create_key(session: Any, args: argparse.Namespace) -> Any:
 
 def _line(record: Any) -> str:
     from api.schemas.admin import KeyRead, PoolRead, TeamRead
+    from api.schemas.verifiers import VerifierRead
 
     if isinstance(record, TeamRead):
         quotas = ", ".join(f"{pool}={gpus}" for pool, gpus in record.quotas.items()) or "none"
@@ -111,6 +146,11 @@ def _line(record: Any) -> str:
         limits = ", ".join(f"{name}={value}" for name, value in overrides.items())
         return (f"{record.name}\t{'held' if record.held else 'open'}\tmax_worker_gpus={gpus}\t"
                 f"limits: {limits or 'defaults'}")
+    if isinstance(record, VerifierRead):
+        scope = f"team={record.team}" if record.team is not None else f"pool={record.pool}"
+        auth = f"{record.auth_header}: (secret set)" if record.auth_secret_set else "no auth"
+        return (f"{record.name}\t{scope}\t{record.url}\t{auth}\ttimeout={record.timeout_seconds:g}s\t"
+                f"concurrency={record.max_concurrency}\tbatch={record.max_batch_size}")
     raise TypeError(f"nothing prints a {type(record).__name__}")
 
 
@@ -164,7 +204,7 @@ def _handler(command: Command) -> Callable[[argparse.Namespace], int]:
 
 def add_admin_commands(commands: argparse._SubParsersAction) -> None:
     """``grpo admin COMMAND``; ``commands`` is the ``grpo`` parser's subcommands."""
-    admin = commands.add_parser("admin", help="teams, quotas, API keys and pools (on the database)")
+    admin = commands.add_parser("admin", help="teams, quotas, API keys, pools, verifiers (on the database)")
     sub = admin.add_subparsers(dest="admin_command", required=True, metavar="COMMAND")
 
     def add(name: str, help_: str, command: Command, *arguments: tuple[str, dict[str, Any]]) -> None:
@@ -202,6 +242,20 @@ def add_admin_commands(commands: argparse._SubParsersAction) -> None:
     add("set-pool-limits", "change a pool's limits (each flag: a number, or 'default')", _set_pool_limits,
         pool, *((f"--{name.replace('_', '-')}", {"type": _limit, "default": argparse.SUPPRESS,
                                                   "metavar": "N"}) for name in LIMIT_FLAGS))
+    add("set-verifier", "register (or replace) a verifier service for a team's or a pool's http_verifier "
+        "rewards", _set_verifier, ("name", {}), ("--url", {"required": True, "help": "http(s) URL"}),
+        ("--team", {"default": None, "help": "the team whose jobs may use it"}),
+        ("--pool", {"default": None, "help": "the pool whose jobs may use it"}),
+        ("--auth-header", {"default": None, "metavar": "NAME", "help": "header carrying the secret"}),
+        ("--auth-secret-env", {"default": None, "metavar": "VAR",
+                               "help": "environment variable holding the header's value"}),
+        ("--timeout-seconds", {"type": float, "default": 10.0, "help": "one request's limit"}),
+        ("--max-concurrency", {"type": int, "default": 4, "help": "requests in flight per job"}),
+        ("--max-batch-size", {"type": int, "default": 64, "help": "rows per request"}))
+    add("list-verifiers", "registered verifier services (secrets never shown)",
+        lambda s, a: _verifiers().list_verifiers(s))
+    add("delete-verifier", "remove a verifier service's registration",
+        lambda s, a: _verifiers().delete_verifier(s, a.name), ("name", {}))
     add("hold", "stop dispatching into a pool", lambda s, a: _pools().set_held(s, a.pool, held=True), pool)
     add("resume", "dispatch into a held pool again", lambda s, a: _pools().set_held(s, a.pool, held=False),
         pool)

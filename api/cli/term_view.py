@@ -234,8 +234,9 @@ def _waits(job: dict[str, Any]) -> str | None:
 
 
 def jobs_table(jobs: Sequence[dict[str, Any]], width: int | None = None) -> list[str]:
-    rows = [[job["id"], job["name"], job["status"], f"{job['last_step']}/{job['max_steps']}", job["pool"],
-             job["gpus"], job["priority"], when(job["created_at"]), _waits(job)] for job in jobs]
+    # A job by epochs over a file dataset has no step count until its worker counted the prompts.
+    rows = [[job["id"], job["name"], job["status"], f"{job['last_step']}/{job['max_steps'] or '?'}",
+             job["pool"], job["gpus"], job["priority"], when(job["created_at"]), _waits(job)] for job in jobs]
     headers = ["ID", "NAME", "STATUS", "STEP", "POOL", "GPUS", "PRIORITY", "CREATED", "WAITS"]
     return table(headers, rows, width)
 

@@ -18,6 +18,7 @@ JobId = Annotated[int, Path(ge=1, le=MAX_BIGINT, description="A job's id")]
 KeyId = Annotated[int, Path(ge=1, le=MAX_BIGINT, description="An API key's id")]
 TeamName = Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN)]
 PoolName = Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN)]
+VerifierName = Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN)]
 
 
 def id_cursor(description: str) -> Any:

@@ -17,15 +17,17 @@ from sqlalchemy.orm import Session
 
 from api.artifact_paths import model_to_continue
 from api.errors import NotFound
-from api.http.pool_limits import effective_limits, limit_problems
+from api.pool_limits import effective_limits, limit_problems
 from api.settings import Settings
 from api.store.jobs import get_job
 from api.store.pools import admission, list_pools
+from api.store.verifiers import endpoints_for
 from api.vocabulary import Heartbeat
 from grpo_core.errors import SpecError
 from grpo_core.paths import resolve_under_root
 from grpo_core.prompt_rows import reward_column_names
 from grpo_core.rewards import check_reward_rows, model_sources, required_capabilities, validate_reward_specs
+from grpo_core.rewards.http_verifier import verifier_names
 from grpo_core.spec import JobSpec, job_source, split_source
 from grpo_core.specfile import InvalidSpec, field_path
 
@@ -136,7 +138,7 @@ def _check_path_source(source: str | None, root: Path, field: str,
 
 def check_placement(session: Session, spec: JobSpec, settings: Settings) -> None:
     """Raise :class:`InvalidSpec` for a pool nobody registered (a typo would wait forever), a
-    job over one of the pool's limits (:mod:`api.http.pool_limits`), or one asking for more GPUs
+    job over one of the pool's limits (:mod:`api.pool_limits`), or one asking for more GPUs
     than the pool's largest worker advertised (gang: one worker holds all of a job's GPUs). A
     pool whose workers were never seen accepts any size."""
     found = admission(session, spec.resources.pool)
@@ -188,3 +190,15 @@ def check_job_source(session: Session, spec: JobSpec, team_id: int, settings: Se
                 else "has no final model or checkpoint yet")
         listing = f"GET /v1/jobs/{job_id}/checkpoints lists what it keeps"
         raise InvalidSpec([SpecError("model.source", f"job {job_id} {what} ({listing})")])
+
+
+def check_verifiers(session: Session, spec: JobSpec, team_id: int) -> None:
+    """Every ``http_verifier`` reward names a verifier registered for the submitting team or the
+    job's pool (its args are already valid: :func:`check_submission` ran first)."""
+    named = verifier_names(spec.rewards)
+    usable = endpoints_for(session, set(named.values()), team_id, spec.resources.pool)
+    missing = [SpecError(f"rewards.{index}.args.verifier",
+                         f"no verifier '{name}' is registered for your team or pool '{spec.resources.pool}'")
+               for index, name in named.items() if name not in usable]
+    if missing:
+        raise InvalidSpec(missing)

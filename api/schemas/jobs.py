@@ -39,7 +39,9 @@ class JobRead(BaseModel):
     attempt: int
     worker_id: str | None
     devices: list[int] | None = None  # its device indices on worker_id, from the last dispatch
-    max_steps: int
+    # The run's optimizer steps; null until the worker has counted a file or hub dataset's prompts
+    # (a job that trains by epochs, grpo.max_steps -1).
+    max_steps: int | None
     last_step: int
     cancel_requested: bool
     preempt_requested: bool = False

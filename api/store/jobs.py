@@ -66,7 +66,7 @@ def create_job(
         "priority": spec.priority,
         "pool": spec.resources.pool,
         "gpus": spec.resources.gpus,
-        "max_steps": spec.grpo.max_steps,
+        "max_steps": spec.known_steps(),
         "idempotency_key": idempotency_key,
         "request_hash": digest,
         "created_at": now,
@@ -446,6 +446,17 @@ def _requeue_or_give_up(session: Session, job_id: int, *, guard: ColumnElement[b
                       data={**data, "error_code": TOO_MANY_ATTEMPTS},
                       values={"finished_at": utcnow(), "error_code": TOO_MANY_ATTEMPTS,
                               "error_message": error, "error_traceback": None})
+
+
+def record_max_steps(session: Session, job_id: int, steps: int) -> None:
+    """The step count of a job that trains by epochs over a file or hub dataset, once its worker
+    has counted the prompts; a count already there (from submit or an earlier attempt) stays."""
+    session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.max_steps.is_(None))
+        .values(max_steps=steps)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def set_progress(session: Session, job_id: int, step: int, checkpoint: str | None = None) -> None:

@@ -78,6 +78,33 @@ class Pool(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class Verifier(Base):
+    """A verifier service admins registered, by name, for ``http_verifier`` rewards of one team's
+    jobs or of one pool's (exactly one of ``team_id`` and ``pool``). ``auth_secret`` is sent as
+    the value of the ``auth_header`` header and never shown again (the API says only that it is
+    set). Limits: one request's ``timeout_seconds``, ``max_concurrency`` requests in flight per job
+    process, ``max_batch_size`` rows per request."""
+
+    __tablename__ = "verifiers"
+    __table_args__ = (
+        CheckConstraint("(team_id IS NULL) <> (pool IS NULL)", name="one_scope"),
+        CheckConstraint("timeout_seconds > 0", name="timeout_positive"),
+        CheckConstraint("max_concurrency >= 1 AND max_batch_size >= 1", name="limits_positive"),
+    )
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    team_id: Mapped[int | None] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"))
+    pool: Mapped[str | None] = mapped_column(ForeignKey("pools.name", ondelete="CASCADE"))
+    url: Mapped[str] = mapped_column(Text)
+    auth_header: Mapped[str | None] = mapped_column(String(128))
+    auth_secret: Mapped[str | None] = mapped_column(Text)
+    timeout_seconds: Mapped[float] = mapped_column(Float)
+    max_concurrency: Mapped[int] = mapped_column(Integer)
+    max_batch_size: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class TeamQuota(Base):
     """The most GPUs a team may hold at once in a pool. No row: no limit beyond capacity."""
 
@@ -140,7 +167,8 @@ class Job(Base):
     priority: Mapped[str] = mapped_column(String(8), default="normal")
     pool: Mapped[str] = mapped_column(String(64), default="default")
     gpus: Mapped[int] = mapped_column(Integer, default=1)
-    max_steps: Mapped[int] = mapped_column(Integer)
+    # Null until known: a job by epochs over a file or hub dataset is counted by its worker.
+    max_steps: Mapped[int | None] = mapped_column(Integer)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     # ``attempt`` when the job was last retried by hand: the attempt limit counts from here.
     attempt_base: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

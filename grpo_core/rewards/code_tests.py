@@ -141,7 +141,7 @@ def _build(args: CodeTestsArgs, context: RewardContext) -> RewardFn:
         raise SandboxUnavailable(f"code_tests cannot run here: {problem}")
     limits = _limits(args)
     # A little of the budget is kept for collecting results, so the call returns inside it.
-    budget = None if context.timeout_seconds is None else context.timeout_seconds * 0.9
+    budget = context.own_budget_seconds()
 
     def code_tests(completions: list[str], prompts: list[str], **columns: Any) -> list[float | None]:
         deadline = time.monotonic() + (budget if budget is not None else math.inf)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -28,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from grpo_core.errors import SpecError
+from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
 from grpo_core.spec import RewardSpec, reward_names
 
 __all__ = [
@@ -56,16 +57,30 @@ RewardFn = Callable[..., list[float | None]]
 class RewardContext:
     """What a reward may need from the run besides its args: the tokenizer (``length_target``
     counts tokens) and the budget of one call in seconds (``regex_match`` stops matching when it is
-    spent; :func:`grpo_core.rewards.score_completions` stops waiting for any reward then).
+    spent; :func:`grpo_core.rewards.score_completions` stops waiting for any reward then), and
+    the verifier services this run may call, by registered name (``http_verifier``).
     ``reward_model`` loads its model from ``models_root`` (the service's) or, without one, relative
     to ``base_dir`` (the spec's folder), onto this rank's ``device`` in the job's ``dtype``."""
 
     tokenizer: Any | None = None
     timeout_seconds: float | None = None
+    verifiers: Mapping[str, VerifierEndpoint] = field(default_factory=dict)
     models_root: Path | None = None
     base_dir: Path | None = None
     device: Any | None = None  # a torch.device; None: the CPU (this module stays torch-free)
     dtype: str = "float32"
+
+    def own_budget_seconds(self) -> float | None:
+        """What a reward that stops itself (``code_tests``, ``http_verifier``) may spend of its
+        budget: the rest is the margin to wind down (kill its sandboxes, drop its connections) and
+        return before :func:`grpo_core.rewards.score_completions` stops waiting, which would count
+        a timeout instead of the rows it did score. A tenth of the budget, at least half a second,
+        but never more than half of it (measured: 0.2 s of a 2 s budget was too little on a loaded
+        2-core machine)."""
+        if self.timeout_seconds is None:
+            return None
+        budget = self.timeout_seconds
+        return max(budget / 2, budget - max(0.1 * budget, 0.5))
 
 
 def _no_columns(args: BaseModel) -> list[str]:
@@ -163,11 +178,12 @@ def _discover() -> _Registry:
     # Imported here because these modules import this one for RewardDefinition.
     from grpo_core.rewards.builtins import BUILTINS
     from grpo_core.rewards.code_tests import CODE_TESTS
+    from grpo_core.rewards.http_verifier import HTTP_VERIFIER
     from grpo_core.rewards.reward_model import REWARD_MODEL
     from grpo_core.rewards.similarity import TEXT_SIMILARITY
 
     definitions = {definition.name: definition
-                   for definition in [*BUILTINS, CODE_TESTS, REWARD_MODEL, TEXT_SIMILARITY]}
+                   for definition in [*BUILTINS, CODE_TESTS, HTTP_VERIFIER, REWARD_MODEL, TEXT_SIMILARITY]}
     builtin_names = frozenset(definitions)
     broken: dict[str, str] = {}
     for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):

@@ -10,6 +10,12 @@ over budget leaves its rows unscorable (NaN, so advantage 0) and is reported, no
 do about repeated timeouts is the trainer's call. A thread cannot be killed, so a plugin that never
 returns keeps spinning in the background (until the job ends); one stuck in C code holding the GIL
 stops this thread too, and only the service's stall watchdog, in another process, ends it.
+
+A reward backed by a service reports what went wrong there the same way, without raising: a call
+that raises :class:`RewardUnavailable` leaves its rows unscorable and is named in ``unavailable``
+with its message;
+rows the service answered without a usable score come back as None in a :class:`PartlyScored`
+and are counted in ``unscored``.
 """
 
 from __future__ import annotations
@@ -21,19 +27,30 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpo_core.errors import GRPOError, RewardTimeout
+from grpo_core.errors import GRPOError, RewardTimeout, RewardUnavailable
 from grpo_core.oom import out_of_memory_error
 from grpo_core.prompt_rows import RESERVED_COLUMNS
 from grpo_core.rewards.registry import BoundReward
 from grpo_core.rewards.shaping import shape_scores
 
-__all__ = ["RESERVED_COLUMNS", "Scores", "score_completions"]
+__all__ = ["RESERVED_COLUMNS", "PartlyScored", "Scores", "score_completions"]
+
+
+class PartlyScored(list):
+    """A reward's values (a plain list to any other caller) with how many of its None values are
+    rows a service failed to score rather than rows the reward does not apply to."""
+
+    def __init__(self, values: list[float | None], unscored: int) -> None:
+        super().__init__(values)
+        self.unscored = unscored
 
 
 @dataclass
 class Scores:
     matrix: list[list[float]]  # N x F: a row per completion, a column per reward, NaN = unscorable
     timed_out: list[str] = field(default_factory=list)  # rewards whose call went over its budget
+    unavailable: dict[str, str] = field(default_factory=dict)  # reward -> why its service was unreachable
+    unscored: dict[str, int] = field(default_factory=dict)  # reward -> rows its service could not score
 
 
 def _call_within(fn: Callable[..., Any], timeout: float | None, name: str, *args: Any, **kwargs: Any) -> Any:
@@ -133,6 +150,9 @@ def score_completions(
         except RewardTimeout:
             scores.timed_out.append(reward.name)
             continue
+        except RewardUnavailable as exc:
+            scores.unavailable[reward.name] = exc.message
+            continue
         except Exception as exc:
             # A reward that runs a model may run out of memory: the job's size, not the reward's bug.
             raise out_of_memory_error(exc) or GRPOError(
@@ -140,5 +160,7 @@ def score_completions(
             ) from exc
         for row, score in enumerate(_checked(reward.name, values, n)):
             scores.matrix[row][j] = score
+        if getattr(values, "unscored", 0):
+            scores.unscored[reward.name] = values.unscored
     scores.matrix = shape_scores(scores.matrix, rewards)
     return scores

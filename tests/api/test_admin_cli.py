@@ -177,3 +177,41 @@ def test_an_unmigrated_database_is_refused_with_the_command_when_not_to_migrate(
     finally:
         get_settings.cache_clear()
     assert "was never migrated" in str(refused.value) and "python -m api.store.migrate" in str(refused.value)
+
+
+# --- verifier services: the secret from an environment variable, never printed ---
+VERIFIER_SECRET = "token-from-the-environment"
+
+
+def test_register_list_and_delete_a_verifier_with_a_secret_from_the_env(grpo, monkeypatch) -> None:
+    monkeypatch.setenv("GRADER_KEY", VERIFIER_SECRET)
+    code, out, err = grpo("set-verifier", "grader", "--url", "http://127.0.0.1:9000/score",
+                          "--pool", "default", "--auth-header", "Authorization",
+                          "--auth-secret-env", "GRADER_KEY", "--max-batch-size", "16")
+    assert code == 0, err
+    assert out.startswith("grader\tpool=default\thttp://127.0.0.1:9000/score\tAuthorization: (secret set)")
+    assert "batch=16" in out
+    [listed] = grpo.json("list-verifiers")
+    assert listed["auth_secret_set"] is True and listed["max_batch_size"] == 16 and listed["team"] is None
+    code, out, err = grpo("list-verifiers")
+    assert VERIFIER_SECRET not in out + err and out.startswith("grader\t")
+
+    code, out, _ = grpo("delete-verifier", "grader")
+    assert code == 0 and out.startswith("grader\t")
+    assert grpo.json("list-verifiers") == []
+    code, _, err = grpo("delete-verifier", "grader")
+    assert code == 2 and "verifier 'grader' not found" in err
+
+
+def test_bad_registrations_exit_2_naming_the_flag(grpo, monkeypatch) -> None:
+    code, _, err = grpo("set-verifier", "grader", "--url", "http://u:p@host/score", "--pool", "default")
+    assert code == 2 and "--url" in err and "credentials" in err
+    code, _, err = grpo("set-verifier", "grader", "--url", "http://host/score")
+    assert code == 2 and "exactly one of team and pool" in err
+    code, _, err = grpo("set-verifier", "grader", "--url", "http://host/", "--team", "nobody")
+    assert code == 2 and "team 'nobody' not found" in err
+    monkeypatch.delenv("UNSET_SECRET", raising=False)
+    code, _, err = grpo("set-verifier", "grader", "--url", "http://host/", "--pool", "default",
+                        "--auth-header", "X-Key", "--auth-secret-env", "UNSET_SECRET")
+    assert code == 2 and "$UNSET_SECRET is not set" in err
+    assert grpo.json("list-verifiers") == []

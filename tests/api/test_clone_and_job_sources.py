@@ -75,6 +75,6 @@ def test_grpo_clone_with_a_changes_file(alpha, job_spec, api_server, team_keys, 
     assert f"(cloned), a clone of job {original['id']}: queued" in capsys.readouterr().out
     newest = alpha.get("/v1/jobs", params={"order": "desc", "limit": 1}).json()["items"][0]
     assert (newest["name"], newest["max_steps"]) == ("cloned", 7)
-    changes.write_text("grpo:\n  max_steps: -1\n")
+    changes.write_text("grpo:\n  max_steps: 0\n")
     assert main([*argv, "--changes", str(changes)]) == 2
     assert "grpo.max_steps" in capsys.readouterr().err

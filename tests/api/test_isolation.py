@@ -63,6 +63,10 @@ ROUTES: dict[tuple[str, str], str] = {
     ("PUT", "/v1/admin/pools/{pool}/limits"): ADMIN,
     ("PUT", "/v1/admin/teams/{team}/artifact-quota"): ADMIN,
     ("DELETE", "/v1/admin/teams/{team}/artifact-quota"): ADMIN,
+    ("PUT", "/v1/admin/verifiers/{verifier}"): ADMIN,
+    ("GET", "/v1/admin/verifiers"): ADMIN,
+    ("GET", "/v1/admin/verifiers/{verifier}"): ADMIN,
+    ("DELETE", "/v1/admin/verifiers/{verifier}"): ADMIN,
 }
 # Valid bodies where a route reads one, so the team check, not validation, decides the answer.
 BODIES = {("PATCH", _JOB): {"priority": "low"}}
@@ -106,7 +110,7 @@ def alpha_job(client_for, team_keys, job_spec, api_server) -> int:
 
 def status_of(server, client_for, key: str | None, method: str, path: str, job_id: int) -> int:
     """The status a call answers with; for a WebSocket, the handshake's (101: accepted)."""
-    url = path.format(job_id=job_id, team="alpha", pool="default", key_id=1, step=1)
+    url = path.format(job_id=job_id, team="alpha", pool="default", key_id=1, step=1, verifier="grader")
     if method != WS:
         return client_for(key).request(method, url, json=BODIES.get((method, path), {})).status_code
     headers = {"Authorization": f"Bearer {key}"} if key is not None else {}

@@ -99,3 +99,15 @@ def test_job_lists_are_summaries_and_the_spec_comes_with_the_job(alpha, job_spec
     assert [j["spec"] for j in full if j["id"] == job["id"]] == [job["spec"]]
     assert alpha.get(f"/v1/jobs/{job['id']}").json()["spec"]["dataset"]["prompts"] == rows
     assert alpha.get("/v1/jobs", params={"include": "everything"}).status_code == 422
+
+
+def test_a_run_by_epochs_over_inline_rows_is_held_to_the_step_limit_at_submit(admin, alpha, own_pool,
+                                                                             job_spec) -> None:
+    admin.put(f"/v1/admin/pools/{own_pool}/limits", json={"max_steps": 3})
+    by_epochs = job_spec(pool=own_pool, max_steps=-1, grpo={"num_train_epochs": 2})  # 4 steps
+    message = refusal(alpha.post("/v1/jobs", json=by_epochs), "grpo.max_steps")
+    assert message == (f"grpo.max_steps: 4 steps (grpo.num_train_epochs = 2); pool '{own_pool}' allows "
+                       "at most 3")
+    # A file's prompts are counted (and the limit checked) by the worker.
+    from_file = {**by_epochs, "dataset": {"source": "path:prompts.jsonl"}}
+    assert alpha.post("/v1/jobs", json=from_file).status_code == 201

@@ -48,7 +48,8 @@ def test_max_steps_override_is_the_length_the_lr_schedule_decays_over(tiny_model
     """In-process: ``--max-steps`` changes the spec itself, so the schedule reads the same value."""
     from grpo_core.cli import main
 
-    spec = write_spec(tmp_path / "job.yaml", spec_dict(tiny_model_dir, max_steps=4, lr_scheduler="linear"))
+    linear = spec_dict(tiny_model_dir, max_steps=4, lr_scheduler_type="linear")
+    spec = write_spec(tmp_path / "job.yaml", linear)
     out = tmp_path / "run"
     assert main(["train", str(spec), "--output-dir", str(out), "--max-steps", "2", "--quiet"]) == 0
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

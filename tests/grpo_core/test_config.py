@@ -33,7 +33,8 @@ def errors_for(data) -> dict[str, str]:
         ({"delta": 1.28}, "grpo.delta", "must be > 1 + epsilon_high (1.28)"),
         ({"delta": 1.1, "epsilon_high": None}, "grpo.delta", "must be > 1 + epsilon_high (1.2)"),
         ({"top_p": 1.5}, "grpo.top_p", "less than or equal to 1"),
-        ({"lr_scheduler": "step"}, "grpo.lr_scheduler", "'constant', 'linear' or 'cosine'"),
+        ({"lr_scheduler_type": "step"}, "grpo.lr_scheduler_type",
+         "'cosine', 'constant' or 'constant_with_warmup'"),
     ],
 )
 def test_bad_grpo_values_name_the_field(tmp_path, override, field, words):
@@ -64,11 +65,11 @@ def test_dataset_needs_exactly_one_origin(tmp_path):
     assert "dataset" in errors_for(data)
 
 
-def test_defaults_follow_design_and_clip_high_falls_back_to_epsilon():
+def test_defaults_follow_trl_and_clip_high_falls_back_to_epsilon():
     config = GRPOConfig()
     assert (config.num_generations, config.beta, config.loss_type, config.scale_rewards) == (
         8,
-        0.04,
+        0.0,
         "dapo",
         "group",
     )

@@ -1,4 +1,5 @@
-"""Learning-rate schedules against hand-computed values."""
+"""Learning-rate schedules against hand-computed values (transformers' formulas; the comparison
+with ``transformers.get_scheduler`` itself is in test_trl_config_compat.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,13 @@ import pytest
 from grpo_core.optim import lr_multiplier
 
 
-def test_warmup_is_linear_then_constant():
-    assert [lr_multiplier(s, "constant", 4, 10) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+def test_warmup_starts_at_zero_then_holds():
+    assert [lr_multiplier(s, "constant_with_warmup", 4, 10) for s in range(6)] == [0.0, 0.25, 0.5, 0.75, 1, 1]
+
+
+def test_constant_never_warms_up():
+    """transformers' ``constant`` ignores warmup; ``constant_with_warmup`` is the one that warms up."""
+    assert [lr_multiplier(s, "constant", 4, 10) for s in range(3)] == [1.0, 1.0, 1.0]
 
 
 def test_linear_decays_to_zero_at_the_last_step():
@@ -26,5 +32,5 @@ def test_cosine_follows_half_a_cosine():
 
 
 def test_unknown_schedule_lists_the_valid_ones():
-    with pytest.raises(ValueError, match="constant, linear, cosine"):
+    with pytest.raises(ValueError, match="constant, constant_with_warmup, linear, cosine"):
         lr_multiplier(5, "step", 0, 10)

@@ -23,7 +23,9 @@ def test_every_builtin_describes_and_bounds_its_args(reward: dict):
         bounded = [option for option in [prop, *prop.get("anyOf", [])] if option.get("type") != "null"]
         for option in bounded:
             if option.get("type") == "string" and "enum" not in option:
-                assert "maxLength" in option, f"{reward['name']}.{name} has no maxLength"
+                # A length, or an anchored pattern of bounded repeats (names such as a verifier's).
+                anchored = option.get("pattern", "").endswith("}$")
+                assert "maxLength" in option or anchored, f"{reward['name']}.{name} has no maxLength"
             if option.get("type") in ("integer", "number"):
                 assert {"maximum", "exclusiveMaximum"} & set(option), f"{reward['name']}.{name} unbounded"
             if option.get("type") == "array":

@@ -146,3 +146,33 @@ def test_the_quota_check_lets_a_checkpoint_through_while_the_database_is_away(ta
     away = task_settings.model_copy(update={"database_url": "postgresql+psycopg://postgres@127.0.0.1:9/none"})
     # A blip must not fail the job: this checkpoint goes unchecked, the next one is checked again.
     ArtifactQuota(away, job_id=1, team_id=1).before_checkpoint(1, 10**15)
+
+
+def test_a_run_by_epochs_over_a_file_is_counted_by_the_worker_and_held_to_its_pools_step_limit(
+        submit, tiny_spec, run_in_process, job_of, roots, database_url, pool):
+    """Submit cannot count a file's prompts: the worker does, stores the count, and fails a job
+    whose count is over its pool's limit (before a step, storing nothing, so a retry is checked again)."""
+    from api.schemas.admin import PoolLimits
+    from api.store.pools import create_pool, set_limits
+
+    name = f"four-{uuid.uuid4().hex[:8]}.jsonl"
+    (roots["data"] / name).write_text("".join(f'{{"prompt": "Is {n} yes?"}}\n' for n in range(4)))
+    # 4 prompts, 2 a step, one epoch: 2 steps
+    spec = tiny_spec(pool=pool, max_steps=-1, grpo={"num_train_epochs": 1},
+                     dataset={"source": f"path:{name}"})
+    with session_scope(database_url) as session:
+        create_pool(session, pool)
+        set_limits(session, pool, PoolLimits(max_steps=1))
+    over = submit(spec)
+    assert job_of(over).max_steps is None  # not known at submit
+    job = run_in_process(over)
+    assert failed_with(job) == "invalid_spec"
+    assert job.error.message == (f"grpo.max_steps: 2 steps (grpo.num_train_epochs = 1); pool '{pool}' "
+                                 "allows at most 1")
+    assert (job.max_steps, job.last_step) == (None, 0)
+
+    with session_scope(database_url) as session:
+        set_limits(session, pool, PoolLimits())
+    done = run_in_process(submit(spec))
+    assert done.status == "succeeded", done.error
+    assert done.max_steps == done.last_step == 2

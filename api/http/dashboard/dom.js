@@ -54,8 +54,10 @@ export function progressBar(done, total) {
   const fraction = total > 0 ? Math.min(1, done / total) : 0;
   const bar = el("span", {className: "fill"});
   bar.style.width = `${(fraction * 100).toFixed(1)}%`;
-  return el("span", {className: "progress", title: `${done} / ${total} steps`},
-    el("span", {className: "track"}, bar), el("span", {className: "label"}, `${done}/${total}`));
+  // No total yet: a job by epochs whose worker has not counted its dataset's prompts.
+  const of = total ?? "?";
+  return el("span", {className: "progress", title: `${done} / ${of} steps`},
+    el("span", {className: "track"}, bar), el("span", {className: "label"}, `${done}/${of}`));
 }
 
 export function jobLink(id, text = `#${id}`) {

@@ -1,6 +1,6 @@
-"""``/v1/admin``: teams, their quotas and API keys, and pools; admin keys only (403 otherwise).
-``GET /v1/me`` tells any caller who it is. Thin: parse, call ``api.store.teams`` / ``pools``
-(which ``grpo admin`` calls too), return."""
+"""``/v1/admin``: teams, their quotas and API keys, pools and verifier services; admin keys
+only (403 otherwise). ``GET /v1/me`` tells any caller who it is. Thin: parse, call
+``api.store.teams`` / ``pools`` / ``verifiers`` (which ``grpo admin`` calls too), return."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from api.http.deps import KeyCacheDep, PrincipalDep, SessionDep, require_admin
-from api.http.params import MAX_NAME_LENGTH, KeyId, PoolName, TeamName
+from api.http.params import MAX_NAME_LENGTH, KeyId, PoolName, TeamName, VerifierName
 from api.schemas.admin import (
     ArtifactQuotaSet,
     KeyCreate,
@@ -28,7 +28,8 @@ from api.schemas.admin import (
     TeamUpdate,
 )
 from api.schemas.jobs import Page
-from api.store import pools, teams
+from api.schemas.verifiers import VerifierRead, VerifierSet
+from api.store import pools, teams, verifiers
 from api.vocabulary import NAME_PATTERN
 
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin)],
@@ -36,6 +37,7 @@ router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(requir
 me = APIRouter(tags=["meta"])
 _TEAM_404 = {404: {"description": "No such team (or pool)"}}
 _POOL_404 = {404: {"description": "No such pool"}}
+_VERIFIER_404 = {404: {"description": "No such verifier"}}
 _BAD = {422: {"description": "Invalid value; `param` names the field. Nothing was changed"}}
 
 
@@ -150,3 +152,27 @@ def set_pool_limits(pool: PoolName, body: PoolLimits, session: SessionDep) -> Po
     """Replace the pool's limits (a null or missing field: the deployment's default). Checked at
     each submission; jobs already accepted keep running."""
     return pools.set_limits(session, pool, body)
+
+
+@router.put("/verifiers/{verifier}", response_model=VerifierRead,
+            responses={404: {"description": "No such team or pool"}, **_BAD})
+def set_verifier(verifier: VerifierName, body: VerifierSet, session: SessionDep) -> VerifierRead:
+    """Register a verifier service for one team's or one pool's ``http_verifier`` rewards, or
+    replace its registration. The auth secret is stored and sent, never returned."""
+    return verifiers.set_verifier(session, verifier, body)
+
+
+@router.get("/verifiers", response_model=Page[VerifierRead])
+def list_verifiers(session: SessionDep) -> Page[VerifierRead]:
+    return Page[VerifierRead](items=verifiers.list_verifiers(session), next_after=None)
+
+
+@router.get("/verifiers/{verifier}", response_model=VerifierRead, responses=_VERIFIER_404)
+def get_verifier(verifier: VerifierName, session: SessionDep) -> VerifierRead:
+    return verifiers.get_verifier(session, verifier)
+
+
+@router.delete("/verifiers/{verifier}", status_code=status.HTTP_204_NO_CONTENT, responses=_VERIFIER_404)
+def delete_verifier(verifier: VerifierName, session: SessionDep) -> None:
+    """Jobs queued with it fail ``invalid_spec`` when they start; new submissions naming it are 422s."""
+    verifiers.delete_verifier(session, verifier)

@@ -14,7 +14,13 @@ from starlette.datastructures import State
 from api.http.deps import PrincipalDep, RedisDep, SessionDep, SettingsDep
 from api.http.errors import spec_body
 from api.http.params import JobId, id_cursor
-from api.http.submission import check_capabilities, check_job_source, check_placement, check_submission
+from api.http.submission import (
+    check_capabilities,
+    check_job_source,
+    check_placement,
+    check_submission,
+    check_verifiers,
+)
 from api.http.views import job_for
 from api.lifecycle import JOB_STATUSES, WAITING_STATUSES
 from api.scheduling import liveness
@@ -79,6 +85,7 @@ def _check_and_create(
     with session_scope(settings.database_url, publish=app_state.publish) as session:
         check_placement(session, spec, settings)
         check_job_source(session, spec, team_id, settings)
+        check_verifiers(session, spec, team_id)
         return job_store.create_job(session, team_id, spec, idempotency_key)
 
 

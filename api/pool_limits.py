@@ -1,5 +1,7 @@
 """What a pool allows a job to ask for: its admins' overrides (:class:`api.schemas.admin.PoolLimits`)
-over the deployment's defaults (``GRPO_POOL_*``), and the submit-time check of a spec against them.
+over the deployment's defaults (``GRPO_POOL_*``), and the check of a spec against them: at submit,
+and for a run whose length is only known once its dataset is loaded (``max_steps: -1`` over a file
+or hub dataset), its step limits again on the worker.
 
 Every spec field is bounded on its own; these bound what the fields multiply to (tokens a step
 holds in memory, checkpoints a run writes, rows a spec carries), which is what a careless or
@@ -34,27 +36,40 @@ def tokens_per_step(spec: JobSpec) -> int:
 
 
 def limit_problems(spec: JobSpec, limits: PoolLimits) -> list[SpecError]:
-    """One error per limit the spec is over, on the field to change, with the figures."""
+    """One error per limit the spec is over, on the field to change, with the figures. A run
+    whose length is not known yet (max_steps -1 over a file or hub dataset) has its step limits
+    checked by the worker once it has counted the prompts (:func:`step_limit_problems`)."""
     pool, problems = f"pool '{spec.resources.pool}'", []
     tokens = tokens_per_step(spec)
     if limits.max_tokens_per_step is not None and tokens > limits.max_tokens_per_step:
         problems.append(SpecError("grpo", (
             f"prompts_per_step × num_generations × (max_prompt_length + max_completion_length) = {tokens:,} "
             f"tokens per step; {pool} allows at most {limits.max_tokens_per_step:,}: lower one of them")))
-    if limits.max_steps is not None and spec.grpo.max_steps > limits.max_steps:
-        problems.append(SpecError("grpo.max_steps", f"{spec.grpo.max_steps:,} steps; {pool} allows at most "
-                                                    f"{limits.max_steps:,}"))
-    checkpoints = math.ceil(spec.grpo.max_steps / spec.checkpoint_every)
-    if limits.max_checkpoints_per_job is not None and checkpoints > limits.max_checkpoints_per_job:
-        fewest_between = math.ceil(spec.grpo.max_steps / limits.max_checkpoints_per_job)
-        problems.append(SpecError("checkpoint_every", (
-            f"writes {checkpoints:,} checkpoints over {spec.grpo.max_steps:,} steps; {pool} allows at "
-            f"most {limits.max_checkpoints_per_job:,} per job: checkpoint every {fewest_between:,} steps "
-            "or more")))
+    steps = spec.known_steps()
+    if steps is not None:
+        problems += step_limit_problems(spec, steps, limits)
     if spec.dataset.prompts is not None and limits.max_inline_dataset_bytes is not None:
         size = len(json.dumps(spec.dataset.prompts, separators=(",", ":")).encode())
         if size > limits.max_inline_dataset_bytes:
             problems.append(SpecError("dataset.prompts", (
                 f"{size:,} bytes of inline rows; {pool} allows at most {limits.max_inline_dataset_bytes:,}: "
                 "put the rows in a dataset file under the data root")))
+    return problems
+
+
+def step_limit_problems(spec: JobSpec, steps: int, limits: PoolLimits) -> list[SpecError]:
+    """The limits on a run of ``steps`` optimizer steps: steps, and checkpoints written."""
+    pool, problems = f"pool '{spec.resources.pool}'", []
+    # Steps that came from num_train_epochs say so: the user never wrote the number.
+    counted = "" if spec.grpo.max_steps > 0 else f" (grpo.num_train_epochs = {spec.grpo.num_train_epochs:g})"
+    if limits.max_steps is not None and steps > limits.max_steps:
+        problems.append(SpecError("grpo.max_steps", f"{steps:,} steps{counted}; {pool} allows at most "
+                                                    f"{limits.max_steps:,}"))
+    checkpoints = math.ceil(steps / spec.checkpoint_every)
+    if limits.max_checkpoints_per_job is not None and checkpoints > limits.max_checkpoints_per_job:
+        fewest_between = math.ceil(steps / limits.max_checkpoints_per_job)
+        problems.append(SpecError("checkpoint_every", (
+            f"writes {checkpoints:,} checkpoints over {steps:,} steps{counted}; {pool} allows at "
+            f"most {limits.max_checkpoints_per_job:,} per job: checkpoint every {fewest_between:,} steps "
+            "or more")))
     return problems
