@@ -103,3 +103,10 @@ class GRPOConfig(BaseModel):
                 "so every micro-batch has the same number of rows"
             )
         return value
+
+    # --- TRL generation batching and GSPO (issue 13 item 8) -----------------------------------
+    importance_sampling_level: Literal["token", "sequence"] = Field(
+        "token",
+        description="token: one importance ratio per token; sequence (GSPO): exp of the mean over the "
+        "completion's tokens of logprobs - old_logprobs, shared by its tokens and clipped the same way.",
+    )

@@ -142,8 +142,10 @@ def _configure(
     epsilon_high: float,
     delta: float | None,
     accumulation_steps: int = 1,
+    importance_sampling_level: str = "token",
 ) -> None:
     """Set exactly the attributes ``_compute_loss`` reads; monkeypatch restores them after the test."""
+    monkeypatch.setattr(trainer, "importance_sampling_level", importance_sampling_level)
     monkeypatch.setattr(trainer, "loss_type", loss_type)
     monkeypatch.setattr(trainer, "beta", beta)
     monkeypatch.setattr(trainer, "epsilon_low", epsilon_low)
@@ -199,9 +201,11 @@ def _our_loss(
     epsilon_low: float,
     epsilon_high: float,
     delta: float | None,
+    importance_sampling_level: str = "token",
 ):
     """Our update's loss for ``batch[rows]`` and the metrics it reports for them."""
     config = OurConfig(
+        importance_sampling_level=importance_sampling_level,
         loss_type=loss_type,
         beta=beta,
         epsilon=epsilon_low,
@@ -233,6 +237,7 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("importance_sampling_level", ["token", "sequence"])
 @pytest.mark.parametrize(("loss_type", "beta", "epsilon_high", "delta"), CASES)
 def test_loss_and_metrics_match_trl(
     trainer: GRPOTrainer,
@@ -241,10 +246,20 @@ def test_loss_and_metrics_match_trl(
     beta: float,
     epsilon_high: float,
     delta: float | None,
+    importance_sampling_level: str,
 ) -> None:
-    settings = dict(loss_type=loss_type, beta=beta, epsilon_low=0.2, epsilon_high=epsilon_high, delta=delta)
+    """Token level, and GSPO's sequence level (every loss type TRL allows with it; its clip
+    fractions count completions, not tokens)."""
+    settings = dict(
+        loss_type=loss_type, beta=beta, epsilon_low=0.2, epsilon_high=epsilon_high, delta=delta,
+        importance_sampling_level=importance_sampling_level,
+    )
     _configure(trainer, monkeypatch, **settings)
     batch = _batch()
+    if importance_sampling_level == "sequence":
+        # Averaging over a completion's tokens shrinks the log-ratios; push row 0 (A > 0) further
+        # off-policy so its sequence weight leaves the trust region upwards too.
+        batch["old_per_token_logps"][0] -= 0.5
     mask = batch["completion_mask"]
     rows = slice(0, N)
 
