@@ -19,8 +19,11 @@ class StepTotals:
     """Normalisers fixed for a whole optimizer step, before it is split into micro-batches."""
 
     rows: int  # N of the step
-    tokens: float  # Σ completion_mask over the step (the generation batch)
+    tokens: float  # Σ completion_mask over the step
     max_completion_length: int
+    # dapo's normaliser: the generation round's tokens per optimizer step it feeds (TRL divides by
+    # the generation batch's tokens, rescaled to one step); None: ``tokens``, a one-step round.
+    round_tokens_per_step: float | None = None
 
 
 @dataclass(frozen=True)
@@ -106,8 +109,15 @@ def _grpo(loss: torch.Tensor, mask: torch.Tensor, totals: StepTotals) -> torch.T
 
 
 def _token_mean(loss: torch.Tensor, mask: torch.Tensor, totals: StepTotals) -> torch.Tensor:
-    """Token mean over the step (bnpo and dapo: one generation batch is one step here)."""
+    """Token mean over the step (bnpo)."""
     return (loss * mask).sum() / max(totals.tokens, 1.0)
+
+
+def _dapo(loss: torch.Tensor, mask: torch.Tensor, totals: StepTotals) -> torch.Tensor:
+    """Token sum over the generation round's tokens per step: the step's token mean when a round
+    is one step; with a round of k steps every step shares one normaliser, as in TRL."""
+    tokens = totals.tokens if totals.round_tokens_per_step is None else totals.round_tokens_per_step
+    return (loss * mask).sum() / max(tokens, 1.0)
 
 
 def _dr_grpo(loss: torch.Tensor, mask: torch.Tensor, totals: StepTotals) -> torch.Tensor:
@@ -121,7 +131,7 @@ AGGREGATORS: dict[str, Aggregator] = {
     "grpo": _grpo,
     "bnpo": _token_mean,
     "dr_grpo": _dr_grpo,
-    "dapo": _token_mean,
+    "dapo": _dapo,
 }
 
 

@@ -105,7 +105,10 @@ def accumulate_gradients(
     # Normalisers over the whole step on every rank, so each rank's loss is its share of the
     # 1-process loss and summing the ranks' gradients gives the 1-process gradient.
     rows, tokens = placement.ranks.sum([mask.size(0), float(mask.sum())])
-    totals = StepTotals(rows=int(rows), tokens=tokens, max_completion_length=config.max_completion_length)
+    totals = StepTotals(
+        rows=int(rows), tokens=tokens, max_completion_length=config.max_completion_length,
+        round_tokens_per_step=exp.round_tokens_per_step,
+    )
     sums = StepSums()
     width = exp.rollout.completion_ids.size(1)
     for rows in micro_batches(mask.size(0), config.gradient_accumulation_steps):

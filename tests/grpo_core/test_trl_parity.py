@@ -326,3 +326,34 @@ def test_gradient_accumulation_matches_trl(
         our_total += our_loss.item()
     assert trl_total == pytest.approx(our_total, abs=ATOL), (trl_total, our_total)
     torch.testing.assert_close(our_leaf.grad, trl_leaf.grad, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("importance_sampling_level", ["token", "sequence"])
+def test_dapo_step_of_a_two_step_round_matches_trl(
+    trainer: GRPOTrainer, monkeypatch: pytest.MonkeyPatch, importance_sampling_level: str
+) -> None:
+    """A generation round of 6 rows feeding 2 optimizer steps (TRL: steps_per_generation =
+    2·gradient_accumulation_steps): TRL divides each step's dapo loss by the round's tokens
+    rescaled to one step, not by the step's own tokens; ours must do the same."""
+    settings = dict(
+        loss_type="dapo", beta=0.04, epsilon_low=0.2, epsilon_high=0.28, delta=None,
+        importance_sampling_level=importance_sampling_level,
+    )
+    _configure(trainer, monkeypatch, **settings)
+    monkeypatch.setattr(trainer.args, "steps_per_generation", 2)
+    batch = _batch(seed=2)
+    mask = batch["completion_mask"]
+    rows = slice(0, 3)  # the round's first step
+    round_tokens = float(mask.sum())
+    assert round_tokens / 2 != float(mask[rows].sum())  # otherwise both normalisers agree anyway
+
+    trl_leaf = batch["logprobs"].clone().requires_grad_(True)
+    trl_loss, _ = _trl_loss(trainer, monkeypatch, batch, rows, trl_leaf[rows], mask.sum())
+    our_leaf = batch["logprobs"].clone().requires_grad_(True)
+    step_tokens = float(mask[rows].sum())
+    totals = StepTotals(3, step_tokens, max_completion_length=T, round_tokens_per_step=round_tokens / 2)
+    our_loss, _ = _our_loss(batch, rows, our_leaf[rows], totals, **settings)
+    assert trl_loss.item() == pytest.approx(our_loss.item(), abs=ATOL), (trl_loss.item(), our_loss.item())
+    trl_loss.backward()
+    our_loss.backward()
+    torch.testing.assert_close(our_leaf.grad, trl_leaf.grad, atol=ATOL, rtol=0)
