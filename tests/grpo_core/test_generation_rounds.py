@@ -79,6 +79,18 @@ def test_one_round_feeds_k_optimizer_steps_off_policy_after_the_first(tiny_model
     assert records[-1]["num_tokens"] > records[-2]["num_tokens"] > records[-3]["num_tokens"]
 
 
+def test_iterations_replay_the_round_in_trl_order(tiny_model_dir, tmp_path, monkeypatch):
+    """num_iterations=2 over a round of 2 steps: parts 0, 1, 0, 1 of one generation, as TRL
+    replays its buffered generation batch."""
+    spec = make_spec(tiny_model_dir, max_steps=4, steps_per_generation=2, num_iterations=2)
+    records, generations, prompts, drift = _train(spec, tmp_path, monkeypatch)
+    assert generations == 1
+    assert prompts[0] == prompts[2] and prompts[1] == prompts[3] and not set(prompts[0]) & set(prompts[1])
+    assert drift[0] < 1e-5 and min(drift[1:]) > 1e-4
+    assert records[0]["reward"] == records[2]["reward"]
+    assert records[3]["num_tokens"] == records[1]["num_tokens"]  # a second pass brings no new tokens
+
+
 def test_generation_batch_size_is_the_same_round(tiny_model_dir, tmp_path):
     """generation_batch_size = 2·B·G and steps_per_generation = 2·accumulation give one run."""
     by_steps = make_spec(tiny_model_dir, max_steps=3, steps_per_generation=4, gradient_accumulation_steps=2)
