@@ -6,8 +6,11 @@ import math
 
 import pytest
 import torch
+from core_specs import make_spec
+from run_records import records
 
 from grpo_core.config import GRPOConfig
+from grpo_core.local_run import run_local
 from grpo_core.losses import StepTotals, aggregate_loss, clip_counts, policy_loss_terms
 from grpo_core.update import StepSums, micro_batch_loss
 
@@ -66,3 +69,18 @@ def test_update_reports_sequence_clip_fractions() -> None:
 def test_unknown_level_lists_valid_ones() -> None:
     with pytest.raises(ValueError, match="valid: token, sequence"):
         policy_loss_terms(LOG_RATIO, LOG_RATIO, ADVANTAGES, 0.2, 0.2, importance_sampling_level="seq")
+
+
+def test_sequence_level_trains_through_the_real_loop(tiny_model_dir, tmp_path):
+    """GSPO on the tiny model with a round of 2 steps: the second step is off-policy, and its clip
+    fractions are counts of whole completions (of the step's B·G = 8), not of tokens."""
+    spec = make_spec(
+        tiny_model_dir, max_steps=2, steps_per_generation=2, importance_sampling_level="sequence",
+        loss_type="grpo", learning_rate=3e-2, epsilon=0.001, epsilon_high=0.001,
+    )
+    result = run_local(spec, tmp_path, tmp_path / "out", device="cpu", progress=False)
+    assert result.step == 2
+    first, second = records(tmp_path / "out", "metrics")
+    assert first["clip_ratio/region_mean"] == 0.0  # on-policy: every weight is 1
+    clipped = second["clip_ratio/region_mean"] * 8
+    assert clipped > 0 and clipped == pytest.approx(round(clipped), abs=1e-9)
