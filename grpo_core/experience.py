@@ -1,5 +1,6 @@
-"""One generation batch: sample, decode, score, select groups, compute advantages and the
-log-probs that stay fixed during the update (reference, and old policy when mu > 1)."""
+"""One generation round: sample, decode, score, select groups, compute advantages and the
+log-probs that stay fixed while it is trained on (reference, and the generating policy's when
+the round feeds more than one optimizer step)."""
 
 from __future__ import annotations
 
