@@ -32,6 +32,7 @@ from api.store.clock import Backoff, db_now
 from api.store.models import Allocation, Job, JobEvent, utcnow
 from api.store.telemetry import add_event
 from api.vocabulary import PRIORITIES
+from grpo_core.rewards import required_capabilities
 from grpo_core.spec import JobSpec
 
 
@@ -66,6 +67,7 @@ def create_job(
         "priority": spec.priority,
         "pool": spec.resources.pool,
         "gpus": spec.resources.gpus,
+        "required_capabilities": sorted({needed for _, needed in required_capabilities(spec.rewards)}),
         "max_steps": spec.grpo.max_steps,
         "idempotency_key": idempotency_key,
         "request_hash": digest,
