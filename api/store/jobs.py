@@ -42,6 +42,12 @@ def request_hash(spec: JobSpec, body: dict[str, Any] | None = None) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def capabilities_needed(spec: JobSpec) -> list[str]:
+    """What a worker must advertise to run ``spec`` (its rewards' needs), sorted, each once:
+    stored with the job for the scheduler, and checked again by the worker that gets it."""
+    return sorted({capability for _, capability in required_capabilities(spec.rewards)})
+
+
 _JOBS = Job.__table__
 _INSERT_EVENT = insert(JobEvent.__table__)
 _QUEUED = {"type": "queued", "message": "job submitted", "level": "info"}
@@ -67,7 +73,7 @@ def create_job(
         "priority": spec.priority,
         "pool": spec.resources.pool,
         "gpus": spec.resources.gpus,
-        "required_capabilities": sorted({needed for _, needed in required_capabilities(spec.rewards)}),
+        "required_capabilities": capabilities_needed(spec),
         "max_steps": spec.grpo.max_steps,
         "idempotency_key": idempotency_key,
         "request_hash": digest,
