@@ -269,43 +269,69 @@ def free_devices(state: ClusterState) -> dict[str, list[int]]:
 
 class _Capacity:
     """A pool's free devices during one pass, its workers grouped by the capabilities they
-    advertise (a handful of distinct sets): a job looks only at the groups that cover what it
-    requires, and takes the best fit among them."""
+    advertise (a handful of distinct sets, usually one): a job looks only at the groups that cover
+    what it requires, and takes the best fit among them."""
 
     def __init__(self, workers: list[Worker], devices: dict[str, list[int]]) -> None:
         self.free: dict[frozenset[str], list[tuple[int, str]]] = {}  # (free devices, worker), ascending
-        self.biggest: dict[frozenset[str], int] = {}  # the most GPUs a worker of the group has
+        biggest: dict[frozenset[str], int] = {}  # the most GPUs a worker of the group has
         for worker in workers:
             group = self.free.setdefault(worker.capabilities, [])
-            self.biggest[worker.capabilities] = max(self.biggest.get(worker.capabilities, 0), worker.gpus)
+            biggest[worker.capabilities] = max(biggest.get(worker.capabilities, 0), worker.gpus)
             if devices[worker.worker_id]:
                 group.append((len(devices[worker.worker_id]), worker.worker_id))
         for group in self.free.values():
             group.sort()
-        self._usable: dict[frozenset[str], list[frozenset[str]]] = {}
+        self._biggest = biggest
+        # Most free devices a worker of each group had when it went to a job of each class in this
+        # pass (``given``), and to a job of any class ahead of each class (``above``): a job that
+        # finds nothing free learns whether room it could have used went to a higher class or to
+        # its own. Kept as running maxima, since most of a long queue asks.
+        classes = len(PRIORITY_ORDER) + 1
+        self.given = {caps: [0] * classes for caps in self.free}
+        self.above = {caps: [0] * classes for caps in self.free}
+        self._usable: dict[frozenset[str], tuple[list[frozenset[str]], int]] = {}
 
-    def usable(self, requires: frozenset[str]) -> list[frozenset[str]]:
-        """The groups whose workers advertise everything in ``requires`` (memoised: jobs repeat)."""
-        if requires not in self._usable:
-            self._usable[requires] = [caps for caps in self.free if requires <= caps]
-        return self._usable[requires]
+    def usable(self, requires: frozenset[str]) -> tuple[list[frozenset[str]], int]:
+        """The groups whose workers advertise everything in ``requires``, and the most GPUs one of
+        their workers has (memoised: a queue holds few distinct requirements)."""
+        found = self._usable.get(requires)
+        if found is None:
+            groups = [caps for caps in self.free if requires <= caps]
+            biggest = max((self._biggest[caps] for caps in groups), default=0)
+            found = self._usable[requires] = (groups, biggest)
+        return found
 
-    def take(self, job: WaitingJob) -> tuple[int, str, frozenset[str]] | None:
-        """The usable worker with the fewest free devices that fit ``job``, its count of free
-        devices before and its group, with the job's devices taken off; None when none fits."""
+    def take(self, gpus: int, groups: list[frozenset[str]], rank: int) -> tuple[str, int] | None:
+        """The worker of ``groups`` with the fewest free devices, at least ``gpus``, for a job of
+        class ``rank``: its id and how many devices it had free; None when none fits."""
         best: tuple[tuple[int, str], frozenset[str], int] | None = None
-        for caps in self.usable(job.requires):
+        for caps in groups:
             group = self.free[caps]
-            fit = bisect_left(group, (job.gpus, ""))
+            fit = bisect_left(group, (gpus, ""))
             if fit < len(group) and (best is None or group[fit] < best[0]):
                 best = (group[fit], caps, fit)
         if best is None:
             return None
         (count, worker_id), caps, fit = best
         del self.free[caps][fit]
-        if count > job.gpus:
-            insort(self.free[caps], (count - job.gpus, worker_id))
-        return count, worker_id, caps
+        if count > gpus:
+            insort(self.free[caps], (count - gpus, worker_id))
+        given, above = self.given[caps], self.above[caps]
+        given[rank] = max(given[rank], count)
+        for lower in range(rank + 1, len(above)):
+            above[lower] = max(above[lower], count)
+        return worker_id, count
+
+    def why_not(self, gpus: int, groups: list[frozenset[str]], rank: int) -> str:
+        """Why a job of class ``rank`` found no worker of ``groups`` with ``gpus`` free devices."""
+        for caps in groups:
+            if self.above[caps][rank] >= gpus:
+                return "lower_priority"
+        for caps in groups:
+            if self.given[caps][rank] >= gpus:
+                return "fair_share"
+        return "no_capacity"
 
 
 def _place(
@@ -316,21 +342,17 @@ def _place(
     jobs left waiting, in order, and team -> GPUs held once this pass's dispatches run."""
     capacity = _Capacity(pool.workers, devices)
     real_held = dict(pool.held)  # grows with this pass's dispatches: quotas bind within one pass
-    # Most free devices a worker of each capability group had when it went to a job of each class
-    # in this pass: a job that finds nothing free learns whether room it could have used went to
-    # a higher class or to its own.
-    given: dict[tuple[int, frozenset[str]], int] = {}
     left: list[WaitingJob] = []
     for job in _order(state, pool):
         quota = _quota(state, job.team_id, pool.name)
-        usable = capacity.usable(job.requires)
+        groups, biggest = capacity.usable(job.requires)
         if pool.name in state.held_pools:
             reason = "pool_held"
         elif not pool.workers:
             reason = "no_workers"
-        elif not usable:
+        elif not groups:
             reason = "no_capable_worker"
-        elif max(capacity.biggest[caps] for caps in usable) < job.gpus:
+        elif biggest < job.gpus:
             reason = "too_large"
         elif job.backoff:
             reason = "backoff"
@@ -338,21 +360,14 @@ def _place(
             reason = "quota_exceeded"
         else:
             rank = _rank(job.priority)
-            taken = capacity.take(job)
+            taken = capacity.take(job.gpus, groups, rank)
             if taken is not None:
-                count, worker_id, caps = taken
+                worker_id = taken[0]
                 ids, devices[worker_id] = devices[worker_id][:job.gpus], devices[worker_id][job.gpus:]
-                given[(rank, caps)] = max(given.get((rank, caps), 0), count)
                 real_held[job.team_id] = real_held.get(job.team_id, 0) + job.gpus
                 result.dispatch.append(Dispatch(job.id, worker_id, tuple(ids)))
                 continue
-            went = [(r, count) for (r, caps), count in given.items() if r <= rank and job.requires <= caps]
-            if any(r < rank and count >= job.gpus for r, count in went):
-                reason = "lower_priority"
-            elif any(count >= job.gpus for _, count in went):
-                reason = "fair_share"
-            else:
-                reason = "no_capacity"
+            reason = capacity.why_not(job.gpus, groups, rank)
         left.append(job)
         result.pending[job.id] = reason
         result.position[job.id] = len(left)
