@@ -54,16 +54,26 @@ def test_a_code_tests_job_on_a_worker_without_the_sandbox_goes_back_to_the_queue
     assert (requeued.status, requeued.worker_id, requeued.error) == ("queued", None, None)
 
 
-def test_a_job_that_needs_nothing_is_not_held_up_by_a_missing_sandbox(
-        submit, tiny_spec, task_settings, database_url, tmp_path, monkeypatch, without_bwrap):
+def _reaches_training(submit, spec, database_url, task_settings, tmp_path, monkeypatch) -> bool:
     import worker.training
     from worker.attempt_files import AttemptFiles
 
     trained = []
     monkeypatch.setattr(worker.training, "train_reporting", lambda *args: trained.append(args) or "trained")
-    job_id = submit(tiny_spec())
+    job_id = submit(spec)
     with session_scope(database_url) as session:
         assert transition(session, job_id, via=Transition.DISPATCH, values={"dispatched_at": utcnow()})
         job = claim(session, job_id, WORKER)
-    assert worker.training.run_attempt(job, task_settings, WORKER, AttemptFiles(tmp_path)) == "trained"
-    assert len(trained) == 1
+    return worker.training.run_attempt(job, task_settings, WORKER, AttemptFiles(tmp_path)) == "trained"
+
+
+def test_a_job_that_needs_nothing_is_not_held_up_by_a_missing_sandbox(
+        submit, tiny_spec, task_settings, database_url, tmp_path, monkeypatch, without_bwrap):
+    assert _reaches_training(submit, tiny_spec(), database_url, task_settings, tmp_path, monkeypatch)
+
+
+@pytest.mark.skipif(sandbox_problem() is not None, reason=f"no usable sandbox here: {sandbox_problem()}")
+def test_a_code_tests_job_on_a_worker_with_the_sandbox_trains(
+        submit, tiny_spec, task_settings, database_url, tmp_path, monkeypatch):
+    spec = tiny_spec(dataset={"prompts": CODE_ROWS}, rewards=[{"name": "code_tests"}])
+    assert _reaches_training(submit, spec, database_url, task_settings, tmp_path, monkeypatch)
