@@ -30,9 +30,11 @@ def effective_limits(overrides: PoolLimits, settings: Settings) -> PoolLimits:
 
 
 def tokens_per_step(spec: JobSpec) -> int:
+    """Tokens of the largest batch a job holds at once: a generation round, which is one step's
+    prompts unless steps_per_generation / generation_batch_size make it feed several steps."""
     grpo = spec.grpo
     sequence = grpo.max_prompt_length + grpo.max_completion_length
-    return grpo.prompts_per_step * grpo.num_generations * sequence
+    return grpo.prompts_per_round * grpo.num_generations * sequence
 
 
 def limit_problems(spec: JobSpec, limits: PoolLimits) -> list[SpecError]:
@@ -42,9 +44,12 @@ def limit_problems(spec: JobSpec, limits: PoolLimits) -> list[SpecError]:
     pool, problems = f"pool '{spec.resources.pool}'", []
     tokens = tokens_per_step(spec)
     if limits.max_tokens_per_step is not None and tokens > limits.max_tokens_per_step:
+        rounds = spec.grpo.round_steps
+        per_round = f" × {rounds} steps per generation round" if rounds > 1 else ""
         problems.append(SpecError("grpo", (
-            f"prompts_per_step × num_generations × (max_prompt_length + max_completion_length) = {tokens:,} "
-            f"tokens per step; {pool} allows at most {limits.max_tokens_per_step:,}: lower one of them")))
+            f"prompts_per_step × num_generations × (max_prompt_length + max_completion_length){per_round} = "
+            f"{tokens:,} tokens per step; {pool} allows at most {limits.max_tokens_per_step:,}: "
+            "lower one of them")))
     steps = spec.known_steps()
     if steps is not None:
         problems += step_limit_problems(spec, steps, limits)

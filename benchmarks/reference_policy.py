@@ -78,23 +78,30 @@ def free_of(state: ClusterState, worker: Worker, dispatched: list[Dispatch]) -> 
     return sorted(d for d in range(worker.gpus) if d not in taken)
 
 
+def capable(worker: Worker, job: WaitingJob) -> bool:
+    return all(capability in worker.capabilities for capability in job.requires)
+
+
 def reference_plan(state: ClusterState) -> Plan:
     result = Plan()
     pools = {x.pool for x in (*state.workers, *state.waiting, *state.holding)}
     for pool in sorted(pools):
         workers = [w for w in state.workers if w.pool == pool]
-        given: list[tuple[int, WaitingJob]] = []  # (free devices the worker had, the job)
+        given: list[tuple[int, WaitingJob, Worker]] = []  # (free devices the worker had, the job, it)
         order = naive_order(state, pool)
         for job in order:
             limit = quota(state, job.team_id, pool)
             after = holding_gpus(state, job.team_id, pool) + job.gpus
-            after += sum(j.gpus for _, j in given if j.team_id == job.team_id)
-            fits = [w for w in workers if len(free_of(state, w, result.dispatch)) >= job.gpus]
+            after += sum(j.gpus for _, j, _ in given if j.team_id == job.team_id)
+            usable = [w for w in workers if capable(w, job)]
+            fits = [w for w in usable if len(free_of(state, w, result.dispatch)) >= job.gpus]
             if pool in state.held_pools:
                 reason = "pool_held"
             elif not workers:
                 reason = "no_workers"
-            elif all(w.gpus < job.gpus for w in workers):
+            elif not usable:
+                reason = "no_capable_worker"
+            elif all(w.gpus < job.gpus for w in usable):
                 reason = "too_large"
             elif job.backoff:
                 reason = "backoff"
@@ -103,19 +110,21 @@ def reference_plan(state: ClusterState) -> Plan:
             elif fits:
                 best = min(fits, key=lambda w: (len(free_of(state, w, result.dispatch)), w.worker_id))
                 devices = free_of(state, best, result.dispatch)
-                given.append((len(devices), job))
+                given.append((len(devices), job, best))
                 result.dispatch.append(Dispatch(job.id, best.worker_id, tuple(devices[:job.gpus])))
                 continue
-            elif any(n >= job.gpus and rank(j.priority) < rank(job.priority) for n, j in given):
+            elif any(n >= job.gpus and rank(j.priority) < rank(job.priority) and capable(w, job)
+                     for n, j, w in given):
                 reason = "lower_priority"
-            elif any(n >= job.gpus and rank(j.priority) == rank(job.priority) for n, j in given):
+            elif any(n >= job.gpus and rank(j.priority) == rank(job.priority) and capable(w, job)
+                     for n, j, w in given):
                 reason = "fair_share"
             else:
                 reason = "no_capacity"
             result.pending[job.id] = reason
         left = [j for j in order if j.id in result.pending]
         result.position.update({j.id: place for place, j in enumerate(left, start=1)})
-        _reference_preempt(state, pool, workers, [j for _, j in given], left, result)
+        _reference_preempt(state, pool, workers, [j for _, j, _ in given], left, result)
     return result
 
 
@@ -143,8 +152,10 @@ def _reference_preempt(
         after = sum(j.gpus for j in placed + [j for j, _ in claimed] if j.team_id == job.team_id) + job.gpus
         return limit is None or holding_gpus(state, job.team_id, pool) + after <= limit
 
-    def room(holder: HoldingJob) -> int:
+    def room(holder: HoldingJob, job: WaitingJob) -> int:
         worker = live[holder.worker_id]
+        if not capable(worker, job):
+            return 0
         free = len(free_of(state, worker, result.dispatch))
         # a claim takes from the worker's free devices what the holder's own do not cover
         free -= sum(max(0, j.gpus - len(devices_of(h, worker))) for j, h in claimed
@@ -158,13 +169,13 @@ def _reference_preempt(
     ]
     remaining = []
     for job in high:
-        fits = [h for h in freeing if room(h) >= job.gpus]
+        fits = [h for h in freeing if room(h, job) >= job.gpus]
         if not fits:
             remaining.append(job)
             continue
         if not within_quota(job):
             continue
-        holder = min(fits, key=lambda h: (room(h), h.worker_id, h.id))
+        holder = min(fits, key=lambda h: (room(h, job), h.worker_id, h.id))
         freeing.remove(holder)
         claimed.append((job, holder))
         result.pending[job.id] = "preempting"
@@ -176,7 +187,7 @@ def _reference_preempt(
             for h in state.holding
             if h.pool == pool and h.status == "running" and not h.preempt_requested
             and rank(h.priority) > 0 and h.team_id != job.team_id and h not in victims
-            and h.worker_id in live and room(h) >= job.gpus
+            and h.worker_id in live and room(h, job) >= job.gpus
             and holding_gpus(state, h.team_id, pool)
             - sum(v.gpus for v in victims if v.team_id == h.team_id) > fair[h.team_id]
         ]
@@ -198,8 +209,9 @@ def random_state(
     come from short lists so that fair-share keys tie often. ``edge_cases`` adds what a benchmark
     does not need: a held pool now and then, holders with no devices recorded, devices a
     worker reports busy outside SQL, jobs for a pool with no workers or too large for any
-    worker, holders on workers that stopped heartbeating, teams missing from ``state.teams``, and
-    jobs waiting out a requeue backoff."""
+    worker, holders on workers that stopped heartbeating, teams missing from ``state.teams``,
+    jobs waiting out a requeue backoff, and jobs that require a capability only some workers (or
+    none) advertise. Those are drawn last, so the rest of a seed's state does not depend on them."""
     live = tuple(
         Worker(f"w{i:03d}", rng.choice(pools), rng.choice((1, 1, 2, 4, 8))) for i in range(workers)
     )
@@ -240,4 +252,9 @@ def random_state(
     )
     usage = {(t, p): rng.choice((0.0, 0.5, 1.0, 3.0)) for t in team_ids for p in pools if rng.random() < 0.5}
     held_pools = frozenset(p for p in pools if edge_cases and rng.random() < 0.05)
+    if edge_cases:
+        sandboxed = frozenset({"code_sandbox"})
+        live = tuple(replace(w, capabilities=sandboxed) if rng.random() < 0.4 else w for w in live)
+        waiting = tuple(replace(j, requires=rng.choice((sandboxed, frozenset({"gpu_fp8"}))))
+                        if rng.random() < 0.15 else j for j in waiting)
     return ClusterState(live, waiting, tuple(holders), team_map, held_pools, usage)

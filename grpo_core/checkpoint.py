@@ -2,9 +2,10 @@
 
 ``step-N/`` holds the weights as a Hugging Face folder (safetensors; the adapter only with
 LoRA) plus the tokenizer, so it is usable on its own, and beside them the optimizer,
-scheduler, RNG states, data position and, when stopped in the middle of a ``num_iterations``
-cycle, the generation batch being trained on: every rank's share of it, one file per rank
-(``experience.pt`` alone on one process), so it resumes on the same number of ranks.
+scheduler, RNG states, data position and, when stopped inside a generation round that feeds
+several optimizer steps (``num_iterations``, ``steps_per_generation``), the round being trained
+on: every rank's share of it, one file per rank (``experience.pt`` alone on one process), so it
+resumes on the same number of ranks.
 
 Under ``sharding: fsdp`` the trainable weights and the optimizer state are also written with
 ``torch.distributed.checkpoint`` into ``step-N/distributed/`` by every rank, each its shards;
@@ -62,7 +63,7 @@ class TrainerState:
     step: int
     num_tokens: int
     sampler: dict[str, int]
-    iteration: int  # optimizer passes already taken over the pending experience
+    iteration: int  # optimizer steps already taken on the pending generation round
     has_experience: bool
     world_size: int = 1  # ranks the pending experience is split over, one file each
 
@@ -320,7 +321,7 @@ def load_checkpoint(
         # Each rank's file holds its rows, padded to its own width; another split would need
         # them joined and padded again, which is refused rather than made nearly equal.
         raise GRPOError(
-            f"{path} was taken between the num_iterations passes over a batch that was split over "
+            f"{path} was taken inside a generation round (num_iterations, steps_per_generation) split over "
             f"{state.world_size} rank(s); it resumes on {state.world_size}, not {ranks.world_size} "
             "(checkpoints at the end of a batch resume on any number)",
             code="resume_unsupported",

@@ -125,7 +125,7 @@ def build_components(
         prompts=prompts,
         rewards=rewards,
         sampler=PromptSampler(
-            len(rows), spec.grpo.prompts_per_step, spec.grpo.seed, shuffle=spec.dataset.shuffle
+            len(rows), spec.grpo.prompts_per_round, spec.grpo.seed, shuffle=spec.dataset.shuffle
         ),
         optimizer=optimizer,
         scheduler=build_scheduler(optimizer, spec.grpo),

@@ -123,10 +123,11 @@ class GRPOConfig(BaseModel):
         """The optimizer steps this config trains on a dataset of ``num_prompts`` prompts:
         ``max_steps``, or with -1 ``ceil(num_train_epochs * steps per epoch)`` as transformers
         resolves it, where an epoch is one pass over the prompts: ``ceil(num_prompts /
-        prompts_per_step)`` generation batches, each trained on for ``num_iterations`` steps."""
+        prompts_per_round)`` generation rounds, each feeding ``round_steps`` optimizer steps
+        ``num_iterations`` times."""
         if self.max_steps > 0:
             return self.max_steps
-        per_epoch = math.ceil(num_prompts / self.prompts_per_step) * self.num_iterations
+        per_epoch = math.ceil(num_prompts / self.prompts_per_round) * self.round_steps * self.num_iterations
         return max(1, math.ceil(self.num_train_epochs * per_epoch))
 
     def resolved(self, num_prompts: int) -> GRPOConfig:
@@ -196,3 +197,92 @@ class GRPOConfig(BaseModel):
                 "so every micro-batch has the same number of rows"
             )
         return value
+
+    # --- TRL generation batching and GSPO (issue 13 item 8) -----------------------------------
+    # TRL counts in micro-batches ("steps"): an optimizer step is gradient_accumulation_steps of
+    # them, and one generation round of generation_batch_size completions is split into
+    # steps_per_generation of them, replayed num_iterations times. Here an optimizer step is
+    # prompts_per_step*num_generations rows split into gradient_accumulation_steps micro-batches,
+    # which is TRL's per_device_train_batch_size*num_processes*gradient_accumulation_steps. So a
+    # round feeds k = steps_per_generation / gradient_accumulation_steps
+    #   = generation_batch_size / (prompts_per_step*num_generations)
+    # optimizer steps per pass and k*num_iterations in all, in TRL's order (parts 0..k-1, then
+    # again for each further iteration). The old log-probs are the generating policy's whenever
+    # k*num_iterations > 1, as TRL's are, so the ratio is 1 on the round's first step only. Each
+    # step trains whole groups (k*B prompts drawn per round, step j takes prompts j*B..j*B+B-1);
+    # TRL shuffles rows across its micro-batches instead, which changes which rows share a step
+    # but not how many generations a step sees nor how stale they are.
+    steps_per_generation: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="TRL: micro-batches per generation round (default gradient_accumulation_steps); "
+        "a multiple of gradient_accumulation_steps, so one round feeds "
+        "steps_per_generation/gradient_accumulation_steps optimizer steps per num_iterations pass. "
+        "Exclusive with generation_batch_size.",
+    )
+    generation_batch_size: int | None = Field(
+        None,
+        ge=1,
+        le=10_000_000,
+        description="TRL: completions sampled per generation round (default "
+        "prompts_per_step*num_generations); a multiple of it, so one round feeds "
+        "generation_batch_size/(prompts_per_step*num_generations) optimizer steps per num_iterations "
+        "pass. Exclusive with steps_per_generation.",
+    )
+    importance_sampling_level: Literal["token", "sequence"] = Field(
+        "token",
+        description="token: one importance ratio per token; sequence (GSPO): exp of the mean over the "
+        "completion's tokens of logprobs - old_logprobs, shared by its tokens and clipped the same way.",
+    )
+
+    @property
+    def round_steps(self) -> int:
+        """k: optimizer steps one pass over a generation round takes (1 unless batching is set)."""
+        if self.generation_batch_size is not None:
+            return self.generation_batch_size // (self.prompts_per_step * self.num_generations)
+        if self.steps_per_generation is not None:
+            return self.steps_per_generation // self.gradient_accumulation_steps
+        return 1
+
+    @property
+    def prompts_per_round(self) -> int:
+        """Prompts drawn for one generation round: k optimizer steps' worth."""
+        return self.round_steps * self.prompts_per_step
+
+    @field_validator("steps_per_generation")
+    @classmethod
+    def _whole_optimizer_steps(cls, value: int | None, info: ValidationInfo) -> int | None:
+        accumulation = info.data.get("gradient_accumulation_steps")
+        if value is not None and accumulation is not None and value % accumulation != 0:
+            raise ValueError(
+                f"must be a multiple of gradient_accumulation_steps ({accumulation}) so a generation "
+                "round feeds whole optimizer steps"
+            )
+        if value is not None and accumulation is not None:
+            _refuse_resampling_across_steps(value // accumulation, info)
+        return value
+
+    @field_validator("generation_batch_size")
+    @classmethod
+    def _whole_steps_of_rows(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is None:
+            return value
+        if info.data.get("steps_per_generation") is not None:
+            raise ValueError("set either generation_batch_size or steps_per_generation, not both")
+        b, g = info.data.get("prompts_per_step"), info.data.get("num_generations")
+        if b is not None and g is not None and value % (b * g) != 0:
+            raise ValueError(
+                f"must be a multiple of prompts_per_step*num_generations = {b * g} (one optimizer "
+                "step's completions) so a generation round feeds whole optimizer steps"
+            )
+        if b is not None and g is not None:
+            _refuse_resampling_across_steps(value // (b * g), info)
+        return value
+
+
+def _refuse_resampling_across_steps(round_steps: int, info: ValidationInfo) -> None:
+    """drop_zero_std_groups resamples to fill one step's batch; a round that feeds several steps
+    would need it to fill each of them, which is not built."""
+    if round_steps > 1 and info.data.get("drop_zero_std_groups"):
+        raise ValueError("cannot be combined with drop_zero_std_groups yet: set one or the other")

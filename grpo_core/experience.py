@@ -1,10 +1,11 @@
-"""One generation batch: sample, decode, score, select groups, compute advantages and the
-log-probs that stay fixed during the update (reference, and old policy when mu > 1)."""
+"""One generation round: sample, decode, score, select groups, compute advantages and the
+log-probs that stay fixed while it is trained on (reference, and the generating policy's when
+the round feeds more than one optimizer step)."""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -62,6 +63,38 @@ class Experience:
     reward_unavailable: dict[str, str] = field(default_factory=dict)
     reward_unscored: dict[str, int] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+    # dapo's normaliser: the generation round's loss tokens (all ranks) per optimizer step it
+    # feeds, TRL's num_items_in_batch·gradient_accumulation_steps/steps_per_generation. None (a
+    # checkpoint from before generation rounds): the step's own loss tokens, the same thing then.
+    round_tokens_per_step: float | None = None
+
+    def step_part(self, index: int, steps: int) -> Experience:
+        """The rows optimizer step ``index`` of the ``steps`` a generation round feeds trains on.
+        A rank holds its share of every step's prompts, step by step (:func:`_round_positions`),
+        so step ``index`` is its ``index``-th contiguous slice."""
+        if steps == 1:
+            return self
+        size, groups = len(self.decoded) // steps, len(self.selected_groups) // steps
+        rows = slice(index * size, (index + 1) * size)
+
+        def part(tensor: torch.Tensor | None) -> torch.Tensor | None:
+            return None if tensor is None else tensor[rows]
+
+        return replace(
+            self,
+            rollout=self.rollout.select(rows),
+            prompts=self.prompts[rows],
+            decoded=self.decoded[rows],
+            rewards_per_func=self.rewards_per_func[rows],
+            rewards=self.rewards[rows],
+            advantages=self.advantages[rows],
+            is_std_zero=self.is_std_zero[rows],
+            loss_mask=self.loss_mask[rows],
+            ref_logprobs=part(self.ref_logprobs),
+            old_logprobs=part(self.old_logprobs),
+            selected_groups=self.selected_groups[index * groups : (index + 1) * groups],
+            metrics=dict(self.metrics),
+        )
 
 
 @dataclass
@@ -128,15 +161,24 @@ class _Generation:
         return torch.tensor([r.weight for r in self.rewards], dtype=torch.float32)
 
 
+def _round_positions(count: int, steps: int, ranks: Ranks) -> list[int]:
+    """Which of a round's ``count`` draws this rank samples: its share of each of the ``steps``
+    optimizer steps' prompts, step by step, so every step the round feeds is spread over all
+    ranks exactly as a round of one step is."""
+    per_step = count // steps
+    share = ranks.share(per_step)
+    return [step * per_step + i for step in range(steps) for i in range(share.start, share.stop)]
+
+
 def _sample_round(gen: _Generation, groups: _Groups) -> None:
     cfg, g = gen.config, gen.config.num_generations
     first_draw = gen.sampler.draws_taken
-    # Every rank draws the whole batch (so samplers stay in step) and keeps its whole groups,
-    # keyed by their global serials: they sample exactly what the 1-process run samples.
+    # Every rank draws the whole batch (so samplers stay in step) and keeps whole groups, keyed
+    # by their global serials: they sample exactly what the 1-process run samples.
     drawn = gen.sampler.next_indices()
-    share = gen.placement.ranks.share(len(drawn))
-    indices = drawn[share]
-    draws = torch.arange(first_draw + share.start, first_draw + share.stop, device=gen.placement.device)
+    positions = _round_positions(len(drawn), cfg.round_steps, gen.placement.ranks)
+    indices = [drawn[p] for p in positions]
+    draws = torch.tensor([first_draw + p for p in positions], dtype=torch.long, device=gen.placement.device)
     texts = [gen.prompts.texts[i] for i in indices]
     started = time.perf_counter()
     prompt_batch = tokenize_prompts(gen.tokenizer, texts, cfg.max_prompt_length, gen.placement.device)
@@ -213,13 +255,14 @@ def make_experience(
     reasoning: ReasoningSpec,
     placement: Placement,
 ) -> Experience:
-    """Draw ``config.prompts_per_step`` prompts from ``sampler``, sample, score and prepare them
-    for ``config.num_iterations`` optimizer steps."""
+    """Draw ``config.prompts_per_round`` prompts from ``sampler``, sample, score and prepare them
+    for the ``config.round_steps · config.num_iterations`` optimizer steps they feed (advantages
+    are computed over the whole round, as TRL computes them over its generation batch)."""
     gen = _Generation(
         models.policy, tokenizer, prompts, sampler, rewards, eos_ids, config, reasoning, placement
     )
     ranks = placement.ranks
-    g, b = config.num_generations, config.prompts_per_step
+    g, b = config.num_generations, config.prompts_per_round
     groups = _Groups()
     _sample_round(gen, groups)
     extra_rounds = 0
@@ -255,6 +298,7 @@ def make_experience(
         reward_unavailable=groups.reward_unavailable,
         reward_unscored=groups.reward_unscored,
     )
+    exp.round_tokens_per_step = ranks.sum([float(loss_mask.sum())])[0] / config.round_steps
     exp.metrics["timing/generation"] = groups.generation_seconds
     exp.metrics["timing/reward"] = groups.reward_seconds
     dynamic = config.drop_zero_std_groups
@@ -279,12 +323,13 @@ def fixed_logprobs(
     models: PolicyAndReference, rollout: Rollout, config: GRPOConfig, placement: Placement
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(ref_logprobs, old_logprobs)``, each ``(N, T)``: the reference's when ``beta != 0`` and
-    the policy's before the update when ``num_iterations > 1``; None where not needed."""
+    the generating policy's when the round feeds more than one optimizer step (TRL's rule: the
+    later steps see a policy that has moved); None where not needed."""
     ref = old = None
     if config.beta != 0.0:
         with models.reference_model() as reference:
             ref = _logprobs_in_chunks(reference, rollout, config, placement)
-    if config.num_iterations > 1:
+    if config.num_iterations * config.round_steps > 1:
         old = _logprobs_in_chunks(models.policy, rollout, config, placement)
     return ref, old
 
@@ -292,12 +337,14 @@ def fixed_logprobs(
 def _logprobs_in_chunks(
     model: torch.nn.Module, rollout: Rollout, config: GRPOConfig, placement: Placement
 ) -> torch.Tensor:
-    """Micro-batch by micro-batch, as the update runs, so it never needs more memory than that."""
+    """Micro-batch by micro-batch, as the update runs (a round of k steps is k·accumulation
+    micro-batches, the same rows each step's update takes), so it never needs more memory than that."""
     was_training = model.training
     model.eval()
     parts = []
+    chunks = config.gradient_accumulation_steps * config.round_steps
     try:
-        for rows in micro_batches(rollout.completion_ids.size(0), config.gradient_accumulation_steps):
+        for rows in micro_batches(rollout.completion_ids.size(0), chunks):
             part = rollout.select(rows)
             width = part.completion_ids.size(1)
             with placement.autocast():

@@ -14,7 +14,8 @@ OUT_OF_MEMORY = "out_of_memory"
 _ALLOCATOR_TEXT = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED")
 # The spec fields that set a step's memory, largest effect first.
 _LOWER = (
-    "grpo.prompts_per_step or grpo.num_generations (the batch), grpo.max_completion_length and "
+    "grpo.prompts_per_step or grpo.num_generations (the batch; grpo.generation_batch_size or "
+    "grpo.steps_per_generation when set: the generation round), grpo.max_completion_length and "
     "grpo.max_prompt_length (sequence length); or raise grpo.gradient_accumulation_steps, set "
     "grpo.gradient_checkpointing, use model.lora or a smaller model.dtype"
 )

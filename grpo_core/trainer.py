@@ -1,4 +1,5 @@
-"""The training loop: generate → score → advantages → ``num_iterations`` optimizer steps.
+"""The training loop: generate a round → score → advantages → ``round_steps · num_iterations``
+optimizer steps on it (one, by default).
 
 It reports only through callbacks and writes nothing but checkpoints, so the same loop serves
 ``grpo train`` (JSONL files) and the service's worker (SQL + Redis).
@@ -28,7 +29,7 @@ from grpo_core.metrics import experience_metrics, peak_memory_mb, sample_rows, t
 from grpo_core.spec import REWARD_TIMEOUT_STEPS
 from grpo_core.update import optimizer_step
 
-# Phases that happen once per generation batch: later passes over the same batch report 0.
+# Phases that happen once per generation round: its later optimizer steps report 0.
 _GENERATION_TIMINGS = ("timing/generation", "timing/reward", "timing/ref")
 
 
@@ -66,7 +67,7 @@ class GRPOTrainer:
         return self.config.max_steps
 
     def make_experience(self) -> Experience:
-        """Sample and score a fresh generation batch with the current policy."""
+        """Sample and score a fresh generation round with the current policy."""
         c = self.components
         return make_experience(
             models=c.models,
@@ -133,17 +134,24 @@ class GRPOTrainer:
         return TrainResult(self.state.step, False, path)
 
     def _one_step(self) -> None:
+        """One optimizer step: on a fresh round, or on the pending one (restored from a checkpoint
+        after a resume, so a step inside a round trains on exactly the rows it would have).
+        A round of k steps feeds its parts 0..k-1 in order, then again for each further iteration,
+        as TRL replays its generation batch."""
         started = time.perf_counter()
         fresh = self.pending is None
-        exp = self.make_experience() if fresh else self.pending
+        generation_round = self.make_experience() if fresh else self.pending
         if fresh:
-            self._count_reward_timeouts(exp)
-            self._count_service_failures(exp)
-        step_tokens = self.ranks.sum([tokens_in(exp)])[0] if fresh else 0.0
+            self._count_reward_timeouts(generation_round)
+            self._count_service_failures(generation_round)
+        k = self.config.round_steps
+        first_pass = self.state.iteration < k  # this part's tokens are counted once
+        exp = generation_round.step_part(self.state.iteration % k, k)
+        step_tokens = self.ranks.sum([tokens_in(exp)])[0] if first_pass else 0.0
         self.state.num_tokens += int(step_tokens)
         update = self.optimizer_step(exp)
         self.state.iteration += 1
-        self.pending = exp if self.state.iteration < self.config.num_iterations else None
+        self.pending = generation_round if self.state.iteration < k * self.config.num_iterations else None
         if self.pending is None:
             self.state.iteration = 0
         self.state.step += 1
@@ -159,7 +167,7 @@ class GRPOTrainer:
             {
                 "num_tokens": self.state.num_tokens,
                 "step_time": step_time,
-                "tokens_per_second": (step_tokens / step_time) if fresh else 0.0,
+                "tokens_per_second": (step_tokens / step_time) if first_pass else 0.0,
             }
         )
         self.callbacks.on_step(record)

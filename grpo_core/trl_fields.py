@@ -113,16 +113,12 @@ REFUSED: dict[str, str] = {
                      "vllm_importance_sampling_correction",
                      "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max",
                      "vllm_importance_sampling_clip_min", "vllm_importance_sampling_cap"), _VLLM),
-    **dict.fromkeys(("steps_per_generation", "generation_batch_size"),
-                    "not supported yet: each optimizer step generates its own batch"),
     # rewards
     "reward_weights": "give each reward its weight in rewards[].weight",
     "multi_objective_aggregation": ("rewards are summed with their weights (rewards[].weight), then "
                                     "normalized per grpo.scale_rewards"),
     # loss variants
     "use_bias_correction_kl": "always on: the KL term is multiplied by the importance ratio, TRL's default",
-    "importance_sampling_level": ("not supported yet: importance ratios are per token "
-                                  "(TRL's default, 'token')"),
     **dict.fromkeys(("sapo_temperature_neg", "sapo_temperature_pos", "vespo_k_pos", "vespo_lambda_pos",
                      "vespo_k_neg", "vespo_lambda_neg", "sync_ref_model", "ref_model_mixup_alpha",
                      "ref_model_sync_steps", "top_entropy_quantile", "entropy_coef", "use_adaptive_entropy",

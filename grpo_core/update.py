@@ -35,6 +35,7 @@ class StepSums:
     clip_low: float = 0.0
     clip_high: float = 0.0
     clip_region: float = 0.0
+    clip_units: float = 0.0  # what the clip counts are out of: masked tokens, or rows (sequence level)
 
     def across(self, ranks: Ranks) -> StepSums:
         """The whole step's sums: each rank's sums added up (its loss is already its share)."""
@@ -43,14 +44,14 @@ class StepSums:
 
     def metrics(self, tokens: float, with_kl: bool) -> dict[str, float]:
         """The step's metrics (TRL's names) over its ``tokens`` loss tokens."""
-        tokens = max(tokens, 1.0)
+        tokens, units = max(tokens, 1.0), max(self.clip_units, 1.0)
         metrics = {
             "loss": self.loss,
             "policy_loss": self.policy_loss,
             "entropy": self.entropy / tokens,
-            "clip_ratio/low_mean": self.clip_low / tokens,
-            "clip_ratio/high_mean": self.clip_high / tokens,
-            "clip_ratio/region_mean": self.clip_region / tokens,
+            "clip_ratio/low_mean": self.clip_low / units,
+            "clip_ratio/high_mean": self.clip_high / units,
+            "clip_ratio/region_mean": self.clip_region / units,
         }
         if with_kl:
             metrics["kl"] = self.kl / tokens
@@ -74,7 +75,7 @@ def micro_batch_loss(
     m = mask.float()
     terms = policy_loss_terms(
         logprobs, old_logprobs, advantages, config.epsilon_low, config.clip_high, config.delta, config.beta,
-        ref_logprobs,
+        ref_logprobs, importance_sampling_level=config.importance_sampling_level, mask=m,
     )
     loss = aggregate_loss(config.loss_type, terms.per_token_loss, m, totals)
     sums.loss += loss.item()
@@ -89,6 +90,7 @@ def micro_batch_loss(
     sums.clip_low += clipped.low
     sums.clip_high += clipped.high
     sums.clip_region += clipped.region
+    sums.clip_units += clipped.units
     return loss
 
 
@@ -103,7 +105,10 @@ def accumulate_gradients(
     # Normalisers over the whole step on every rank, so each rank's loss is its share of the
     # 1-process loss and summing the ranks' gradients gives the 1-process gradient.
     rows, tokens = placement.ranks.sum([mask.size(0), float(mask.sum())])
-    totals = StepTotals(rows=int(rows), tokens=tokens, max_completion_length=config.max_completion_length)
+    totals = StepTotals(
+        rows=int(rows), tokens=tokens, max_completion_length=config.max_completion_length,
+        round_tokens_per_step=exp.round_tokens_per_step,
+    )
     sums = StepSums()
     width = exp.rollout.completion_ids.size(1)
     for rows in micro_batches(mask.size(0), config.gradient_accumulation_steps):

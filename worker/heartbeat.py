@@ -137,6 +137,19 @@ def worker_capabilities() -> list[str]:
     return [SANDBOX]
 
 
+# Why a job's attempt ended before it began: the worker lacks what the job's rewards need.
+CAPABILITY_MISSING = "capability_missing"
+
+
+def missing_capabilities(needed: list[str]) -> dict[str, str]:
+    """Each of ``needed`` this process cannot offer, with why: checked for real here, since the
+    scheduler went by the worker's heartbeat, which may be stale or from another host (a worker id
+    set by hand) or no longer true. Nothing is probed when nothing is needed."""
+    offered = worker_capabilities() if needed else []
+    return {capability: (sandbox_problem() if capability == SANDBOX else None) or "no such capability here"
+            for capability in needed if capability not in offered}
+
+
 def host_memory_mb() -> int | None:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024)

@@ -16,6 +16,7 @@ from api.lifecycle import JobStatus, StopRequest
 from api.schemas.jobs import JobRead
 from api.settings import Settings
 from api.store import bus
+from api.store.jobs import capabilities_needed
 from grpo_core.callbacks import CallbackList, TrainerCallback
 from grpo_core.components import build_components
 from grpo_core.distributed import SINGLE, Ranks
@@ -31,6 +32,7 @@ from grpo_core.trainer import GRPOTrainer, TrainResult
 from worker.artifacts import ArtifactQuota
 from worker.attempt_files import AttemptFiles
 from worker.counted_steps import CountedSteps
+from worker.heartbeat import CAPABILITY_MISSING, missing_capabilities
 from worker.job_sources import loadable
 from worker.outcome import Fault, Outcome
 from worker.reporting import JobReporter
@@ -72,12 +74,18 @@ class SupervisorLink(TrainerCallback):
 def run_attempt(job: JobRead, settings: Settings, worker_id: str, files: AttemptFiles) -> Outcome | Fault:
     """Train ``job`` and say how the attempt ended. Every failure of the job's own becomes an
     Outcome with a stable code; a machine fault (a rank process that died, the database away
-    longer than the retry budget) becomes a Fault."""
+    longer than the retry budget, a capability the job's rewards need that this worker lacks,
+    such as the code_tests sandbox) becomes a Fault."""
     from worker.ranks import train_on_ranks  # it imports this module
 
     quiet_library_progress_bars()
     try:
         spec = JobSpec.model_validate(job.spec)
+        missing = missing_capabilities(capabilities_needed(spec))
+        if missing:  # the machine's fault, found before the model loads: another worker can run it
+            why = "; ".join(f"{capability}: {problem}" for capability, problem in missing.items())
+            return Fault(f"this worker cannot offer what the job's rewards need ({why})",
+                         {"error_code": CAPABILITY_MISSING, "missing": sorted(missing)}, CAPABILITY_MISSING)
         if len(job.devices or ()) > 1:
             return train_on_ranks(job, spec, settings, files)
         return train_reporting(job, spec, settings, files, SINGLE)

@@ -15,6 +15,9 @@ The rules, per pool (pools are independent):
   worker with at least ``g`` free devices. Of the workers that fit, the one with the fewest free
   devices is taken (best fit: big free blocks stay whole for big jobs), and the job gets its
   ``g`` lowest free indices. Several jobs share a worker on disjoint devices.
+* A job runs only on a worker that advertises every capability it requires
+  (``WaitingJob.requires``, e.g. ``code_sandbox`` for the code_tests reward): the other workers
+  of its pool do not exist for it, neither for placement nor for preemption.
 * Order: priority class first (high, normal, low). Within a class, the next job is the oldest
   waiting job of the team with the lowest fair-share key
   ``(gpus the team holds in the pool + its recent usage) / weight``; every job placed in the
@@ -57,7 +60,8 @@ PRIORITY_ORDER = tuple(reversed(PRIORITIES))  # most urgent first
 PENDING_REASONS = (
     "pool_held",  # an admin held dispatch into the job's pool
     "no_workers",  # no live worker serves the pool
-    "too_large",  # no live worker of the pool has as many GPUs as the job asks for
+    "no_capable_worker",  # no live worker of the pool advertises every capability the job requires
+    "too_large",  # no capable live worker of the pool has as many GPUs as the job asks for
     "backoff",  # requeued after a fault or a lost worker: waits out its backoff before a retry
     "quota_exceeded",  # the team would exceed its GPU quota for the pool
     "preempting",  # a lower-priority job is checkpointing to make room for this one
@@ -73,6 +77,7 @@ class Worker:
     pool: str
     gpus: int  # devices 0..gpus-1
     busy: tuple[int, ...] = ()  # devices it reports in use by jobs SQL no longer gives it
+    capabilities: frozenset[str] = frozenset()  # what its jobs may use besides devices
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,7 @@ class WaitingJob:
     gpus: int
     priority: str  # one of PRIORITY_ORDER
     backoff: bool = False  # requeued after a fault, its backoff not over yet: not dispatched
+    requires: frozenset[str] = frozenset()  # capabilities its worker must advertise (its rewards')
 
 
 @dataclass(frozen=True)
@@ -261,25 +267,91 @@ def free_devices(state: ClusterState) -> dict[str, list[int]]:
     return {w.worker_id: [d for d in range(w.gpus) if d not in taken[w.worker_id]] for w in state.workers}
 
 
+class _Capacity:
+    """A pool's free devices during one pass, its workers grouped by the capabilities they
+    advertise (a handful of distinct sets, usually one): a job looks only at the groups that cover
+    what it requires, and takes the best fit among them."""
+
+    def __init__(self, workers: list[Worker], devices: dict[str, list[int]]) -> None:
+        self.free: dict[frozenset[str], list[tuple[int, str]]] = {}  # (free devices, worker), ascending
+        biggest: dict[frozenset[str], int] = {}  # the most GPUs a worker of the group has
+        for worker in workers:
+            group = self.free.setdefault(worker.capabilities, [])
+            biggest[worker.capabilities] = max(biggest.get(worker.capabilities, 0), worker.gpus)
+            if devices[worker.worker_id]:
+                group.append((len(devices[worker.worker_id]), worker.worker_id))
+        for group in self.free.values():
+            group.sort()
+        self._biggest = biggest
+        # Most free devices a worker of each group had when it went to a job of each class in this
+        # pass (``given``), and to a job of any class ahead of each class (``above``): a job that
+        # finds nothing free learns whether room it could have used went to a higher class or to
+        # its own. Kept as running maxima, since most of a long queue asks.
+        classes = len(PRIORITY_ORDER) + 1
+        self.given = {caps: [0] * classes for caps in self.free}
+        self.above = {caps: [0] * classes for caps in self.free}
+        self._usable: dict[frozenset[str], tuple[list[frozenset[str]], int]] = {}
+
+    def usable(self, requires: frozenset[str]) -> tuple[list[frozenset[str]], int]:
+        """The groups whose workers advertise everything in ``requires``, and the most GPUs one of
+        their workers has (memoised: a queue holds few distinct requirements)."""
+        found = self._usable.get(requires)
+        if found is None:
+            groups = [caps for caps in self.free if requires <= caps]
+            biggest = max((self._biggest[caps] for caps in groups), default=0)
+            found = self._usable[requires] = (groups, biggest)
+        return found
+
+    def take(self, gpus: int, groups: list[frozenset[str]], rank: int) -> tuple[str, int] | None:
+        """The worker of ``groups`` with the fewest free devices, at least ``gpus``, for a job of
+        class ``rank``: its id and how many devices it had free; None when none fits."""
+        best: tuple[tuple[int, str], frozenset[str], int] | None = None
+        for caps in groups:
+            group = self.free[caps]
+            fit = bisect_left(group, (gpus, ""))
+            if fit < len(group) and (best is None or group[fit] < best[0]):
+                best = (group[fit], caps, fit)
+        if best is None:
+            return None
+        (count, worker_id), caps, fit = best
+        del self.free[caps][fit]
+        if count > gpus:
+            insort(self.free[caps], (count - gpus, worker_id))
+        given, above = self.given[caps], self.above[caps]
+        given[rank] = max(given[rank], count)
+        for lower in range(rank + 1, len(above)):
+            above[lower] = max(above[lower], count)
+        return worker_id, count
+
+    def why_not(self, gpus: int, groups: list[frozenset[str]], rank: int) -> str:
+        """Why a job of class ``rank`` found no worker of ``groups`` with ``gpus`` free devices."""
+        for caps in groups:
+            if self.above[caps][rank] >= gpus:
+                return "lower_priority"
+        for caps in groups:
+            if self.given[caps][rank] >= gpus:
+                return "fair_share"
+        return "no_capacity"
+
+
 def _place(
     state: ClusterState, pool: _Pool, devices: dict[str, list[int]], result: Plan
 ) -> tuple[list[WaitingJob], dict[int, int]]:
     """Dispatch the pool's jobs in order onto its workers' free devices (best fit; ``devices`` is
     updated as they are taken) and give every other job its reason and position; returns the
     jobs left waiting, in order, and team -> GPUs held once this pass's dispatches run."""
-    free = sorted((len(devices[w.worker_id]), w.worker_id) for w in pool.workers if devices[w.worker_id])
-    biggest = max((w.gpus for w in pool.workers), default=0)
+    capacity = _Capacity(pool.workers, devices)
     real_held = dict(pool.held)  # grows with this pass's dispatches: quotas bind within one pass
-    # Most free devices a worker had when it went to a job of each class in this pass: a job that
-    # finds nothing free learns whether room that fits it went to a higher class or to its own.
-    given = [0] * (len(PRIORITY_ORDER) + 1)
     left: list[WaitingJob] = []
     for job in _order(state, pool):
         quota = _quota(state, job.team_id, pool.name)
+        groups, biggest = capacity.usable(job.requires)
         if pool.name in state.held_pools:
             reason = "pool_held"
         elif not pool.workers:
             reason = "no_workers"
+        elif not groups:
+            reason = "no_capable_worker"
         elif biggest < job.gpus:
             reason = "too_large"
         elif job.backoff:
@@ -287,23 +359,15 @@ def _place(
         elif quota is not None and real_held.get(job.team_id, 0) + job.gpus > quota:
             reason = "quota_exceeded"
         else:
-            fit = bisect_left(free, (job.gpus, ""))  # the worker with the fewest free devices that fit
             rank = _rank(job.priority)
-            if fit < len(free):
-                count, worker_id = free.pop(fit)
-                taken, devices[worker_id] = devices[worker_id][:job.gpus], devices[worker_id][job.gpus:]
-                if count > job.gpus:
-                    insort(free, (count - job.gpus, worker_id))
-                given[rank] = max(given[rank], count)
+            taken = capacity.take(job.gpus, groups, rank)
+            if taken is not None:
+                worker_id = taken[0]
+                ids, devices[worker_id] = devices[worker_id][:job.gpus], devices[worker_id][job.gpus:]
                 real_held[job.team_id] = real_held.get(job.team_id, 0) + job.gpus
-                result.dispatch.append(Dispatch(job.id, worker_id, tuple(taken)))
+                result.dispatch.append(Dispatch(job.id, worker_id, tuple(ids)))
                 continue
-            if max(given[:rank], default=0) >= job.gpus:
-                reason = "lower_priority"
-            elif given[rank] >= job.gpus:
-                reason = "fair_share"
-            else:
-                reason = "no_capacity"
+            reason = capacity.why_not(job.gpus, groups, rank)
         left.append(job)
         result.pending[job.id] = reason
         result.position[job.id] = len(left)
@@ -343,12 +407,16 @@ def _preempt(
     else ask one running job of a team over its fair share to yield (see the module docstring).
     ``free`` is worker -> devices still free after this pass's dispatches."""
     live = {w.worker_id: w.gpus for w in pool.workers}
+    capabilities = {w.worker_id: w.capabilities for w in pool.workers}
     high = [job for job in left if _rank(job.priority) == 0 and result.pending[job.id] in _WANTS_A_WORKER]
     # The quota check counts what the team will hold once this pass's preemptions land, so two
     # high jobs of one team cannot together overshoot its quota through preemption.
     reserved = defaultdict(int, real_held)
 
-    def room(holder: HoldingJob) -> int:
+    def room(holder: HoldingJob, job: WaitingJob) -> int:
+        """The devices ``job`` would get from ``holder`` leaving; none on a worker it cannot use."""
+        if not job.requires <= capabilities[holder.worker_id]:
+            return 0
         return free[holder.worker_id] + len(held_devices(holder, live[holder.worker_id]))
 
     def claim(job: WaitingJob, holder: HoldingJob) -> bool:
@@ -366,11 +434,11 @@ def _preempt(
                if h.status == "running" and h.preempt_requested and h.worker_id in live]
     remaining = []
     for job in high:
-        fits = [h for h in freeing if room(h) >= job.gpus]
+        fits = [h for h in freeing if room(h, job) >= job.gpus]
         if not fits:
             remaining.append(job)
             continue
-        holder = min(fits, key=lambda h: (room(h), h.worker_id, h.id))
+        holder = min(fits, key=lambda h: (room(h, job), h.worker_id, h.id))
         if claim(job, holder):
             freeing.remove(holder)
 
@@ -383,7 +451,7 @@ def _preempt(
             (
                 h
                 for h in victims
-                if h.team_id != job.team_id and held[h.team_id] > fair[h.team_id] and room(h) >= job.gpus
+                if h.team_id != job.team_id and held[h.team_id] > fair[h.team_id] and room(h, job) >= job.gpus
             ),
             None,
         )

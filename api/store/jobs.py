@@ -32,6 +32,7 @@ from api.store.clock import Backoff, db_now
 from api.store.models import Allocation, Job, JobEvent, utcnow
 from api.store.telemetry import add_event
 from api.vocabulary import PRIORITIES
+from grpo_core.rewards import required_capabilities
 from grpo_core.spec import JobSpec
 
 
@@ -39,6 +40,12 @@ def request_hash(spec: JobSpec, body: dict[str, Any] | None = None) -> str:
     """``body``: ``spec.model_dump(mode="json")`` when the caller already has it."""
     canonical = json.dumps(body or spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def capabilities_needed(spec: JobSpec) -> list[str]:
+    """What a worker must advertise to run ``spec`` (its rewards' needs), sorted, each once:
+    stored with the job for the scheduler, and checked again by the worker that gets it."""
+    return sorted({capability for _, capability in required_capabilities(spec.rewards)})
 
 
 _JOBS = Job.__table__
@@ -66,6 +73,7 @@ def create_job(
         "priority": spec.priority,
         "pool": spec.resources.pool,
         "gpus": spec.resources.gpus,
+        "required_capabilities": capabilities_needed(spec),
         "max_steps": spec.known_steps(),
         "idempotency_key": idempotency_key,
         "request_hash": digest,

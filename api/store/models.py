@@ -175,6 +175,9 @@ class Job(Base):
     worker_id: Mapped[str | None] = mapped_column(String(128))
     # Indices of the worker's devices the job runs on (api.scheduling.policy.Dispatch.devices).
     devices: Mapped[list[Any] | None] = mapped_column(JSON)
+    # What a worker must advertise to run it (its rewards' needs, sorted; null: nothing), computed
+    # at submit so that the scheduler places by it without reading specs.
+    required_capabilities: Mapped[list[Any] | None] = mapped_column(JSON)
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Requeued after a fault: not dispatched before this (the database's clock; None: now).
     retry_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

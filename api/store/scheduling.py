@@ -58,7 +58,8 @@ def schedulable_workers(heartbeats: list[Heartbeat], holding: list[policy.Holdin
     for beat in heartbeats:
         busy = {device for job_id, devices in beat.jobs.items() if (job_id, beat.worker_id) not in assigned
                 for device in devices}
-        workers.append(policy.Worker(beat.worker_id, beat.pool, beat.gpus, tuple(sorted(busy))))
+        workers.append(policy.Worker(beat.worker_id, beat.pool, beat.gpus, tuple(sorted(busy)),
+                                     frozenset(beat.capabilities)))
     return workers
 
 
@@ -72,10 +73,14 @@ def load_state(session: Session, heartbeats: list[Heartbeat], now: datetime, hal
     waiting, info = [], {}
     c = _JOBS.c
     waiting_rows = conn.execute(select(c.id, c.team_id, c.pool, c.gpus, c.priority, c.name, c.pending_reason,
-                                       c.retry_at).where(c.status.in_(WAITING_STATUSES)).order_by(c.id))
-    for job_id, team_id, pool, gpus, priority, name, reason, retry_at in waiting_rows:
+                                       c.retry_at, c.required_capabilities)
+                                .where(c.status.in_(WAITING_STATUSES)).order_by(c.id))
+    requirements: dict[tuple[str, ...], frozenset[str]] = {(): frozenset()}  # one set per distinct list
+    for job_id, team_id, pool, gpus, priority, name, reason, retry_at, required in waiting_rows:
         backing_off = retry_at is not None and as_utc(retry_at) > now
-        waiting.append(policy.WaitingJob(job_id, team_id, pool, gpus, priority, backing_off))
+        key = tuple(required or ())
+        requires = requirements.setdefault(key, frozenset(key))
+        waiting.append(policy.WaitingJob(job_id, team_id, pool, gpus, priority, backing_off, requires))
         info[job_id] = WaitingInfo(name, reason)
     holding = [
         policy.HoldingJob(row.id, row.team_id, row.pool, row.gpus, row.priority, row.worker_id, row.status,

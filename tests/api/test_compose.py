@@ -19,7 +19,16 @@ import tomllib
 from typing import Any
 
 import pytest
-from compose_file import APP_SERVICES, REPO, compose, copy_sources, inline_dockerfile, instructions
+import yaml
+from compose_file import (
+    APP_SERVICES,
+    COMPOSE_FILE,
+    REPO,
+    compose,
+    copy_sources,
+    inline_dockerfile,
+    instructions,
+)
 
 from api.settings import Settings
 
@@ -178,6 +187,19 @@ def test_the_worker_gives_a_jobs_ranks_shared_memory(services):
     assert match and int(match.group(1)) >= 1, f"worker shm_size {size!r}: needs at least 1gb"
 
 
+def test_the_worker_may_run_the_code_sandbox_only_where_the_operator_enables_it(services):
+    """No service loosens Docker's confinement by default (the worker then advertises no
+    ``code_sandbox``, and code_tests specs are refused at submit); the worker's comment carries
+    the one line that enables it, and that line is valid Compose that turns off what blocks bwrap."""
+    loosening = ("security_opt", "privileged", "cap_add")
+    assert not [(name, key) for name, service in services.items() for key in loosening if key in service]
+    text = COMPOSE_FILE.read_text()
+    worker = text[text.index("\n  worker:\n"):text.index("\nvolumes:\n")]
+    [line] = [line for line in worker.splitlines() if line.lstrip().startswith("# security_opt:")]
+    enabled = yaml.safe_load(line.replace("# ", "", 1).strip())["security_opt"]
+    assert {"seccomp=unconfined", "systempaths=unconfined", "apparmor=unconfined"} <= set(enabled), enabled
+
+
 # ==== The image: one, built from this checkout by the inline Dockerfile ====
 
 @pytest.fixture(scope="module")
@@ -265,6 +287,16 @@ def test_the_build_copies_only_what_the_install_needs(dockerfile: list[tuple[str
     needed = {"pyproject.toml", pyproject["project"]["readme"]} | packages | data
     copied = [source.rstrip("/") for source in copy_sources(dockerfile)]
     assert sorted(copied) == sorted(needed), f"COPY {copied}; the install needs {sorted(needed)}"
+
+
+def test_the_image_installs_the_code_sandbox(dockerfile: list[tuple[str, str]]) -> None:
+    """bwrap from Debian's package (``grpo_core.sandbox``), and a Python under /usr for it to run
+    programs with: the python image's own, in /usr/local."""
+    installs = [shlex.split(arguments) for keyword, arguments in dockerfile
+                if keyword == "RUN" and "apt-get install" in arguments]
+    assert installs and "bubblewrap" in installs[0], installs
+    base = next(arguments for keyword, arguments in dockerfile if keyword == "FROM")
+    assert base.startswith("python:"), base
 
 
 def test_dependencies_install_before_the_source_is_copied(dockerfile: list[tuple[str, str]]) -> None:

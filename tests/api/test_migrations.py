@@ -7,6 +7,7 @@ the other.
 
 from __future__ import annotations
 
+import json
 import pprint
 from collections.abc import Iterator
 
@@ -93,3 +94,27 @@ def test_downgrade_to_base_then_upgrade_again(empty_db_url: str, engine: Engine)
     diff = schema_diff(engine)
     assert diff == [], "schema after a round trip differs from api.store.models:\n" + pprint.pformat(diff)
     assert teams(engine) == [("default", 1.0)]
+
+
+def test_unfinished_code_tests_jobs_get_their_required_capabilities(empty_db_url: str,
+                                                                    engine: Engine) -> None:
+    """Jobs queued before ``jobs.required_capabilities`` existed are filled in from their specs,
+    so the scheduler does not send a waiting code_tests job to a worker without the sandbox."""
+    command.upgrade(alembic_config(empty_db_url), "0007_job_steps_by_epochs")
+    code = {"rewards": [{"name": "contains", "args": {"text": "x"}}, {"name": "code_tests"}]}
+    plain = {"rewards": [{"name": "contains", "args": {"text": "x"}}]}
+    jobs = [("queued", code), ("running", plain), ("preempted", code), ("succeeded", code)]
+    with engine.begin() as conn:
+        team = conn.execute(text("SELECT id FROM teams WHERE name = 'default'")).scalar_one()
+        for index, (status, spec) in enumerate(jobs):
+            conn.execute(text(
+                "INSERT INTO jobs (team_id, name, spec, status, priority, pool, gpus, max_steps, attempt, "
+                "cancel_requested, preempt_requested, created_at, last_step) VALUES (:team, :name, :spec, "
+                ":status, 'normal', 'default', 1, 4, 0, false, false, CURRENT_TIMESTAMP, 0)"),
+                {"team": team, "name": f"j{index}", "spec": json.dumps(spec), "status": status})
+    upgrade_to_head(empty_db_url)
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT status, required_capabilities FROM jobs ORDER BY id")).all()
+    found = [(status, json.loads(value) if isinstance(value, str) else value) for status, value in rows]
+    assert found == [("queued", ["code_sandbox"]), ("running", None), ("preempted", ["code_sandbox"]),
+                     ("succeeded", None)]

@@ -35,12 +35,17 @@ reference = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(reference)
 
 
-def worker(worker_id: str, gpus: int = 1, pool: str = "a") -> Worker:
-    return Worker(worker_id, pool, gpus)
+SANDBOX = frozenset({"code_sandbox"})
 
 
-def job(job_id: int, team: int, gpus: int = 1, priority: str = "normal", pool: str = "a") -> WaitingJob:
-    return WaitingJob(job_id, team, pool, gpus, priority)
+def worker(worker_id: str, gpus: int = 1, pool: str = "a",
+           capabilities: frozenset[str] = frozenset()) -> Worker:
+    return Worker(worker_id, pool, gpus, capabilities=capabilities)
+
+
+def job(job_id: int, team: int, gpus: int = 1, priority: str = "normal", pool: str = "a",
+        requires: frozenset[str] = frozenset()) -> WaitingJob:
+    return WaitingJob(job_id, team, pool, gpus, priority, requires=requires)
 
 
 def hold(job_id: int, team: int, worker_id: str | None, gpus: int = 1, priority: str = "normal",
@@ -261,6 +266,7 @@ def _reason_states() -> dict[str, tuple[ClusterState, int]]:
     return {
         "pool_held": (cluster(one, [job(1, 1)], held_pools=frozenset({"a"})), 1),
         "no_workers": (cluster(one, [job(1, 1, pool="elsewhere")]), 1),
+        "no_capable_worker": (cluster(one, [job(1, 1, requires=SANDBOX)]), 1),
         "too_large": (cluster(one, [job(1, 1, gpus=2)]), 1),
         "backoff": (cluster(one, [WaitingJob(1, 1, "a", 1, "normal", backoff=True)]), 1),
         "quota_exceeded": (cluster(one, [job(1, 1)], teams=[Team(1, 1.0, {"a": 0})]), 1),
@@ -282,6 +288,59 @@ def test_a_job_in_backoff_keeps_its_place_and_the_worker_goes_to_the_next():
     result = plan(cluster([worker("w1")], [backing_off, job(2, 1)], [hold(50, 2, "w0", priority="low")]))
     assert placed(result) == {2: "w1"}
     assert (result.pending, result.position, result.preempt) == ({1: "backoff"}, {1: 1}, [])
+
+
+# ---- capabilities ----
+
+def test_a_job_goes_only_to_a_worker_with_the_capabilities_it_requires():
+    # The plain worker is the best fit by size, but it lacks the sandbox; the plain job takes it.
+    workers = [worker("plain"), worker("sandboxed", 2, capabilities=SANDBOX | {"extra"})]
+    result = plan(cluster(workers, [job(1, 1, requires=SANDBOX), job(2, 1)]))
+    assert result.dispatch == [Dispatch(1, "sandboxed", (0,)), Dispatch(2, "plain", (0,))]
+
+
+def test_a_job_waits_for_a_busy_capable_worker_and_leaves_the_others_to_the_queue():
+    workers = [worker("plain"), worker("sandboxed", capabilities=SANDBOX)]
+    state = cluster(workers, [job(1, 1, requires=SANDBOX), job(2, 1)], [hold(50, 2, "sandboxed")])
+    result = plan(state)
+    assert placed(result) == {2: "plain"}
+    # A plain job got the plain worker, which this job could not have used: not its turn lost.
+    assert result.pending == {1: "no_capacity"}
+
+
+def test_no_capable_worker_comes_before_too_large_and_too_large_counts_capable_workers_only():
+    workers = [worker("big", 4), worker("sandboxed", 1, capabilities=SANDBOX)]
+    waiting = [job(1, 1, gpus=2, requires=SANDBOX), job(2, 1, gpus=4, requires=frozenset({"x"}))]
+    result = plan(cluster(workers, waiting))
+    assert result.pending == {1: "too_large", 2: "no_capable_worker"}
+    assert result.dispatch == []
+
+
+def test_room_taken_by_a_higher_class_counts_only_on_a_worker_the_job_could_use():
+    workers = [worker("plain"), worker("sandboxed", capabilities=SANDBOX)]
+    waiting = [job(1, 1, priority="high"), job(2, 1, priority="high", requires=SANDBOX),
+               job(3, 1, requires=SANDBOX), job(4, 1)]
+    result = plan(cluster(workers, waiting))
+    assert placed(result) == {1: "plain", 2: "sandboxed"}
+    assert result.pending == {3: "lower_priority", 4: "lower_priority"}
+    # The sandboxed worker busy: the plain one that went to the high job was of no use to job 3.
+    result = plan(cluster(workers, [job(1, 1, priority="high"), job(3, 1, requires=SANDBOX)],
+                          [hold(50, 2, "sandboxed", priority="high")]))
+    assert (placed(result), result.pending) == ({1: "plain"}, {3: "no_capacity"})
+
+
+def test_preemption_frees_only_a_worker_the_high_job_can_use():
+    workers = [worker("plain"), worker("sandboxed", capabilities=SANDBOX)]
+    # Team 2 is over its share on both workers; the newer, lower victim sits on the plain worker.
+    holding = [hold(50, 2, "plain", priority="low", since=9.0), hold(51, 2, "sandboxed", since=1.0)]
+    state = cluster(workers, [job(1, 1, priority="high", requires=SANDBOX)], holding)
+    result = plan(state)
+    assert result.preempt == [Preemption(51, 1)]
+    assert result.pending == {1: "preempting"}
+    # A yield already under way on the plain worker does not serve it either.
+    asked = [hold(50, 2, "plain", priority="low", since=9.0, preempt=True), hold(51, 2, "sandboxed")]
+    assert plan(cluster(workers, [job(1, 1, priority="high", requires=SANDBOX)], asked)).preempt == \
+        [Preemption(51, 1)]
 
 
 # ---- preemption ----

@@ -66,6 +66,10 @@ def test_admins_set_a_pools_limits_and_submissions_are_checked_against_them(admi
     tokens = {"prompts_per_step": 4, "num_generations": 4, "max_prompt_length": 200,
               "max_completion_length": 100}  # 4 × 4 × 300 = 4,800
     assert "4,800 tokens per step" in refusal(submit(grpo=tokens), "grpo")
+    # A generation round feeding 6 steps holds 6 steps' rows at once: 2 × 2 × 200 × 6 = 4,800.
+    round_of_six = {"prompts_per_step": 2, "num_generations": 2, "max_prompt_length": 100,
+                    "max_completion_length": 100, "generation_batch_size": 24}
+    assert "6 steps per generation round = 4,800" in refusal(submit(grpo=round_of_six), "grpo")
     rows = [{"prompt": "x" * 100}, {"prompt": "y" * 100}]
     assert "put the rows in a dataset file" in refusal(submit(dataset={"prompts": rows}), "dataset.prompts")
     accepted = submit(max_steps=50)

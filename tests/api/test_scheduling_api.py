@@ -16,6 +16,7 @@ import redis
 from api.scheduling.scheduler import Scheduler
 from api.store import bus
 from api.store.db import session_scope
+from api.store.models import Job
 from api.store.pools import ensure_pool, set_max_worker_gpus
 from api.vocabulary import Heartbeat
 
@@ -26,16 +27,18 @@ def error_of(response) -> dict:
 
 @pytest.fixture
 def advertise(api_server) -> Iterator:
-    """``advertise(pool, gpus=1) -> worker_id``: a live worker heartbeat; removed after the test."""
+    """``advertise(pool, gpus=1, capabilities=(), prefix="w") -> worker_id``: a live worker
+    heartbeat; removed after the test."""
     client = redis.Redis.from_url(api_server.settings.redis_url)
     keys = api_server.settings.redis_keys
     made: list[str] = []
 
-    def add(pool: str, gpus: int = 1) -> str:
-        worker_id = f"w-{uuid.uuid4().hex[:6]}"
+    def add(pool: str, gpus: int = 1, capabilities: tuple[str, ...] = (), prefix: str = "w") -> str:
+        worker_id = f"{prefix}-{uuid.uuid4().hex[:6]}"
         bus.advertise_worker(client, keys, Heartbeat(worker_id=worker_id, pool=pool, gpus=gpus,
                                                        gpu_model="H200", gpu_memory_mb=143771,
-                                                       memory_mb=1024, hostname="node-1"), 60)
+                                                       memory_mb=1024, hostname="node-1",
+                                                       capabilities=list(capabilities)), 60)
         made.append(worker_id)
         return worker_id
 
@@ -132,6 +135,36 @@ def test_queue_and_cluster_show_the_schedulers_order_scoped_to_the_team(
     [seen] = next(p for p in theirs["pools"] if p["name"] == pool)["workers"]
     assert seen["devices"] == [{"index": 0, "busy": True, "job_id": None}] and seen["busy"]
     assert all(r["job_id"] != a1 for r in theirs["running"])
+
+
+def test_a_job_is_placed_only_on_a_worker_that_advertises_what_its_rewards_need(
+        api, api_server, job_spec, pool, advertise) -> None:
+    """Two live workers in one pool, one with the sandbox: code_tests jobs go to that one only,
+    and wait for it (``no_capable_worker`` once it left) while the other stays free."""
+    rows = [{"prompt": "Read n and print 2n.", "tests": [{"input": "2", "output": "4"}]}]
+    code = job_spec(resources={"pool": pool}, dataset={"prompts": rows},
+                    rewards=[{"name": "contains", "args": {"text": "x"}}, {"name": "code_tests"}])
+    # The plain worker sorts first: best fit alone, among equals, would pick it.
+    plain = advertise(pool, prefix="a-plain")
+    sandboxed = advertise(pool, capabilities=("code_sandbox",), prefix="b-sandboxed")
+    first, second = (api.post("/v1/jobs", json=code).json()["id"] for _ in range(2))
+    scheduler = Scheduler(api_server.settings)
+    assert [j for j in scheduler.tick() if j in (first, second)] == [first]
+    assert api.get(f"/v1/jobs/{first}").json()["worker_id"] == sandboxed
+    waiting = api.get(f"/v1/jobs/{second}").json()
+    # The one worker it could use went to the job ahead of it; the free plain one does not count.
+    assert (waiting["status"], waiting["pending_reason"]) == ("queued", "fair_share")
+    with session_scope(api_server.settings.database_url) as session:
+        assert session.get(Job, second).required_capabilities == ["code_sandbox"]
+
+    client = redis.Redis.from_url(api_server.settings.redis_url)
+    client.delete(api_server.settings.redis_keys.worker(sandboxed))  # it left (its heartbeat expired)
+    client.close()
+    plain_job = api.post("/v1/jobs", json=job_spec(resources={"pool": pool})).json()["id"]
+    assert [j for j in scheduler.tick() if j in (second, plain_job)] == [plain_job]
+    assert api.get(f"/v1/jobs/{plain_job}").json()["worker_id"] == plain
+    entries = api.get("/v1/queue", params={"pool": pool}).json()["items"]
+    assert [(e["job_id"], e["pending_reason"]) for e in entries] == [(second, "no_capable_worker")]
 
 
 def test_a_retried_telemetry_write_is_reported_as_a_duplicate(api, api_server, job_spec) -> None:

@@ -25,11 +25,16 @@ HANG = timedelta(seconds=120)  # a rank left waiting fails the test instead of h
 
 
 @pytest.mark.slow
-def test_two_gloo_ranks_train_exactly_like_one_process(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize(
+    "reuse",
+    # A batch trained twice; a round of 2 steps' prompts, each step spread over both ranks.
+    [{"num_iterations": 2}, {"steps_per_generation": 4}],
+)
+def test_two_gloo_ranks_train_exactly_like_one_process(tiny_model_dir, tmp_path, reuse):
     # Token-mean loss and batch-scaled advantages: both need whole-step statistics across ranks.
     spec = make_spec(
         tiny_model_dir, max_steps=3, prompts_per_step=4, loss_type="bnpo", scale_rewards="batch",
-        num_iterations=2, gradient_accumulation_steps=2,
+        gradient_accumulation_steps=2, **reuse,
     )
     single = run_local(spec, tmp_path, tmp_path / "one", device="cpu", progress=False)
     double = run_data_parallel(

@@ -161,7 +161,15 @@ def test_non_finite_loss_is_an_error_and_the_step_is_not_applied(tiny_model_dir,
 
 @pytest.mark.parametrize(
     "config",
-    [{"num_iterations": 1}, {"num_iterations": 2}, {"drop_zero_std_groups": True, "max_resample_batches": 2}],
+    [
+        {"num_iterations": 1},
+        {"num_iterations": 2},
+        {"drop_zero_std_groups": True, "max_resample_batches": 2},
+        # A round of 2 steps (4 with num_iterations=2): step 3 is inside one, so the round and
+        # its old log-probs come back from the checkpoint instead of being generated again.
+        {"steps_per_generation": 2},
+        {"steps_per_generation": 2, "num_iterations": 2},
+    ],
 )
 def test_resume_reproduces_the_uninterrupted_run(tiny_model_dir, tmp_path, config):
     spec = make_spec(tiny_model_dir, max_steps=5, **config)

@@ -144,6 +144,8 @@ def test_an_epoch_is_one_pass_over_the_prompts() -> None:
     assert config.model_copy(update={"num_iterations": 2}).steps_for(10) == 16  # mu steps per batch
     assert config.model_copy(update={"max_steps": 5}).steps_for(10) == 5  # max_steps wins, as in TRL
     assert GRPOConfig().steps_for(64) == 3 * 8  # TRL's defaults: 3 epochs of 8-prompt steps
+    # A generation round of 2 steps draws 6 prompts: ceil(10 / 6) rounds of 2 steps a pass.
+    assert config.model_copy(update={"steps_per_generation": 2}).steps_for(10) == 2 * 2 * 2
 
 
 def test_a_run_by_epochs_trains_that_many_steps_and_decays_over_them(tiny_model_dir, tmp_path) -> None:

@@ -142,8 +142,10 @@ def _configure(
     epsilon_high: float,
     delta: float | None,
     accumulation_steps: int = 1,
+    importance_sampling_level: str = "token",
 ) -> None:
     """Set exactly the attributes ``_compute_loss`` reads; monkeypatch restores them after the test."""
+    monkeypatch.setattr(trainer, "importance_sampling_level", importance_sampling_level)
     monkeypatch.setattr(trainer, "loss_type", loss_type)
     monkeypatch.setattr(trainer, "beta", beta)
     monkeypatch.setattr(trainer, "epsilon_low", epsilon_low)
@@ -199,9 +201,11 @@ def _our_loss(
     epsilon_low: float,
     epsilon_high: float,
     delta: float | None,
+    importance_sampling_level: str = "token",
 ):
     """Our update's loss for ``batch[rows]`` and the metrics it reports for them."""
     config = OurConfig(
+        importance_sampling_level=importance_sampling_level,
         loss_type=loss_type,
         beta=beta,
         epsilon=epsilon_low,
@@ -233,6 +237,7 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("importance_sampling_level", ["token", "sequence"])
 @pytest.mark.parametrize(("loss_type", "beta", "epsilon_high", "delta"), CASES)
 def test_loss_and_metrics_match_trl(
     trainer: GRPOTrainer,
@@ -241,10 +246,20 @@ def test_loss_and_metrics_match_trl(
     beta: float,
     epsilon_high: float,
     delta: float | None,
+    importance_sampling_level: str,
 ) -> None:
-    settings = dict(loss_type=loss_type, beta=beta, epsilon_low=0.2, epsilon_high=epsilon_high, delta=delta)
+    """Token level, and GSPO's sequence level (every loss type TRL allows with it; its clip
+    fractions count completions, not tokens)."""
+    settings = dict(
+        loss_type=loss_type, beta=beta, epsilon_low=0.2, epsilon_high=epsilon_high, delta=delta,
+        importance_sampling_level=importance_sampling_level,
+    )
     _configure(trainer, monkeypatch, **settings)
     batch = _batch()
+    if importance_sampling_level == "sequence":
+        # Averaging over a completion's tokens shrinks the log-ratios; push row 0 (A > 0) further
+        # off-policy so its sequence weight leaves the trust region upwards too.
+        batch["old_per_token_logps"][0] -= 0.5
     mask = batch["completion_mask"]
     rows = slice(0, N)
 
@@ -310,4 +325,35 @@ def test_gradient_accumulation_matches_trl(
         trl_total += trl_loss.item()
         our_total += our_loss.item()
     assert trl_total == pytest.approx(our_total, abs=ATOL), (trl_total, our_total)
+    torch.testing.assert_close(our_leaf.grad, trl_leaf.grad, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("importance_sampling_level", ["token", "sequence"])
+def test_dapo_step_of_a_two_step_round_matches_trl(
+    trainer: GRPOTrainer, monkeypatch: pytest.MonkeyPatch, importance_sampling_level: str
+) -> None:
+    """A generation round of 6 rows feeding 2 optimizer steps (TRL: steps_per_generation =
+    2·gradient_accumulation_steps): TRL divides each step's dapo loss by the round's tokens
+    rescaled to one step, not by the step's own tokens; ours must do the same."""
+    settings = dict(
+        loss_type="dapo", beta=0.04, epsilon_low=0.2, epsilon_high=0.28, delta=None,
+        importance_sampling_level=importance_sampling_level,
+    )
+    _configure(trainer, monkeypatch, **settings)
+    monkeypatch.setattr(trainer.args, "steps_per_generation", 2)
+    batch = _batch(seed=2)
+    mask = batch["completion_mask"]
+    rows = slice(0, 3)  # the round's first step
+    round_tokens = float(mask.sum())
+    assert round_tokens / 2 != float(mask[rows].sum())  # otherwise both normalisers agree anyway
+
+    trl_leaf = batch["logprobs"].clone().requires_grad_(True)
+    trl_loss, _ = _trl_loss(trainer, monkeypatch, batch, rows, trl_leaf[rows], mask.sum())
+    our_leaf = batch["logprobs"].clone().requires_grad_(True)
+    step_tokens = float(mask[rows].sum())
+    totals = StepTotals(3, step_tokens, max_completion_length=T, round_tokens_per_step=round_tokens / 2)
+    our_loss, _ = _our_loss(batch, rows, our_leaf[rows], totals, **settings)
+    assert trl_loss.item() == pytest.approx(our_loss.item(), abs=ATOL), (trl_loss.item(), our_loss.item())
+    trl_loss.backward()
+    our_loss.backward()
     torch.testing.assert_close(our_leaf.grad, trl_leaf.grad, atol=ATOL, rtol=0)
