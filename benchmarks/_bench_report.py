@@ -16,6 +16,7 @@ from _common import format_table, median
 
 LAST_N = 5
 SPEED_TARGET = 1.3
+REALISTIC_SPEED = 2.0  # issue 14: the ~31M-parameter, 32k-vocab preset
 
 # A step is "quiet" when other processes used less than this fraction of one core during it.
 QUIET_FRACTION = 0.10
@@ -101,7 +102,9 @@ def paired_ratio(raw: dict[str, list[dict[str, Any]]], warmup: int) -> float:
     return median(ratios)
 
 
-def compare(core: dict[str, Any], trl_: dict[str, Any], paired: float) -> dict[str, Any]:
+def compare(
+    core: dict[str, Any], trl_: dict[str, Any], paired: float, speed_target: float = SPEED_TARGET
+) -> dict[str, Any]:
     use_quiet = core["enough_quiet"] and trl_["enough_quiet"]
     key = "quiet_steps_per_s" if use_quiet else "steps_per_s"
     speed = core[key] / trl_[key]
@@ -112,7 +115,8 @@ def compare(core: dict[str, Any], trl_: dict[str, Any], paired: float) -> dict[s
         "speed_ratio_all_steps": core["steps_per_s"] / trl_["steps_per_s"],
         "speed_ratio_paired": paired,
         "interval_speed_ratio": trl_["median_interval_s"] / core["median_interval_s"],
-        "speed_pass": speed >= SPEED_TARGET,
+        "speed_target": speed_target,
+        "speed_pass": speed >= speed_target,
         "reward_tolerance": tol,
         "reward_diff": core["final_reward"] - trl_["final_reward"],
         "reward_pass": core["final_reward"] >= trl_["final_reward"] - tol,
@@ -224,7 +228,7 @@ def render(
         f"  speed  ours/TRL steps/s = {verdict['speed_ratio']:.2f}x on {verdict['speed_basis']} "
         f"(all steps {verdict['speed_ratio_all_steps']:.2f}x, median of paired step ratios "
         f"{_ratio_text(verdict['speed_ratio_paired'])}, step-end intervals "
-        f"{verdict['interval_speed_ratio']:.2f}x; target >= {SPEED_TARGET}x)  "
+        f"{verdict['interval_speed_ratio']:.2f}x; target >= {verdict['speed_target']}x)  "
         f"{_verdict(verdict['speed_pass'])}",
         f"  reward ours - TRL = {verdict['reward_diff']:+.3f} "
         f"(pass if >= -{verdict['reward_tolerance']:.3f}, 2 x combined s.e. of the last-{LAST_N} means)  "

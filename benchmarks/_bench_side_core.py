@@ -67,7 +67,7 @@ def _check_core_rewards(components: Any) -> float:
     texts = REWARD_CHECK_STRINGS
     answers = [split_reasoning(t, components.spec.reasoning).answer for t in texts]
     prompts = ["p"] * len(texts)
-    matrix = score_completions(components.rewards, answers, prompts, {}, raw_completions=list(texts))
+    matrix = score_completions(components.rewards, answers, prompts, {}, raw_completions=list(texts)).matrix
     weights = torch.tensor([r.weight for r in components.rewards], dtype=torch.float32)
     ours = combine_rewards(torch.tensor(matrix, dtype=torch.float32), weights).tolist()
     diff = max(abs(a - plain_reward(t)) for a, t in zip(ours, texts, strict=True))

@@ -96,9 +96,14 @@ def say_yes_reward(completions: list[str], **kwargs: Any) -> list[float]:
 def side_build(args: argparse.Namespace) -> dict[str, Any]:
     from grpo_core.tiny import build_tiny_model
 
-    path = build_tiny_model(
-        args.model_dir, args.family, args.hidden_size, args.num_layers, args.num_heads, seed=args.seed
-    )
+    if args.preset == "realistic":
+        from _bench_realistic import build_realistic_model
+
+        path = build_realistic_model(args.model_dir, args.seed)
+    else:
+        path = build_tiny_model(
+            args.model_dir, args.family, args.hidden_size, args.num_layers, args.num_heads, seed=args.seed
+        )
     import torch
     from transformers import AutoModelForCausalLM
 

@@ -60,7 +60,18 @@ Targets (printed as PASS/FAIL)
       so an exact tie is not expected).
     * memory: ours peak RSS <= TRL's.
 
-Run: ``.venv/bin/python benchmarks/core_vs_trl.py [--steps 30 --warmup 3 --json-out out.json]``.
+Realistic preset (issue 14)
+    ``--preset realistic`` swaps the tiny Llama for a ~31M-parameter Qwen2-style model with a
+    32k byte-level BPE vocabulary trained on the Python standard library's sources (cached under
+    ``benchmarks/.cache/``; see ``_bench_realistic.py``), 128 completion tokens, lr 1e-4, and runs
+    beta 0.04 then beta 0, each as one lock-step run of both sides. A third child, the compute
+    floor (plain decode of the same token count, one reference forward, one forward+backward, one
+    fused AdamW step on the same model and batch shape), joins the first run's rotation. It ends
+    with one table: ours and TRL s/step, the floor, ours/TRL steps/s, ours/floor and the peak
+    RSS ratio per beta (targets 2.0x, 1.2x, 0.5). Defaults 1 warm-up + 5 measured steps, 1 run.
+
+Run: ``.venv/bin/python benchmarks/core_vs_trl.py [--steps 30 --warmup 3 --json-out out.json]``;
+``.venv/bin/python benchmarks/core_vs_trl.py --preset realistic [--steps 5 --json-out out.json]``.
 """
 
 from __future__ import annotations
@@ -82,7 +93,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _bench_report import compare, paired_ratio, render, summarise
+from _bench_realistic import BETAS, REALISTIC, floor_seconds, render_realistic, side_floor
+from _bench_report import REALISTIC_SPEED, compare, paired_ratio, render, summarise
 from _bench_side_core import side_core
 from _bench_side_trl import side_trl
 from _bench_sides import side_build
@@ -110,7 +122,13 @@ def _expect(child: _Child, byte: bytes, timeout_s: float) -> None:
 
 
 def run_lockstep(
-    script: Path, args: argparse.Namespace, model_dir: str, logs: Path, repeat: int, tmp: Path
+    script: Path,
+    args: argparse.Namespace,
+    model_dir: str,
+    logs: Path,
+    repeat: int,
+    tmp: Path,
+    sides: tuple[str, ...] = ("trl", "core"),
 ) -> dict[str, dict[str, Any]]:
     """Run both sides at once but one *step* at a time, alternating TRL and ours step by step.
 
@@ -119,14 +137,15 @@ def run_lockstep(
     (which goes first alternates every step), and nothing else of either process runs at the
     same time. On a shared machine, load from other processes then hits both sides alike instead
     of whichever side happened to be running; each side's memory is still its own process's.
+    A third side (the realistic preset's floor) joins the rotation: who goes first rotates.
     """
     children: dict[str, _Child] = {}
     try:
-        for side in ("trl", "core"):
+        for side in sides:
             go_read, go_write = os.pipe()
             done_read, done_write = os.pipe()
-            log_path = logs / f"{side}-{repeat + 1}.log"
-            result_path = tmp / f"{side}-{repeat + 1}.json"
+            log_path = logs / f"{side}-{args.beta}-{repeat + 1}.log"
+            result_path = tmp / f"{side}-{args.beta}-{repeat + 1}.json"
             command = [
                 sys.executable,
                 str(script),
@@ -147,9 +166,10 @@ def run_lockstep(
             os.close(go_read)
             os.close(done_write)
             children[side] = _Child(side, proc, go_write, done_read, log_path, result_path)
-        order = [s.strip() for s in args.order.split(",")]
+        order = [s.strip() for s in args.order.split(",")] + [s for s in sides if s not in ("trl", "core")]
         for step in range(args.warmup + args.steps):
-            for side in order if (step + repeat) % 2 == 0 else order[::-1]:
+            shift = (step + repeat) % len(order)  # with two sides: alternate who goes first
+            for side in order[shift:] + order[:shift]:
                 for child in children.values():  # everyone idle before anyone runs
                     if not child.idle:
                         _expect(child, b"R", args.timeout)
@@ -180,6 +200,13 @@ def run_lockstep(
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument(
+        "--preset",
+        choices=["tiny", "realistic"],
+        default="tiny",
+        help="tiny: the options below; realistic: a ~31M-parameter Qwen2-style model, 32k vocab, "
+        "128 tokens, beta 0.04 and 0 in turn, plus the compute floor (options given explicitly win)",
     )
     parser.add_argument("--steps", type=int, default=30, help="measured steps per run")
     parser.add_argument("--warmup", type=int, default=3, help="extra first steps excluded from medians")
@@ -214,7 +241,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--keep-logs", type=Path, default=None, help="folder for the children's logs")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per run")
     # Internal: a child process runs one side.
-    parser.add_argument("--side", choices=["build", "core", "trl"], default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--side", choices=["build", "core", "trl", "floor"], default=None, help=argparse.SUPPRESS
+    )
     parser.add_argument("--model-dir", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--result-file", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--sync-fds", default=None, help=argparse.SUPPRESS)
@@ -223,10 +252,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="(with --side core|trl --model-dir DIR) write cProfile stats of training here",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.preset == "realistic" and args.side is None:
+        for name, value in REALISTIC.items():
+            if name in vars(args) and getattr(args, name) == parser.get_default(name):
+                setattr(args, name, value)
+    return args
 
 
 CHILD_FLAGS = (
+    "preset",
     "steps",
     "warmup",
     "family",
@@ -250,25 +285,34 @@ def _child_args(args: argparse.Namespace, side: str, model_dir: str) -> list[str
     return out
 
 
+def _build_model(script: Path, args: argparse.Namespace, tmp: Path) -> tuple[Path, str, dict[str, Any]]:
+    """The logs folder, the model folder both sides load, and what the build child reports."""
+    logs = args.keep_logs or tmp
+    logs.mkdir(parents=True, exist_ok=True)
+    model_dir = str(tmp / "model")
+    print(f"building the {args.preset} model in {model_dir} ...", flush=True)
+    build = run_child(
+        script, _child_args(args, "build", model_dir), args.threads, logs / "build.log", args.timeout
+    )
+    print(f"{build['parameters']:,} parameters, vocab {build['vocab_size']:,}", flush=True)
+    return logs, model_dir, build
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.side is not None:
-        runner = {"build": side_build, "core": side_core, "trl": side_trl}[args.side]
+        runner = {"build": side_build, "core": side_core, "trl": side_trl, "floor": side_floor}[args.side]
         write_result(args.result_file, runner(args))
         return 0
     script = Path(__file__).resolve()
     order = [s.strip() for s in args.order.split(",")]
     if sorted(order) != ["core", "trl"]:
         raise SystemExit("--order must name core and trl, e.g. 'trl,core'")
+    if args.preset == "realistic":
+        return main_realistic(script, args)
     raw: dict[str, list[dict[str, Any]]] = {"trl": [], "core": []}
     with tempfile.TemporaryDirectory(prefix="bench-core-vs-trl-") as tmp:
-        logs = args.keep_logs or Path(tmp)
-        logs.mkdir(parents=True, exist_ok=True)
-        model_dir = str(Path(tmp) / "model")
-        print(f"building the tiny model in {model_dir} ...", flush=True)
-        build = run_child(
-            script, _child_args(args, "build", model_dir), args.threads, logs / "build.log", args.timeout
-        )
+        logs, model_dir, build = _build_model(script, args, Path(tmp))
         for repeat in range(args.repeats):
             started = time.perf_counter()
             if args.schedule == "lockstep":
@@ -312,6 +356,62 @@ def main(argv: list[str] | None = None) -> int:
             "summary": summary,
             "verdict": verdict,
             "raw": raw,
+        }
+        args.json_out.write_text(json.dumps(payload, indent=2))
+        print(f"\nJSON summary written to {args.json_out}")
+    return 0
+
+
+def main_realistic(script: Path, args: argparse.Namespace) -> int:
+    """Both betas in turn, each a lock-step run of TRL and ours; the floor joins the first one."""
+    results, floor_run = [], None
+    with tempfile.TemporaryDirectory(prefix="bench-core-vs-trl-") as tmp:
+        logs, model_dir, build = _build_model(script, args, Path(tmp))
+        for beta in BETAS:
+            run_args = argparse.Namespace(**vars(args) | {"beta": beta})
+            sides = ("trl", "core", "floor") if floor_run is None else ("trl", "core")
+            raw: dict[str, list[dict[str, Any]]] = {"trl": [], "core": []}
+            for repeat in range(args.repeats):
+                started = time.perf_counter()
+                print(
+                    f"beta {beta}, run {repeat + 1}: {', '.join(sides)} in lock-step "
+                    f"({args.warmup}+{args.steps} steps) ...",
+                    end=" ",
+                    flush=True,
+                )
+                for side, result in run_lockstep(
+                    script, run_args, model_dir, logs, repeat, Path(tmp), sides
+                ).items():
+                    if side == "floor":
+                        floor_run = result
+                    else:
+                        raw[side].append(result)
+                print(f"{time.perf_counter() - started:.0f} s", flush=True)
+            summary = {side: summarise(raw[side], args.warmup) for side in ("core", "trl")}
+            verdict = compare(
+                summary["core"], summary["trl"], paired_ratio(raw, args.warmup), REALISTIC_SPEED
+            )
+            assert floor_run is not None
+            step_floor = floor_seconds(floor_run, args.warmup, beta)["total"]
+            print(f"\n=== beta {beta} ===")
+            print(render(run_args, build, raw, summary, verdict))
+            results.append(
+                {"beta": beta, "summary": summary, "verdict": verdict, "floor_s": step_floor, "raw": raw}
+            )
+    floor = floor_seconds(floor_run, args.warmup, BETAS[0])
+    print()
+    print(render_realistic(results, floor))
+    if args.json_out is not None:
+        payload = {
+            "config": {name: getattr(args, name) for name in CHILD_FLAGS} | {"repeats": args.repeats},
+            "model": build,
+            "machine": {
+                "python": platform.python_version(),
+                "cpus": os.cpu_count(),
+                "platform": platform.platform(),
+            },
+            "floor": floor_run | {"medians": floor},
+            "results": results,
         }
         args.json_out.write_text(json.dumps(payload, indent=2))
         print(f"\nJSON summary written to {args.json_out}")

@@ -80,7 +80,9 @@ def next_token_scores(
     """``logits (N, V)`` → the float32 scores whose softmax is the sampling distribution (filtered
     tokens at -inf), in transformers' order. ``seen (N, V)``: the tokens each row's prompt and
     completion hold so far, for ``repetition_penalty``."""
-    scores = apply_repetition_penalty(logits.float(), seen, repetition_penalty) / temperature
+    scores = apply_repetition_penalty(logits.float(), seen, repetition_penalty)
+    # At temperature 1 no division: it would copy (N, V) floats every decode step for nothing.
+    scores = scores if temperature == 1.0 else scores / temperature
     return apply_min_p(apply_top_p(apply_top_k(scores, top_k), top_p), min_p)
 
 
@@ -105,8 +107,39 @@ def sample_next_token(
     scores = next_token_scores(logits, temperature, top_k, top_p, min_p, repetition_penalty, seen)
     # Inverse-CDF sampling: one uniform per row instead of one random number per vocabulary
     # entry (multinomial, Gumbel), which is ~10x cheaper for a decode step on CPU, and which lets
-    # the caller key each row's draw. fp64 keeps the cumulative sum exact enough; ``right=True``
-    # never lands on a zero-probability token.
-    cdf = scores.softmax(dim=-1).double().cumsum(dim=-1)
-    u = uniforms.to(cdf).unsqueeze(1) * cdf[:, -1:]
-    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=cdf.size(-1) - 1)
+    # the caller key each row's draw.
+    return inverse_cdf(scores.softmax(dim=-1), uniforms)
+
+
+# Vocabulary entries per block of the two-level inverse CDF: V = 32k gives 250 blocks.
+CDF_BLOCK = 128
+
+
+def _first_above(cdf: torch.Tensor, u: torch.Tensor, positive: torch.Tensor) -> torch.Tensor:
+    """``(N, 1)`` first index whose ``cdf`` exceeds ``u``; where rounding leaves none (u within
+    an ulp of the total), the last index with ``positive`` mass. The index found never has zero
+    mass: its cdf is above u while its predecessor's is not."""
+    found = torch.searchsorted(cdf, u, right=True)
+    last = cdf.size(-1) - 1 - positive.flip(-1).int().argmax(-1, keepdim=True)
+    return torch.where(found >= cdf.size(-1), last, found)
+
+
+def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """``probs (N, V)``, ``uniforms (N,)`` in [0, 1) → the token where each row's cumulative
+    probability first exceeds ``uniform · total``.
+
+    Two levels in fp64: block totals pick the block, a cumsum of that one block picks the token.
+    A V-long cumsum per row is sequential work that cost about as much as the LM head itself on
+    a 32k vocabulary; block totals are one vectorised reduction.
+    """
+    n, v = probs.shape
+    pad = (-v) % CDF_BLOCK
+    blocks = (torch.nn.functional.pad(probs, (0, pad)) if pad else probs).reshape(n, -1, CDF_BLOCK)
+    totals = blocks.sum(-1, dtype=torch.float64)  # (N, V / CDF_BLOCK)
+    block_cdf = totals.cumsum(-1)
+    u = uniforms.to(block_cdf).unsqueeze(1) * block_cdf[:, -1:]
+    block = _first_above(block_cdf, u, totals > 0)  # (N, 1)
+    before = torch.where(block > 0, block_cdf.gather(1, (block - 1).clamp(min=0)), 0.0)
+    inside = blocks[torch.arange(n, device=probs.device), block.squeeze(1)].double()  # (N, CDF_BLOCK)
+    token = _first_above(inside.cumsum(-1), u - before, inside > 0)
+    return (block * CDF_BLOCK + token).squeeze(1)

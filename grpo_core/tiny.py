@@ -6,6 +6,7 @@ Hugging Face model folder, loaded through the same path as any real model.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>"]
@@ -32,8 +33,9 @@ def _corpus() -> list[str]:
     return lines
 
 
-def build_tokenizer(vocab_size: int = 512):
-    """A byte-level BPE tokenizer trained on :func:`_corpus`, as a ``PreTrainedTokenizerFast``."""
+def build_tokenizer(vocab_size: int = 512, corpus: Iterable[str] | None = None):
+    """A byte-level BPE tokenizer trained on ``corpus`` (default :func:`_corpus`), as a
+    ``PreTrainedTokenizerFast``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -46,7 +48,7 @@ def build_tokenizer(vocab_size: int = 512):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    core.train_from_iterator(_corpus(), trainer=trainer)
+    core.train_from_iterator(_corpus() if corpus is None else corpus, trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>", unk_token="<unk>"
     )

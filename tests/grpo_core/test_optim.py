@@ -34,3 +34,30 @@ def test_cosine_follows_half_a_cosine():
 def test_unknown_schedule_lists_the_valid_ones():
     with pytest.raises(ValueError, match="constant, constant_with_warmup, linear, cosine"):
         lr_multiplier(5, "step", 0, 10)
+
+
+def test_adamw_is_fused_for_plain_cpu_parameters_and_steps_like_the_loop():
+    import torch
+
+    from grpo_core.config import GRPOConfig
+    from grpo_core.optim import build_optimizer
+
+    config = GRPOConfig(learning_rate=1e-2, weight_decay=0.1)
+    torch.manual_seed(0)
+    fused_model = torch.nn.Linear(8, 4)
+    loop_model = torch.nn.Linear(8, 4)
+    loop_model.load_state_dict(fused_model.state_dict())
+    fused = build_optimizer(fused_model, config)
+    assert fused.param_groups[0]["fused"] is True
+    loop = torch.optim.AdamW(
+        loop_model.parameters(), lr=1e-2, betas=(config.adam_beta1, config.adam_beta2),
+        eps=config.adam_epsilon, weight_decay=0.1, foreach=False,
+    )
+    batch = torch.randn(16, 8)
+    for _ in range(3):
+        for model, opt in ((fused_model, fused), (loop_model, loop)):
+            opt.zero_grad()
+            model(batch).pow(2).mean().backward()
+            opt.step()
+    for a, b in zip(fused_model.parameters(), loop_model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
