@@ -94,7 +94,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _bench_realistic import BETAS, REALISTIC, floor_seconds, render_realistic, side_floor
-from _bench_report import REALISTIC_SPEED, compare, paired_ratio, render, summarise
+from _bench_report import REALISTIC_MEMORY, REALISTIC_SPEED, compare, paired_ratio, render, summarise
 from _bench_side_core import side_core
 from _bench_side_trl import side_trl
 from _bench_sides import side_build
@@ -389,7 +389,8 @@ def main_realistic(script: Path, args: argparse.Namespace) -> int:
                 print(f"{time.perf_counter() - started:.0f} s", flush=True)
             summary = {side: summarise(raw[side], args.warmup) for side in ("core", "trl")}
             verdict = compare(
-                summary["core"], summary["trl"], paired_ratio(raw, args.warmup), REALISTIC_SPEED
+                summary["core"], summary["trl"], paired_ratio(raw, args.warmup), REALISTIC_SPEED,
+                REALISTIC_MEMORY,
             )
             assert floor_run is not None
             step_floor = floor_seconds(floor_run, args.warmup, beta)["total"]
