@@ -25,7 +25,7 @@ How
       message's XADD) at a fixed schedule (``--rate`` steps/s, default 20, for ``--steps`` steps,
       default 200). Each record carries ``bench_t0 = time.time()`` taken just before ``on_step``;
       the publish callable notes the time just before the XADD. After the last step the job is
-      finished (``jobs.finish``, which publishes its status), as the worker does; subscribers
+      finished (``attempts.finish``, which publishes its status), as the worker does; subscribers
       then expect the final ``status`` and a 1000 close.
     * Where the time goes: the server's CPU (its process group, /proc), a thread here timing
       ``GET /healthz`` every 10 ms (an ``async`` route, so its round trip shows server event-loop
@@ -140,7 +140,7 @@ def run_subscribers(args: argparse.Namespace) -> None:
 
 
 def running_job(database_url: str) -> int:
-    from api.store import jobs, teams
+    from api.store import attempts, jobs, teams
     from api.store.db import session_scope
     from api.store.scheduling import dispatch_job
     from grpo_core.spec import JobSpec
@@ -150,7 +150,7 @@ def running_job(database_url: str) -> int:
         job, _ = jobs.create_job(session, team_id, JobSpec.model_validate(SPEC))
     with session_scope(database_url) as session:
         assert dispatch_job(session, job.id, "bench-worker")
-        assert jobs.claim(session, job.id, "bench-worker") is not None
+        assert attempts.claim(session, job.id, "bench-worker") is not None
     return job.id
 
 
@@ -159,7 +159,7 @@ def publish_steps(database_url: str, job_id: int, steps: int, rate: float) -> di
     import redis
 
     from api.lifecycle import JobStatus
-    from api.store import bus, jobs
+    from api.store import attempts, bus
     from api.store.db import session_scope
     from api.store.redis_keys import RedisKeys, namespace_for
     from worker.reporting import JobReporter
@@ -194,7 +194,7 @@ def publish_steps(database_url: str, job_id: int, steps: int, rate: float) -> di
         t0[step] = record["bench_t0"]
         reporter.on_step(record)
     with session_scope(database_url, publish=publish) as session:
-        assert jobs.finish(session, job_id, worker_id="bench-worker", outcome=JobStatus.SUCCEEDED,
+        assert attempts.finish(session, job_id, worker_id="bench-worker", outcome=JobStatus.SUCCEEDED,
                            message="benchmark done")
     client.close()
     return {"t0": t0, "xadd": xadd_at, "schedule_late": late}

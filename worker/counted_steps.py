@@ -16,8 +16,8 @@ from api.pool_limits import effective_limits, step_limit_problems
 from api.schemas.admin import PoolLimits
 from api.schemas.jobs import JobRead
 from api.settings import Settings
+from api.store.attempts import record_max_steps
 from api.store.db import session_scope
-from api.store.jobs import record_max_steps
 from api.store.pools import admission
 from grpo_core.callbacks import TrainerCallback
 from grpo_core.errors import SpecError

@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 from sqlalchemy.orm import Session
 
 from api.store import outbox
+from api.store.attempts import set_progress, stop_request
 from api.store.db import session_scope
-from api.store.jobs import set_progress, stop_request
 from api.store.models import utcnow
 from api.store.telemetry import (
     add_event_once,
@@ -91,5 +91,5 @@ class JobReporter(TrainerCallback):
         self._write("checkpoints removed", lambda session: forget_checkpoints(session, self.job_id, steps))
 
     def stop_request(self) -> str | None:
-        """What the job has been asked to do (:func:`api.store.jobs.stop_request`)."""
+        """What the job has been asked to do (:func:`api.store.attempts.stop_request`)."""
         return self._write("stop request", lambda session: stop_request(session, self.job_id))

@@ -29,9 +29,9 @@ from api.lifecycle import JobStatus, StopRequest
 from api.schemas.jobs import JobRead
 from api.settings import Settings
 from api.store import bus, outbox
+from api.store.attempts import finish, requeue_after_fault, stop_paused
 from api.store.clock import Backoff
 from api.store.db import session_scope
-from api.store.jobs import finish, requeue_after_fault, stop_paused
 from api.store.scheduling import yield_preempted
 from worker.heartbeat import JobLease
 from worker.memory import gib

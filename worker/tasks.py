@@ -18,8 +18,8 @@ from celery import shared_task
 from api.lifecycle import JobStatus
 from api.settings import Settings, get_settings
 from api.store import bus, outbox
+from api.store.attempts import claim, finish
 from api.store.db import session_scope
-from api.store.jobs import claim, finish
 from api.store.telemetry import add_event
 from api.vocabulary import RUN_JOB
 from worker.devices import CUDA_ENV, confine

@@ -33,9 +33,10 @@ from api.lifecycle import Transition
 from api.scheduling import liveness, policy
 from api.settings import Settings
 from api.store import bus
+from api.store.attempts import requeue_expired
 from api.store.clock import Backoff, db_now
 from api.store.db import session_scope
-from api.store.jobs import requeue_expired, transition
+from api.store.jobs import transition
 from api.store.models import utcnow
 from api.store.pools import ensure_pool, set_max_worker_gpus
 from api.store.scheduling import (

@@ -7,28 +7,22 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, and_, bindparam, insert, or_, select, update
+from sqlalchemy import ColumnElement, Row, bindparam, insert, select, update
 from sqlalchemy.orm import Session, defer
 
 from api.errors import Conflict, InvalidInput, NotFound
 from api.lifecycle import (
-    ACTIVE_STATUSES,
-    ENDINGS,
     HOLDING_STATUSES,
     RULES,
     TERMINAL_STATUSES,
     JobStatus,
-    StopRequest,
     Transition,
-    stop_requested,
 )
 from api.schemas.jobs import JobRead
 from api.store import outbox
 from api.store._rows import insert_returning, job_read
-from api.store.clock import Backoff, db_now
 from api.store.models import Allocation, Job, JobEvent, utcnow
 from api.store.telemetry import add_event
 from api.vocabulary import PRIORITIES
@@ -49,6 +43,8 @@ def capabilities_needed(spec: JobSpec) -> list[str]:
 
 
 _JOBS = Job.__table__
+# What a job leaves behind when it goes back to the queue without yielding: its worker and devices.
+BACK_IN_QUEUE = {"worker_id": None, "devices": None, "preempt_requested": False}
 _INSERT_EVENT = insert(JobEvent.__table__)
 _QUEUED = {"type": "queued", "message": "job submitted", "level": "info"}
 _BY_KEY = select(*_JOBS.c).where(_JOBS.c.team_id == bindparam("t"), _JOBS.c.idempotency_key == bindparam("k"))
@@ -263,7 +259,7 @@ def request_pause(session: Session, job_id: int, team_id: int | None = None) -> 
     no GPU and waits for none until it is resumed. Pausing a paused or pausing job changes nothing."""
     job = get_job(session, job_id, team_id)
     moved = transition(session, job_id, via=Transition.PAUSE, message="paused before it ran",
-                       values=_BACK_IN_QUEUE)
+                       values=BACK_IN_QUEUE)
     moved = moved or transition(session, job_id, via=Transition.REQUEST_PAUSE, message="pause requested")
     if moved is not None:
         return moved
@@ -271,14 +267,6 @@ def request_pause(session: Session, job_id: int, team_id: int | None = None) -> 
         return job
     raise Conflict(f"job {job_id} is {job.status}: only a waiting or running job can be paused",
                    param="job_id")
-
-
-def stop_paused(session: Session, job_id: int, worker_id: str, step: int) -> bool:
-    """The attempt checkpointed and stopped for a pause: ``paused``, its GPUs free; only the
-    worker holding the lease may record it. False when it no longer holds it."""
-    moved = transition(session, job_id, via=Transition.STOP_PAUSED, worker_id=worker_id,
-                       values=_BACK_IN_QUEUE, message=f"paused at step {step}", data={"step": step})
-    return moved is not None
 
 
 def resume(session: Session, job_id: int, team_id: int | None = None) -> JobRead:
@@ -295,7 +283,7 @@ def retry(session: Session, job_id: int, team_id: int | None = None) -> JobRead:
     """A failed or cancelled job goes back to the queue to continue from its last checkpoint
     (from the start without one), its error cleared and its attempt budget fresh."""
     job = get_job(session, job_id, team_id)
-    values = {**_BACK_IN_QUEUE, "finished_at": None, "error_code": None, "error_message": None,
+    values = {**BACK_IN_QUEUE, "finished_at": None, "error_code": None, "error_message": None,
               "error_traceback": None, "cancel_requested": False, "retry_at": None,
               "attempt_base": _JOBS.c.attempt}
     moved = transition(session, job_id, via=Transition.RETRY, values=values,
@@ -304,176 +292,3 @@ def retry(session: Session, job_id: int, team_id: int | None = None) -> JobRead:
         raise Conflict(f"job {job_id} is {job.status}: only a failed or cancelled job can be retried",
                        param="job_id")
     return moved
-
-
-def claim(session: Session, job_id: int, worker_id: str) -> JobRead | None:
-    """A worker takes a dispatched job; a duplicate delivery finds it no longer dispatched. The
-    lease starts on the database's clock (:mod:`api.store.clock`), as every renewal does."""
-    now = db_now(session)
-    values = {"worker_id": worker_id, "attempt": _JOBS.c.attempt + 1, "heartbeat_at": now, "started_at": now,
-              "retry_at": None, "error_code": None, "error_message": None, "error_traceback": None}
-    # The job is promised to this worker; one dispatched to none (by hand) is anyone's.
-    promised = or_(_JOBS.c.worker_id == worker_id, _JOBS.c.worker_id.is_(None))
-    return transition(session, job_id, via=Transition.CLAIM, message=f"claimed by {worker_id}",
-                      guard=promised, values=values)
-
-
-_STOP_COLUMNS = (Job.cancel_requested, Job.status, Job.preempt_requested)
-
-
-def _stop_in(row: Row[Any]) -> StopRequest | None:
-    return stop_requested(cancel_requested=bool(row[0]), status=row[1], preempt_requested=bool(row[2]))
-
-
-def renew_lease(session: Session, job_id: int, worker_id: str) -> tuple[bool, StopRequest | None]:
-    """``(still_ours, the stop the job is asked for)``; a worker that lost its lease must stop.
-    Stamped with the database's clock, which the reaper compares it with: a worker whose own clock
-    is off neither loses its job nor keeps a dead one."""
-    stmt = (
-        update(Job)
-        .where(Job.id == job_id, Job.worker_id == worker_id, Job.status.in_(ACTIVE_STATUSES))
-        .values(heartbeat_at=db_now(session))
-        .returning(*_STOP_COLUMNS)
-        .execution_options(synchronize_session=False)
-    )
-    row = session.execute(stmt).first()
-    return (False, None) if row is None else (True, _stop_in(row))
-
-
-def stop_request(session: Session, job_id: int) -> StopRequest | None:
-    """What the job has been asked to do, read by its own process before every step (one indexed
-    read), so a stop lands within a step however fast steps are, not on the supervisor's next
-    lease renewal."""
-    row = session.execute(select(*_STOP_COLUMNS).where(Job.id == job_id)).first()
-    return None if row is None else _stop_in(row)
-
-
-def finish(
-    session: Session,
-    job_id: int,
-    *,
-    worker_id: str,
-    outcome: JobStatus,
-    message: str = "",
-    error_code: str | None = None,
-    error_message: str | None = None,
-    traceback: str | None = None,
-) -> JobRead | None:
-    """Record how an attempt ended (``outcome``: succeeded, failed or cancelled); only the
-    worker holding the lease may. None when it no longer holds it."""
-    outcome = JobStatus(outcome)
-    return transition(
-        session,
-        job_id,
-        via=ENDINGS[outcome],
-        message=message or outcome.value,
-        data={"error_code": error_code} if error_code else None,
-        worker_id=worker_id,
-        values={"finished_at": utcnow(), "error_code": error_code, "error_message": error_message,
-                "error_traceback": traceback},
-    )
-
-
-# What a job leaves behind when it goes back to the queue without yielding: its worker and devices.
-_BACK_IN_QUEUE = {"worker_id": None, "devices": None, "preempt_requested": False}
-TOO_MANY_ATTEMPTS = "too_many_attempts"
-
-
-def requeue_expired(session: Session, lease_seconds: float, now: datetime | None = None,
-                    max_attempts: int | None = None, backoff: Backoff | None = None) -> list[int]:
-    """Jobs whose worker went silent go back to the queue (they resume from their checkpoint);
-    one that was being cancelled ends cancelled instead, and a running one that has had
-    ``max_attempts`` attempts fails ``too_many_attempts`` (a job that kills its worker each
-    time, say, must not loop forever). The staleness is checked again by each move, so a lease
-    renewed meanwhile keeps its job. ``now``: the database's clock unless given (tests);
-    ``backoff``: how long a requeued job waits before its next dispatch."""
-    now = now or db_now(session)
-    cutoff = now - timedelta(seconds=lease_seconds)
-    c = _JOBS.c
-    expired = or_(c.status.in_(ACTIVE_STATUSES) & (c.heartbeat_at < cutoff),
-                  (c.status == JobStatus.DISPATCHED.value) & (c.dispatched_at < cutoff))
-    moved = []
-    for job_id, status in session.execute(select(c.id, c.status).where(expired)).all():
-        if status == JobStatus.CANCELLING:
-            job = transition(session, job_id, via=Transition.STOP_CANCELLED, guard=expired,
-                             message="worker lost while cancelling", values={"finished_at": utcnow()})
-        elif status == JobStatus.PAUSING:  # it resumes from its last checkpoint when resumed
-            job = transition(session, job_id, via=Transition.STOP_PAUSED, guard=expired,
-                             message="worker lost while pausing", values=_BACK_IN_QUEUE)
-        else:
-            job = _requeue_or_give_up(session, job_id, guard=expired, worker_id=None,
-                                      message="lease expired", data={"previous_status": status},
-                                      max_attempts=max_attempts, backoff=backoff, now=now)
-        if job is not None:
-            moved.append(job_id)
-    return moved
-
-
-def requeue_after_fault(session: Session, job_id: int, *, worker_id: str, message: str, data: dict[str, Any],
-                        max_attempts: int, backoff: Backoff | None = None) -> JobRead | None:
-    """The attempt was ended by the machine, not by the job (a rank process killed, e.g. by the OOM
-    killer): back to the queue at once, to resume from its checkpoint, rather than once its lease
-    expires. Bounded: a job that has had ``max_attempts`` attempts fails ``too_many_attempts`` with
-    this ``message`` as its error instead; one being cancelled ends cancelled, one being paused
-    paused. Only the worker holding the lease may; None when it no longer does. ``backoff``: how
-    long the job waits before its next dispatch."""
-    c = _JOBS.c
-    job = transition(session, job_id, via=Transition.STOP_CANCELLED, worker_id=worker_id,
-                     guard=c.status == JobStatus.CANCELLING.value, message=f"{message} while cancelling",
-                     data=data, values={"finished_at": utcnow()})
-    job = job or transition(session, job_id, via=Transition.STOP_PAUSED, worker_id=worker_id,
-                            message=f"{message} while pausing", data=data, values=_BACK_IN_QUEUE)
-    return job or _requeue_or_give_up(session, job_id, guard=None, worker_id=worker_id, message=message,
-                                      data=data, max_attempts=max_attempts, backoff=backoff)
-
-
-def _requeue_or_give_up(session: Session, job_id: int, *, guard: ColumnElement[bool] | None,
-                        worker_id: str | None, message: str, data: dict[str, Any],
-                        max_attempts: int | None, backoff: Backoff | None = None,
-                        now: datetime | None = None) -> JobRead | None:
-    """Back to the queue, unless the job has used ``max_attempts`` attempts (None: no limit): then
-    it fails ``too_many_attempts`` with ``message`` as the last error. A dispatched job that was
-    never claimed has used no attempt, so it always goes back. A requeued job is not dispatched
-    before ``backoff`` says (``retry_at``, on the database's clock ``now``)."""
-    c = _JOBS.c
-    values = dict(_BACK_IN_QUEUE)
-    if backoff is not None:
-        attempts = session.execute(select(c.attempt).where(c.id == job_id)).scalar() or 0
-        values["retry_at"] = backoff.until(now or db_now(session), attempts)
-    # Attempts since the job was last retried by hand: a retry gives it a fresh budget.
-    within = None if max_attempts is None else or_(c.attempt - c.attempt_base < max_attempts,
-                                                   c.status == JobStatus.DISPATCHED.value)
-    conditions = [g for g in (guard, within) if g is not None]
-    requeue_guard = and_(*conditions) if conditions else None
-    job = transition(session, job_id, via=Transition.REQUEUE, worker_id=worker_id, guard=requeue_guard,
-                     message=f"{message}; back to the queue", data=data, values=values)
-    if job is not None or max_attempts is None:
-        return job
-    error = f"gave up after {max_attempts} attempts; the last: {message}"
-    return transition(session, job_id, via=Transition.FAIL, worker_id=worker_id, guard=guard, message=error,
-                      data={**data, "error_code": TOO_MANY_ATTEMPTS},
-                      values={"finished_at": utcnow(), "error_code": TOO_MANY_ATTEMPTS,
-                              "error_message": error, "error_traceback": None})
-
-
-def record_max_steps(session: Session, job_id: int, steps: int) -> None:
-    """The step count of a job that trains by epochs over a file or hub dataset, once its worker
-    has counted the prompts; a count already there (from submit or an earlier attempt) stays."""
-    session.execute(
-        update(Job)
-        .where(Job.id == job_id, Job.max_steps.is_(None))
-        .values(max_steps=steps)
-        .execution_options(synchronize_session=False)
-    )
-
-
-def set_progress(session: Session, job_id: int, step: int, checkpoint: str | None = None) -> None:
-    values: dict[str, Any] = {"last_step": step}
-    if checkpoint is not None:
-        values["latest_checkpoint"] = checkpoint
-    session.execute(
-        update(Job)
-        .where(Job.id == job_id, Job.last_step <= step)
-        .values(**values)
-        .execution_options(synchronize_session=False)
-    )

@@ -197,13 +197,13 @@ class ScriptedWorker:
         return JobReporter(self.database_url, job_id, publish)
 
     def start(self, job_id: int, worker_id: str = "scripted") -> None:
-        from api.store import jobs
+        from api.store import attempts
         from api.store.db import session_scope
         from api.store.scheduling import dispatch_job
 
         with session_scope(self.database_url, publish=self.publish_staged) as session:
             assert dispatch_job(session, job_id, worker_id)
-            assert jobs.claim(session, job_id, worker_id) is not None
+            assert attempts.claim(session, job_id, worker_id) is not None
 
     def step(self, job_id: int, step: int, padding: int = 0) -> dict:
         """One optimizer step's record (TRL metric names), in SQL, then on the stream."""
@@ -217,14 +217,14 @@ class ScriptedWorker:
     def burst(self, job_id: int, steps: range, padding: int = 0) -> list[dict]:
         """Many steps fast: the reporter's writes for each, in one transaction (the reporter
         commits one per step), then one pipelined publish."""
-        from api.store import jobs, telemetry
+        from api.store import attempts, telemetry
         from api.store.db import session_scope
 
         records = [{"step": step, "reward": 0.01 * step, "note": "x" * padding} for step in steps]
         with session_scope(self.database_url, publish=self.publish_staged) as session:
             for record in records:
                 telemetry.record_metrics(session, job_id, record)
-            jobs.set_progress(session, job_id, steps[-1])
+            attempts.set_progress(session, job_id, steps[-1])
         return records
 
     def samples(self, job_id: int, step: int, rows: list[dict]) -> None:
@@ -241,12 +241,12 @@ class ScriptedWorker:
                publish: bool = True) -> None:
         """``publish=False``: the outcome reaches SQL only, as when the worker's publish fails."""
         from api.lifecycle import JobStatus
-        from api.store import jobs
+        from api.store import attempts
         from api.store.db import session_scope
 
         with session_scope(self.database_url, publish=self.publish_staged if publish else None) as session:
-            assert jobs.finish(session, job_id, worker_id=worker_id, outcome=JobStatus(status),
-                               message=f"{status} (scripted)")
+            assert attempts.finish(session, job_id, worker_id=worker_id, outcome=JobStatus(status),
+                                   message=f"{status} (scripted)")
 
     def close(self) -> None:
         self.redis.close()

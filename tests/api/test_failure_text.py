@@ -11,7 +11,7 @@ def test_a_failure_with_nul_bytes_and_an_overlong_traceback_is_stored_and_shown(
     api, api_server, worker, job_spec
 ) -> None:
     from api.lifecycle import JobStatus
-    from api.store import jobs
+    from api.store import attempts
     from api.store.db import session_scope
 
     job_id = api.post("/v1/jobs", json=job_spec(name="nul-failure")).json()["id"]
@@ -19,7 +19,7 @@ def test_a_failure_with_nul_bytes_and_an_overlong_traceback_is_stored_and_shown(
     message = "reward crashed on b'\x00\x01' \ud800 row"
     lines = "Traceback (most recent call last):\n" + "  frame\x00\n" * 20_000 + "ValueError: bad row\x00"
     with session_scope(api_server.settings.database_url) as session:
-        assert jobs.finish(
+        assert attempts.finish(
             session,
             job_id,
             worker_id="scripted",

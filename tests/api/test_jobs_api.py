@@ -376,15 +376,16 @@ def test_a_priority_change_is_one_value_in_the_row_and_the_spec(api, job_spec) -
 def test_a_failures_traceback_is_shown_to_admins_only(api, api_server, worker, job_spec, client_for,
                                                       make_key) -> None:
     from api.lifecycle import JobStatus
-    from api.store import jobs
+    from api.store import attempts
     from api.store.db import session_scope
 
     job_id = submit(api, job_spec(name="fails"))["id"]
     worker.start(job_id)
     lines = 'Traceback (most recent call last):\n  File "reward.py", line 3\nValueError: bad row'
     with session_scope(api_server.settings.database_url) as session:
-        assert jobs.finish(session, job_id, worker_id="scripted", outcome=JobStatus.FAILED, message="bad row",
-                           error_code="reward_error", error_message="bad row", traceback=lines)
+        assert attempts.finish(session, job_id, worker_id="scripted", outcome=JobStatus.FAILED,
+                               message="bad row", error_code="reward_error", error_message="bad row",
+                               traceback=lines)
     member = client_for(make_key(api_server.settings.database_url, "default"))  # same team, no admin
     for client, expected in ((api, lines), (member, None)):
         read = client.get(f"/v1/jobs/{job_id}").json()

@@ -136,8 +136,9 @@ def test_the_store_moves_or_refuses_as_the_table_says(api_database_url: str, job
 
 def test_only_the_worker_holding_a_job_ends_it_and_a_failure_carries_its_error(api_database_url: str,
                                                                               job_in) -> None:
+    from api.store.attempts import finish
     from api.store.db import session_scope
-    from api.store.jobs import finish, get_job
+    from api.store.jobs import get_job
 
     job_id = job_in("running", worker_id="owner")
     published: list = []

@@ -6,8 +6,9 @@ its checkpoints: tests/e2e/test_service.py."""
 from __future__ import annotations
 
 from api.cli.main import main
+from api.store.attempts import requeue_after_fault, stop_paused, stop_request
 from api.store.db import session_scope
-from api.store.jobs import request_pause, requeue_after_fault, stop_paused, stop_request
+from api.store.jobs import request_pause
 from api.store.models import Allocation, Job
 
 

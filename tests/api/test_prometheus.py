@@ -19,8 +19,8 @@ from websockets.sync.client import connect
 from api.lifecycle import JOB_STATUSES
 from api.scheduling.scheduler import Scheduler
 from api.store import bus
+from api.store.attempts import set_progress
 from api.store.db import session_scope
-from api.store.jobs import set_progress
 from api.store.pools import ensure_pool
 from api.store.telemetry import record_metrics
 from api.vocabulary import Heartbeat

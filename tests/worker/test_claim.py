@@ -14,15 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 import redis
 
 from api.lifecycle import Transition
+from api.store.attempts import TOO_MANY_ATTEMPTS, claim, requeue_after_fault, requeue_expired
 from api.store.db import session_scope
-from api.store.jobs import (
-    TOO_MANY_ATTEMPTS,
-    claim,
-    request_cancel,
-    requeue_after_fault,
-    requeue_expired,
-    transition,
-)
+from api.store.jobs import request_cancel, transition
 from api.store.models import utcnow
 from api.store.telemetry import list_events
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import torch
 
 from api.lifecycle import Transition
+from api.store.attempts import claim
 from api.store.db import session_scope
-from api.store.jobs import claim, transition
+from api.store.jobs import transition
 from api.store.models import utcnow
 
 real_save = torch.save

@@ -17,8 +17,9 @@ import pytest
 import torch
 
 from api.lifecycle import Transition
+from api.store.attempts import claim
 from api.store.db import session_scope
-from api.store.jobs import claim, transition
+from api.store.jobs import transition
 from api.store.models import utcnow
 from api.store.teams import DEFAULT_TEAM, set_artifact_quota
 

@@ -13,8 +13,8 @@ import time
 import pytest
 from waiting import wait_until
 
+from api.store.attempts import requeue_expired
 from api.store.db import session_scope
-from api.store.jobs import requeue_expired
 from api.store.scheduling import dispatch_job
 
 LEASE_SECONDS = 2.0
@@ -32,7 +32,7 @@ import redis
 import api.store.models as models
 from api.settings import Settings
 from api.store.db import session_scope
-from api.store.jobs import claim
+from api.store.attempts import claim
 from worker.heartbeat import JobLease
 real_utcnow = models.utcnow
 def skewed():

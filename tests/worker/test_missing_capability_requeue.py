@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 
 from api.lifecycle import Transition
+from api.store.attempts import claim
 from api.store.db import session_scope
-from api.store.jobs import claim, transition
+from api.store.jobs import transition
 from api.store.models import utcnow
 from grpo_core.sandbox import CAPABILITY, sandbox_problem
 

@@ -15,9 +15,9 @@ from sqlalchemy import select, update
 
 from api.scheduling.scheduler import Scheduler
 from api.store import bus
+from api.store.attempts import claim, requeue_after_fault, requeue_expired
 from api.store.clock import Backoff, db_now
 from api.store.db import session_scope
-from api.store.jobs import claim, requeue_after_fault, requeue_expired
 from api.store.models import Job
 from api.vocabulary import Heartbeat
 

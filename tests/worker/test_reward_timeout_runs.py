@@ -8,8 +8,9 @@ not check (this job is queued through the store)."""
 from __future__ import annotations
 
 from api.lifecycle import Transition
+from api.store.attempts import claim
 from api.store.db import session_scope
-from api.store.jobs import claim, transition
+from api.store.jobs import transition
 from api.store.models import utcnow
 from api.store.telemetry import list_events, list_metrics
 from grpo_core.spec import REWARD_TIMEOUT_STEPS

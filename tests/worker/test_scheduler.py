@@ -22,8 +22,8 @@ from api.cli.dev import free_port
 from api.lifecycle import JobStatus
 from api.scheduling.scheduler import LeaderLock, Scheduler
 from api.store import bus
+from api.store.attempts import claim, finish, requeue_expired
 from api.store.db import session_scope
-from api.store.jobs import claim, finish, requeue_expired
 from api.store.models import JobEvent
 from api.store.redis_keys import RedisKeys
 from api.vocabulary import Heartbeat

@@ -14,8 +14,9 @@ from api.lifecycle import Transition
 from api.scheduling.scheduler import celery_client
 from api.schemas.verifiers import VerifierSet
 from api.store import verifiers
+from api.store.attempts import claim
 from api.store.db import session_scope
-from api.store.jobs import claim, transition
+from api.store.jobs import transition
 from api.store.models import utcnow
 from api.store.telemetry import list_events, list_metrics
 from grpo_core.spec import REWARD_TIMEOUT_STEPS
