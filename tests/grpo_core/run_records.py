@@ -33,4 +33,5 @@ def assert_same_run(one: Path, other: Path, step: int = 3) -> None:
     weights_other = load_file(other / "checkpoints" / f"step-{step}" / "model.safetensors")
     assert weights_one.keys() == weights_other.keys()
     for name, tensor in weights_one.items():
-        torch.testing.assert_close(weights_other[name], tensor, rtol=0, atol=1e-5, msg=name)
+        torch.testing.assert_close(weights_other[name], tensor, rtol=0, atol=1e-5,
+                                   msg=lambda detail, name=name: f"{name}: {detail}")

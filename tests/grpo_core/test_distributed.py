@@ -32,9 +32,14 @@ HANG = timedelta(seconds=120)  # a rank left waiting fails the test instead of h
 )
 def test_two_gloo_ranks_train_exactly_like_one_process(tiny_model_dir, tmp_path, reuse):
     # Token-mean loss and batch-scaled advantages: both need whole-step statistics across ranks.
+    # adam_epsilon 1e-6: Adam divides a gradient by its own running size, so an entry near zero
+    # moves by ~lr whatever its sign, and the all-reduce's different summation order (~1e-7 of
+    # a gradient) could flip it: one of 8,192 weights then differed by 1.9e-5 after 3 steps. A
+    # larger epsilon keeps such entries' steps proportional to the gradient (largest difference
+    # then 3e-7), so the weights compare to 1e-5 and a real difference between the runs shows.
     spec = make_spec(
         tiny_model_dir, max_steps=3, prompts_per_step=4, loss_type="bnpo", scale_rewards="batch",
-        gradient_accumulation_steps=2, **reuse,
+        gradient_accumulation_steps=2, adam_epsilon=1e-6, **reuse,
     )
     single = run_local(spec, tmp_path, tmp_path / "one", device="cpu", progress=False)
     double = run_data_parallel(
