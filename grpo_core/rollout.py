@@ -132,7 +132,11 @@ def sample_completions(
         prompt_ids = prompts.ids.repeat_interleave(num_generations, dim=0)
         prompt_mask = prompts.mask.repeat_interleave(num_generations, dim=0)
         # A sharded model is gathered for the whole loop: its length differs between ranks.
-        with gathered_for_generation(model):
+        # inference_mode (not just no_grad) skips autograd's per-op bookkeeping (version counters,
+        # view tracking), which is a visible share of each decode step on small models. Only the loop
+        # runs in it: the Rollout's tensors are computed outside, so they are ordinary tensors that
+        # training may modify in place or save for backward (inference tensors allow neither).
+        with gathered_for_generation(model), torch.inference_mode():
             tokens = _decode_loop(model, prompt_ids, prompt_mask, eos_ids, pad_id, options, row_keys)
     finally:
         model.train(was_training)

@@ -62,6 +62,9 @@ def test_sampling_shapes_and_groups(tiny_model_dir):
     assert torch.equal(rollout.prompt_ids[0], rollout.prompt_ids[3])
     assert not torch.equal(rollout.prompt_ids[3], rollout.prompt_ids[4])
     assert rollout.input_ids.shape[1] == rollout.prompt_ids.shape[1] + rollout.completion_ids.shape[1]
+    # The decode loop runs under inference_mode; what it hands training must be ordinary tensors.
+    fields = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "is_truncated")
+    assert not any(getattr(rollout, name).is_inference() for name in fields)
 
 
 def test_mask_covers_up_to_and_including_the_first_eos():
