@@ -87,10 +87,11 @@ def build_components(
     # max_steps -1 (train by epochs) becomes a step count now that the prompts are counted: every
     # reader below (schedule, trainer, progress) sees the one number.
     spec = spec.model_copy(update={"grpo": spec.grpo.resolved(len(rows))})
-    clash = reserved_in(columns_of(rows))
+    columns = columns_of(rows)
+    clash = reserved_in(columns)
     if clash:
         raise SpecError("dataset", f"column names {clash} are reserved for the reward function arguments")
-    validate_reward_specs(spec.rewards, columns_of(rows))  # cheap; binding may load a reward model
+    validate_reward_specs(spec.rewards, columns)  # cheap; binding may load a reward model
     location = resolve_model_location(spec.model, models_root, base_dir)
     tokenizer = load_tokenizer(location)
     check_reward_rows(spec.rewards, rows)
@@ -99,7 +100,7 @@ def build_components(
     context = RewardContext(tokenizer=tokenizer, timeout_seconds=spec.reward_timeout_seconds,
                             models_root=reward_models_root or models_root, base_dir=base_dir,
                             device=placement.device, dtype=spec.model.dtype, verifiers=dict(verifiers or {}))
-    rewards = bind_rewards(spec.rewards, context, columns_of(rows))
+    rewards = bind_rewards(spec.rewards, context, columns)
     torch.manual_seed(spec.grpo.seed)  # after any reward model's load, so it draws nothing of the policy's
     # Sharded wherever the ranks form a process group: k ranks, or one launched rank (a 1-GPU
     # measurement of FSDP's own cost); a plain process has no group to shard over.

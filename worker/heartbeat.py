@@ -24,6 +24,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -127,14 +128,21 @@ def detect_gpus() -> dict[str, object]:
     return {"gpu_model": name, "gpu_memory_mb": int(memory) if memory.isdigit() else None}
 
 
+# What this host can run besides models, each with its real check (None: it works, else why not).
+_CAPABILITY_PROBES: dict[str, Callable[[], str | None]] = {SANDBOX: sandbox_problem}
+
+
 def worker_capabilities() -> list[str]:
-    """What this host can run besides models, each checked for real (a sandboxed program is run),
-    so a spec that needs one is accepted only where it works."""
-    problem = sandbox_problem()
-    if problem is not None:
-        log.warning("this worker will not advertise %s (code_tests rewards): %s", SANDBOX, problem)
-        return []
-    return [SANDBOX]
+    """The capabilities whose check passes here, so a spec that needs one is accepted only where it
+    works; a failed check is logged once per call (at the worker's start)."""
+    offered = []
+    for capability, probe in _CAPABILITY_PROBES.items():
+        problem = probe()
+        if problem is None:
+            offered.append(capability)
+        else:
+            log.warning("this worker will not advertise %s: %s", capability, problem)
+    return offered
 
 
 # Why a job's attempt ended before it began: the worker lacks what the job's rewards need.
@@ -145,9 +153,9 @@ def missing_capabilities(needed: list[str]) -> dict[str, str]:
     """Each of ``needed`` this process cannot offer, with why: checked for real here, since the
     scheduler went by the worker's heartbeat, which may be stale or from another host (a worker id
     set by hand) or no longer true. Nothing is probed when nothing is needed."""
-    offered = worker_capabilities() if needed else []
-    return {capability: (sandbox_problem() if capability == SANDBOX else None) or "no such capability here"
-            for capability in needed if capability not in offered}
+    problems = {capability: _CAPABILITY_PROBES[capability]() if capability in _CAPABILITY_PROBES
+                else "no such capability here" for capability in needed}
+    return {capability: problem for capability, problem in problems.items() if problem is not None}
 
 
 def host_memory_mb() -> int | None:

@@ -22,6 +22,7 @@ from grpo_core.spec import POOL_NAME_PATTERN, RewardSpec
 
 __all__ = ["HTTP_VERIFIER", "HttpVerifierArgs", "verifier_names"]
 
+
 class HttpVerifierArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 

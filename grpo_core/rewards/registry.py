@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -269,18 +269,28 @@ def required_capabilities(specs: list[RewardSpec]) -> list[tuple[int, str]]:
             for capability in sorted(definitions[spec.name].capabilities if spec.name in definitions else ())]
 
 
-def check_reward_rows(specs: list[RewardSpec], rows: list[dict[str, Any]]) -> None:
-    """Run each reward's ``check_rows`` over the dataset's rows (specs already validated: a name
-    or args that are not are skipped here); a bad value is a SpecError at ``rewards.N.args``."""
+def _validated(specs: list[RewardSpec]) -> Iterator[tuple[int, RewardDefinition, BaseModel]]:
+    """``(index, definition, args)`` of each reward whose name and args are valid; the others are
+    skipped: :func:`validate_reward_specs` is what reports them."""
     definitions = _registry().definitions
     for index, spec in enumerate(specs):
         definition = definitions.get(spec.name)
-        if definition is None or definition.check_rows is None:
+        if definition is None:
             continue
         try:
-            definition.check_rows(definition.args_model.model_validate(spec.args), rows)
+            yield index, definition, definition.args_model.model_validate(spec.args)
         except ValidationError:
             continue
+
+
+def check_reward_rows(specs: list[RewardSpec], rows: list[dict[str, Any]]) -> None:
+    """Run each reward's ``check_rows`` over the dataset's rows; a bad value is a SpecError at
+    ``rewards.N.args``."""
+    for index, definition, args in _validated(specs):
+        if definition.check_rows is None:
+            continue
+        try:
+            definition.check_rows(args, rows)
         except ValueError as exc:
             raise SpecError(f"rewards.{index}.args", str(exc)) from exc
 
@@ -299,20 +309,9 @@ def _needed_columns(definition: RewardDefinition, args: BaseModel, columns: set[
 
 def model_sources(specs: list[RewardSpec]) -> list[tuple[str, str]]:
     """``(rewards.N.args.FIELD, source)`` for every model a reward names, for the submit checks of
-    sources; rewards that do not validate are skipped (:func:`validate_reward_specs` reports them)."""
-    state = _registry()
-    found = []
-    for index, spec in enumerate(specs):
-        definition = state.definitions.get(spec.name)
-        if definition is None:
-            continue
-        try:
-            args = definition.args_model.model_validate(spec.args)
-        except ValidationError:
-            continue
-        sources = definition.model_sources(args).items()
-        found += [(f"rewards.{index}.args.{name}", source) for name, source in sources]
-    return found
+    sources."""
+    return [(f"rewards.{index}.args.{name}", source) for index, definition, args in _validated(specs)
+            for name, source in definition.model_sources(args).items()]
 
 
 def _build(definition: RewardDefinition, args: BaseModel, context: RewardContext, index: int) -> RewardFn:
