@@ -129,27 +129,16 @@ def _floor_batch(args: argparse.Namespace, tokenizer: Any):
 
 
 def _plain_decode(model: Any, ids: Any, mask: Any, new_tokens: int) -> Any:
+    """Argmax decode through the model's own forward and cache, every row to the end: the
+    decode floor the issue defines (a plain KV-cached decode of the same token counts)."""
     import torch
 
-    from grpo_core.logprobs import position_ids_from_mask
-    from grpo_core.rollout import _cache_keyword, _returned_cache
+    from grpo_core.decoders import ModelForwardDecoder
 
-    cache_kw = _cache_keyword(model)
-    positions = position_ids_from_mask(mask)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-    tokens = [out.logits[:, -1].argmax(-1)]
-    next_position = positions[:, -1:] + 1
+    decoder = ModelForwardDecoder(model)
+    tokens = [decoder.prefill(ids, mask).argmax(-1)]
     for _ in range(new_tokens - 1):
-        mask = torch.cat([mask, mask.new_ones(mask.size(0), 1)], dim=1)
-        out = model(
-            input_ids=tokens[-1].unsqueeze(1),
-            attention_mask=mask,
-            position_ids=next_position,
-            use_cache=True,
-            **{cache_kw: _returned_cache(out)},
-        )
-        tokens.append(out.logits[:, -1].argmax(-1))
-        next_position = next_position + 1
+        tokens.append(decoder.step(tokens[-1]).argmax(-1))
     return torch.stack(tokens, dim=1)
 
 

@@ -217,7 +217,8 @@ def render(
             ],
             [["TRL", *trl_[phases]], ["ours", *core[phases]]],
         ),
-        "(in model fwd: inside the HF model's forward calls (sampling, reference, policy), shared code; "
+        "(in model fwd: inside the HF model's forward calls (sampling, reference, policy), and on our side "
+        "the lean decoder's prefill and steps, which run the model's own modules; "
         "in backward: Tensor.backward; rest: the trainer's own code, optimizer step included)",
         "",
         f"Reward per step, run 1 (mean over the step's {n} completions):",

@@ -23,6 +23,24 @@ from _bench_sides import (
 from _common import ForeignCpu, current_rss_mb, peak_rss_mb, ru_maxrss_mb
 
 
+def _time_lean_decoder(clock: Any) -> None:
+    """Our sampling runs the model's modules through ``LeanDecoder`` rather than calling the
+    model's forward, which the clock's hooks time: its prefill and steps count as forward time."""
+    from grpo_core.decoders import LeanDecoder
+
+    for name in ("prefill", "step"):
+        method = getattr(LeanDecoder, name)
+
+        def timed(self: Any, *args: Any, _method: Any = method) -> Any:
+            clock.start()
+            try:
+                return _method(self, *args)
+            finally:
+                clock.stop()
+
+        setattr(LeanDecoder, name, timed)
+
+
 def _core_spec(args: argparse.Namespace) -> Any:
     from grpo_core.spec import JobSpec
 
@@ -93,6 +111,7 @@ def side_core(args: argparse.Namespace) -> dict[str, Any]:
     if components.models.reference is not None:
         models.append(components.models.reference)
     forward_clock, backward_clock = attach_clocks(models)
+    _time_lean_decoder(forward_clock)
 
     gate = StepGate(args.sync_fds)
 

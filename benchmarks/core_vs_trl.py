@@ -29,15 +29,18 @@ How it is measured
       wall-clock interval between consecutive step ends, which includes everything. The first
       ``--warmup`` steps are excluded from medians; speed = 1 / median step time.
     * Reward: the per-step mean reward, from TRL's ``on_log`` logs (``logging_steps=1``) and from
-      our records' ``reward``. "Final reward" is the mean of the last 5 steps.
+      our records' ``reward``. "Final reward" is the mean of the last 5 steps. Run ``r`` of
+      ``--repeats`` uses seed ``--seed + r`` on both sides, so each repeat is an independent curve
+      (one seed repeats one curve exactly on CPU) and the final reward is their mean.
     * Peak memory: ``VmHWM`` (peak resident set of the process) read at the last step's end,
       i.e. model load plus every training step, before any end-of-training save. ``ru_maxrss``
       at exit is recorded in the JSON too.
     * Per-phase breakdown: ours from the records' ``timing/*`` fields; TRL by timing its own
       methods (generation, reward, no-grad log-prob passes) in a thin subclass. On both sides,
       forward hooks on the policy and reference models and a wrapper around ``Tensor.backward``
-      also time the model's forward calls and the backward pass: that is transformers' Llama
-      code on both sides, so "rest" (step minus both) is the trainer's own cost.
+      also time the model's forward calls and the backward pass; our sampling runs the model's
+      modules through ``grpo_core.decoders.LeanDecoder`` instead of its forward, and those calls
+      are timed as forward too. "rest" (step minus both) is the trainer's own cost.
     * Schedule. By default (``--schedule lockstep``) both children are alive at once but only
       one runs at a time, step by step: they block before each step on a pipe from the parent,
       which lets step k of TRL and step k of ours run back to back (who goes first alternates
@@ -149,7 +152,7 @@ def run_lockstep(
             command = [
                 sys.executable,
                 str(script),
-                *_child_args(args, side, model_dir),
+                *_child_args(args, side, model_dir, repeat),
                 "--sync-fds",
                 f"{go_read},{done_write}",
                 "--result-file",
@@ -278,10 +281,13 @@ CHILD_FLAGS = (
 )
 
 
-def _child_args(args: argparse.Namespace, side: str, model_dir: str) -> list[str]:
+def _child_args(args: argparse.Namespace, side: str, model_dir: str, repeat: int = 0) -> list[str]:
+    """Run ``repeat`` trains with seed ``--seed + repeat`` on both sides: on CPU one seed repeats
+    one curve exactly, so only new seeds make the repeats independent samples of the reward."""
     out = ["--side", side, "--model-dir", model_dir]
     for name in CHILD_FLAGS:
-        out += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
+        value = getattr(args, name) + repeat if name == "seed" else getattr(args, name)
+        out += [f"--{name.replace('_', '-')}", str(value)]
     return out
 
 
@@ -331,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
                 raw[side].append(
                     run_child(
                         script,
-                        _child_args(args, side, model_dir),
+                        _child_args(args, side, model_dir, repeat),
                         args.threads,
                         logs / f"{side}-{repeat + 1}.log",
                         args.timeout,

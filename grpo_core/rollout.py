@@ -1,19 +1,19 @@
 """Rollout: B prompts × G samples in one batched, KV-cached sampling loop (GRPO_REFERENCE step 1).
 
-We run our own loop over the model's forward instead of ``model.generate``: it does only what
-GRPO needs (left-padded batch, temperature/top-k/top-p, stop at EOS), which on small models
-removes most of generate's per-token overhead. Its greedy path is tested token-for-token
-against ``generate``.
+We run our own loop instead of ``model.generate``: it does only what GRPO needs (left-padded
+batch, temperature/top-k/top-p, stop at EOS, drop finished rows), which on small models removes
+most of generate's per-token overhead. Its forward passes come from :mod:`grpo_core.decoders`
+(a lean KV-cached decoder for Llama-family models, the model's own forward otherwise). Its
+greedy path is tested token-for-token against ``generate``.
 """
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import torch
 
-from grpo_core.logprobs import position_ids_from_mask
+from grpo_core.decoders import decoder_for
 from grpo_core.randomness import token_uniforms
 from grpo_core.sampling import sample_next_token, seen_tokens
 from grpo_core.sharding import gathered_for_generation
@@ -146,16 +146,6 @@ def sample_completions(
     return Rollout(prompt_ids, prompt_mask, completion_ids, completion_mask, is_truncated)
 
 
-def _cache_keyword(model: torch.nn.Module) -> str:
-    """transformers 5 renamed ``past_key_values`` to ``cache``; accept both generations."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
-def _returned_cache(outputs):
-    cache = getattr(outputs, "cache", None)
-    return cache if cache is not None else outputs.past_key_values
-
-
 def _decode_loop(
     model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, eos_ids: torch.Tensor,
     pad_id: int, options: SamplingOptions, row_keys: torch.Tensor | None,
@@ -168,21 +158,15 @@ def _decode_loop(
     n, max_new_tokens = prompt_ids.size(0), options.max_new_tokens
     tokens = torch.full((n, max_new_tokens), pad_id, dtype=torch.long, device=prompt_ids.device)
     active = torch.arange(n, device=prompt_ids.device)
-    attention = prompt_mask
-    positions = position_ids_from_mask(prompt_mask)
-    out = model(input_ids=prompt_ids, attention_mask=attention, position_ids=positions, use_cache=True,
-                logits_to_keep=1)
-    cache_kw = _cache_keyword(model)
-    cache = _returned_cache(out)
-    can_shrink = hasattr(cache, "batch_select_indices")
-    next_position = positions[:, -1:] + 1
+    decoder = decoder_for(model, max_new_tokens)
+    logits = decoder.prefill(prompt_ids, prompt_mask)
+    can_shrink = True
     finished = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)
     # The tokens each row holds so far (prompt, then what it sampled), only when they are penalized.
-    vocab = out.logits.size(-1)
-    seen = seen_tokens(prompt_ids, prompt_mask, vocab) if options.repetition_penalty != 1.0 else None
+    penalized = options.repetition_penalty != 1.0
+    seen = seen_tokens(prompt_ids, prompt_mask, logits.size(-1)) if penalized else None
     width = 0
     for step in range(max_new_tokens):
-        logits = out.logits[:, -1, :]
         # ``active`` maps the shrunken batch back to the rows' keys.
         uniforms = None if options.greedy else token_uniforms(row_keys[active], step)
         token = sample_next_token(
@@ -203,21 +187,13 @@ def _decode_loop(
             break
         if can_shrink and bool(done.any()):
             keep = (~done).nonzero().squeeze(1)
-            active, token, attention, next_position = (
-                active[keep], token[keep], attention[keep], next_position[keep]
-            )
-            cache.batch_select_indices(keep)
-            seen = seen[keep] if seen is not None else None
-        attention = torch.cat([attention, attention.new_ones(attention.size(0), 1)], dim=1)
-        out = model(
-            input_ids=token.unsqueeze(1),
-            attention_mask=attention,
-            position_ids=next_position,
-            use_cache=True,
-            **{cache_kw: cache},
-        )
-        cache = _returned_cache(out)
-        next_position = next_position + 1
+            can_shrink = decoder.keep(keep)
+            if can_shrink:
+                active, token = active[keep], token[keep]
+                seen = seen[keep] if seen is not None else None
+            else:  # this cache cannot drop rows: finished rows stay, padded, from now on
+                finished |= done
+        logits = decoder.step(token)
     return tokens[:, :width]
 
 

@@ -21,6 +21,13 @@ from grpo_core.local_run import JsonlRecorder, run_local
 from grpo_core.spec import JobSpec
 from grpo_core.trainer import GRPOTrainer
 
+# Runs whose weights are compared across rank counts use adam_epsilon 1e-6: Adam divides a
+# gradient by its own running size, so an entry near zero moves by ~lr whatever its sign, and the
+# all-reduce's different summation order (~1e-7 of a gradient) could flip it: one of 8,192 weights
+# then differed by 1.3e-5 to 1.9e-5 after 3 steps (seen in both comparisons below). A larger
+# epsilon keeps such entries' steps proportional to the gradient (largest difference then ~3e-7),
+# so the weights compare to 1e-5 and a real difference between the runs still shows.
+COMPARABLE_ADAM = {"adam_epsilon": 1e-6}
 HANG = timedelta(seconds=120)  # a rank left waiting fails the test instead of hanging it
 
 
@@ -32,14 +39,9 @@ HANG = timedelta(seconds=120)  # a rank left waiting fails the test instead of h
 )
 def test_two_gloo_ranks_train_exactly_like_one_process(tiny_model_dir, tmp_path, reuse):
     # Token-mean loss and batch-scaled advantages: both need whole-step statistics across ranks.
-    # adam_epsilon 1e-6: Adam divides a gradient by its own running size, so an entry near zero
-    # moves by ~lr whatever its sign, and the all-reduce's different summation order (~1e-7 of
-    # a gradient) could flip it: one of 8,192 weights then differed by 1.9e-5 after 3 steps. A
-    # larger epsilon keeps such entries' steps proportional to the gradient (largest difference
-    # then 3e-7), so the weights compare to 1e-5 and a real difference between the runs shows.
     spec = make_spec(
         tiny_model_dir, max_steps=3, prompts_per_step=4, loss_type="bnpo", scale_rewards="batch",
-        gradient_accumulation_steps=2, adam_epsilon=1e-6, **reuse,
+        gradient_accumulation_steps=2, **COMPARABLE_ADAM, **reuse,
     )
     single = run_local(spec, tmp_path, tmp_path / "one", device="cpu", progress=False)
     double = run_data_parallel(
@@ -65,7 +67,8 @@ def _dynamic_sampling_spec(model_dir: Path) -> JobSpec:
     """A reward that some prompts can never earn: the needle "zzz" is never sampled, so their
     groups have no variance, while "e" turns up in some completions but not all."""
     spec = spec_dict(
-        model_dir, max_steps=3, prompts_per_step=4, drop_zero_std_groups=True, max_resample_batches=2
+        model_dir, max_steps=3, prompts_per_step=4, drop_zero_std_groups=True, max_resample_batches=2,
+        **COMPARABLE_ADAM,
     )
     rows = [{"prompt": p, "needle": ["e", "zzz"][i % 2]} for i, p in enumerate(PROMPTS)]
     spec["dataset"] = {"prompts": rows}
