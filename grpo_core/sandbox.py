@@ -41,7 +41,8 @@ from functools import lru_cache
 
 from grpo_core.errors import GRPOError
 
-__all__ = ["CAPABILITY", "Limits", "Outcome", "SandboxUnavailable", "run_python", "sandbox_problem"]
+__all__ = ["CAPABILITY", "Limits", "Outcome", "SandboxUnavailable", "probe_sandbox", "run_python",
+           "sandbox_problem"]
 
 CAPABILITY = "code_sandbox"  # what a worker advertises when sandbox_problem() finds none
 # Only /usr is visible inside, so the interpreter must live there: this process's own when it
@@ -284,8 +285,14 @@ _PROBE = "import sys\nprint(sys.stdin.read()[::-1], end='')\n"
 
 @lru_cache(maxsize=1)
 def sandbox_problem() -> str | None:
-    """None when a program runs in the sandbox here (a real run, checked once per process), else
-    why not, for a worker's log and a refused ``grpo train``."""
+    """:func:`probe_sandbox`, once per process: what a job's rewards check up front."""
+    return probe_sandbox()
+
+
+def probe_sandbox() -> str | None:
+    """None when a program runs in the sandbox here (a real run at each call: a worker checks
+    again while it runs, since a sandbox can break after its start), else why not, for a
+    worker's log and a refused ``grpo train``."""
     if shutil.which("bwrap") is None:
         return "bwrap (bubblewrap) is not installed (Debian: apt-get install bubblewrap)"
     if interpreter() is None:

@@ -40,7 +40,7 @@ from api.store.clock import Backoff, db_now
 from api.store.db import session_scope
 from api.vocabulary import Heartbeat
 from grpo_core.sandbox import CAPABILITY as SANDBOX
-from grpo_core.sandbox import sandbox_problem
+from grpo_core.sandbox import probe_sandbox
 from worker.devices import device_count
 
 WORKER_ID_ENV = "GRPO_WORKER_ID"
@@ -128,16 +128,21 @@ def detect_gpus() -> dict[str, object]:
     return {"gpu_model": name, "gpu_memory_mb": int(memory) if memory.isdigit() else None}
 
 
-# What this host can run besides models, each with its real check (None: it works, else why not).
-_CAPABILITY_PROBES: dict[str, Callable[[], str | None]] = {SANDBOX: sandbox_problem}
+# What this host can run besides models, each with its real check (None: it works, else why not;
+# a real check at each call, never a cached answer).
+_CAPABILITY_PROBES: dict[str, Callable[[], str | None]] = {SANDBOX: probe_sandbox}
+
+
+def capability_problems() -> dict[str, str | None]:
+    """Each capability with why this host cannot offer it (None: it can), checked now."""
+    return {capability: probe() for capability, probe in _CAPABILITY_PROBES.items()}
 
 
 def worker_capabilities() -> list[str]:
     """The capabilities whose check passes here, so a spec that needs one is accepted only where it
-    works; a failed check is logged once per call (at the worker's start)."""
+    works; each failed check is logged (this is the worker's start)."""
     offered = []
-    for capability, probe in _CAPABILITY_PROBES.items():
-        problem = probe()
+    for capability, problem in capability_problems().items():
         if problem is None:
             offered.append(capability)
         else:
@@ -191,6 +196,12 @@ class _Ticker:
 
 
 class WorkerHeartbeat(_Ticker):
+    # How often the capabilities are checked again after the start: a sandbox can break while the
+    # worker runs (bubblewrap removed, user namespaces turned off); until the heartbeat says so,
+    # the scheduler keeps sending such jobs here and each comes back as capability_missing. A
+    # check is one short sandboxed run, so every few minutes costs nothing.
+    capability_recheck_seconds = 300.0
+
     def __init__(self, settings: Settings, worker_id: str) -> None:
         super().__init__(settings.heartbeat_seconds, "grpo-worker-heartbeat")
         self.settings = settings
@@ -202,18 +213,35 @@ class WorkerHeartbeat(_Ticker):
         self.static = Heartbeat(worker_id=worker_id, pool=settings.pool, gpus=device_count(settings),
                                 **detect_gpus(), memory_mb=host_memory_mb(), hostname=socket.gethostname(),
                                 capabilities=worker_capabilities())
+        self._capabilities_checked = time.monotonic()
         self._withdrawn = threading.Event()
         warm_up_database(settings.database_url)
 
     def beat(self) -> None:
         if self._withdrawn.is_set():
             return
+        self._recheck_capabilities()
         try:
             self._requeue_orphans()
             jobs = running_jobs(self.client, self.busy_key, self.static.gpus, int(time.time() * 1000))
             bus.advertise_worker(self.client, self.keys, replace(self.static, jobs=jobs), self.ttl)
         except RedisError as exc:  # the key expires meanwhile: the scheduler sees no capacity here
             log.warning("heartbeat failed: %s", exc)
+
+    def _recheck_capabilities(self) -> None:
+        """Advertise what the capabilities' checks say now, every ``capability_recheck_seconds``,
+        logging each one lost (with why) or regained."""
+        if time.monotonic() - self._capabilities_checked < self.capability_recheck_seconds:
+            return
+        problems = capability_problems()
+        self._capabilities_checked = time.monotonic()
+        offered = [capability for capability, problem in problems.items() if problem is None]
+        before = set(self.static.capabilities)
+        for capability in sorted(before - set(offered)):
+            log.warning("this worker no longer advertises %s: %s", capability, problems[capability])
+        for capability in sorted(set(offered) - before):
+            log.warning("this worker advertises %s again: its check passes", capability)
+        self.static = replace(self.static, capabilities=offered)
 
     def _requeue_orphans(self) -> None:
         """A pool process died under its job (this process is its parent, so it sees at once):

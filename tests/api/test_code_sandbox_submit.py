@@ -1,15 +1,19 @@
 """A spec with ``code_tests`` is accepted only where it can run: some live worker of its pool
 advertises the ``code_sandbox`` capability, which a real worker heartbeat does after its sandbox
-check at start (``worker.heartbeat.worker_capabilities``). Over real HTTP, Redis and SQL."""
+check at start (``worker.heartbeat.worker_capabilities``) and again every few minutes while it
+runs. Over real HTTP, Redis and SQL."""
 
 from __future__ import annotations
+
+import logging
 
 import pytest
 from test_jobs_api import row_counts
 
+import worker.heartbeat as heartbeat_module
 from api.store import bus
 from api.vocabulary import Heartbeat
-from grpo_core.sandbox import CAPABILITY, sandbox_problem
+from grpo_core.sandbox import CAPABILITY, probe_sandbox, sandbox_problem
 from worker.heartbeat import WorkerHeartbeat, worker_capabilities
 
 CODE_ROWS = [{"prompt": "Read n and print 2n.", "tests": [{"input": "2", "output": "4"}]}]
@@ -65,12 +69,36 @@ def test_accepted_once_a_real_worker_of_the_pool_checked_its_sandbox_and_adverti
 
 def test_a_worker_without_bwrap_advertises_no_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
-    sandbox_problem.cache_clear()
+    assert worker_capabilities() == []
+
+
+def test_a_worker_whose_sandbox_breaks_stops_advertising_it_and_advertises_it_again_once_fixed(
+        api, api_server, job_spec, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # The check passes at the start, then fails (a real failure: bwrap gone from PATH), then passes.
+    monkeypatch.setitem(heartbeat_module._CAPABILITY_PROBES, CAPABILITY, lambda: None)
+    heartbeat = WorkerHeartbeat(api_server.settings, "breaking-worker")
+    heartbeat.capability_recheck_seconds = 0.0  # every beat checks again
+
+    def advertised() -> list[str]:
+        heartbeat.beat()
+        workers = {worker["worker_id"]: worker for pool in api.get("/v1/cluster").json()["pools"]
+                   for worker in pool["workers"]}
+        return workers["breaking-worker"]["capabilities"]
+
     try:
-        assert worker_capabilities() == []
+        assert advertised() == [CAPABILITY]
+        monkeypatch.setitem(heartbeat_module._CAPABILITY_PROBES, CAPABILITY, probe_sandbox)
+        monkeypatch.setenv("PATH", "/nonexistent")
+        with caplog.at_level(logging.WARNING, logger="worker.heartbeat"):
+            assert advertised() == []
+        assert "no longer advertises code_sandbox: bwrap (bubblewrap) is not installed" in caplog.text
+        # Submissions that need it are refused now that no live worker of the pool offers it.
+        refused = api.post("/v1/jobs", json=code_spec(job_spec))
+        assert refused.status_code == 422 and refused.json()["error"]["param"] == "rewards.1.name"
+        monkeypatch.setitem(heartbeat_module._CAPABILITY_PROBES, CAPABILITY, lambda: None)
+        assert advertised() == [CAPABILITY]
     finally:
-        monkeypatch.undo()
-        sandbox_problem.cache_clear()
+        heartbeat.stop()
 
 
 def test_malformed_inline_test_cases_are_a_422_naming_the_reward_and_the_row(api, api_server,
