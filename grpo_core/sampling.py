@@ -113,6 +113,9 @@ def sample_next_token(
 
 # Vocabulary entries per block of the two-level inverse CDF: V = 32k gives 250 blocks.
 CDF_BLOCK = 128
+# Up to this many entries one fp64 cumsum is cheaper than the two levels' ~20 small ops (measured
+# on CPU: 0.18 vs 0.43 ms for 32 rows of 466 entries, even at ~1.5k; 0.8 vs 0.6 ms at 2k).
+ONE_LEVEL_MAX_VOCAB = 1024
 
 
 def _first_above(cdf: torch.Tensor, u: torch.Tensor, positive: torch.Tensor) -> torch.Tensor:
@@ -130,9 +133,13 @@ def inverse_cdf(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
 
     Two levels in fp64: block totals pick the block, a cumsum of that one block picks the token.
     A V-long cumsum per row is sequential work that cost about as much as the LM head itself on
-    a 32k vocabulary; block totals are one vectorised reduction.
+    a 32k vocabulary; block totals are one vectorised reduction. Small vocabularies (up to
+    ``ONE_LEVEL_MAX_VOCAB``) take the one long cumsum, which is fewer operations there.
     """
     n, v = probs.shape
+    if v <= ONE_LEVEL_MAX_VOCAB:
+        cdf = probs.double().cumsum(-1)
+        return _first_above(cdf, uniforms.to(cdf).unsqueeze(1) * cdf[:, -1:], probs > 0).squeeze(1)
     pad = (-v) % CDF_BLOCK
     blocks = (torch.nn.functional.pad(probs, (0, pad)) if pad else probs).reshape(n, -1, CDF_BLOCK)
     totals = blocks.sum(-1, dtype=torch.float64)  # (N, V / CDF_BLOCK)
