@@ -91,7 +91,16 @@ def test_bad_spec_exits_2_with_one_message_per_field_and_writes_nothing(tiny_mod
     assert not out.exists()
 
 
-def test_errors_found_before_training_exit_2_and_write_nothing(tiny_model_dir, tmp_path):
+def test_errors_found_before_training_exit_2_and_write_nothing(tiny_model_dir, tmp_path, capsys):
+    """The first case as a user runs it (a process's exit status); the others through the same
+    ``main`` in this process, which returns that status (each subprocess costs seconds of imports)."""
+    from grpo_core.cli import main
+
+    def in_process(*args: str) -> subprocess.CompletedProcess:
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, captured.out, captured.err)
+
     cases = {
         "unknown reward": ({"rewards": [{"name": "nope"}]}, "rewards.0.name"),
         "missing model": ({"model": {"source": "path:/does/not/exist"}}, "model.source"),
@@ -105,10 +114,10 @@ def test_errors_found_before_training_exit_2_and_write_nothing(tiny_model_dir, t
             "rewards.0.args",
         ),
     }
-    for name, (override, field) in cases.items():
+    for index, (name, (override, field)) in enumerate(cases.items()):
         spec = write_spec(tmp_path / "bad.yaml", {**spec_dict(tiny_model_dir), **override})
         out = tmp_path / "never"
-        done = grpo("train", str(spec), "--output-dir", str(out))
+        done = (grpo if index == 0 else in_process)("train", str(spec), "--output-dir", str(out))
         assert done.returncode == 2, (name, done.stderr)
         assert f"error: {field}" in done.stderr, (name, done.stderr)
         assert not out.exists(), name
