@@ -128,19 +128,19 @@ def test_pause_resume_and_retry_continue_from_the_checkpoint_with_each_step_once
     paused = stack.wait_for_job(job_id, lambda job: job["status"] == "paused")
     assert paused["worker_id"] is None and paused["devices"] is None
     assert paused["latest_checkpoint"].endswith(f"step-{paused['last_step']}")
-    meanwhile = stack.api.submit(tiny_spec("meanwhile", max_steps=1))["id"]  # the one device is free
-    assert stack.wait_until_done(meanwhile)["status"] == "succeeded"
+    # The one device is free: the job to retry below trains meanwhile, and is cancelled mid-run
+    # (one job process fewer than a separate job for each part: each costs seconds of imports).
+    again = stack.api.submit(tiny_spec("retried", max_steps=steps_total, checkpoint_every=1000))["id"]
+    stack.wait_for_job(again, lambda job: job["status"] == "running" and job["last_step"] >= 2)
+    stack.api.http.post(f"/v1/jobs/{again}/cancel")
+    cancelled = stack.wait_until_done(again)
+    assert cancelled["status"] == "cancelled"
     assert stack.api.job(job_id)["status"] == "paused"  # at rest: nothing dispatched it
 
     assert stack.api.http.post(f"/v1/jobs/{job_id}/resume").json()["status"] == "queued"
     assert stack.wait_until_done(job_id)["status"] == "succeeded"
     assert [m["step"] for m in stack.api.metrics(job_id)["items"]] == list(range(1, steps_total + 1))
 
-    again = stack.api.submit(tiny_spec("retried", max_steps=steps_total, checkpoint_every=1000))["id"]
-    stack.wait_for_job(again, lambda job: job["status"] == "running" and job["last_step"] >= 2)
-    stack.api.http.post(f"/v1/jobs/{again}/cancel")
-    cancelled = stack.wait_until_done(again)
-    assert cancelled["status"] == "cancelled"
     retried = stack.api.http.post(f"/v1/jobs/{again}/retry").json()
     assert (retried["status"], retried["error"], retried["finished_at"]) == ("queued", None, None)
     final = stack.wait_until_done(again)
