@@ -57,24 +57,20 @@ def test_max_steps_override_is_the_length_the_lr_schedule_decays_over(tiny_model
     assert [r["learning_rate"] for r in records] == pytest.approx([base, base / 2])
 
 
-def test_relative_model_path_is_relative_to_the_spec_file(tiny_model_dir, tmp_path):
+def test_relative_model_path_is_relative_to_the_spec_file(tiny_model_dir, tmp_path, monkeypatch):
+    """In-process, from another working directory: where the path resolves is ``main``'s doing."""
+    from grpo_core.cli import main
+
     link = tmp_path / "models" / "tiny"
     link.parent.mkdir()
     link.symlink_to(tiny_model_dir)
     spec = write_spec(
         tmp_path / "job.yaml", {**spec_dict(tiny_model_dir), "model": {"source": "path:models/tiny"}}
     )
-    done = grpo(
-        "train",
-        str(spec),
-        "--output-dir",
-        str(tmp_path / "run"),
-        "--max-steps",
-        "1",
-        "--quiet",
-        cwd=Path("/"),
-    )
-    assert done.returncode == 0, done.stderr
+    monkeypatch.chdir("/")
+    out = tmp_path / "run"
+    assert main(["train", str(spec), "--output-dir", str(out), "--max-steps", "1", "--quiet"]) == 0
+    assert (out / "metrics.jsonl").read_text().count("\n") == 1
 
 
 def test_bad_spec_exits_2_with_one_message_per_field_and_writes_nothing(tiny_model_dir, tmp_path):
@@ -123,16 +119,19 @@ def test_errors_found_before_training_exit_2_and_write_nothing(tiny_model_dir, t
         assert not out.exists(), name
 
 
-def test_model_folder_without_a_causal_lm_is_a_clear_error(tmp_path, tiny_model_dir):
+def test_model_folder_without_a_causal_lm_is_a_clear_error(tmp_path, tiny_model_dir, capsys):
+    """In-process: ``main`` returns the exit status the process would end with."""
+    from grpo_core.cli import main
+
     folder = tmp_path / "not-a-model"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
     spec = write_spec(
         tmp_path / "job.yaml", {**spec_dict(tiny_model_dir), "model": {"source": f"path:{folder}"}}
     )
-    done = grpo("train", str(spec), "--output-dir", str(tmp_path / "never"))
-    assert done.returncode == 2
-    assert "error: model.source" in done.stderr
+    assert main(["train", str(spec), "--output-dir", str(tmp_path / "never")]) == 2
+    assert "error: model.source" in capsys.readouterr().err
+    assert not (tmp_path / "never").exists()
 
 
 def test_spec_files_refuse_yaml_aliases_and_name_the_problem(tmp_path):
