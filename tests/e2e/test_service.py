@@ -1,5 +1,6 @@
 """End to end, as a user sees it: submit over HTTP, follow over WebSocket, read back over REST,
-cancel, fail, and the ``grpo submit --watch`` command line. Runs on SQLite and on Postgres."""
+cancel, fail, and the ``grpo submit --watch`` command line. Runs on SQLite and on Postgres
+(the failing job and the command line on SQLite, the embedded default, only)."""
 
 from __future__ import annotations
 
@@ -99,6 +100,9 @@ def test_cancel_a_queued_job_at_once_and_a_running_one_within_two_steps(stack, t
     assert stack.api.job(queued_id)["status"] == "cancelled"
 
 
+# On the embedded default only (each job costs seconds of imports): on Postgres the worker's
+# failure code is tested by tests/worker/test_run_job.py.
+@pytest.mark.parametrize("stack", ["sqlite"], indirect=True)
 def test_a_failing_job_records_its_error_code(stack, tiny_spec):
     # Accepted (the file exists), but its rows have no prompt column: the worker finds out.
     (stack.root / "data" / "questions.jsonl").write_text(json.dumps({"question": "2+3?"}) + "\n")
@@ -108,6 +112,9 @@ def test_a_failing_job_records_its_error_code(stack, tiny_spec):
     assert job["error"]["code"] == "invalid_spec" and "prompt" in job["error"]["message"]
 
 
+# On the embedded default only: on Postgres, the stream the command reads is tested by
+# test_every_step_arrives_exactly_once_live_and_from_a_cursor.
+@pytest.mark.parametrize("stack", ["sqlite"], indirect=True)
 def test_grpo_submit_watch_streams_each_step_and_exits_with_the_outcome(stack, tiny_spec, tmp_path: Path):
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump(tiny_spec("cli", max_steps=3)))
