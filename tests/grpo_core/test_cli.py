@@ -152,7 +152,9 @@ def test_spec_files_refuse_yaml_aliases_and_name_the_problem(tmp_path):
 
 
 @pytest.mark.slow
-def test_nproc_per_node_trains_on_ranks_and_a_rank_failure_exits_1(tiny_model_dir, tmp_path):
+def test_nproc_per_node_trains_on_ranks_and_a_rank_failure_exits_1(tiny_model_dir, tmp_path, capsys):
+    from grpo_core.cli import main
+
     data = spec_dict(tiny_model_dir, max_steps=2, num_iterations=2)
     spec = write_spec(tmp_path / "job.yaml", data)
     out = tmp_path / "run"
@@ -160,19 +162,24 @@ def test_nproc_per_node_trains_on_ranks_and_a_rank_failure_exits_1(tiny_model_di
     done = grpo(*args, "--nproc-per-node", "2", "--max-steps", "1")
     assert done.returncode == 0, done.stderr
     assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1]
-    # The same job, now sharded: its ranks cannot resume the replicated (ddp) checkpoint.
+    # The same job, now sharded: its ranks cannot resume the replicated (ddp) checkpoint. Launched
+    # from this process through main (its return value is the exit status): a launcher process
+    # fewer to import torch, the ranks as real as above.
     write_spec(spec, {**data, "resources": {"gpus": 2, "sharding": "fsdp"}})
-    resumed = grpo(*args, "--nproc-per-node", "2", "--resume")
-    assert resumed.returncode == 1
+    capsys.readouterr()
+    assert main([*args, "--nproc-per-node", "2", "--resume"]) == 1
+    stderr = capsys.readouterr().err
     # Every rank refuses; which one the launcher reports first is a race.
-    assert re.search(r"rank [01] failed", resumed.stderr) and "under sharding: ddp" in resumed.stderr
+    assert re.search(r"rank [01] failed", stderr) and "under sharding: ddp" in stderr
 
 
-def test_nproc_per_node_that_splits_groups_is_refused_before_anything_runs(tiny_model_dir, tmp_path):
+def test_nproc_per_node_that_splits_groups_is_refused_before_anything_runs(tiny_model_dir, tmp_path, capsys):
     spec = write_spec(tmp_path / "job.yaml", spec_dict(tiny_model_dir, prompts_per_step=3))
     done = grpo("train", str(spec), "--output-dir", str(tmp_path / "run"), "--nproc-per-node", "2")
     assert done.returncode == 2
     assert "grpo.prompts_per_step" in done.stderr
     assert not (tmp_path / "run").exists()
-    zero = grpo("train", str(spec), "--output-dir", str(tmp_path / "run"), "--nproc-per-node", "0")
-    assert zero.returncode == 2 and "--nproc-per-node" in zero.stderr
+    from grpo_core.cli import main  # the same check in-process: a second subprocess costs seconds of imports
+
+    assert main(["train", str(spec), "--output-dir", str(tmp_path / "run"), "--nproc-per-node", "0"]) == 2
+    assert "--nproc-per-node" in capsys.readouterr().err
