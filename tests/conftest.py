@@ -6,11 +6,20 @@ collecting the service's tests stays fast."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from backing_services import provision
 from specs import tiny_spec as _tiny_spec
+
+# One OpenMP thread for torch in every test process and in all they start (ranks, `grpo train`),
+# as the service processes of tests/service_stack.py already have: set here, before anything
+# imports torch, and inherited by xdist's workers. Two workers fill the 2-core machine the suite
+# is sized for; with a thread per core in each, their spinning threads fought over the same cores
+# and in-process training ran several times slower (test_trainer.py beside two busy cores: 63 s,
+# with one thread 24 s). An OMP_NUM_THREADS already set wins.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # Postgres and Redis for the session (:mod:`backing_services`), started as this file is first
 # imported: before any other conftest (tests/api's reads the Redis URL at import) and before

@@ -28,10 +28,12 @@ from service_db import fresh_postgres_url, migrated
 from waiting import wait_until
 
 from api.cli.dev import start_redis, stop_process
-from api.lifecycle import TERMINAL_STATUSES
+from api.lifecycle import TERMINAL_STATUSES, Transition
 from api.settings import Settings, get_settings
+from api.store.attempts import claim
 from api.store.db import session_scope
-from api.store.jobs import create_job, get_job
+from api.store.jobs import create_job, get_job, transition
+from api.store.models import utcnow
 from api.store.teams import DEFAULT_TEAM, team_id_by_name
 from grpo_core.spec import JobSpec
 
@@ -46,6 +48,7 @@ __all__ = [
     "pytest_runtest_makereport",
     "redis_url",
     "roots",
+    "run_in_process",
     "service_env",
     "settings",
     "submit",
@@ -239,6 +242,30 @@ def wait_worker_ready(redis_url: str, settings: Settings) -> Callable[..., list[
                           details=procs.logs)
 
     return wait
+
+
+@pytest.fixture
+def run_in_process(task_settings, database_url: str, job_of: Callable[[int], Any], tmp_path: Path):
+    """``run(job_id)``: dispatch, claim and run one attempt of the job in this process (the job
+    process's body and the supervisor's recording of its outcome, no process started); its row
+    afterwards."""
+    from worker.attempt_files import AttemptFiles
+    from worker.runner import record_outcome
+    from worker.training import run_attempt
+
+    worker_id = "in-process-worker"
+
+    def run(job_id: int):
+        with session_scope(database_url) as session:
+            assert transition(session, job_id, via=Transition.DISPATCH, values={"dispatched_at": utcnow()})
+            job = claim(session, job_id, worker_id)
+        files = tmp_path / f"attempt-{job_id}"
+        files.mkdir()
+        outcome = run_attempt(job, task_settings, worker_id, AttemptFiles(files))
+        record_outcome(job, worker_id, task_settings, None, outcome)
+        return job_of(job_id)
+
+    return run
 
 
 @pytest.fixture

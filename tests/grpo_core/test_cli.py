@@ -1,4 +1,6 @@
-"""``grpo train`` end to end, as a user runs it: a subprocess on a YAML spec."""
+"""``grpo train`` end to end, as a user runs it: a subprocess on a YAML spec. Where a test has
+already run one and checks more of what ``main`` does, ``main`` runs in this process (it returns
+the exit status), since each subprocess spends seconds importing torch before it starts."""
 
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ def write_spec(path: Path, data: dict) -> Path:
 
 
 def test_train_writes_metrics_samples_and_checkpoints_then_resumes(tiny_model_dir, tmp_path):
+    from grpo_core.cli import main
+
     data = spec_dict(tiny_model_dir, max_steps=4)
     data["checkpoint_every"] = 2
     spec = write_spec(tmp_path / "job.yaml", data)
@@ -37,8 +41,7 @@ def test_train_writes_metrics_samples_and_checkpoints_then_resumes(tiny_model_di
     assert (out / "checkpoints" / "step-2" / "tokenizer.json").is_file()
     assert json.loads((out / "samples.jsonl").read_text().splitlines()[0])["completion"] is not None
 
-    resumed = grpo("train", str(spec), "--output-dir", str(out), "--resume", "--quiet")
-    assert resumed.returncode == 0, resumed.stderr
+    assert main(["train", str(spec), "--output-dir", str(out), "--resume", "--quiet"]) == 0
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-2", "step-4"]
@@ -57,24 +60,20 @@ def test_max_steps_override_is_the_length_the_lr_schedule_decays_over(tiny_model
     assert [r["learning_rate"] for r in records] == pytest.approx([base, base / 2])
 
 
-def test_relative_model_path_is_relative_to_the_spec_file(tiny_model_dir, tmp_path):
+def test_relative_model_path_is_relative_to_the_spec_file(tiny_model_dir, tmp_path, monkeypatch):
+    """In-process, from another working directory: where the path resolves is ``main``'s doing."""
+    from grpo_core.cli import main
+
     link = tmp_path / "models" / "tiny"
     link.parent.mkdir()
     link.symlink_to(tiny_model_dir)
     spec = write_spec(
         tmp_path / "job.yaml", {**spec_dict(tiny_model_dir), "model": {"source": "path:models/tiny"}}
     )
-    done = grpo(
-        "train",
-        str(spec),
-        "--output-dir",
-        str(tmp_path / "run"),
-        "--max-steps",
-        "1",
-        "--quiet",
-        cwd=Path("/"),
-    )
-    assert done.returncode == 0, done.stderr
+    monkeypatch.chdir("/")
+    out = tmp_path / "run"
+    assert main(["train", str(spec), "--output-dir", str(out), "--max-steps", "1", "--quiet"]) == 0
+    assert (out / "metrics.jsonl").read_text().count("\n") == 1
 
 
 def test_bad_spec_exits_2_with_one_message_per_field_and_writes_nothing(tiny_model_dir, tmp_path):
@@ -91,7 +90,16 @@ def test_bad_spec_exits_2_with_one_message_per_field_and_writes_nothing(tiny_mod
     assert not out.exists()
 
 
-def test_errors_found_before_training_exit_2_and_write_nothing(tiny_model_dir, tmp_path):
+def test_errors_found_before_training_exit_2_and_write_nothing(tiny_model_dir, tmp_path, capsys):
+    """The first case as a user runs it (a process's exit status); the others through the same
+    ``main`` in this process, which returns that status (each subprocess costs seconds of imports)."""
+    from grpo_core.cli import main
+
+    def in_process(*args: str) -> subprocess.CompletedProcess:
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, captured.out, captured.err)
+
     cases = {
         "unknown reward": ({"rewards": [{"name": "nope"}]}, "rewards.0.name"),
         "missing model": ({"model": {"source": "path:/does/not/exist"}}, "model.source"),
@@ -105,25 +113,28 @@ def test_errors_found_before_training_exit_2_and_write_nothing(tiny_model_dir, t
             "rewards.0.args",
         ),
     }
-    for name, (override, field) in cases.items():
+    for index, (name, (override, field)) in enumerate(cases.items()):
         spec = write_spec(tmp_path / "bad.yaml", {**spec_dict(tiny_model_dir), **override})
         out = tmp_path / "never"
-        done = grpo("train", str(spec), "--output-dir", str(out))
+        done = (grpo if index == 0 else in_process)("train", str(spec), "--output-dir", str(out))
         assert done.returncode == 2, (name, done.stderr)
         assert f"error: {field}" in done.stderr, (name, done.stderr)
         assert not out.exists(), name
 
 
-def test_model_folder_without_a_causal_lm_is_a_clear_error(tmp_path, tiny_model_dir):
+def test_model_folder_without_a_causal_lm_is_a_clear_error(tmp_path, tiny_model_dir, capsys):
+    """In-process: ``main`` returns the exit status the process would end with."""
+    from grpo_core.cli import main
+
     folder = tmp_path / "not-a-model"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
     spec = write_spec(
         tmp_path / "job.yaml", {**spec_dict(tiny_model_dir), "model": {"source": f"path:{folder}"}}
     )
-    done = grpo("train", str(spec), "--output-dir", str(tmp_path / "never"))
-    assert done.returncode == 2
-    assert "error: model.source" in done.stderr
+    assert main(["train", str(spec), "--output-dir", str(tmp_path / "never")]) == 2
+    assert "error: model.source" in capsys.readouterr().err
+    assert not (tmp_path / "never").exists()
 
 
 def test_spec_files_refuse_yaml_aliases_and_name_the_problem(tmp_path):
@@ -144,7 +155,9 @@ def test_spec_files_refuse_yaml_aliases_and_name_the_problem(tmp_path):
 
 
 @pytest.mark.slow
-def test_nproc_per_node_trains_on_ranks_and_a_rank_failure_exits_1(tiny_model_dir, tmp_path):
+def test_nproc_per_node_trains_on_ranks_and_a_rank_failure_exits_1(tiny_model_dir, tmp_path, capsys):
+    from grpo_core.cli import main
+
     data = spec_dict(tiny_model_dir, max_steps=2, num_iterations=2)
     spec = write_spec(tmp_path / "job.yaml", data)
     out = tmp_path / "run"
@@ -152,19 +165,24 @@ def test_nproc_per_node_trains_on_ranks_and_a_rank_failure_exits_1(tiny_model_di
     done = grpo(*args, "--nproc-per-node", "2", "--max-steps", "1")
     assert done.returncode == 0, done.stderr
     assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1]
-    # The same job, now sharded: its ranks cannot resume the replicated (ddp) checkpoint.
+    # The same job, now sharded: its ranks cannot resume the replicated (ddp) checkpoint. Launched
+    # from this process through main (its return value is the exit status): a launcher process
+    # fewer to import torch, the ranks as real as above.
     write_spec(spec, {**data, "resources": {"gpus": 2, "sharding": "fsdp"}})
-    resumed = grpo(*args, "--nproc-per-node", "2", "--resume")
-    assert resumed.returncode == 1
+    capsys.readouterr()
+    assert main([*args, "--nproc-per-node", "2", "--resume"]) == 1
+    stderr = capsys.readouterr().err
     # Every rank refuses; which one the launcher reports first is a race.
-    assert re.search(r"rank [01] failed", resumed.stderr) and "under sharding: ddp" in resumed.stderr
+    assert re.search(r"rank [01] failed", stderr) and "under sharding: ddp" in stderr
 
 
-def test_nproc_per_node_that_splits_groups_is_refused_before_anything_runs(tiny_model_dir, tmp_path):
+def test_nproc_per_node_that_splits_groups_is_refused_before_anything_runs(tiny_model_dir, tmp_path, capsys):
     spec = write_spec(tmp_path / "job.yaml", spec_dict(tiny_model_dir, prompts_per_step=3))
     done = grpo("train", str(spec), "--output-dir", str(tmp_path / "run"), "--nproc-per-node", "2")
     assert done.returncode == 2
     assert "grpo.prompts_per_step" in done.stderr
     assert not (tmp_path / "run").exists()
-    zero = grpo("train", str(spec), "--output-dir", str(tmp_path / "run"), "--nproc-per-node", "0")
-    assert zero.returncode == 2 and "--nproc-per-node" in zero.stderr
+    from grpo_core.cli import main  # the same check in-process: a second subprocess costs seconds of imports
+
+    assert main(["train", str(spec), "--output-dir", str(tmp_path / "run"), "--nproc-per-node", "0"]) == 2
+    assert "--nproc-per-node" in capsys.readouterr().err

@@ -1,15 +1,18 @@
 """The example jobs of examples/ run with ``grpo train`` on a CPU, each a couple of steps, with
-the tiny local models .ci/bootstrap builds there (built here into a temporary copy instead)."""
+the tiny local models .ci/bootstrap builds there (built here into a temporary copy instead).
+
+``grpo train``'s ``main`` runs in this process (tests/grpo_core/test_cli.py runs it as a
+subprocess): a subprocess would spend seconds importing torch before each run."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from grpo_core.cli import main
 
 pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -31,10 +34,9 @@ def run_example(name: str, tmp_path: Path, models: dict[str, Path], *extra: str,
         for link, target in models.items():
             (folder / link).symlink_to(target, target_is_directory=True)
     out = tmp_path / f"run{'-'.join(extra)}"
-    command = [sys.executable, "-m", "grpo_core.cli", "train", str(folder / name), "--output-dir", str(out),
-               "--max-steps", str(steps), "--quiet", "--device", "cpu", *extra]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
+    command = ["train", str(folder / name), "--output-dir", str(out), "--max-steps", str(steps), "--quiet",
+               "--device", "cpu", *extra]
+    assert main(command) == 0
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 

@@ -16,34 +16,8 @@ import huggingface_hub.constants
 import pytest
 import torch
 
-from api.lifecycle import Transition
-from api.store.attempts import claim
 from api.store.db import session_scope
-from api.store.jobs import transition
-from api.store.models import utcnow
 from api.store.teams import DEFAULT_TEAM, set_artifact_quota
-
-WORKER = "codes-worker"
-
-
-@pytest.fixture
-def run_in_process(task_settings, database_url, job_of, tmp_path):
-    """``run(job_id)``: dispatch, claim and run one attempt of the job here; its row afterwards."""
-    from worker.attempt_files import AttemptFiles
-    from worker.runner import record_outcome
-    from worker.training import run_attempt
-
-    def run(job_id: int):
-        with session_scope(database_url) as session:
-            assert transition(session, job_id, via=Transition.DISPATCH, values={"dispatched_at": utcnow()})
-            job = claim(session, job_id, WORKER)
-        files = tmp_path / f"attempt-{job_id}"
-        files.mkdir()
-        outcome = run_attempt(job, task_settings, WORKER, AttemptFiles(files))
-        record_outcome(job, WORKER, task_settings, None, outcome)
-        return job_of(job_id)
-
-    return run
 
 
 def failed_with(job) -> str:
