@@ -195,6 +195,22 @@ class _Ticker:
             self._thread.join(timeout=self.interval + 5)
 
 
+class _CapabilityCheck(_Ticker):
+    """Runs the heartbeat's capability checks again in a thread of their own: a check is a real
+    sandboxed run, which may take up to its wall limit, and the heartbeat that keeps the worker
+    visible (a TTL of a few seconds) must never wait for it."""
+
+    def __init__(self, heartbeat: WorkerHeartbeat) -> None:
+        super().__init__(heartbeat.capability_recheck_seconds, "grpo-worker-capabilities")
+        self.heartbeat = heartbeat
+
+    def beat(self) -> None:
+        self.heartbeat.recheck_capabilities()
+
+    def start(self) -> None:
+        self._thread.start()  # no check at once: the worker's start just made one
+
+
 class WorkerHeartbeat(_Ticker):
     # How often the capabilities are checked again after the start: a sandbox can break while the
     # worker runs (bubblewrap removed, user namespaces turned off); until the heartbeat says so,
@@ -213,14 +229,13 @@ class WorkerHeartbeat(_Ticker):
         self.static = Heartbeat(worker_id=worker_id, pool=settings.pool, gpus=device_count(settings),
                                 **detect_gpus(), memory_mb=host_memory_mb(), hostname=socket.gethostname(),
                                 capabilities=worker_capabilities())
-        self._capabilities_checked = time.monotonic()
         self._withdrawn = threading.Event()
+        self._capability_check: _CapabilityCheck | None = None  # started with the heartbeat
         warm_up_database(settings.database_url)
 
     def beat(self) -> None:
         if self._withdrawn.is_set():
             return
-        self._recheck_capabilities()
         try:
             self._requeue_orphans()
             jobs = running_jobs(self.client, self.busy_key, self.static.gpus, int(time.time() * 1000))
@@ -228,13 +243,10 @@ class WorkerHeartbeat(_Ticker):
         except RedisError as exc:  # the key expires meanwhile: the scheduler sees no capacity here
             log.warning("heartbeat failed: %s", exc)
 
-    def _recheck_capabilities(self) -> None:
-        """Advertise what the capabilities' checks say now, every ``capability_recheck_seconds``,
-        logging each one lost (with why) or regained."""
-        if time.monotonic() - self._capabilities_checked < self.capability_recheck_seconds:
-            return
+    def recheck_capabilities(self) -> None:
+        """Advertise from the next beat on what the capabilities' checks say now, logging each one
+        lost (with why) or regained (every ``capability_recheck_seconds``, from its own thread)."""
         problems = capability_problems()
-        self._capabilities_checked = time.monotonic()
         offered = [capability for capability, problem in problems.items() if problem is None]
         before = set(self.static.capabilities)
         for capability in sorted(before - set(offered)):
@@ -259,8 +271,15 @@ class WorkerHeartbeat(_Ticker):
             log.warning("job %s: %s; %s", job_id, message, moved.status if moved else "no longer ours")
             self.client.hdel(self.busy_key, str(job_id))
 
+    def start(self) -> None:
+        super().start()
+        self._capability_check = _CapabilityCheck(self)
+        self._capability_check.start()
+
     def stop(self) -> None:
         self._withdrawn.set()
+        if self._capability_check is not None:
+            self._capability_check.stop()
         super().stop()
         try:
             self.client.delete(self.keys.worker(self.worker_id))

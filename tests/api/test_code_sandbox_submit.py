@@ -9,6 +9,7 @@ import logging
 
 import pytest
 from test_jobs_api import row_counts
+from waiting import wait_until
 
 import worker.heartbeat as heartbeat_module
 from api.store import bus
@@ -77,9 +78,9 @@ def test_a_worker_whose_sandbox_breaks_stops_advertising_it_and_advertises_it_ag
     # The check passes at the start, then fails (a real failure: bwrap gone from PATH), then passes.
     monkeypatch.setitem(heartbeat_module._CAPABILITY_PROBES, CAPABILITY, lambda: None)
     heartbeat = WorkerHeartbeat(api_server.settings, "breaking-worker")
-    heartbeat.capability_recheck_seconds = 0.0  # every beat checks again
 
     def advertised() -> list[str]:
+        heartbeat.recheck_capabilities()  # what its own thread does every capability_recheck_seconds
         heartbeat.beat()
         workers = {worker["worker_id"]: worker for pool in api.get("/v1/cluster").json()["pools"]
                    for worker in pool["workers"]}
@@ -99,6 +100,21 @@ def test_a_worker_whose_sandbox_breaks_stops_advertising_it_and_advertises_it_ag
         assert advertised() == [CAPABILITY]
     finally:
         heartbeat.stop()
+
+
+def test_a_started_heartbeat_checks_its_capabilities_again_from_its_own_thread(
+        api_server, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(heartbeat_module._CAPABILITY_PROBES, CAPABILITY, lambda: None)
+    heartbeat = WorkerHeartbeat(api_server.settings, "rechecking-worker")
+    heartbeat.capability_recheck_seconds = 0.05
+    heartbeat.start()
+    try:
+        assert heartbeat.static.capabilities == [CAPABILITY]
+        monkeypatch.setitem(heartbeat_module._CAPABILITY_PROBES, CAPABILITY, lambda: "broken for the test")
+        wait_until(lambda: heartbeat.static.capabilities == [], 10, "the capability check thread to run")
+    finally:
+        heartbeat.stop()
+    assert not heartbeat._capability_check._thread.is_alive()
 
 
 def test_malformed_inline_test_cases_are_a_422_naming_the_reward_and_the_row(api, api_server,
