@@ -14,6 +14,8 @@ import pytest
 import yaml
 from core_specs import spec_dict
 
+from grpo_core.cli import main
+
 GRPO = [sys.executable, "-m", "grpo_core.cli"]
 
 
@@ -27,8 +29,6 @@ def write_spec(path: Path, data: dict) -> Path:
 
 
 def test_train_writes_metrics_samples_and_checkpoints_then_resumes(tiny_model_dir, tmp_path):
-    from grpo_core.cli import main
-
     data = spec_dict(tiny_model_dir, max_steps=4)
     data["checkpoint_every"] = 2
     spec = write_spec(tmp_path / "job.yaml", data)
@@ -49,8 +49,6 @@ def test_train_writes_metrics_samples_and_checkpoints_then_resumes(tiny_model_di
 
 def test_max_steps_override_is_the_length_the_lr_schedule_decays_over(tiny_model_dir, tmp_path):
     """In-process: ``--max-steps`` changes the spec itself, so the schedule reads the same value."""
-    from grpo_core.cli import main
-
     linear = spec_dict(tiny_model_dir, max_steps=4, lr_scheduler_type="linear")
     spec = write_spec(tmp_path / "job.yaml", linear)
     out = tmp_path / "run"
@@ -62,8 +60,6 @@ def test_max_steps_override_is_the_length_the_lr_schedule_decays_over(tiny_model
 
 def test_relative_model_path_is_relative_to_the_spec_file(tiny_model_dir, tmp_path, monkeypatch):
     """In-process, from another working directory: where the path resolves is ``main``'s doing."""
-    from grpo_core.cli import main
-
     link = tmp_path / "models" / "tiny"
     link.parent.mkdir()
     link.symlink_to(tiny_model_dir)
@@ -93,8 +89,6 @@ def test_bad_spec_exits_2_with_one_message_per_field_and_writes_nothing(tiny_mod
 def test_errors_found_before_training_exit_2_and_write_nothing(tiny_model_dir, tmp_path, capsys):
     """The first case as a user runs it (a process's exit status); the others through the same
     ``main`` in this process, which returns that status (each subprocess costs seconds of imports)."""
-    from grpo_core.cli import main
-
     def in_process(*args: str) -> subprocess.CompletedProcess:
         code = main(list(args))
         captured = capsys.readouterr()
@@ -124,8 +118,6 @@ def test_errors_found_before_training_exit_2_and_write_nothing(tiny_model_dir, t
 
 def test_model_folder_without_a_causal_lm_is_a_clear_error(tmp_path, tiny_model_dir, capsys):
     """In-process: ``main`` returns the exit status the process would end with."""
-    from grpo_core.cli import main
-
     folder = tmp_path / "not-a-model"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
@@ -156,8 +148,6 @@ def test_spec_files_refuse_yaml_aliases_and_name_the_problem(tmp_path):
 
 @pytest.mark.slow
 def test_nproc_per_node_trains_on_ranks_and_a_rank_failure_exits_1(tiny_model_dir, tmp_path, capsys):
-    from grpo_core.cli import main
-
     data = spec_dict(tiny_model_dir, max_steps=2, num_iterations=2)
     spec = write_spec(tmp_path / "job.yaml", data)
     out = tmp_path / "run"
@@ -182,7 +172,6 @@ def test_nproc_per_node_that_splits_groups_is_refused_before_anything_runs(tiny_
     assert done.returncode == 2
     assert "grpo.prompts_per_step" in done.stderr
     assert not (tmp_path / "run").exists()
-    from grpo_core.cli import main  # the same check in-process: a second subprocess costs seconds of imports
-
+    # The same check in-process: a second subprocess costs seconds of imports.
     assert main(["train", str(spec), "--output-dir", str(tmp_path / "run"), "--nproc-per-node", "0"]) == 2
     assert "--nproc-per-node" in capsys.readouterr().err
