@@ -11,7 +11,8 @@ metrics.
 Everything but the LoRA merge is torch-free, so the API streams the same folder for any kept
 checkpoint (:func:`model_files`, :func:`generated_files`) without loading a model; the worker
 writes the final one at the end of a job (:func:`export_model`), where ``export.merge_lora``
-also folds the adapter into the base weights.
+also folds the adapter into the base weights. A full disk there is ``disk_full``, the temporary
+folder removed, and the checkpoint it was made from stays whole for a retry to export again.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from grpo_core.disk_space import disk_full_reported
 from grpo_core.spec import JobSpec, split_source
 
 ADAPTER_DIR = "adapter"  # with a merged LoRA model, the adapter itself
@@ -109,7 +111,7 @@ def export_model(checkpoint: Path, out: Path, spec: JobSpec, step: int, metrics:
     base model's folder or hub id then."""
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    with disk_full_reported(out, "the model folder", undo=lambda: shutil.rmtree(tmp, ignore_errors=True)):
         tmp.mkdir(parents=True)
         merging = spec.model.lora is not None and spec.export.merge_lora
         files_into = tmp / ADAPTER_DIR if merging else tmp
@@ -122,9 +124,6 @@ def export_model(checkpoint: Path, out: Path, spec: JobSpec, step: int, metrics:
             (tmp / name).write_bytes(data)
         shutil.rmtree(out, ignore_errors=True)
         os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

@@ -1,7 +1,8 @@
 """``grpo_core.export``: the model folder made from a checkpoint, checked by loading it back:
 only the model's files (no training state), the generation config with the job's sampling, a
 model card with the spec (inline rows abbreviated) and the metrics, a LoRA adapter merged into
-weights that compute what base + adapter compute, and no half-written folder after a failure."""
+weights that compute what base + adapter compute, and on a real full disk (a small tmpfs) a
+``disk_full`` error with no half-written folder."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from full_disk import small_disk
 from transformers import AutoModelForCausalLM
 
+from grpo_core.errors import GRPOError
 from grpo_core.export import ADAPTER_DIR, export_model, generated_files, model_card, model_files
 from grpo_core.spec import JobSpec
 
@@ -67,19 +70,21 @@ def test_a_hub_base_is_named_in_the_card_and_generated_files_match_the_export(ch
         assert (out / name).read_bytes() == data  # what the API streams for a checkpoint is the same
 
 
-def test_a_failed_export_leaves_the_previous_one_and_no_temporary_folder(checkpoint, tmp_path,
-                                                                         monkeypatch) -> None:
-    out = export_model(checkpoint, tmp_path / "model", spec(), 7, None)
-    before = sorted(p.name for p in out.iterdir())
-
-    def no_space(*_args, **_kwargs):
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(shutil, "copy2", no_space)
-    with pytest.raises(OSError):
-        export_model(checkpoint, tmp_path / "model", spec(), 8, None)
-    assert sorted(p.name for p in out.iterdir()) == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints", "model"]
+def test_a_full_disk_fails_the_export_as_disk_full_keeping_the_previous_one_and_no_temporary_folder(
+        checkpoint, tmp_path) -> None:
+    with small_disk(tmp_path / "disk", 4 << 20) as disk:
+        out = export_model(checkpoint, disk.path / "model", spec(), 7, None)
+        before = {p.name: p.read_bytes() for p in out.iterdir()}
+        disk.fill()
+        with pytest.raises(GRPOError) as raised:
+            export_model(checkpoint, out, spec(), 8, None)
+        assert raised.value.code == "disk_full"
+        assert f"the model folder {out} ({disk.free_bytes} bytes free)" in raised.value.message
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+        assert sorted(p.name for p in disk.path.iterdir()) == [".filler", "model"]  # no temporary folder
+        disk.free()  # the checkpoint is whole: once there is room, the same export succeeds
+        export_model(checkpoint, out, spec(), 8, None)
+        assert "for 8 steps" in (out / "README.md").read_text()
 
 
 def test_a_merged_lora_model_computes_what_base_plus_adapter_compute(tiny_model_dir, tmp_path) -> None:
