@@ -1,17 +1,21 @@
 """A trained model as a member takes it away, through the real stack (``grpo api``, the scheduler
 and a Celery worker, each its own process): a final export that meets a real full disk (a filled
 tmpfs over the job's folder, tests/full_disk.py) fails the job ``disk_full`` and a retry over HTTP
-exports it without training again."""
+exports it without training again; a LoRA job's downloads name its base model by the spec's
+source, never by a folder of the server."""
 
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 from contextlib import ExitStack
 
 import httpx
 import pytest
+import torch
 from full_disk import small_disk
+from safetensors.torch import load_file
 from sqlalchemy import select
 
 from api.artifact_paths import CHECKPOINTS_DIR, checkpoint_dir, job_dir, model_dir
@@ -74,3 +78,36 @@ def test_a_full_disk_at_the_final_export_fails_disk_full_and_a_retry_exports_wit
             files = members(download.content)
             assert files["model.safetensors"] == (final / "model.safetensors").read_bytes()
 
+
+def test_a_lora_jobs_downloads_name_its_base_by_the_spec_source_and_hold_no_server_path(
+        processes, submit, tiny_spec, pool, settings, roots, wait_for, finished, wait_worker_ready,
+        tmp_path_factory, tmp_path):
+    from peft import PeftModel, get_peft_model_state_dict
+    from transformers import AutoModelForCausalLM
+
+    lora = {"source": "path:tiny", "lora": {"r": 4, "target_modules": ["q_proj", "v_proj"]}}
+    job_id = submit(tiny_spec("adapter", pool=pool, max_steps=2, checkpoint_every=1, model=lora,
+                              grpo={"learning_rate": 0.05}))
+    with run_stack(processes, pool, wait_worker_ready) as api:
+        done = wait_for(lambda: finished(job_id), 180, "the job to end", processes)
+        assert done.status == "succeeded", done.error
+        downloads = {path: api.get(f"/v1/jobs/{job_id}/{path}")
+                     for path in ("model", "checkpoints/1/archive")}
+    # Every folder of this test run (the service's roots, the models they were copied from).
+    server = str(tmp_path_factory.getbasetemp()).encode()
+    for path, response in downloads.items():
+        assert response.status_code == 200, response.text
+        files = members(response.content)
+        assert json.loads(files["adapter_config.json"])["base_model_name_or_path"] == "path:tiny", path
+        assert [name for name, data in files.items() if server in data] == [], path
+
+    # The member loads the adapter onto their own copy of the base: it is the job's trained one.
+    unpacked = tmp_path / "download"
+    unpacked.mkdir()
+    for name, data in members(downloads["model"].content).items():
+        (unpacked / name).write_bytes(data)
+    base = AutoModelForCausalLM.from_pretrained(roots["models"] / "tiny")
+    model = PeftModel.from_pretrained(base, unpacked)
+    trained = load_file(checkpoint_dir(settings, job_id) / "step-2" / "adapter_model.safetensors")
+    loaded = get_peft_model_state_dict(model)
+    assert loaded.keys() == trained.keys() and all(torch.equal(loaded[k], trained[k]) for k in trained)
