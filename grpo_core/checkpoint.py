@@ -23,7 +23,6 @@ the weights too, stays whole.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import random
@@ -37,6 +36,7 @@ import torch
 from safetensors.torch import load_file
 
 from grpo_core.data import PromptSampler
+from grpo_core.disk_space import disk_full_reported
 from grpo_core.distributed import SINGLE, Ranks
 from grpo_core.errors import GRPOError
 from grpo_core.models import PolicyAndReference
@@ -53,9 +53,6 @@ DISTRIBUTED_DIR = "distributed"
 OPTIMIZER_FILE = "optimizer.pt"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 _TMP_DIR = re.compile(r"^\.step-\d+\.tmp-(\d+)$")  # rank 0's pid: the writer
-_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
-# What torch's PytorchStreamWriter says when the disk fills under it (the errno is lost).
-_TORCH_SHORT_WRITE = ("unexpected pos", "PytorchStreamWriter failed")
 
 
 @dataclass
@@ -98,7 +95,9 @@ def save_checkpoint(
     ``distributed`` selects the ``torch.distributed.checkpoint`` format (``sharding: fsdp``)."""
     final = root / f"step-{state.step}"
     tmp = _shared_tmp_folder(root, state.step, ranks)
-    try:
+    # Whichever rank fails removes the shared folder: a half-written checkpoint is useless,
+    # and on a full disk its bytes are the ones the next attempt needs.
+    with disk_full_reported(tmp, "checkpoint", undo=lambda: shutil.rmtree(tmp, ignore_errors=True)):
         _write_into(
             tmp,
             state,
@@ -110,14 +109,6 @@ def save_checkpoint(
             ranks=ranks,
             distributed=distributed,
         )
-    except BaseException as exc:
-        # Whichever rank fails removes the shared folder: a half-written checkpoint is useless,
-        # and on a full disk its bytes are the ones the next attempt needs.
-        shutil.rmtree(tmp, ignore_errors=True)
-        full = disk_full_error(exc, tmp)
-        if full is not None:
-            raise full from exc
-        raise
     if ranks.is_main:
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
@@ -151,28 +142,6 @@ def _write_into(
     if ranks.is_main:
         # Written last: its presence marks the checkpoint complete.
         (tmp / STATE_FILE).write_text(json.dumps(state.__dict__, indent=2))
-
-
-def disk_full_error(exc: BaseException, path: Path) -> GRPOError | None:
-    """``exc`` as a ``disk_full`` error naming ``path`` and the space left, or None when it is
-    not one. torch's zip writer reports a short write as a RuntimeError without the errno."""
-    full = isinstance(exc, OSError) and exc.errno in _DISK_FULL_ERRNOS
-    full = full or (isinstance(exc, RuntimeError) and any(m in str(exc) for m in _TORCH_SHORT_WRITE))
-    if not full:
-        return None
-    free = _free_bytes(path)
-    left = f"{free} bytes free" if free is not None else "free space unknown"
-    return GRPOError(f"no space left writing checkpoint {path} ({left}): {exc}", code="disk_full")
-
-
-def _free_bytes(path: Path) -> int | None:
-    for folder in (path, *path.parents):
-        if folder.exists():
-            try:
-                return shutil.disk_usage(folder).free
-            except OSError:
-                return None
-    return None
 
 
 def sweep_stale_tmp_folders(root: Path) -> list[Path]:

@@ -6,12 +6,15 @@ weights, or the adapter alone with LoRA, and the tokenizer) next to the state th
 needs (optimizer, scheduler, RNG, pending experience, fsdp's ``distributed/``). The model is the
 first part plus two files written here: ``generation_config.json`` (the base model's, with the
 sampling the job trained with) and ``README.md``, a model card with the job's spec and final
-metrics.
+metrics; with LoRA, ``adapter_config.json`` is the checkpoint's with the base model named by the
+spec's source (``path:NAME``, ``hf:owner/name``, ``job:ID``) rather than the folder it was loaded
+from on the server, which means nothing to whoever downloads it and is not theirs to see.
 
 Everything but the LoRA merge is torch-free, so the API streams the same folder for any kept
 checkpoint (:func:`model_files`, :func:`generated_files`) without loading a model; the worker
 writes the final one at the end of a job (:func:`export_model`), where ``export.merge_lora``
-also folds the adapter into the base weights.
+also folds the adapter into the base weights. A full disk there is ``disk_full``, the temporary
+folder removed, and the checkpoint it was made from stays whole for a retry to export again.
 """
 
 from __future__ import annotations
@@ -26,10 +29,12 @@ from typing import Any
 
 import yaml
 
+from grpo_core.disk_space import disk_full_reported
 from grpo_core.spec import JobSpec, split_source
 
 ADAPTER_DIR = "adapter"  # with a merged LoRA model, the adapter itself
-CARD, GENERATION_CONFIG = "README.md", "generation_config.json"
+CARD, GENERATION_CONFIG, ADAPTER_CONFIG = "README.md", "generation_config.json", "adapter_config.json"
+_GENERATED = (CARD, GENERATION_CONFIG, ADAPTER_CONFIG)
 # What a checkpoint holds for resuming only; everything else at its top level is the model.
 _TRAINING_STATE = re.compile(
     r"^(optimizer\.pt|scheduler\.pt|rng\.pt|trainer_state\.json|experience(-rank\d+)?\.pt)$")
@@ -37,11 +42,10 @@ _CARD_ROWS_SHOWN = 3  # inline dataset rows quoted in a card; the rest are count
 
 
 def model_files(checkpoint: Path) -> list[Path]:
-    """The files of ``checkpoint`` that make up the model, by name (its folders, fsdp's
-    ``distributed/`` state, are training state)."""
-    generated = (CARD, GENERATION_CONFIG)
+    """The files of ``checkpoint`` that make up the model as they are, by name (its folders,
+    fsdp's ``distributed/`` state, are training state); :func:`generated_files` has the rest."""
     return sorted(p for p in checkpoint.iterdir()
-                  if p.is_file() and not _TRAINING_STATE.match(p.name) and p.name not in generated)
+                  if p.is_file() and not _TRAINING_STATE.match(p.name) and p.name not in _GENERATED)
 
 
 def generation_config(checkpoint: Path, spec: JobSpec) -> dict[str, Any]:
@@ -61,6 +65,17 @@ def generation_config(checkpoint: Path, spec: JobSpec) -> dict[str, Any]:
     if grpo.repetition_penalty != 1.0:
         sampling["repetition_penalty"] = grpo.repetition_penalty
     return {**base, **sampling}
+
+
+def adapter_config(checkpoint: Path, spec: JobSpec) -> dict[str, Any] | None:
+    """The checkpoint's LoRA adapter config (None without one) naming the base model by the
+    spec's source. Nothing reads the field back: resuming and merging load the base from the
+    spec; a user passes their own copy of the base to ``PeftModel.from_pretrained``."""
+    try:
+        config = json.loads((checkpoint / ADAPTER_CONFIG).read_text())
+    except FileNotFoundError:
+        return None
+    return {**config, "base_model_name_or_path": spec.model.source}
 
 
 def model_card(spec: JobSpec, step: int, metrics: dict[str, Any] | None, job_id: int | None = None) -> str:
@@ -97,8 +112,12 @@ def _number(value: float) -> str:
 def generated_files(checkpoint: Path, spec: JobSpec, step: int, metrics: dict[str, Any] | None,
                     job_id: int | None = None) -> dict[str, bytes]:
     """The files the model folder gains beside :func:`model_files`, by name."""
-    return {GENERATION_CONFIG: json.dumps(generation_config(checkpoint, spec), indent=2).encode(),
-            CARD: model_card(spec, step, metrics, job_id).encode()}
+    files = {GENERATION_CONFIG: json.dumps(generation_config(checkpoint, spec), indent=2).encode(),
+             CARD: model_card(spec, step, metrics, job_id).encode()}
+    adapter = adapter_config(checkpoint, spec)
+    if adapter is not None:
+        files[ADAPTER_CONFIG] = json.dumps(adapter, indent=2).encode()
+    return files
 
 
 def export_model(checkpoint: Path, out: Path, spec: JobSpec, step: int, metrics: dict[str, Any] | None,
@@ -109,7 +128,7 @@ def export_model(checkpoint: Path, out: Path, spec: JobSpec, step: int, metrics:
     base model's folder or hub id then."""
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    with disk_full_reported(out, "the model folder", undo=lambda: shutil.rmtree(tmp, ignore_errors=True)):
         tmp.mkdir(parents=True)
         merging = spec.model.lora is not None and spec.export.merge_lora
         files_into = tmp / ADAPTER_DIR if merging else tmp
@@ -119,12 +138,9 @@ def export_model(checkpoint: Path, out: Path, spec: JobSpec, step: int, metrics:
         if merging:
             _merge_lora(checkpoint, tmp, spec, base_location)
         for name, data in generated_files(checkpoint, spec, step, metrics, job_id).items():
-            (tmp / name).write_bytes(data)
+            (files_into if name == ADAPTER_CONFIG else tmp).joinpath(name).write_bytes(data)
         shutil.rmtree(out, ignore_errors=True)
         os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

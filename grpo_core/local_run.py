@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from grpo_core.callbacks import CallbackList, TrainerCallback
 from grpo_core.components import build_components
+from grpo_core.disk_space import appended_whole, disk_full_reported
 from grpo_core.distributed import SINGLE, Ranks
 from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
 from grpo_core.spec import JobSpec
@@ -16,7 +18,9 @@ from grpo_core.trainer import GRPOTrainer, TrainResult
 
 
 class JsonlRecorder(TrainerCallback):
-    """Appends metrics, samples and events to ``DIR/*.jsonl``, one JSON object per line."""
+    """Appends metrics, samples and events to ``DIR/*.jsonl``, one JSON object per line. A write
+    that fails (a full disk: ``disk_full``) leaves the file as it was, never half a line, so
+    ``--resume`` can read it back and carry on once there is room."""
 
     def __init__(self, output_dir: Path) -> None:
         self.metrics = output_dir / "metrics.jsonl"
@@ -28,21 +32,29 @@ class JsonlRecorder(TrainerCallback):
         for path in (self.metrics, self.samples):
             if path.exists():
                 kept = [line for line in path.read_text().splitlines() if json.loads(line)["step"] <= step]
-                path.write_text("".join(line + "\n" for line in kept))
+                _replace(path, "".join(line + "\n" for line in kept))
 
-    def _append(self, path: Path, obj: dict[str, Any]) -> None:
-        with path.open("a") as handle:
-            handle.write(json.dumps(obj) + "\n")
+    def _append(self, path: Path, objs: list[dict[str, Any]]) -> None:
+        with appended_whole(path, "run records"):
+            with path.open("a") as handle:
+                handle.write("".join(json.dumps(obj) + "\n" for obj in objs))
 
     def on_step(self, record: dict[str, Any]) -> None:
-        self._append(self.metrics, record)
+        self._append(self.metrics, [record])
 
     def on_samples(self, step: int, rows: list[dict[str, Any]]) -> None:
-        for row in rows:
-            self._append(self.samples, row)
+        self._append(self.samples, rows)
 
     def on_event(self, type: str, message: str, data: dict[str, Any]) -> None:  # noqa: A002
-        self._append(self.events, {"type": type, "message": message, "data": data})
+        self._append(self.events, [{"type": type, "message": message, "data": data}])
+
+
+def _replace(path: Path, text: str) -> None:
+    """``path`` holding ``text``, or as it was: written beside it, then renamed over it."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with disk_full_reported(path, "run records", undo=lambda: tmp.unlink(missing_ok=True)):
+        tmp.write_text(text)
+        os.replace(tmp, path)
 
 
 class ProgressBar(TrainerCallback):

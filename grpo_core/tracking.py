@@ -12,22 +12,34 @@ spec sends every step's metrics, under the same names as the API's ``/metrics``,
 Credentials and servers are the deployment's (the worker's environment), never a spec's: a spec
 names where to report, not an address to call. Only numbers are sent; a step's NaN (a statistic
 over nothing) is left out rather than charted as a gap of zeros.
+
+A full disk under a tracker's files ends the run as ``disk_full`` naming them, as it does under a
+checkpoint: the run resumes from its checkpoint once there is room. MLflow's SQLite store rolls
+its own transaction back. W&B writes from a service process of its own, which drops what does not
+fit without telling its client, so after each call the W&B folder's disk is checked for a byte
+left.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import socket
+import struct
 import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
 from grpo_core.callbacks import TrainerCallback
+from grpo_core.disk_space import appended_whole, check_free_space, disk_full_reported
 from grpo_core.errors import SpecError
 from grpo_core.spec import JobSpec
 
 TRACKERS = ("tensorboard", "wandb", "mlflow")
 _ENDINGS = ("finished", "stopped")
+_WANDB_FILES = "W&B run files"
 
 
 def scalars(record: dict[str, Any]) -> dict[str, float]:
@@ -37,71 +49,106 @@ def scalars(record: dict[str, Any]) -> dict[str, float]:
 
 
 class TensorBoardTracker(TrainerCallback):
-    """Writes events itself, synchronously (tensorboardX's ``SummaryWriter`` queues them to a
-    thread whose ``flush`` does not wait): each step is on disk when ``on_step`` returns, so a
-    download or a killed process never misses the steps already reported."""
+    """Writes the event file itself, synchronously (tensorboardX's ``SummaryWriter`` queues
+    events to a thread whose ``flush`` does not wait): each step is on disk when ``on_step``
+    returns, so a download or a killed process never misses the steps already reported. A step
+    is appended whole or not at all: one cut short by a full disk is cut off the file again,
+    since TensorBoard's reader stops at a torn record and would hide every step after it."""
 
     def __init__(self, folder: Path) -> None:
-        from tensorboardX.event_file_writer import EventsWriter
+        from tensorboardX.proto.event_pb2 import Event
 
-        folder.mkdir(parents=True, exist_ok=True)
-        self.writer = EventsWriter(str(folder / "events"))
+        # The name TensorBoard looks for; the pid keeps two attempts in one second apart.
+        self.path = folder / f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}"
+        with disk_full_reported(self.path, "TensorBoard events"):
+            folder.mkdir(parents=True, exist_ok=True)
+        self._append([Event(wall_time=time.time(), file_version="brain.Event:2")])
 
     def on_step(self, record: dict[str, Any]) -> None:
         from tensorboardX.proto.event_pb2 import Event
         from tensorboardX.summary import scalar
 
         step, now = int(record["step"]), time.time()
-        for name, value in scalars(record).items():
-            self.writer.write_event(Event(wall_time=now, step=step, summary=scalar(name, value)))
-        self.writer.flush()
+        self._append([Event(wall_time=now, step=step, summary=scalar(name, value))
+                      for name, value in scalars(record).items()])
 
-    def on_event(self, type: str, message: str, data: dict[str, Any]) -> None:  # noqa: A002
-        if type in _ENDINGS:
-            self.writer.close()
+    def _append(self, events: list[Any]) -> None:
+        data = b"".join(_tf_record(event.SerializeToString()) for event in events)
+        with appended_whole(self.path, "TensorBoard events"):
+            with self.path.open("ab") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+
+
+def _tf_record(data: bytes) -> bytes:
+    """TFRecord framing: length, its masked CRC-32C, the data, its masked CRC-32C."""
+    from tensorboardX.record_writer import masked_crc32c
+
+    header = struct.pack("<Q", len(data))
+    return header + struct.pack("<I", masked_crc32c(header)) + data + struct.pack("<I", masked_crc32c(data))
 
 
 class WandbTracker(TrainerCallback):
     def __init__(self, folder: Path, spec: JobSpec, run_id: str | None) -> None:
         import wandb
 
-        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
         mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
-        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "grpo-service"), name=spec.name,
-                              id=run_id, resume="allow", dir=str(folder), mode=mode,
-                              config=spec.model_dump(mode="json", exclude={"dataset"}))
+        with self._writing():
+            folder.mkdir(parents=True, exist_ok=True)
+            self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "grpo-service"), name=spec.name,
+                                  id=run_id, resume="allow", dir=str(folder), mode=mode,
+                                  config=spec.model_dump(mode="json", exclude={"dataset"}))
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        with disk_full_reported(self.folder, _WANDB_FILES):
+            yield
+        # W&B's service process drops what does not fit without telling this client: a disk
+        # with no byte left is where it did (or will, with the next record).
+        check_free_space(self.folder, _WANDB_FILES)
 
     def on_step(self, record: dict[str, Any]) -> None:
-        self.run.log(scalars(record), step=int(record["step"]))
+        with self._writing():
+            self.run.log(scalars(record), step=int(record["step"]))
 
     def on_event(self, type: str, message: str, data: dict[str, Any]) -> None:  # noqa: A002
         if type in _ENDINGS:
-            self.run.finish()
+            with self._writing():
+                self.run.finish()
 
 
 class MlflowTracker(TrainerCallback):
     def __init__(self, folder: Path, spec: JobSpec) -> None:
         import mlflow
 
-        folder.mkdir(parents=True, exist_ok=True)
+        self.folder = folder
         # MLflow's own advice: a SQLite store, not the file store it now refuses by default.
         uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{folder.resolve() / 'mlflow.db'}"
-        self.client = mlflow.MlflowClient(tracking_uri=uri)
         experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME", "grpo-service")
-        found = self.client.get_experiment_by_name(experiment)
-        experiment_id = found.experiment_id if found else self.client.create_experiment(experiment)
-        self.run_id = self.client.create_run(experiment_id, run_name=spec.name).info.run_id
+        with self._writing():
+            folder.mkdir(parents=True, exist_ok=True)
+            self.client = mlflow.MlflowClient(tracking_uri=uri)
+            found = self.client.get_experiment_by_name(experiment)
+            experiment_id = found.experiment_id if found else self.client.create_experiment(experiment)
+            self.run_id = self.client.create_run(experiment_id, run_name=spec.name).info.run_id
+
+    def _writing(self) -> AbstractContextManager[None]:
+        return disk_full_reported(self.folder, "the MLflow store")
 
     def on_step(self, record: dict[str, Any]) -> None:
         from mlflow.entities import Metric
 
         step, now = int(record["step"]), _millis()
         metrics = [Metric(name, value, now, step) for name, value in scalars(record).items()]
-        self.client.log_batch(self.run_id, metrics=metrics)
+        with self._writing():
+            self.client.log_batch(self.run_id, metrics=metrics)
 
     def on_event(self, type: str, message: str, data: dict[str, Any]) -> None:  # noqa: A002
         if type in _ENDINGS:
-            self.client.set_terminated(self.run_id)
+            with self._writing():
+                self.client.set_terminated(self.run_id)
 
 
 def _millis() -> int:

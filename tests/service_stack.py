@@ -22,12 +22,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis
 from service_db import fresh_postgres_url, migrated
 from waiting import wait_until
 
-from api.cli.dev import start_redis, stop_process
+from api.cli.dev import free_port, start_redis, stop_process
 from api.lifecycle import TERMINAL_STATUSES, Transition
 from api.settings import Settings, get_settings
 from api.store.attempts import claim
@@ -138,6 +139,22 @@ class Processes:
 
     def scheduler(self, **env: str) -> subprocess.Popen:
         return self.start(["-m", "api.cli.main", "scheduler"], "scheduler", **env)
+
+    def api(self, token: str) -> str:
+        """``grpo api`` with ``token`` as the operator's key, on a free port; its URL once ready."""
+        port = free_port()
+        process = self.start(["-m", "api.cli.main", "api", "--port", str(port)], "api", GRPO_API_TOKEN=token)
+        url = f"http://127.0.0.1:{port}"
+
+        def ready() -> bool:
+            assert process.poll() is None, f"grpo api exited with {process.returncode}:\n{self.logs()}"
+            try:
+                return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_until(ready, 60, "grpo api to answer", interval=0.2, details=self.logs)
+        return url
 
     def logs(self) -> str:
         return "\n".join(f"--- {log.name}\n{log.read_text()[-4000:]}" for _, log in self.started)

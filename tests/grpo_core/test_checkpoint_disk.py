@@ -17,8 +17,9 @@ from core_specs import spec_dict
 from pydantic import ValidationError
 
 from grpo_core.callbacks import TrainerCallback
-from grpo_core.checkpoint import disk_full_error, prune_checkpoints
+from grpo_core.checkpoint import prune_checkpoints
 from grpo_core.components import build_components
+from grpo_core.disk_space import disk_full_error
 from grpo_core.errors import GRPOError
 from grpo_core.local_run import run_local
 from grpo_core.paths import folder_bytes

@@ -1,6 +1,7 @@
 """``report_to``: each tracker, through its own client library, gets every step's numbers under
 the API's metric names, read back from what it wrote: TensorBoard event files, a W&B offline run,
-an MLflow store. A tracker whose library is missing is a spec error naming the extra."""
+an MLflow store. A tracker whose library is missing is a spec error naming the extra. A real full
+disk under a tracker's files is ``disk_full`` naming them, and what the tracker kept stays readable."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import struct
 import sys
 
 import pytest
+from full_disk import small_disk
 from tensorboard_events import read_scalars
 
-from grpo_core.errors import SpecError
+from grpo_core.errors import GRPOError, SpecError
 from grpo_core.spec import JobSpec
 from grpo_core.tracking import trackers
 
@@ -34,6 +36,18 @@ def run(callbacks) -> None:
         callback.on_event("finished", "finished at step 3", {"step": 3})
 
 
+@pytest.fixture
+def offline_trackers(monkeypatch):
+    """W&B offline and MLflow on its local store whatever this machine's environment says; the
+    ``mlflow`` module."""
+    pytest.importorskip("wandb")
+    mlflow = pytest.importorskip("mlflow")
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "MLFLOW_TRACKING_URI"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    return mlflow
+
+
 def test_tensorboard_gets_every_finite_number_of_every_step(tmp_path) -> None:
     run(trackers(spec("tensorboard"), tmp_path))
     scalars = read_scalars(tmp_path / "tensorboard")
@@ -43,12 +57,8 @@ def test_tensorboard_gets_every_finite_number_of_every_step(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_wandb_offline_and_mlflow_local_runs_hold_the_same_metrics(tmp_path, monkeypatch) -> None:
-    pytest.importorskip("wandb")
-    mlflow = pytest.importorskip("mlflow")
-    for name in ("WANDB_API_KEY", "WANDB_MODE", "MLFLOW_TRACKING_URI"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("WANDB_SILENT", "true")
+def test_wandb_offline_and_mlflow_local_runs_hold_the_same_metrics(tmp_path, offline_trackers) -> None:
+    mlflow = offline_trackers
     run(trackers(spec("wandb", "mlflow"), tmp_path, run_id="job-7"))
 
     [run_file] = (tmp_path / "wandb").rglob("offline-run-*/run-job-7.wandb")  # offline: no key here
@@ -104,3 +114,50 @@ def test_a_tracker_without_its_library_is_a_spec_error(tmp_path, monkeypatch) ->
     monkeypatch.setitem(sys.modules, "wandb", None)  # as if not installed
     with pytest.raises(SpecError, match=r"report_to: wandb needs its client library .*grpo-service\[wandb\]"):
         trackers(spec("wandb"), tmp_path)
+
+
+# ==== A real full disk under each tracker (tests/full_disk.py: a small tmpfs, filled) ====
+
+def disk_full_naming(raised: pytest.ExceptionInfo, path, disk) -> None:
+    assert raised.value.code == "disk_full", raised.value
+    assert f"{path} ({disk.free_bytes} bytes free)" in raised.value.message
+
+
+def test_a_full_disk_under_tensorboard_is_disk_full_and_leaves_no_torn_record(tmp_path) -> None:
+    with small_disk(tmp_path / "disk", 1 << 20) as disk:
+        [tracker] = trackers(spec("tensorboard"), disk.path)
+        tracker.on_step(RECORDS[0])
+        disk.fill()
+        wide = {**RECORDS[1], **{f"wide/{n}": float(n) for n in range(300)}}  # more than a page of events
+        with pytest.raises(GRPOError) as raised:
+            tracker.on_step(wide)
+        [events] = (disk.path / "tensorboard").iterdir()
+        disk_full_naming(raised, events, disk)
+        assert read_scalars(disk.path / "tensorboard")["reward"] == {1: 0.25}  # step 1 whole, step 2 gone
+        disk.free()
+        tracker.on_step(RECORDS[2])  # a torn record before it would hide this step from readers
+        assert read_scalars(disk.path / "tensorboard")["reward"] == {1: 0.25, 3: 0.75}
+
+
+@pytest.mark.slow
+def test_a_full_disk_under_mlflow_and_wandb_is_disk_full(tmp_path, offline_trackers) -> None:
+    mlflow = offline_trackers
+    with small_disk(tmp_path / "disk", 8 << 20) as disk:
+        wandb_tracker, mlflow_tracker = trackers(spec("wandb", "mlflow"), disk.path, run_id="job-8")
+        for tracker in (wandb_tracker, mlflow_tracker):
+            tracker.on_step(RECORDS[0])
+        disk.fill()
+        with pytest.raises(GRPOError) as raised:
+            mlflow_tracker.on_step(RECORDS[1])  # SQLite: "database or disk is full"
+        disk_full_naming(raised, disk.path / "mlruns", disk)
+        # W&B's service process drops what does not fit without telling its client.
+        with pytest.raises(GRPOError) as raised:
+            wandb_tracker.on_step(RECORDS[1])
+        disk_full_naming(raised, disk.path / "wandb", disk)
+        disk.free()
+        for tracker in (wandb_tracker, mlflow_tracker):  # the run goes on once there is room
+            tracker.on_step(RECORDS[2])
+            tracker.on_event("finished", "finished at step 3", {"step": 3})
+        client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{disk.path / 'mlruns' / 'mlflow.db'}")
+        history = client.get_metric_history(mlflow_tracker.run_id, "reward")
+        assert [(m.step, m.value) for m in history] == [(1, 0.25), (3, 0.75)]  # no part of step 2

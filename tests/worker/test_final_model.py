@@ -79,7 +79,8 @@ def test_a_lora_job_with_merge_leaves_merged_weights_and_its_adapter(task_settin
     run_to_the_end(database_url, job_id)
 
     folder = model_dir(task_settings, job_id)
-    assert (folder / "adapter" / "adapter_config.json").is_file()
+    adapter_config = json.loads((folder / "adapter" / "adapter_config.json").read_text())
+    assert adapter_config["base_model_name_or_path"] == "path:tiny"  # the spec's, not a server folder
     merged = AutoModelForCausalLM.from_pretrained(folder)
     base = AutoModelForCausalLM.from_pretrained(Path(task_settings.models_root) / "tiny")
     adapted = PeftModel.from_pretrained(base, folder / "adapter")
