@@ -15,6 +15,8 @@ def _train(args: argparse.Namespace) -> int:
     from grpo_core.local_run import run_local
 
     spec = load_spec_file(args.spec)
+    for warning in spec.warnings():
+        print(f"warning: {warning}", file=sys.stderr)
     if args.max_steps is not None:
         spec = with_changes(spec, {"grpo": {"max_steps": args.max_steps}})
     nproc = args.nproc_per_node or spec.resources.gpus

@@ -17,6 +17,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -24,7 +26,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from grpo_core.trl_fields import refusal, refused_among
+from grpo_core.trl_fields import is_off, refusal, refused_among
 
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo"]
 ScaleRewards = Literal["group", "batch", "none"]
@@ -62,7 +64,10 @@ class GRPOConfig(BaseModel):
     )
     delta: float | None = Field(None, gt=1.0, le=1000.0, description="Dual-clip upper bound on the ratio.")
     loss_type: LossType = "dapo"
-    scale_rewards: ScaleRewards = "group"
+    scale_rewards: ScaleRewards = Field(
+        "group", description="How each reward is divided by a standard deviation before it becomes an "
+        "advantage: group (the std of its prompt's group), batch (the std over the whole step) or none "
+        "(not at all: Dr. GRPO). TRL's true and false mean group and none.")
     num_iterations: int = Field(1, ge=1, le=64, description="mu: optimizer passes per generation batch.")
     mask_truncated_completions: bool = False
     drop_zero_std_groups: bool = Field(
@@ -94,22 +99,29 @@ class GRPOConfig(BaseModel):
         None, ge=1, le=1_000_000, description="TRL's name for checkpoint_keep_last (top level): how many "
         "checkpoints are kept. Giving both with different values is an error.")
 
-    @model_validator(mode="before")
+    # TRL fields dropped because their value asks for nothing (grpo_core.trl_fields.OFF), with
+    # that value: the submit and `grpo train` warn about each. Not part of the config itself.
+    _ignored_trl_fields: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
     @classmethod
-    def _trl_names(cls, data: Any) -> Any:
-        """Refuse TRL fields we do not take, each with what to use instead, and read the old
-        name of lr_scheduler_type (specs stored before the rename carry it)."""
+    def _trl_names(cls, data: Any, handler: ModelWrapValidatorHandler[GRPOConfig]) -> GRPOConfig:
+        """Drop TRL fields set to a value that asks for nothing, refuse the other TRL fields we
+        do not take, each with what to use instead, and read the old name of lr_scheduler_type
+        (specs stored before the rename carry it)."""
         if not isinstance(data, dict):
-            return data
-        refused = [name for name in refused_among(map(str, data)) if name not in cls.model_fields]
+            return handler(data)
+        foreign = [name for name in refused_among(map(str, data)) if name not in cls.model_fields]
+        ignored = {name: data[name] for name in foreign if is_off(name, data[name])}
+        refused = [name for name in foreign if name not in ignored]
         if refused:
-            advice = [PydanticCustomError("trl_field_refused", "{advice}", {"advice": refusal(name)})
-                      for name in refused]
+            advice = [PydanticCustomError("trl_field_refused", "{advice}",
+                                          {"advice": refusal(name, data[name], data)}) for name in refused]
             raise ValidationError.from_exception_data(cls.__name__, [
                 InitErrorDetails(type=error, loc=(name,), input=data[name])
                 for name, error in zip(refused, advice, strict=True)])
+        data = {name: value for name, value in data.items() if name not in ignored}
         if LEGACY_LR_SCHEDULER in data:
-            data = dict(data)
             legacy = data.pop(LEGACY_LR_SCHEDULER)
             if "lr_scheduler_type" in data:
                 raise ValueError(f"give lr_scheduler_type only; {LEGACY_LR_SCHEDULER} is its old name")
@@ -117,7 +129,22 @@ class GRPOConfig(BaseModel):
             # constant_with_warmup (whose "constant" never warms up).
             warmup = data.get("warmup_steps") or 0
             data["lr_scheduler_type"] = "constant_with_warmup" if legacy == "constant" and warmup else legacy
-        return data
+        config = handler(data)
+        config._ignored_trl_fields = ignored
+        return config
+
+    @property
+    def ignored_trl_fields(self) -> dict[str, Any]:
+        """TRL fields the input set to a value that asks for nothing, dropped, with that value."""
+        return dict(self._ignored_trl_fields)
+
+    @field_validator("scale_rewards", mode="before")
+    @classmethod
+    def _trl_boolean_scaling(cls, value: Any) -> Any:
+        # TRL 1.16 also spells group and none as true and false (Dr. GRPO's recipe writes false).
+        if isinstance(value, bool):
+            return "group" if value else "none"
+        return value
 
     def steps_for(self, num_prompts: int) -> int:
         """The optimizer steps this config trains on a dataset of ``num_prompts`` prompts:

@@ -14,7 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from grpo_core.config import GRPOConfig
+from grpo_core.errors import SpecWarning
 from grpo_core.prompt_rows import prompt_problem, reserved_in
+from grpo_core.trl_fields import ignored_message
 
 SOURCE_PATTERN = re.compile(r"^(path|hf|job):(.+)$")
 # Another job's model: its final one (job:ID) or a kept checkpoint (job:ID@STEP); the service only.
@@ -280,6 +282,12 @@ class JobSpec(_Strict):
         description="Experiment trackers (TRL's name) that also get every step's metrics: TensorBoard "
         "event files beside the run's checkpoints, a W&B run, an MLflow run (grpo_core.tracking).")
     priority: Priority = "normal"
+
+    def warnings(self) -> list[SpecWarning]:
+        """Fields this spec was given that change nothing: TRL fields set to a value that asks for
+        nothing (``push_to_hub: false``), dropped while parsing. A stored spec has none."""
+        return [SpecWarning(f"grpo.{name}", ignored_message(name, value))
+                for name, value in self.grpo.ignored_trl_fields.items()]
 
     def known_steps(self) -> int | None:
         """The run's optimizer steps when the spec alone tells them: ``grpo.max_steps``, or with
