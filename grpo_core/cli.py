@@ -15,6 +15,8 @@ def _train(args: argparse.Namespace) -> int:
     from grpo_core.local_run import run_local
 
     spec = load_spec_file(args.spec)
+    for warning in spec.warnings():
+        print(f"warning: {warning}", file=sys.stderr)
     if args.max_steps is not None:
         spec = with_changes(spec, {"grpo": {"max_steps": args.max_steps}})
     nproc = args.nproc_per_node or spec.resources.gpus
@@ -63,7 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    train = commands.add_parser("train", help="run a job spec on this machine")
+    train = commands.add_parser(
+        "train", help="run a job spec on this machine", description="Run a job spec on this machine.",
+        epilog="Every field of a spec is described, with its default and bounds, at /docs of a running "
+        "service, schema JobSpec (`grpo dev` serves one at http://127.0.0.1:8000/docs); README.md "
+        "explains TRL's names (under grpo:) and the rewards, and examples/*.yaml show them in use.")
     train.add_argument("spec", type=Path, help="YAML or JSON JobSpec")
     train.add_argument("--output-dir", type=Path, required=True)
     train.add_argument("--max-steps", type=int, default=None, help="override grpo.max_steps")

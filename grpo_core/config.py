@@ -17,6 +17,8 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -24,7 +26,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from grpo_core.trl_fields import refusal, refused_among
+from grpo_core.trl_fields import is_off, refusal, refused_among
 
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo"]
 ScaleRewards = Literal["group", "batch", "none"]
@@ -35,7 +37,7 @@ LEGACY_LR_SCHEDULER = "lr_scheduler"
 
 
 class GRPOConfig(BaseModel):
-    """Hyper-parameters of one GRPO run (DESIGN §3, GRPO_REFERENCE)."""
+    """Hyper-parameters of one GRPO run, with TRL GRPOConfig's names, meaning and defaults."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -46,7 +48,8 @@ class GRPOConfig(BaseModel):
     temperature: float = Field(
         1.0, gt=0.0, le=10.0, description="Sampling temperature; log-probs use it too."
     )
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0, description="Nucleus sampling: keep the fewest most likely "
+                         "tokens whose probability adds up to top_p; 1 disables it.")
     top_k: int = Field(0, ge=0, le=100000, description="0 disables top-k filtering.")
     min_p: float | None = Field(
         None, ge=0.0, le=1.0, description="Drop tokens less likely than min_p times the most likely one "
@@ -61,55 +64,80 @@ class GRPOConfig(BaseModel):
         None, gt=0.0, le=10.0, description="Upper clip range; defaults to epsilon."
     )
     delta: float | None = Field(None, gt=1.0, le=1000.0, description="Dual-clip upper bound on the ratio.")
-    loss_type: LossType = "dapo"
-    scale_rewards: ScaleRewards = "group"
+    loss_type: LossType = Field(
+        "dapo", description="How the per-token loss is averaged: grpo (each completion's mean, then the "
+        "mean over completions), bnpo (mean over the step's tokens), dr_grpo (sum over the number of "
+        "completions times max_completion_length: no length bias), dapo (mean over the generation round's "
+        "tokens per step; bnpo unless a round feeds several steps).")
+    scale_rewards: ScaleRewards = Field(
+        "group", description="How each reward is divided by a standard deviation before it becomes an "
+        "advantage: group (the std of its prompt's group), batch (the std over the whole step) or none "
+        "(not at all: Dr. GRPO). TRL's true and false mean group and none.")
     num_iterations: int = Field(1, ge=1, le=64, description="mu: optimizer passes per generation batch.")
-    mask_truncated_completions: bool = False
+    mask_truncated_completions: bool = Field(
+        False, description="Leave out of the loss the completions cut at max_completion_length (no EOS), "
+        "as DAPO recommends; they still count in the group's reward statistics.")
     drop_zero_std_groups: bool = Field(
         False, description="DAPO dynamic sampling: resample groups whose rewards are all equal."
     )
     max_resample_batches: int = Field(
         2, ge=0, le=64, description="Cap on extra generation batches per step for drop_zero_std_groups."
     )
-    learning_rate: float = Field(1.0e-6, gt=0.0, le=1.0)
-    lr_scheduler_type: LRSchedulerType = "linear"
+    learning_rate: float = Field(1.0e-6, gt=0.0, le=1.0, description="AdamW's peak learning rate.")
+    lr_scheduler_type: LRSchedulerType = Field(
+        "linear", description="The learning rate over the run, after warmup_steps of linear warmup from 0: "
+        "linear (decays to 0), cosine (half a cosine down to 0), constant (no warmup either), "
+        "constant_with_warmup.")
     warmup_steps: float = Field(
         0, ge=0, le=10_000_000, description="Linear warmup from 0: a whole number of steps, or below 1 the "
         "fraction of the total steps (rounded up), as in transformers 5.")
-    weight_decay: float = Field(0.0, ge=0.0, le=10.0)
-    adam_beta1: float = Field(0.9, ge=0.0, lt=1.0)
-    adam_beta2: float = Field(0.999, ge=0.0, lt=1.0)
-    adam_epsilon: float = Field(1.0e-8, gt=0.0, le=1.0)
+    weight_decay: float = Field(0.0, ge=0.0, le=10.0, description="AdamW's decoupled weight decay.")
+    adam_beta1: float = Field(0.9, ge=0.0, lt=1.0,
+                              description="AdamW's decay of the gradient's running mean.")
+    adam_beta2: float = Field(0.999, ge=0.0, lt=1.0,
+                              description="AdamW's decay of the squared gradient's running mean.")
+    adam_epsilon: float = Field(1.0e-8, gt=0.0, le=1.0, description="AdamW's term added to the denominator.")
     max_grad_norm: float = Field(1.0, ge=0.0, le=1.0e6, description="0 disables clipping.")
-    gradient_accumulation_steps: int = Field(1, ge=1, le=4096)
+    gradient_accumulation_steps: int = Field(
+        1, ge=1, le=4096, description="Micro-batches an optimizer step's completions are split into, to "
+        "save memory; the step's gradient is the same whatever the split.")
     max_steps: int = Field(
         -1, ge=-1, le=10_000_000, description="Optimizer steps to train; -1: num_train_epochs passes over "
         "the dataset's prompts (resolved once the dataset is loaded, see steps_for).")
     num_train_epochs: float = Field(
         3.0, gt=0.0, le=1_000_000.0, description="With max_steps -1: passes over the prompts. One pass is "
         "ceil(prompts / prompts_per_step) generation batches of num_iterations steps each.")
-    seed: int = Field(42, ge=0, le=2**31 - 1)
-    gradient_checkpointing: bool = True
+    seed: int = Field(42, ge=0, le=2**31 - 1, description="Seeds the prompt order, the sampling and any "
+                      "random initialisation (a LoRA adapter's).")
+    gradient_checkpointing: bool = Field(True, description="Recompute activations in the backward pass "
+                                         "instead of keeping them: less memory, slower steps.")
     save_total_limit: int | None = Field(
         None, ge=1, le=1_000_000, description="TRL's name for checkpoint_keep_last (top level): how many "
         "checkpoints are kept. Giving both with different values is an error.")
 
-    @model_validator(mode="before")
+    # TRL fields dropped because their value asks for nothing (grpo_core.trl_fields.OFF), with
+    # that value: the submit and `grpo train` warn about each. Not part of the config itself.
+    _ignored_trl_fields: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
     @classmethod
-    def _trl_names(cls, data: Any) -> Any:
-        """Refuse TRL fields we do not take, each with what to use instead, and read the old
-        name of lr_scheduler_type (specs stored before the rename carry it)."""
+    def _trl_names(cls, data: Any, handler: ModelWrapValidatorHandler[GRPOConfig]) -> GRPOConfig:
+        """Drop TRL fields set to a value that asks for nothing, refuse the other TRL fields we
+        do not take, each with what to use instead, and read the old name of lr_scheduler_type
+        (specs stored before the rename carry it)."""
         if not isinstance(data, dict):
-            return data
-        refused = [name for name in refused_among(map(str, data)) if name not in cls.model_fields]
+            return handler(data)
+        foreign = [name for name in refused_among(map(str, data)) if name not in cls.model_fields]
+        ignored = {name: data[name] for name in foreign if is_off(name, data[name])}
+        refused = [name for name in foreign if name not in ignored]
         if refused:
-            advice = [PydanticCustomError("trl_field_refused", "{advice}", {"advice": refusal(name)})
-                      for name in refused]
+            advice = [PydanticCustomError("trl_field_refused", "{advice}",
+                                          {"advice": refusal(name, data[name], data)}) for name in refused]
             raise ValidationError.from_exception_data(cls.__name__, [
                 InitErrorDetails(type=error, loc=(name,), input=data[name])
                 for name, error in zip(refused, advice, strict=True)])
+        data = {name: value for name, value in data.items() if name not in ignored}
         if LEGACY_LR_SCHEDULER in data:
-            data = dict(data)
             legacy = data.pop(LEGACY_LR_SCHEDULER)
             if "lr_scheduler_type" in data:
                 raise ValueError(f"give lr_scheduler_type only; {LEGACY_LR_SCHEDULER} is its old name")
@@ -117,7 +145,22 @@ class GRPOConfig(BaseModel):
             # constant_with_warmup (whose "constant" never warms up).
             warmup = data.get("warmup_steps") or 0
             data["lr_scheduler_type"] = "constant_with_warmup" if legacy == "constant" and warmup else legacy
-        return data
+        config = handler(data)
+        config._ignored_trl_fields = ignored
+        return config
+
+    @property
+    def ignored_trl_fields(self) -> dict[str, Any]:
+        """TRL fields the input set to a value that asks for nothing, dropped, with that value."""
+        return dict(self._ignored_trl_fields)
+
+    @field_validator("scale_rewards", mode="before")
+    @classmethod
+    def _trl_boolean_scaling(cls, value: Any) -> Any:
+        # TRL 1.16 also spells group and none as true and false (Dr. GRPO's recipe writes false).
+        if isinstance(value, bool):
+            return "group" if value else "none"
+        return value
 
     def steps_for(self, num_prompts: int) -> int:
         """The optimizer steps this config trains on a dataset of ``num_prompts`` prompts:

@@ -7,6 +7,7 @@ map them to exit codes, job error records or HTTP statuses without parsing messa
 from __future__ import annotations
 
 import traceback
+from dataclasses import dataclass
 
 TRACEBACK_LINES = 30
 
@@ -41,6 +42,18 @@ class SpecError(GRPOError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.reason = message
+
+
+@dataclass(frozen=True)
+class SpecWarning:
+    """A field of a spec that was accepted but acts as if it were not there (a TRL field set to a
+    value that asks for nothing). ``field`` is its dotted path, like :attr:`SpecError.field`."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
 
 
 class SourceUnavailable(SpecError):

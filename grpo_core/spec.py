@@ -1,4 +1,5 @@
-"""``JobSpec``: the one contract for HTTP, the CLI's YAML files and the worker (DESIGN §3).
+"""``JobSpec``: the one contract for HTTP, the CLI's YAML files and the worker. Every field carries
+a description: it is what ``/docs`` (the OpenAPI schema) shows a user, and a test keeps it so.
 
 Only shape and bounds are checked here; whether a ``path:`` exists, a reward name is known or a
 dataset has the prompt column is checked by :func:`grpo_core.components.build_components`, which
@@ -14,7 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from grpo_core.config import GRPOConfig
+from grpo_core.errors import SpecWarning
 from grpo_core.prompt_rows import prompt_problem, reserved_in
+from grpo_core.trl_fields import ignored_message
 
 SOURCE_PATTERN = re.compile(r"^(path|hf|job):(.+)$")
 # Another job's model: its final one (job:ID) or a kept checkpoint (job:ID@STEP); the service only.
@@ -76,22 +79,33 @@ class _Strict(BaseModel):
 
 
 class LoraSpec(_Strict):
-    r: int = Field(16, ge=1, le=1024)
-    alpha: float = Field(32.0, gt=0.0, le=4096.0)
+    """Train a LoRA adapter (peft) instead of the whole model."""
+
+    r: int = Field(16, ge=1, le=1024, description="Rank of the adapter's low-rank update matrices.")
+    alpha: float = Field(32.0, gt=0.0, le=4096.0, description="LoRA scaling: the update is multiplied by "
+                         "alpha / r.")
     dropout: float = Field(
         0.0,
         ge=0.0,
         lt=1.0,
         description="Accepted for peft's config; GRPO turns all dropout off so the on-policy ratio is 1.",
     )
-    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"], min_length=1)
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "v_proj"], min_length=1,
+        description="Names of the model's modules that get an adapter (peft's target_modules), e.g. "
+        "q_proj, k_proj, v_proj, o_proj.")
 
 
 class ModelSpec(_Strict):
+    """The policy to train: where it comes from and how it is loaded."""
+
     source: str = Field(..., max_length=1024, description="path:FOLDER, hf:owner/name[@revision], or "
                         "job:ID[@STEP]: another job of the team's final model, or its checkpoint of STEP")
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    lora: LoraSpec | None = None
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="The weights' dtype once loaded. float32 weights train under bf16 autocast "
+        "on a GPU (full precision on a CPU); bfloat16 and float16 weights run as they are.")
+    lora: LoraSpec | None = Field(None, description="Train a LoRA adapter instead of every weight; null "
+                                  "trains the whole model.")
 
     @field_validator("source")
     @classmethod
@@ -101,11 +115,21 @@ class ModelSpec(_Strict):
 
 
 class DatasetSpec(_Strict):
-    prompts: list[dict[str, Any]] | None = Field(None, min_length=1, description="Inline rows.")
-    source: str | None = Field(None, max_length=1024, description="path:FILE or hf:dataset-id")
-    prompt_field: str = Field("prompt", min_length=1, max_length=128)
-    split: str = Field("train", min_length=1, max_length=64)
-    shuffle: bool = True
+    """The prompts: inline rows or a file or hub dataset (exactly one). A row's other columns reach
+    the rewards by name (an answer to check, test cases to run)."""
+
+    prompts: list[dict[str, Any]] | None = Field(
+        None, min_length=1, description="Inline rows, each with the prompt column (a string, or a list "
+        "of {role, content} chat messages) and any columns the rewards read.")
+    source: str | None = Field(None, max_length=1024, description="path:FILE (.jsonl, .json, .csv or "
+                               ".parquet; under the service's data root, or in grpo train relative to the "
+                               "spec's folder) or hf:dataset-id[@revision]")
+    prompt_field: str = Field("prompt", min_length=1, max_length=128,
+                              description="The column that holds each row's prompt.")
+    split: str = Field("train", min_length=1, max_length=64,
+                       description="The split of an hf: dataset to load; files have none.")
+    shuffle: bool = Field(True, description="Draw the prompts in an order shuffled by grpo.seed, anew "
+                          "each epoch; false keeps the dataset's order.")
 
     @field_validator("source")
     @classmethod
@@ -149,9 +173,12 @@ class RewardSpec(_Strict):
     """One reward of the job. Its score is clipped to [clip_min, clip_max], then gated (see
     :mod:`grpo_core.rewards.shaping`), then weighted into the sum the advantages are computed from."""
 
-    name: str = Field(..., min_length=1, max_length=128)
-    weight: float = Field(1.0, ge=-1000.0, le=1000.0)
-    args: dict[str, Any] = Field(default_factory=dict)
+    name: str = Field(..., min_length=1, max_length=128,
+                      description="A registered reward (GET /v1/rewards lists them, with their args).")
+    weight: float = Field(1.0, ge=-1000.0, le=1000.0,
+                          description="Its score's weight in the sum the advantages are computed from.")
+    args: dict[str, Any] = Field(default_factory=dict, description="The reward's own arguments, checked "
+                                 "against its schema (GET /v1/rewards).")
     clip_min: float | None = Field(None, ge=-_SCORE_BOUND, le=_SCORE_BOUND,
                                    description="Scores below it count as it (before weighting).")
     clip_max: float | None = Field(None, ge=-_SCORE_BOUND, le=_SCORE_BOUND,
@@ -193,17 +220,22 @@ def reward_names(rewards: list[RewardSpec]) -> list[str]:
 class ReasoningSpec(_Strict):
     """How ``<think>`` blocks are treated before rewards see a completion."""
 
-    enabled: bool = True
-    open_tag: str = Field("<think>", min_length=1, max_length=64)
-    close_tag: str = Field("</think>", min_length=1, max_length=64)
+    enabled: bool = Field(True, description="Rewards see the answer with reasoning blocks removed (an "
+                          "unclosed block leaves an empty answer); false: they see the whole completion.")
+    open_tag: str = Field("<think>", min_length=1, max_length=64, description="Opens a reasoning block.")
+    close_tag: str = Field("</think>", min_length=1, max_length=64, description="Closes a reasoning block.")
 
 
 Sharding = Literal["ddp", "fsdp"]
 
 
 class ResourcesSpec(_Strict):
-    gpus: int = Field(1, ge=1, le=64)
-    pool: str = Field("default", pattern=POOL_NAME_PATTERN)
+    """Where the job runs."""
+
+    gpus: int = Field(1, ge=1, le=64, description="Devices the job trains on, all on one worker, as that "
+                      "many data-parallel ranks; grpo.prompts_per_step must divide among them.")
+    pool: str = Field("default", pattern=POOL_NAME_PATTERN,
+                      description="The pool of workers to run on (GET /v1/cluster lists them).")
     sharding: Sharding = Field(
         "ddp",
         description=(
@@ -246,12 +278,19 @@ class ExportSpec(_Strict):
 
 
 class JobSpec(_Strict):
-    name: str = Field(..., min_length=1, max_length=128)
-    model: ModelSpec
-    dataset: DatasetSpec
-    rewards: list[RewardSpec] = Field(..., min_length=1, max_length=32)
-    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
-    reasoning: ReasoningSpec = Field(default_factory=ReasoningSpec)
+    """A GRPO job: the model, its prompts, the rewards that score its completions and the
+    hyper-parameters (``grpo``, with TRL's GRPOConfig names)."""
+
+    name: str = Field(..., min_length=1, max_length=128, description="A name for people; need not be "
+                      "unique.")
+    model: ModelSpec = Field(..., description="The policy to train.")
+    dataset: DatasetSpec = Field(..., description="The prompts.")
+    rewards: list[RewardSpec] = Field(..., min_length=1, max_length=32, description="The rewards; each "
+                                      "completion's reward is their clipped, gated and weighted sum.")
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="Hyper-parameters, with TRL "
+                             "GRPOConfig's names, meaning and defaults.")
+    reasoning: ReasoningSpec = Field(default_factory=ReasoningSpec, description="How <think> blocks are "
+                                     "treated before rewards see a completion.")
     checkpoint_every: int = Field(50, ge=1, le=10_000_000, description="Steps between checkpoints.")
     checkpoint_keep_last: int = Field(
         3,
@@ -261,7 +300,9 @@ class JobSpec(_Strict):
         "keeps optimizer.pt (under fsdp each keeps its distributed/ state). The final checkpoint is "
         "always kept.",
     )
-    log_completions_every: int = Field(10, ge=1, le=10_000_000)
+    log_completions_every: int = Field(10, ge=1, le=10_000_000, description="Steps between the sample "
+                                       "completions kept (with their rewards and advantages); step 1's "
+                                       "are always kept.")
     stall_seconds: int | None = Field(
         None, ge=1, le=7 * 24 * 3600,
         description="In the service: end the job as `stalled` when no step finishes for this long "
@@ -273,13 +314,21 @@ class JobSpec(_Strict):
         "scores its rows as unscorable (advantage 0) with a `reward_timeout` warning event; "
         f"timeouts in {REWARD_TIMEOUT_STEPS} steps in a row fail the job `reward_timeout`. The "
         "service may cap it (GRPO_MAX_REWARD_TIMEOUT_SECONDS).")
-    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
-    export: ExportSpec = Field(default_factory=ExportSpec)
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec, description="Where the job runs.")
+    export: ExportSpec = Field(default_factory=ExportSpec, description="The model the job leaves at its "
+                               "end.")
     report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
         default_factory=list, max_length=3,
         description="Experiment trackers (TRL's name) that also get every step's metrics: TensorBoard "
         "event files beside the run's checkpoints, a W&B run, an MLflow run (grpo_core.tracking).")
-    priority: Priority = "normal"
+    priority: Priority = Field("normal", description="The scheduler's class: high jobs go first and "
+                               "may preempt a job of a team over its fair share; low ones go last.")
+
+    def warnings(self) -> list[SpecWarning]:
+        """Fields this spec was given that change nothing: TRL fields set to a value that asks for
+        nothing (``push_to_hub: false``), dropped while parsing. A stored spec has none."""
+        return [SpecWarning(f"grpo.{name}", ignored_message(name, value))
+                for name, value in self.grpo.ignored_trl_fields.items()]
 
     def known_steps(self) -> int | None:
         """The run's optimizer steps when the spec alone tells them: ``grpo.max_steps``, or with

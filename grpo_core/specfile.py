@@ -10,6 +10,7 @@ import yaml
 from pydantic import ValidationError
 
 from grpo_core.errors import SpecError
+from grpo_core.field_hints import unknown_field_message
 from grpo_core.spec import JobSpec
 
 MAX_SPEC_BYTES = 1024 * 1024
@@ -21,7 +22,16 @@ def field_path(loc: tuple[Any, ...]) -> str:
 
 def validation_messages(exc: ValidationError) -> list[SpecError]:
     """One :class:`SpecError` per invalid field, with pydantic's reason."""
-    return [SpecError(field_path(err["loc"]), err["msg"]) for err in exc.errors(include_url=False)]
+    return [SpecError(field_path(err["loc"]), spec_error_reason(err))
+            for err in exc.errors(include_url=False)]
+
+
+def spec_error_reason(err: Any) -> str:
+    """Pydantic's message for one error of a JobSpec (``loc`` inside the spec); a field the spec
+    does not have is told as the name it probably meant, or where that name belongs."""
+    if err["type"] == "extra_forbidden":
+        return unknown_field_message(JobSpec, tuple(err["loc"]))
+    return err["msg"]
 
 
 class InvalidSpec(Exception):  # noqa: N818 - it names the condition, like FileNotFoundError

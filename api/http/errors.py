@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from api.errors import ServiceError
 from api.outages import OUTAGES, backend_down
 from grpo_core.errors import SpecError
-from grpo_core.specfile import InvalidSpec, field_path
+from grpo_core.specfile import InvalidSpec, field_path, spec_error_reason
 
 STATUS_BY_CODE = {
     "invalid_input": 422,
@@ -92,7 +92,13 @@ async def _validation_error(conn: HTTPConnection, exc: Exception) -> JSONRespons
     in_spec = conn.scope.get("endpoint") in _SPEC_BODY_ENDPOINTS and any(
         err["loc"][:1] == ("body",) for err in found)
     return _field_errors("invalid_spec" if in_spec else "invalid_request",
-                         [(_param(err), err["msg"]) for err in found])
+                         [(_param(err), _reason(err, in_spec)) for err in found])
+
+
+def _reason(err: dict[str, Any], in_spec: bool) -> str:
+    if not in_spec or err["loc"][:1] != ("body",):
+        return err["msg"]
+    return spec_error_reason({**err, "loc": tuple(err["loc"][1:])})
 
 
 def _param(err: dict[str, Any]) -> str:

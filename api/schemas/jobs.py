@@ -28,6 +28,13 @@ class ErrorInfo(BaseModel):
     traceback: str | None = None  # the failure's last traceback lines; shown to admins only
 
 
+class SpecWarningRead(BaseModel):
+    """A spec field accepted but ignored, shaped like one of a 422's ``errors``."""
+
+    param: str
+    message: str
+
+
 class JobRead(BaseModel):
     id: int
     name: str
@@ -58,6 +65,10 @@ class JobRead(BaseModel):
     error: ErrorInfo | None
     # A spec may be a megabyte of inline rows: lists leave it out (null) unless asked (include=spec).
     spec: dict[str, Any] | None = None
+    # In the answer to a submit or clone only: fields of the request's spec that were accepted but
+    # change nothing (a TRL field at a default that asks for nothing). Each is also a
+    # `spec_field_ignored` warning event of the job.
+    warnings: list[SpecWarningRead] = Field(default_factory=list)
 
     def for_member(self) -> JobRead:
         """The job as a team member sees it: the checkpoint's name, not its server path (paths

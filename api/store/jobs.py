@@ -20,7 +20,7 @@ from api.lifecycle import (
     JobStatus,
     Transition,
 )
-from api.schemas.jobs import JobRead
+from api.schemas.jobs import JobRead, SpecWarningRead
 from api.store import outbox
 from api.store._rows import insert_returning, job_read
 from api.store.models import Allocation, Job, JobEvent, utcnow
@@ -53,8 +53,10 @@ _BY_KEY = select(*_JOBS.c).where(_JOBS.c.team_id == bindparam("t"), _JOBS.c.idem
 def create_job(
     session: Session, team_id: int, spec: JobSpec, idempotency_key: str | None = None
 ) -> tuple[JobRead, bool]:
-    """Insert a queued job and its ``queued`` event; ``(job, created)``. The same idempotency
-    key with the same body returns the first job; with a different body it is a :class:`Conflict`.
+    """Insert a queued job, its ``queued`` event and a ``spec_field_ignored`` warning event for
+    each of the spec's warnings (also in the returned job's ``warnings``); ``(job, created)``.
+    The same idempotency key with the same body returns the first job; with a different body it is
+    a :class:`Conflict`.
     Core statements, no ORM unit of work: this is the submit hot path. A used key makes the
     insert do nothing (``ON CONFLICT``), then the row holding it is read, also when a concurrent
     request inserted it (Postgres waits for that transaction; SQLite serialises writers)."""
@@ -83,10 +85,19 @@ def create_job(
         existing = session.execute(_BY_KEY, {"t": team_id, "k": idempotency_key}).first()
         if existing is None:  # the row holding the key was deleted between the two statements
             raise Conflict("Idempotency-Key is in use; retry", param="Idempotency-Key")
-        return _replay(existing, digest), False
+        return _with_warnings(_replay(existing, digest), spec), False
     event = {"priority": spec.priority, "pool": spec.resources.pool}
-    session.execute(_INSERT_EVENT, {**_QUEUED, "job_id": row.id, "data": event, "ts": now})
-    return job_read(row), True
+    # The spec's warnings are told once, at submit: the stored spec no longer holds what they name.
+    ignored = [{"type": "spec_field_ignored", "level": "warning", "message": str(warning),
+                "data": {"field": warning.field}} for warning in spec.warnings()]
+    session.execute(_INSERT_EVENT, [{**fields, "job_id": row.id, "ts": now}
+                                    for fields in ({**_QUEUED, "data": event}, *ignored)])
+    return _with_warnings(job_read(row), spec), True
+
+
+def _with_warnings(job: JobRead, spec: JobSpec) -> JobRead:
+    warnings = [SpecWarningRead(param=warning.field, message=warning.message) for warning in spec.warnings()]
+    return job.model_copy(update={"warnings": warnings}) if warnings else job
 
 
 def _replay(existing: Row[Any], digest: str) -> JobRead:

@@ -8,13 +8,14 @@ from __future__ import annotations
 import logging
 
 import pytest
+from sandbox_guard import needs_sandbox
 from test_jobs_api import row_counts
 from waiting import wait_until
 
 import worker.heartbeat as heartbeat_module
 from api.store import bus
 from api.vocabulary import Heartbeat
-from grpo_core.sandbox import CAPABILITY, probe_sandbox, sandbox_problem
+from grpo_core.sandbox import CAPABILITY, probe_sandbox
 from worker.heartbeat import WorkerHeartbeat, worker_capabilities
 
 CODE_ROWS = [{"prompt": "Read n and print 2n.", "tests": [{"input": "2", "output": "4"}]}]
@@ -47,7 +48,7 @@ def test_refused_naming_the_reward_when_no_live_worker_of_the_pool_advertises_a_
             client.delete(settings.redis_keys.worker("elsewhere"), settings.redis_keys.worker("plain"))
 
 
-@pytest.mark.skipif(sandbox_problem() is not None, reason=f"no usable sandbox here: {sandbox_problem()}")
+@needs_sandbox
 def test_accepted_once_a_real_worker_of_the_pool_checked_its_sandbox_and_advertises_it(
         api, api_server, job_spec) -> None:
     assert worker_capabilities() == [CAPABILITY]

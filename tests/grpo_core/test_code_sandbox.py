@@ -12,13 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from sandbox_guard import needs_sandbox
 
 from grpo_core.sandbox import Limits, run_python, sandbox_problem
 
-pytestmark = pytest.mark.skipif(
-    sandbox_problem() is not None and not os.environ.get("GRPO_CI"),
-    reason=f"no usable sandbox here: {sandbox_problem()}",
-)
+pytestmark = needs_sandbox
 
 REPO = Path(__file__).resolve().parents[2]
 # Prints the sandbox's pid namespace first, so the host can look for its processes afterwards.

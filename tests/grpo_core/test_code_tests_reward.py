@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 
 import pytest
 from reward_helpers import bind_one, fresh_registry, run, spec_error  # noqa: F401
+from sandbox_guard import needs_sandbox
 
 from grpo_core.cli import main
 from grpo_core.errors import SpecError
@@ -20,10 +20,7 @@ from grpo_core.rewards.code_tests import extract_code
 from grpo_core.sandbox import SandboxUnavailable, sandbox_problem
 from grpo_core.spec import RewardSpec
 
-pytestmark = pytest.mark.skipif(
-    sandbox_problem() is not None and not os.environ.get("GRPO_CI"),
-    reason=f"no usable sandbox here: {sandbox_problem()}",
-)
+pytestmark = needs_sandbox
 
 DOUBLE = [{"input": "2\n", "output": "4\n"}, {"input": "5", "output": "10"}, {"input": "-1", "output": "-2"}]
 ADD = ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from statistics import mean
 
 import pytest
 
@@ -38,6 +39,36 @@ def run_example(name: str, tmp_path: Path, models: dict[str, Path], *extra: str,
                "--device", "cpu", *extra]
     assert main(command) == 0
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def header(name: str) -> str:
+    """The comment an example opens with, as one line of text."""
+    comment = []
+    for line in (EXAMPLES / name).read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        comment.append(line.lstrip("# "))
+    return " ".join(comment)
+
+
+def test_tiny_example_does_what_its_header_says(tiny_model_dir: Path, tmp_path: Path):
+    """The whole run (the model .ci/bootstrap builds is this fixture's, seed for seed): it learns
+    to say "yes", and its completions still run to the length limit, as the header says."""
+    records = run_example("tiny.yaml", tmp_path, {"tiny-model": tiny_model_dir}, steps=60)
+    first, last = records[:5], records[-10:]
+    assert mean(r["rewards/contains/mean"] for r in first) < 0.3
+    assert mean(r["rewards/contains/mean"] for r in last) > 0.8
+    assert mean(r["reward"] for r in last) > 0.8
+    assert mean(r["completions/clipped_ratio"] for r in last) > 0.8  # it never learns to stop early
+    said = header("tiny.yaml")
+    assert 'the word "yes"' in said and "does not learn to stop early" in said
+
+
+def test_math_example_shows_the_wiring_as_its_header_says(tiny_model_dir: Path, tmp_path: Path):
+    records = run_example("math.yaml", tmp_path, {"tiny-model": tiny_model_dir}, steps=4)
+    assert all(r["rewards/numeric_match/mean"] == 0.0 for r in records)
+    assert mean(r["reward"] for r in records) < 0.1
+    assert "shows the wiring, not learning" in header("math.yaml")
 
 
 def test_math_example_trains_with_numeric_match(tiny_model_dir: Path, tmp_path: Path):

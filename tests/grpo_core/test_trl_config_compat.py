@@ -21,10 +21,24 @@ from grpo_core.rollout import SamplingOptions, sample_completions, tokenize_prom
 from grpo_core.sampling import apply_min_p, apply_repetition_penalty, next_token_scores, seen_tokens
 from grpo_core.spec import JobSpec
 from grpo_core.specfile import InvalidSpec, parse_spec
-from grpo_core.trl_fields import REFUSED
+from grpo_core.trl_fields import OFF, REFUSED
 
 # JobSpec's top-level fields that share a TRL name, and why their defaults are written differently.
 SAME_MEANING = {"report_to": ("none", [], "TRL's 'none' and our empty list both mean: no trackers")}
+# TRL 1.16's defaults that ask for something this service does differently, so a config holding them
+# is refused rather than quietly trained otherwise; every other default of a field we do not take is
+# ignored with a warning (grpo_core.trl_fields.OFF).
+DEFAULTS_THAT_ASK_FOR_SOMETHING = {
+    "per_device_train_batch_size": "8 completions per device and micro-batch: a batch size",
+    "bf16": "None: TRL then trains in bf16",
+    "save_steps": "500: a checkpoint cadence unlike checkpoint_every's default",
+    "logging_steps": "10: a logging cadence; every step is kept here",
+    "logging_nan_inf_filter": "True: a non-finite loss fails the step here",
+    "log_level_replica": "'warning': a log level the service does not set",
+    "ddp_timeout": "1800: the service's rank timeout is the operator's setting",
+    "shuffle_dataset": "True: dataset.shuffle may say otherwise",
+    "disable_dropout": "False: dropout is always off here",
+}
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +78,115 @@ def test_every_trl_field_is_accepted_or_refused_with_advice(trl_defaults: dict[s
     assert not unplaced, f"add these to grpo_core.trl_fields.REFUSED or accept them: {unplaced}"
 
 
+def test_every_value_taken_as_off_is_trls_default(trl_defaults: dict[str, Any]) -> None:
+    """A TRL release that changes a default makes its field refused here until it is looked at."""
+    assert OFF.keys() <= REFUSED.keys()
+    changed = {name: (value, trl_defaults.get(name, "not a TRL field")) for name, value in OFF.items()
+               if type(trl_defaults.get(name)) is not type(value) or trl_defaults.get(name) != value}
+    assert not changed, f"ours vs TRL: {changed}"
+
+
+def test_trls_whole_default_config_is_taken_but_for_defaults_that_ask_for_something(
+        tmp_path, trl_defaults: dict[str, Any]) -> None:
+    """Every field of TRL's GRPOConfig at its default, pasted under grpo:: the ones we share are
+    taken, the ones that ask for nothing are ignored with a warning each, the rest refused."""
+    pasted = {**spec_dict(tmp_path), "grpo": {**spec_dict(tmp_path)["grpo"], **trl_defaults}}
+    with pytest.raises(InvalidSpec) as info:
+        parse_spec(pasted)
+    assert {error.field for error in info.value.errors} == {
+        f"grpo.{name}" for name in DEFAULTS_THAT_ASK_FOR_SOMETHING}
+    for name in DEFAULTS_THAT_ASK_FOR_SOMETHING:
+        del pasted["grpo"][name]
+    spec = parse_spec(pasted)
+    ignored = set(trl_defaults) - set(GRPOConfig.model_fields) - set(DEFAULTS_THAT_ASK_FOR_SOMETHING)
+    assert {warning.field for warning in spec.warnings()} == {f"grpo.{name}" for name in ignored}
+    assert set(spec.model_dump()["grpo"]) == set(GRPOConfig.model_fields)  # nothing ignored is kept
+
+
+@pytest.mark.parametrize(("field", "value"), [("push_to_hub", False), ("use_vllm", False),
+                                              ("log_completions", False), ("vllm_server_timeout", 240)])
+def test_a_trl_field_that_asks_for_nothing_is_ignored_with_a_warning(tmp_path, field: str,
+                                                                     value: Any) -> None:
+    spec = parse_spec(spec_dict(tmp_path, **{field: value}))
+    [warning] = spec.warnings()
+    assert warning.field == f"grpo.{field}"
+    assert warning.message.startswith("ignored:") and f"'{field}'" in warning.message
+    assert field not in spec.model_dump()["grpo"]
+    assert parse_spec(spec.model_dump()).warnings() == []  # the stored spec says it no more
+
+
+@pytest.mark.parametrize(("field", "value"), [("push_to_hub", True), ("use_vllm", True),
+                                              ("log_completions", 0), ("vllm_server_timeout", 30)])
+def test_a_trl_field_that_asks_for_something_is_still_refused(tmp_path, field: str, value: Any) -> None:
+    """YAML's 0 is not false: only TRL's default, as written, asks for nothing."""
+    with pytest.raises(InvalidSpec) as info:
+        parse_spec(spec_dict(tmp_path, **{field: value}))
+    [error] = info.value.errors
+    assert error.field == f"grpo.{field}" and "does not take" in error.reason
+
+
+def trl_config(tmp_path, **fields: Any) -> Any:
+    """The installed TRL's own ``GRPOConfig`` (after its ``__post_init__``), on the CPU."""
+    import trl
+
+    return trl.GRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, **fields)
+
+
+def test_scale_rewards_takes_trls_boolean_spellings(tmp_path) -> None:
+    for value in (False, True):
+        theirs = trl_config(tmp_path, scale_rewards=value).scale_rewards
+        assert parse_spec(spec_dict(tmp_path, scale_rewards=value)).grpo.scale_rewards == theirs
+    dr_grpo = parse_spec(spec_dict(tmp_path, scale_rewards=False, loss_type="dr_grpo"))
+    assert dr_grpo.grpo.scale_rewards == "none"
+
+
+@pytest.mark.parametrize(("batch", "accumulation", "generations"), [(16, 1, 8), (8, 4, 4), (6, 2, 3)])
+def test_per_device_train_batch_size_is_refused_with_the_prompts_per_step_it_means(
+        tmp_path, batch: int, accumulation: int, generations: int) -> None:
+    """TRL's completions per generation batch, divided into groups, are our prompts per step."""
+    theirs = trl_config(tmp_path, per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation,
+                        num_generations=generations)
+    prompts = theirs.generation_batch_size // generations
+    data = spec_dict(tmp_path, per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation,
+                     num_generations=generations)
+    with pytest.raises(InvalidSpec) as info:
+        parse_spec(data)
+    [error] = info.value.errors
+    assert ("grpo.prompts_per_step = per_device_train_batch_size × resources.gpus × "
+            "gradient_accumulation_steps / num_generations") in error.reason
+    assert f"{batch} × 1 × {accumulation} / {generations} = {prompts} on one GPU" in error.reason
+
+
+@pytest.mark.parametrize(("where", "field", "hint"), [
+    ("grpo", "num_generation", "did you mean 'num_generations'?"),
+    ("grpo", "learnig_rate", "did you mean 'learning_rate'?"),
+    ("grpo", "checkpoint_every", "belongs at the top level"),
+    ("top", "learning_rate", "belongs under grpo: write it as grpo.learning_rate"),
+    ("top", "num_generation", "did you mean 'grpo.num_generations'?"),
+    ("top", "checkpoint_evry", "did you mean 'checkpoint_every'?"),
+    ("top", "push_to_hub", "TRL's fields go under grpo:"),
+])
+def test_an_unknown_field_is_told_as_the_nearest_one(tmp_path, where: str, field: str, hint: str) -> None:
+    data = spec_dict(tmp_path)
+    (data["grpo"] if where == "grpo" else data)[field] = 4
+    with pytest.raises(InvalidSpec) as info:
+        parse_spec(data)
+    [error] = info.value.errors
+    assert error.field == (f"grpo.{field}" if where == "grpo" else field)
+    assert hint in error.reason
+
+
+def test_a_nested_typo_is_told_as_the_nearest_field_of_its_own_section(tmp_path) -> None:
+    data = spec_dict(tmp_path)
+    data["rewards"][1]["wieght"] = data["rewards"][1].pop("weight")
+    data["model"]["lora"] = {"r": 4, "alpah": 8}
+    with pytest.raises(InvalidSpec) as info:
+        parse_spec(data)
+    assert {error.field: error.reason for error in info.value.errors} == {
+        "rewards.1.wieght": "unknown field; did you mean 'weight'?",
+        "model.lora.alpah": "unknown field; did you mean 'alpha'?"}
+
+
 @pytest.mark.parametrize(("field", "value", "advice"), [
     ("per_device_train_batch_size", 8, "grpo.prompts_per_step"),
     ("bf16", True, "model.dtype"),
@@ -91,6 +214,17 @@ def test_grpo_train_refuses_a_trl_field_with_exit_code_2(tmp_path, capsys) -> No
     assert main(["train", str(spec), "--output-dir", str(tmp_path / "never"), "--quiet"]) == 2
     assert "error: grpo.save_steps: 'save_steps' is a TRL GRPOConfig field" in capsys.readouterr().err
     assert not (tmp_path / "never").exists()
+
+
+def test_grpo_train_tells_each_ignored_trl_field_on_stderr(tiny_model_dir, tmp_path, capsys) -> None:
+    from grpo_core.cli import main
+
+    spec = tmp_path / "job.yaml"
+    spec.write_text(json.dumps(spec_dict(tiny_model_dir, max_steps=1, push_to_hub=False, use_vllm=False)))
+    assert main(["train", str(spec), "--output-dir", str(tmp_path / "run"), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: grpo.push_to_hub: ignored: false is TRL's default" in err
+    assert "warning: grpo.use_vllm: ignored: false is TRL's default" in err
 
 
 def test_specs_stored_before_the_rename_still_read_the_same(tmp_path) -> None:

@@ -7,6 +7,7 @@ sandbox is made unavailable by hiding bwrap from this process."""
 from __future__ import annotations
 
 import pytest
+from sandbox_guard import needs_sandbox
 
 from api.lifecycle import Transition
 from api.store.attempts import claim
@@ -73,7 +74,7 @@ def test_a_job_that_needs_nothing_is_not_held_up_by_a_missing_sandbox(
     assert _reaches_training(submit, tiny_spec(), database_url, task_settings, tmp_path, monkeypatch)
 
 
-@pytest.mark.skipif(sandbox_problem() is not None, reason=f"no usable sandbox here: {sandbox_problem()}")
+@needs_sandbox
 def test_a_code_tests_job_on_a_worker_with_the_sandbox_trains(
         submit, tiny_spec, task_settings, database_url, tmp_path, monkeypatch):
     spec = tiny_spec(dataset={"prompts": CODE_ROWS}, rewards=[{"name": "code_tests"}])
