@@ -45,7 +45,8 @@ class JobRead(BaseModel):
     last_step: int
     cancel_requested: bool
     preempt_requested: bool = False
-    # why a waiting job waits: policy.PENDING_REASONS, or no_scheduler (api.scheduling.liveness)
+    # why a waiting job waits: policy.PENDING_REASONS, or no_scheduler (api.scheduling.liveness);
+    # null unless the job waits (queued or preempted)
     pending_reason: str | None = None
     queue_position: int | None = None  # 1-based place in its pool's order, from the scheduler's last pass
     created_at: UtcDatetime
