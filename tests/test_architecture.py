@@ -42,6 +42,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "api.cli.archives": ("api", "worker", "grpo_core"),
     "api.cli.health": ("api.http", "api.streaming", "worker", "grpo_core"),
     "api.cli.monitor": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker"),
+    "api.cli.calling": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
     # The worker sees the service only through the store and the shared vocabulary.
     "worker": ("api.http", "api.scheduling", "api.streaming", "api.cli", "api.main", "fastapi"),
 }

@@ -118,6 +118,38 @@ def test_exit_codes_and_one_line_errors(grpo, alpha, team_keys, job_spec, worker
     assert bad.value.code == 2
 
 
+def test_a_refused_or_missing_key_and_an_unreachable_api_say_what_to_do(grpo, api_server,
+                                                                        monkeypatch) -> None:
+    monkeypatch.delenv("GRPO_API_KEY", raising=False)
+    grpo.capsys.readouterr()
+    code = main(["list", "--api-url", api_server.http_url])  # no --api-key, no GRPO_API_KEY
+    out, err = grpo.capsys.readouterr()
+    assert (code, out) == (1, "") and "HTTP 401" in err and len(err.splitlines()) == 1
+    assert "no API key was given: set GRPO_API_KEY or pass --api-key" in err
+    code, _, err = grpo("list", key="grpo_wrong-key")
+    assert code == 1 and "refused the key from --api-key (or GRPO_API_KEY)" in err
+    down = f"http://127.0.0.1:{free_port()}"
+    code, _, err = grpo("list", url=down)
+    assert code == 1 and err.startswith(f"error: cannot reach the API at {down}") and "`grpo dev`" in err
+
+
+def test_json_prints_the_error_body_on_failure(grpo, alpha, team_keys, job_spec, client_for) -> None:
+    """A script reading ``--json`` gets a document on failure too: the API's error body as it was
+    sent, or one of the same shape when no API answered."""
+    job = new_job(alpha, job_spec)
+    for argv, key, path in ((("show", str(job["id"])), team_keys.beta, f"/v1/jobs/{job['id']}"),
+                            (("list",), "grpo_wrong-key", "/v1/jobs"),
+                            (("list", "--status", "sleeping"), team_keys.alpha, "/v1/jobs?status=sleeping")):
+        code, out, err = grpo(*argv, "--json", key=key)
+        assert code in (1, 2) and err.startswith("error: HTTP "), argv
+        assert json.loads(out) == client_for(key).get(path).json(), argv
+    code, out, err = grpo("list", "--json", url=f"http://127.0.0.1:{free_port()}")
+    error = json.loads(out)["error"]
+    assert code == 1 and error["code"] == "api_unreachable" and error["message"] in err
+    code, out, _ = grpo("queue", "--pool", "nowhere", "--json")  # refused here, not by the API
+    assert code == 2 and json.loads(out)["error"]["message"] == "--pool: no pool 'nowhere'"
+
+
 def test_cancel_a_queued_and_a_running_job(grpo, alpha, job_spec, worker) -> None:
     queued, running = new_job(alpha, job_spec), new_job(alpha, job_spec)
     assert grpo("cancel", str(queued["id"]))[:2] == (0, f"job {queued['id']} cancelled\n")
