@@ -53,8 +53,9 @@ def clip(text: str, width: int | None) -> str:
 
 def sparkline(values: Sequence[Any], width: int | None = None) -> str:
     """One character per value, the newest ``width`` only, heights scaled from the lowest value
-    shown (``▁``) to the highest (``█``); a gap for a missing or non-finite value; a constant
-    series is a flat line at mid height (``▄``)."""
+    shown (``▁``) to the highest (``█``); a gap for a missing or non-finite value. A constant
+    series has no scale: at 0 it is a line on the floor (``▁``), so no clipping or no KL reads as
+    nothing, and at any other value a flat line at mid height (``▄``)."""
     if width is not None and width <= 0:
         return ""
     shown = [finite(value) for value in (values[-width:] if width else values)]
@@ -67,7 +68,7 @@ def sparkline(values: Sequence[Any], width: int | None = None) -> str:
         if value is None:
             return " "
         if high == low:
-            return SPARKS[top // 2]
+            return SPARKS[0] if low == 0 else SPARKS[top // 2]
         return SPARKS[int((value - low) / (high - low) * top + 0.5)]
 
     return "".join(glyph(value) for value in shown)

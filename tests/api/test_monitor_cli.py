@@ -301,6 +301,22 @@ def test_watch_on_a_terminal_redraws_one_frame_in_place(grpo, alpha, job_spec, w
     assert last[-1] == f"job {job['id']} succeeded at step 3"
 
 
+def test_watch_draws_a_series_that_stays_at_zero_on_the_floor(grpo, alpha, job_spec, worker,
+                                                              monkeypatch) -> None:
+    job = new_job(alpha, job_spec)
+    worker.start(job["id"])
+    for step in (1, 2, 3):  # nothing clipped, no divergence from the reference: flat at zero
+        worker.reporter(job["id"]).on_step({"step": step, "reward": 0.1 * step, "kl": 0.0,
+                                            "clip_ratio/region_mean": 0.0})
+    worker.finish(job["id"])
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "72")
+    code, out, _ = grpo("watch", str(job["id"]))
+    last = out.split("\x1b[J")[-1].splitlines()
+    assert code == 0 and last[3].split() == ["KL", "0", "▁▁▁"] and last[4].split() == ["clipfrac", "0", "▁▁▁"]
+    assert last[2].split()[-1] == "0.1..0.3"  # a series that moves still spans its range
+
+
 def test_submit_prints_the_new_job(grpo, alpha, job_spec, tmp_path: Path) -> None:
     spec = tmp_path / "job.yaml"
     spec.write_text(yaml.safe_dump(job_spec(name="from-the-cli")))

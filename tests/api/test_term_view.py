@@ -17,6 +17,8 @@ NAN, INF = float("nan"), float("inf")
     ([0, 1, 2], None, "▁▅█"),  # 3.5 rounds half up, to 4
     ([-1.0, 1.0], None, "▁█"),
     ([5, 5, 5], None, "▄▄▄"),  # a constant series is a flat line at mid height
+    ([0, 0.0, -0.0], None, "▁▁▁"),  # ... but at 0 it lies on the floor: nothing happens
+    ([0, None, 0], None, "▁ ▁"),
     ([0, None, NAN, INF, 1], None, "▁   █"),  # a gap for each missing or non-finite value
     ([None, NAN], None, "  "),
     ([1, True, 2], None, "▁ █"),  # a bool is not a measurement
