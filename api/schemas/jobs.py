@@ -129,3 +129,10 @@ class Page(BaseModel, Generic[T]):
 
     items: list[T]
     next_after: int | None
+
+
+class CodesRead(BaseModel):
+    """What each code a job may show means, in words (``api.explanations``)."""
+
+    pending_reasons: dict[str, str] = Field(description="A waiting job's `pending_reason` -> why it waits")
+    error_codes: dict[str, str] = Field(description="A failed job's `error.code` -> what went wrong")

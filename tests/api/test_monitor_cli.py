@@ -240,6 +240,31 @@ def test_cluster_and_queue(grpo, alpha, api_server, job_spec, own_pool) -> None:
     assert any(line.split()[:3] == [str(first["id"]), "alpha", pool] for line in lines)
 
 
+def test_show_and_queue_say_what_each_code_means(grpo, alpha, api_server, job_spec, pool, worker) -> None:
+    from api.explanations import ERROR_CODES, PENDING_REASONS
+    from api.lifecycle import JobStatus
+    from api.store import attempts
+
+    waiting = new_job(alpha, job_spec, resources={"pool": pool})  # a pool without workers
+    Scheduler(api_server.settings).tick()
+    code, out, _ = grpo("show", str(waiting["id"]))
+    waits = next(line for line in out.splitlines() if line.startswith("waits "))
+    assert code == 0 and waits.endswith(f"no_workers: {PENDING_REASONS['no_workers']}")
+    code, out, _ = grpo("queue", "--pool", pool)
+    assert code == 0 and out.splitlines()[-1] == f"no_workers: {PENDING_REASONS['no_workers']}"
+
+    failed = new_job(alpha, job_spec)
+    worker.start(failed["id"])
+    with session_scope(api_server.settings.database_url) as session:
+        message = "no step for 1800 s"
+        attempts.finish(session, failed["id"], worker_id="scripted", outcome=JobStatus.FAILED,
+                        message=message, error_code="stalled", error_message=message)
+    code, out, _ = grpo("show", str(failed["id"]))
+    fields = {line.split()[0]: line.split(None, 1)[1] for line in out.splitlines()[1:]}
+    assert code == 1 and fields["error"] == "[stalled] no step for 1800 s"
+    assert fields["meaning"] == ERROR_CODES["stalled"]
+
+
 def open_streams(admin) -> float:
     """The API process's open job streams, as its ``/metrics`` reports them."""
     lines = admin.get("/metrics").text.splitlines()
