@@ -332,8 +332,8 @@ def cluster_lines(cluster: dict[str, Any], queue: dict[str, Any], now: datetime,
     headers = ["WORKER", "POOL", "GPUS", "MODEL", "GPU MB", "STATE", "DEVICE:JOB", "HOST"]
     out += ["", "Workers", *(table(headers, workers, width) if workers else ["no live workers"])]
     out += ["", "Teams (GPUs held vs quota)",
-            *table(["TEAM", "WEIGHT", "POOL", "HELD", "QUOTA USE", "FAIR SHARE", "RECENT", "WAITING"], teams,
-                   width)]
+            *table(["TEAM", "WEIGHT", "POOL", "HELD", "QUOTA USE", "FAIR SHARE (GPUS)", "RECENT (AVG GPUS)",
+                    "WAITING"], teams, width)]
     if running:
         out += ["", "Running", *table(["JOB", "TEAM", "POOL", "GPUS", "PRIORITY", "STATUS", "WORKER",
                                        "DEVICES", "PREEMPTING"], running, width)]
