@@ -44,7 +44,9 @@ def call_api(url: str, api_key: str | None, as_json: bool, command: Command) -> 
         with ApiClient(url, api_key) as client:
             result = command(client)
     except ApiError as exc:
-        document = exc.body if _is_error_body(exc.body) else error_document("http_error", str(exc))
+        # Status 0: no answer to report (a stream or a download that kept breaking off).
+        code = "http_error" if exc.status else "connection_lost"
+        document = exc.body if _is_error_body(exc.body) else error_document(code, str(exc))
         return _failed(f"{exc}{_key_hint(api_key) if exc.status == 401 else ''}", document, as_json,
                        2 if exc.status in BAD_INPUT_STATUSES else 1)
     except BadArgument as exc:
