@@ -122,13 +122,21 @@ class PolicyAndReference:
             raise RuntimeError("no reference model: beta is 0")
 
 
+def _enable_activation_checkpointing(policy: torch.nn.Module) -> None:
+    """transformers 5 renamed ``gradient_checkpointing_enable`` to ``activation_checkpointing_enable``
+    and the old name warns (FutureWarning) on every call; versions before the rename have only
+    the old name, which is silent there."""
+    enable = getattr(policy, "activation_checkpointing_enable", None) or policy.gradient_checkpointing_enable
+    enable()
+
+
 def build_policy_and_reference(
     spec: ModelSpec, location: str, beta: float, device: torch.device, gradient_checkpointing: bool = False
 ) -> PolicyAndReference:
     policy = load_causal_lm(location, spec.dtype, device)
     _disable_dropout(policy)
     if gradient_checkpointing:
-        policy.gradient_checkpointing_enable()
+        _enable_activation_checkpointing(policy)
         policy.config.use_cache = False
     if spec.lora is not None:
         adapted = _with_lora(policy, spec)

@@ -18,6 +18,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "api.lifecycle": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     "api.vocabulary": ("api", "worker", *SERVICE_FRAMEWORKS),
     "api.errors": ("api", "worker", "grpo_core"),
+    # Words for people, read by the HTTP layer and by the CLI (which may run far from the service).
+    "api.explanations": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     "api.artifact_paths": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
                            "grpo_core", *SERVICE_FRAMEWORKS),
     # What a backend outage raises: the two clients' exceptions, nothing of this project's.
@@ -42,6 +44,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "api.cli.archives": ("api", "worker", "grpo_core"),
     "api.cli.health": ("api.http", "api.streaming", "worker", "grpo_core"),
     "api.cli.monitor": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker"),
+    # `grpo dev`'s account of the jobs reads the stack's own database, never the HTTP layer.
+    "api.cli.dev_progress": ("api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
+    "api.cli.calling": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
     # The worker sees the service only through the store and the shared vocabulary.
     "worker": ("api.http", "api.scheduling", "api.streaming", "api.cli", "api.main", "fastapi"),
 }

@@ -9,10 +9,16 @@ Each run has a namespace of its own (``GRPO_NAMESPACE``), so it shares a Redis w
 or an earlier run without seeing their workers or waiting on their scheduler's lock. Every child
 dies with this process however it ends, a SIGKILL included (``die_with_parent``): a stale
 scheduler or worker left behind would go on taking jobs from the same database.
+
+The terminal is for people: where the API and the logs are, then the jobs' progress (their
+stream with ``--submit``, else a line per change, ``api.cli.dev_progress``). What the services
+print (migrations, Celery's banner, every request) goes to ``artifacts/logs/ROLE.log``, the
+migrations to ``dev.log``; a role that dies has its log's last lines shown.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -33,6 +39,9 @@ from grpo_core.lifetime import die_with_parent
 
 DEV_DATABASE_URL = "sqlite:///./grpo.db"
 ROLES = ("api", "scheduler", "worker")
+LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
+TAIL_LINES = 20  # of a dead role's log, shown on the terminal
+PROGRESS_POLL_SECONDS = 1.0
 
 
 class DevError(Exception):
@@ -101,14 +110,28 @@ def dev_environment(base: dict[str, str], port: int | None, spec: Path | None,
     return env
 
 
-def start_role(role: str, env: MutableMapping[str, str], log_dir: Path | None) -> subprocess.Popen:
-    """Output goes to the terminal, or to ``log_dir/ROLE.log`` when the terminal is for a job."""
+def start_role(role: str, env: MutableMapping[str, str], log_dir: Path) -> subprocess.Popen:
+    """The role's output (Celery's banner, every access line) goes to ``log_dir/ROLE.log``."""
     command = [sys.executable, "-m", "api.cli.main", role]
-    if log_dir is None:
-        return subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=child_of_this_process())
     with (log_dir / f"{role}.log").open("ab") as log:
         return subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=child_of_this_process(),
                                 stdout=log, stderr=subprocess.STDOUT)
+
+
+def show_log_tail(log_dir: Path, role: str, lines: int = TAIL_LINES) -> None:
+    """A dead role's last words, which its log has and the terminal no longer shows."""
+    try:
+        text = (log_dir / f"{role}.log").read_text(errors="replace")
+    except OSError:
+        return
+    print(f"grpo dev: {role}.log ends:", *(f"  {line}" for line in text.splitlines()[-lines:]),
+          sep="\n", file=sys.stderr, flush=True)
+
+
+def log_this_process_to(log_dir: Path) -> None:
+    """This process's own log lines (the migrations', which Alembic would print on stderr when
+    nothing is configured) go to ``dev.log``."""
+    logging.basicConfig(filename=log_dir / "dev.log", level=logging.INFO, format=LOG_FORMAT, force=True)
 
 
 def stop_process(process: subprocess.Popen, grace: float = 10.0) -> None:
@@ -152,7 +175,7 @@ class Stack:
         self.redis: subprocess.Popen | None = None
         self.children: dict[str, subprocess.Popen] = {}
 
-    def start(self, env: MutableMapping[str, str], settings: Settings, log_dir: Path | None = None) -> str:
+    def start(self, env: MutableMapping[str, str], settings: Settings, log_dir: Path) -> str:
         """Migrate, make sure Redis answers (recording its URL in ``env``), start the roles and
         return the API's URL once it serves."""
         from api.store.migrate import upgrade_to_head
@@ -160,7 +183,7 @@ class Stack:
         upgrade_to_head(env["GRPO_DATABASE_URL"])
         if not redis_answers(env.get("GRPO_REDIS_URL", settings.redis_url)):
             env["GRPO_REDIS_URL"], self.redis = start_redis()
-            print(f"grpo dev: started redis-server at {env['GRPO_REDIS_URL']}", flush=True)
+        env.setdefault("GRPO_REDIS_URL", settings.redis_url)
         for role in ROLES:
             self.children[role] = start_role(role, env, log_dir)
         url = f"http://{settings.api_host}:{env.get('GRPO_API_PORT', settings.api_port)}"
@@ -189,28 +212,59 @@ def run_dev(port: int | None, spec: Path | None, models_root: Path | None, data_
     settings = Settings()
     signal.signal(signal.SIGTERM, _interrupt)
     stack = Stack()
-    log_dir = Path(os.environ["GRPO_ARTIFACTS_ROOT"]) / "logs" if watch is not None else None
-    if log_dir is not None:
-        log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = Path(os.environ["GRPO_ARTIFACTS_ROOT"]) / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_this_process_to(log_dir)
     try:
         url = stack.start(os.environ, settings, log_dir)
-        print(f"grpo dev: API at {url}  (database {os.environ['GRPO_DATABASE_URL']}, "
-              f"models {os.environ['GRPO_MODELS_ROOT']}, data {os.environ['GRPO_DATA_ROOT']}, "
-              f"artifacts {os.environ['GRPO_ARTIFACTS_ROOT']}"
-              + (f", logs {log_dir}" if log_dir else "") + "); Ctrl-C stops it", flush=True)
-        print(f"grpo dev: dashboard at {url}/  (auth: {os.environ.get('GRPO_AUTH', 'keys')})", flush=True)
+        say(*summary(url, os.environ, log_dir, stack.redis is not None, watching=watch is not None))
         if watch is not None:
             return watch(url)
-        while (role := stack.exited()) is None:
-            time.sleep(0.5)
-        print(f"grpo dev: {role} exited with code {stack.children[role].returncode}; stopping",
-              file=sys.stderr)
+        role = serve(stack, os.environ["GRPO_DATABASE_URL"])
+        say(f"{role} exited with code {stack.children[role].returncode}; stopping", err=True)
+        show_log_tail(log_dir, role)
         return 1
     except DevError as exc:
-        print(f"grpo dev: {exc}" + (f" (logs in {log_dir})" if log_dir else ""), file=sys.stderr)
+        say(f"{exc} (logs in {log_dir})", err=True)
+        if (role := stack.exited()) is not None:
+            show_log_tail(log_dir, role)
         return exc.code
     except KeyboardInterrupt:
-        print("grpo dev: stopping", file=sys.stderr)
+        say("stopping", err=True)
         return 0 if watch is None else 130  # serving ends by Ctrl-C; a watched job did not end
     finally:
         stack.close()
+
+
+def summary(url: str, env: MutableMapping[str, str], log_dir: Path, own_redis: bool, watching: bool
+            ) -> list[str]:
+    """Where everything is, in a few lines: the services' own output is in their logs."""
+    redis_url = env["GRPO_REDIS_URL"] + (" (a redis-server of its own)" if own_redis else "")
+    follow = "" if watching else "; jobs' progress shows here (grpo submit SPEC --watch follows one)"
+    return [f"API and dashboard at {url}/  (auth: {env.get('GRPO_AUTH', 'keys')})",
+            f"logs in {log_dir}/: {', '.join(f'{role}.log' for role in ROLES)}; dev.log (migrations)",
+            f"database {env['GRPO_DATABASE_URL']}, Redis {redis_url}",
+            f"models {env['GRPO_MODELS_ROOT']}, data {env['GRPO_DATA_ROOT']}, "
+            f"artifacts {env['GRPO_ARTIFACTS_ROOT']}",
+            f"Ctrl-C stops it{follow}"]
+
+
+def serve(stack: Stack, database_url: str) -> str:
+    """Print the jobs' progress until a role exits; that role."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from api.cli.dev_progress import JobTicker, read_jobs
+
+    ticker = JobTicker()
+    while (role := stack.exited()) is None:
+        try:
+            say(*ticker.lines(read_jobs(database_url), time.monotonic()), prefix=False)
+        except SQLAlchemyError as exc:  # only the progress lines stop; the stack goes on serving
+            logging.getLogger(__name__).warning("could not read the jobs: %s", exc)
+        time.sleep(PROGRESS_POLL_SECONDS)
+    return role
+
+
+def say(*lines: str, err: bool = False, prefix: bool = True) -> None:
+    for line in lines:
+        print(f"grpo dev: {line}" if prefix else line, file=sys.stderr if err else sys.stdout, flush=True)

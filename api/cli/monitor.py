@@ -7,70 +7,27 @@ text (``api.cli.term_view`` draws the text).
 Exit codes: 0 ok (``watch`` and ``submit --watch``: the job succeeded); 1 the job failed or was
 cancelled, or the API could not be reached; 2 bad input (the API answered 400/404/409/413/422,
 or an argument is wrong); 130 ``watch`` was interrupted (the job goes on). An error is one line
-on stderr: the API's ``error.message`` and ``param``.
+on stderr: the API's ``error.message`` and ``param``, and what to do when no API answers or the
+key is refused; with ``--json`` the error body too (``api.cli.calling``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
+from api.cli.calling import BadArgument, Result, call_api
 from api.cli.printable import printable
 
 MONITOR_COMMANDS = ("submit", "list", "show", "watch", "cancel", "pause", "resume", "retry", "clone",
                     "events", "metrics", "download", "cluster", "queue")
-BAD_INPUT_STATUSES = (400, 404, 409, 413, 422)
 DEFAULT_API_URL = "http://127.0.0.1:8000"
 INTERRUPTED = 130
-
-
-@dataclass
-class Result:
-    document: Any  # what --json prints: the API's JSON
-    text: str  # what is printed otherwise
-    code: int = 0
-
-
-Command = Callable[[Any], Result]  # (ApiClient) -> what to print
-
-
-class BadArgument(Exception):  # noqa: N818 - it names the condition
-    """An argument the API could not refuse itself (a metric no step has): exit 2."""
-
-
-def call_api(url: str, api_key: str | None, as_json: bool, command: Command) -> int:
-    """Run ``command`` with a client of the API at ``url``; print its result; the exit code."""
-    import httpx
-
-    from api.cli.client import ApiClient, ApiError
-
-    try:
-        with ApiClient(url, api_key) as client:
-            result = command(client)
-    except ApiError as exc:
-        print(f"error: {printable(str(exc))}", file=sys.stderr)
-        return 2 if exc.status in BAD_INPUT_STATUSES else 1
-    except BadArgument as exc:
-        print(f"error: {printable(str(exc))}", file=sys.stderr)
-        return 2
-    except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
-        print(f"error: --api-url {url!r}: {exc}", file=sys.stderr)
-        return 2
-    except httpx.TransportError as exc:
-        print(f"error: cannot reach the API at {url}: {exc.__class__.__name__}: {exc}", file=sys.stderr)
-        return 1
-    if as_json:
-        print(json.dumps(result.document, indent=2))
-    elif result.text:
-        print(printable(result.text), flush=True)
-    return result.code
 
 
 def _handler(command: Callable[[Any, argparse.Namespace], Result]) -> Callable[[argparse.Namespace], int]:
@@ -182,14 +139,24 @@ def _cancel(client: Any, args: argparse.Namespace) -> Result:
     return Result(job, f"job {job['id']} {job['status']}{later}")
 
 
-_ACTION_NOTES = {"pausing": " (it checkpoints at its next step, then frees its GPUs)",
-                 "queued": " (it continues from its checkpoint)"}
+def _action_note(job: dict[str, Any]) -> str:
+    """What a pause, resume or retry sets going: a job back in the queue continues from its
+    newest checkpoint, and without one it starts over."""
+    if job["status"] == "pausing":
+        return " (it checkpoints at its next step, then frees its GPUs)"
+    if job["status"] != "queued":
+        return ""
+    if job.get("latest_checkpoint"):
+        return f" (it continues from its checkpoint {PurePath(job['latest_checkpoint']).name})"
+    if job.get("last_step"):
+        return f" (it has no checkpoint: it starts over from step 0; steps 1-{job['last_step']} run again)"
+    return " (it has no checkpoint: it starts from step 0)"
 
 
 def _action(action: str) -> Callable[[Any, argparse.Namespace], Result]:
     def command(client: Any, args: argparse.Namespace) -> Result:
         job = client.act(args.job_id, action)
-        return Result(job, f"job {job['id']} {job['status']}{_ACTION_NOTES.get(job['status'], '')}")
+        return Result(job, f"job {job['id']} {job['status']}{_action_note(job)}")
 
     return command
 
@@ -330,9 +297,10 @@ def add_monitor_commands(commands: argparse._SubParsersAction) -> None:
     add("watch", "follow a job live until it ends (exit 0: succeeded)", _watch)
     add("cancel", "cancel a job (a running one stops at its next step, with a checkpoint)", _cancel)
     add("pause", "pause a job: it checkpoints, frees its GPUs and waits to be resumed", _action("pause"))
-    add("resume", "put a paused job back in the queue, to continue from its checkpoint", _action("resume"))
-    add("retry", "put a failed or cancelled job back in the queue, from its last checkpoint",
-        _action("retry"))
+    add("resume", "put a paused job back in the queue, to continue from its checkpoint (if it has one)",
+        _action("resume"))
+    add("retry", "put a failed or cancelled job back in the queue, to continue from its last checkpoint "
+        "(from step 0 without one)", _action("retry"))
     clone = add("clone", "submit a copy of a job's spec, changed by a file of fields if given", _clone)
     clone.add_argument("--changes", type=Path, default=None, metavar="FILE",
                        help="fields to change, nested as in a spec (grpo: {max_steps: 10})")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from api.explanations import error_code_text, pending_reason_text
 from api.lifecycle import TERMINAL_STATUSES
 
 NOTABLE_EVENTS = ("running", "requeued", "resumed", "checkpoint", "stopped", "cancel_requested",
@@ -53,8 +54,9 @@ def clip(text: str, width: int | None) -> str:
 
 def sparkline(values: Sequence[Any], width: int | None = None) -> str:
     """One character per value, the newest ``width`` only, heights scaled from the lowest value
-    shown (``▁``) to the highest (``█``); a gap for a missing or non-finite value; a constant
-    series is a flat line at mid height (``▄``)."""
+    shown (``▁``) to the highest (``█``); a gap for a missing or non-finite value. A constant
+    series has no scale: at 0 it is a line on the floor (``▁``), so no clipping or no KL reads as
+    nothing, and at any other value a flat line at mid height (``▄``)."""
     if width is not None and width <= 0:
         return ""
     shown = [finite(value) for value in (values[-width:] if width else values)]
@@ -67,7 +69,7 @@ def sparkline(values: Sequence[Any], width: int | None = None) -> str:
         if value is None:
             return " "
         if high == low:
-            return SPARKS[top // 2]
+            return SPARKS[0] if low == 0 else SPARKS[top // 2]
         return SPARKS[int((value - low) / (high - low) * top + 0.5)]
 
     return "".join(glyph(value) for value in shown)
@@ -233,6 +235,16 @@ def _waits(job: dict[str, Any]) -> str | None:
     return f"#{position} {reason or ''}".rstrip()
 
 
+def _explained(text: str | None, explanation: str | None) -> str | None:
+    return f"{text}: {explanation}" if text and explanation else text
+
+
+def _legend(reasons: Sequence[str | None], width: int | None = None) -> list[str]:
+    """One line per distinct pending reason shown in a table, saying what it means."""
+    known = [(reason, text) for reason in dict.fromkeys(reasons) if (text := pending_reason_text(reason))]
+    return [clip(f"{reason}: {text}", width) for reason, text in known]
+
+
 def jobs_table(jobs: Sequence[dict[str, Any]], width: int | None = None) -> list[str]:
     # A job by epochs over a file dataset has no step count until its worker counted the prompts.
     rows = [[job["id"], job["name"], job["status"], f"{job['last_step']}/{job['max_steps'] or '?'}",
@@ -250,13 +262,14 @@ def job_details(job: dict[str, Any], width: int | None = None, team: str | None 
         ("progress", progress(job["last_step"], job["max_steps"], 30)),
         ("placement", f"pool {job['pool']}, {job['gpus']} GPU(s), priority {job['priority']}"),
         ("team", f"{team} (id {job['team_id']})" if team else job["team_id"]),
-        ("waits", _waits(job)),
+        ("waits", _explained(_waits(job), pending_reason_text(job.get("pending_reason")))),
         ("cancel", "requested" if job.get("cancel_requested") else None),
         ("preempt", "requested" if job.get("preempt_requested") else None),
         *((name, when(job.get(f"{name}_at")) if job.get(f"{name}_at") else None)
           for name in ("created", "dispatched", "started", "finished", "heartbeat")),
         ("checkpoint", job.get("latest_checkpoint")),
         ("error", f"[{error['code']}] {error['message']}" if error else None),
+        ("meaning", error_code_text(error["code"]) if error else None),
     ]
     lines = [f"job {job['id']}  {job['name']}"]
     lines += [f"{name:<11} {value}" for name, value in fields if value is not None]
@@ -319,8 +332,8 @@ def cluster_lines(cluster: dict[str, Any], queue: dict[str, Any], now: datetime,
     headers = ["WORKER", "POOL", "GPUS", "MODEL", "GPU MB", "STATE", "DEVICE:JOB", "HOST"]
     out += ["", "Workers", *(table(headers, workers, width) if workers else ["no live workers"])]
     out += ["", "Teams (GPUs held vs quota)",
-            *table(["TEAM", "WEIGHT", "POOL", "HELD", "QUOTA USE", "FAIR SHARE", "RECENT", "WAITING"], teams,
-                   width)]
+            *table(["TEAM", "WEIGHT", "POOL", "HELD", "QUOTA USE", "FAIR SHARE (GPUS)", "RECENT (AVG GPUS)",
+                    "WAITING"], teams, width)]
     if running:
         out += ["", "Running", *table(["JOB", "TEAM", "POOL", "GPUS", "PRIORITY", "STATUS", "WORKER",
                                        "DEVICES", "PREEMPTING"], running, width)]
@@ -338,4 +351,5 @@ def queue_lines(queue: dict[str, Any], now: datetime, width: int | None = None) 
     if not rows:
         return [clip(head, width), "no waiting jobs to show"]
     headers = ["POS", "JOB", "NAME", "TEAM", "POOL", "GPUS", "PRIORITY", "WAITS FOR"]
-    return [clip(head, width), *table(headers, rows, width)]
+    legend = _legend([entry["pending_reason"] for entry in queue["items"]], width)
+    return [clip(head, width), *table(headers, rows, width), *(["", *legend] if legend else [])]

@@ -52,7 +52,8 @@ class JobRead(BaseModel):
     last_step: int
     cancel_requested: bool
     preempt_requested: bool = False
-    # why a waiting job waits: policy.PENDING_REASONS, or no_scheduler (api.scheduling.liveness)
+    # why a waiting job waits: policy.PENDING_REASONS, or no_scheduler (api.scheduling.liveness);
+    # null unless the job waits (queued or preempted)
     pending_reason: str | None = None
     queue_position: int | None = None  # 1-based place in its pool's order, from the scheduler's last pass
     created_at: UtcDatetime
@@ -139,3 +140,10 @@ class Page(BaseModel, Generic[T]):
 
     items: list[T]
     next_after: int | None
+
+
+class CodesRead(BaseModel):
+    """What each code a job may show means, in words (``api.explanations``)."""
+
+    pending_reasons: dict[str, str] = Field(description="A waiting job's `pending_reason` -> why it waits")
+    error_codes: dict[str, str] = Field(description="A failed job's `error.code` -> what went wrong")

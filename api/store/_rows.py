@@ -9,6 +9,7 @@ from sqlalchemy import Executable, Row, Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from api.lifecycle import WAITING_STATUSES
 from api.schemas.jobs import ErrorInfo, JobRead
 from api.store.models import Job
 
@@ -36,7 +37,9 @@ def job_read(job: Job | Row[Any], *, traceback: bool = False, spec: bool = True)
         last_step=job.last_step,
         cancel_requested=job.cancel_requested,
         preempt_requested=job.preempt_requested,
-        pending_reason=job.pending_reason,
+        # The column keeps the scheduler's last word on a job it could not place; once the job
+        # runs, rests or ends, that word is no longer true (a cancelled job does not wait).
+        pending_reason=job.pending_reason if job.status in WAITING_STATUSES else None,
         created_at=job.created_at,
         dispatched_at=job.dispatched_at,
         started_at=job.started_at,

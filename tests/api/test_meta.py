@@ -1,8 +1,10 @@
-"""Probes, the reward catalog, the OpenAPI page, local no-auth mode and the torch-free import."""
+"""Probes, the reward catalog, what job codes mean, the OpenAPI page, local no-auth mode and the
+torch-free import."""
 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -108,6 +110,36 @@ def test_reward_catalog_lists_argument_schemas(api) -> None:
     assert exact["builtin"] is True and exact["description"]
     assert exact["args_schema"]["properties"]["field"]["default"] == "answer"
     assert exact["args_schema"]["additionalProperties"] is False
+
+
+def codes_written_in(*packages: str) -> set[str]:
+    """Every error code a GRPOError class or a call names in the source: ``code = "x"`` and
+    ``code="x"`` (``error_code="x"`` too), so a code added later is found here without a list."""
+    repo = Path(__file__).resolve().parents[2]
+    found: set[str] = set()
+    for package in packages:
+        for path in (repo / package).rglob("*.py"):
+            found.update(re.findall(r'code\s*=\s*"([a-z_]+)"', path.read_text()))
+    return found
+
+
+def test_every_code_a_job_can_show_is_explained_in_words(api) -> None:
+    from api.scheduling.liveness import NO_SCHEDULER
+    from api.scheduling.policy import PENDING_REASONS
+    from api.store.attempts import TOO_MANY_ATTEMPTS
+    from worker.artifacts import QUOTA_EXCEEDED
+    from worker.heartbeat import CAPABILITY_MISSING
+    from worker.retrying import DATABASE_UNAVAILABLE
+    from worker.supervisor import OUT_OF_MEMORY, STALLED
+
+    codes = api.get("/v1/codes").json()
+    assert set(codes["pending_reasons"]) == {*PENDING_REASONS, NO_SCHEDULER}
+    written = codes_written_in("grpo_core", "worker") | {
+        TOO_MANY_ATTEMPTS, QUOTA_EXCEEDED, CAPABILITY_MISSING, DATABASE_UNAVAILABLE, OUT_OF_MEMORY, STALLED}
+    assert {"reward_error", "disk_full", "internal_error", "rank_died"} <= written  # the scan finds them
+    assert written <= set(codes["error_codes"]), written - set(codes["error_codes"])
+    texts = [*codes["pending_reasons"].values(), *codes["error_codes"].values()]
+    assert all(len(text.split()) >= 5 for text in texts)
 
 
 def test_openapi_documents_the_v1_api(api) -> None:

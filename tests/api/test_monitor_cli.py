@@ -118,6 +118,38 @@ def test_exit_codes_and_one_line_errors(grpo, alpha, team_keys, job_spec, worker
     assert bad.value.code == 2
 
 
+def test_a_refused_or_missing_key_and_an_unreachable_api_say_what_to_do(grpo, api_server,
+                                                                        monkeypatch) -> None:
+    monkeypatch.delenv("GRPO_API_KEY", raising=False)
+    grpo.capsys.readouterr()
+    code = main(["list", "--api-url", api_server.http_url])  # no --api-key, no GRPO_API_KEY
+    out, err = grpo.capsys.readouterr()
+    assert (code, out) == (1, "") and "HTTP 401" in err and len(err.splitlines()) == 1
+    assert "no API key was given: set GRPO_API_KEY or pass --api-key" in err
+    code, _, err = grpo("list", key="grpo_wrong-key")
+    assert code == 1 and "refused the key from --api-key (or GRPO_API_KEY)" in err
+    down = f"http://127.0.0.1:{free_port()}"
+    code, _, err = grpo("list", url=down)
+    assert code == 1 and err.startswith(f"error: cannot reach the API at {down}") and "`grpo dev`" in err
+
+
+def test_json_prints_the_error_body_on_failure(grpo, alpha, team_keys, job_spec, client_for) -> None:
+    """A script reading ``--json`` gets a document on failure too: the API's error body as it was
+    sent, or one of the same shape when no API answered."""
+    job = new_job(alpha, job_spec)
+    for argv, key, path in ((("show", str(job["id"])), team_keys.beta, f"/v1/jobs/{job['id']}"),
+                            (("list",), "grpo_wrong-key", "/v1/jobs"),
+                            (("list", "--status", "sleeping"), team_keys.alpha, "/v1/jobs?status=sleeping")):
+        code, out, err = grpo(*argv, "--json", key=key)
+        assert code in (1, 2) and err.startswith("error: HTTP "), argv
+        assert json.loads(out) == client_for(key).get(path).json(), argv
+    code, out, err = grpo("list", "--json", url=f"http://127.0.0.1:{free_port()}")
+    error = json.loads(out)["error"]
+    assert code == 1 and error["code"] == "api_unreachable" and error["message"] in err
+    code, out, _ = grpo("queue", "--pool", "nowhere", "--json")  # refused here, not by the API
+    assert code == 2 and json.loads(out)["error"]["message"] == "--pool: no pool 'nowhere'"
+
+
 def test_cancel_a_queued_and_a_running_job(grpo, alpha, job_spec, worker) -> None:
     queued, running = new_job(alpha, job_spec), new_job(alpha, job_spec)
     assert grpo("cancel", str(queued["id"]))[:2] == (0, f"job {queued['id']} cancelled\n")
@@ -208,6 +240,31 @@ def test_cluster_and_queue(grpo, alpha, api_server, job_spec, own_pool) -> None:
     assert any(line.split()[:3] == [str(first["id"]), "alpha", pool] for line in lines)
 
 
+def test_show_and_queue_say_what_each_code_means(grpo, alpha, api_server, job_spec, pool, worker) -> None:
+    from api.explanations import ERROR_CODES, PENDING_REASONS
+    from api.lifecycle import JobStatus
+    from api.store import attempts
+
+    waiting = new_job(alpha, job_spec, resources={"pool": pool})  # a pool without workers
+    Scheduler(api_server.settings).tick()
+    code, out, _ = grpo("show", str(waiting["id"]))
+    waits = next(line for line in out.splitlines() if line.startswith("waits "))
+    assert code == 0 and waits.endswith(f"no_workers: {PENDING_REASONS['no_workers']}")
+    code, out, _ = grpo("queue", "--pool", pool)
+    assert code == 0 and out.splitlines()[-1] == f"no_workers: {PENDING_REASONS['no_workers']}"
+
+    failed = new_job(alpha, job_spec)
+    worker.start(failed["id"])
+    with session_scope(api_server.settings.database_url) as session:
+        message = "no step for 1800 s"
+        attempts.finish(session, failed["id"], worker_id="scripted", outcome=JobStatus.FAILED,
+                        message=message, error_code="stalled", error_message=message)
+    code, out, _ = grpo("show", str(failed["id"]))
+    fields = {line.split()[0]: line.split(None, 1)[1] for line in out.splitlines()[1:]}
+    assert code == 1 and fields["error"] == "[stalled] no step for 1800 s"
+    assert fields["meaning"] == ERROR_CODES["stalled"]
+
+
 def open_streams(admin) -> float:
     """The API process's open job streams, as its ``/metrics`` reports them."""
     lines = admin.get("/metrics").text.splitlines()
@@ -267,6 +324,22 @@ def test_watch_on_a_terminal_redraws_one_frame_in_place(grpo, alpha, job_spec, w
     assert last[0] == f"job {job['id']} {job['name']} · succeeded"
     assert last[1].endswith("] 3/20  15%") and last[2].startswith("reward") and "0.01..0.03" in last[2]
     assert last[-1] == f"job {job['id']} succeeded at step 3"
+
+
+def test_watch_draws_a_series_that_stays_at_zero_on_the_floor(grpo, alpha, job_spec, worker,
+                                                              monkeypatch) -> None:
+    job = new_job(alpha, job_spec)
+    worker.start(job["id"])
+    for step in (1, 2, 3):  # nothing clipped, no divergence from the reference: flat at zero
+        worker.reporter(job["id"]).on_step({"step": step, "reward": 0.1 * step, "kl": 0.0,
+                                            "clip_ratio/region_mean": 0.0})
+    worker.finish(job["id"])
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "72")
+    code, out, _ = grpo("watch", str(job["id"]))
+    last = out.split("\x1b[J")[-1].splitlines()
+    assert code == 0 and last[3].split() == ["KL", "0", "▁▁▁"] and last[4].split() == ["clipfrac", "0", "▁▁▁"]
+    assert last[2].split()[-1] == "0.1..0.3"  # a series that moves still spans its range
 
 
 def test_submit_prints_the_new_job(grpo, alpha, job_spec, tmp_path: Path) -> None:

@@ -5,6 +5,8 @@ its checkpoints: tests/e2e/test_service.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from api.cli.main import main
 from api.store.attempts import requeue_after_fault, stop_paused, stop_request
 from api.store.db import session_scope
@@ -90,6 +92,26 @@ def test_the_cli_verbs(alpha, job_spec, api_server, team_keys, capsys) -> None:
     assert main(["pause", str(job["id"]), *argv]) == 0
     assert f"job {job['id']} paused" in capsys.readouterr().out
     assert main(["resume", str(job["id"]), *argv]) == 0
-    assert "queued (it continues from its checkpoint)" in capsys.readouterr().out
+    assert "queued (it has no checkpoint: it starts from step 0)" in capsys.readouterr().out
     assert main(["retry", str(job["id"]), *argv]) == 2  # not failed: a 409
     assert "only a failed or cancelled job can be retried" in capsys.readouterr().err
+
+
+def test_retry_says_whether_the_job_continues_from_a_checkpoint_or_starts_over(alpha, job_spec, worker,
+                                                                               api_server, team_keys,
+                                                                               capsys) -> None:
+    argv = ["--api-url", api_server.http_url, "--api-key", team_keys.alpha]
+    bare, kept = (alpha.post("/v1/jobs", json=job_spec()).json()["id"] for _ in range(2))
+    for job_id in (bare, kept):
+        worker.start(job_id)
+        for step in (1, 2, 3):
+            worker.step(job_id, step)
+            if job_id == kept and step == 2:
+                worker.reporter(kept).on_checkpoint(2, Path("/artifacts/jobs/kept/step-2"))
+        worker.finish(job_id, "failed")
+    capsys.readouterr()
+    assert main(["retry", str(bare), *argv]) == 0
+    assert capsys.readouterr().out == \
+        f"job {bare} queued (it has no checkpoint: it starts over from step 0; steps 1-3 run again)\n"
+    assert main(["retry", str(kept), *argv]) == 0
+    assert capsys.readouterr().out == f"job {kept} queued (it continues from its checkpoint step-2)\n"

@@ -205,3 +205,24 @@ def test_a_packed_worker_shows_each_device_and_its_job_and_keeps_unknown_jobs_de
     view = cluster_view(scheduling, [beat], {}, 1)
     assert (view.pools[0].gpus_busy, view.pools[0].gpus_free) == (3, 1)
     assert [(r.job_id, r.devices) for r in view.running] == [(10, [0])]
+
+
+def test_only_a_waiting_job_says_why_it_waits(client_for, team_keys, job_spec, api_server, pool) -> None:
+    """The scheduler's reason stays in SQL after a job stops waiting; the API no longer shows it."""
+    alpha = client_for(team_keys.alpha)
+    first, second = (alpha.post("/v1/jobs", json=job_spec(resources={"pool": pool})).json()["id"]
+                     for _ in range(2))
+    Scheduler(api_server.settings).tick()  # the pool has no worker: both wait, saying so
+    assert [alpha.get(f"/v1/jobs/{job}").json()["pending_reason"] for job in (first, second)] == \
+        ["no_workers", "no_workers"]
+    cancelled = alpha.post(f"/v1/jobs/{first}/cancel").json()
+    paused = alpha.post(f"/v1/jobs/{second}/pause").json()
+    assert (cancelled["status"], cancelled["pending_reason"]) == ("cancelled", None)
+    assert (paused["status"], paused["pending_reason"]) == ("paused", None)
+    listed = {job["id"]: job for job in alpha.get("/v1/jobs", params={"limit": 100}).json()["items"]}
+    assert [listed[job]["pending_reason"] for job in (first, second)] == [None, None]
+    assert alpha.get(f"/v1/jobs/{first}").json()["pending_reason"] is None
+    resumed = alpha.post(f"/v1/jobs/{second}/resume").json()  # waiting again: its reason is the scheduler's
+    Scheduler(api_server.settings).tick()
+    assert (resumed["status"], alpha.get(f"/v1/jobs/{second}").json()["pending_reason"]) == \
+        ("queued", "no_workers")

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from api.cli import term_view as tv
+from api.explanations import ERROR_CODES, PENDING_REASONS
 
 NAN, INF = float("nan"), float("inf")
 
@@ -17,6 +18,8 @@ NAN, INF = float("nan"), float("inf")
     ([0, 1, 2], None, "▁▅█"),  # 3.5 rounds half up, to 4
     ([-1.0, 1.0], None, "▁█"),
     ([5, 5, 5], None, "▄▄▄"),  # a constant series is a flat line at mid height
+    ([0, 0.0, -0.0], None, "▁▁▁"),  # ... but at 0 it lies on the floor: nothing happens
+    ([0, None, 0], None, "▁ ▁"),
     ([0, None, NAN, INF, 1], None, "▁   █"),  # a gap for each missing or non-finite value
     ([None, NAN], None, "  "),
     ([1, True, 2], None, "▁ █"),  # a bool is not a measurement
@@ -157,9 +160,10 @@ def test_job_views() -> None:
         "created     2024-05-01 12:00:00",
         "finished    2024-05-01 12:05:00",
         "error       [non_finite_loss] loss is nan",
+        f"meaning     {ERROR_CODES['non_finite_loss']}",
     ]
     assert tv.final_line(failed) == "job 4 failed at step 5 [non_finite_loss] loss is nan"
-    assert tv.job_details(JOB)[5] == "waits       #2 no_workers"
+    assert tv.job_details(JOB)[5] == f"waits       #2 no_workers: {PENDING_REASONS['no_workers']}"
 
 
 def test_event_and_metric_tables() -> None:
@@ -194,9 +198,9 @@ def test_cluster_and_queue_views() -> None:
         "no live workers",
         "",
         "Teams (GPUs held vs quota)",
-        "TEAM   WEIGHT  POOL     HELD  QUOTA USE         FAIR SHARE  RECENT  WAITING",
-        "alpha       2  default     0  [          ] 0/4  -                0        1",
-        "beta        1  -           -  -                 -                -        -",
+        "TEAM   WEIGHT  POOL     HELD  QUOTA USE         FAIR SHARE (GPUS)  RECENT (AVG GPUS)  WAITING",
+        "alpha       2  default     0  [          ] 0/4  -                                  0        1",
+        "beta        1  -           -  -                 -                                  -        -",
         "",
         "Queue (scheduler pass 2s ago, order set 10s ago; waiting per pool: default 1)",
         "no waiting jobs to show",
@@ -204,6 +208,9 @@ def test_cluster_and_queue_views() -> None:
     queue["items"] = [{"job_id": 4, "name": "run", "team": "alpha", "pool": "default", "gpus": 1,
                        "priority": "high", "position": 1, "pending_reason": "pool_held"}]
     assert tv.queue_lines(queue, now)[1:] == ["POS  JOB  NAME  TEAM   POOL     GPUS  PRIORITY  WAITS FOR",
-                                              "  1    4  run   alpha  default     1  high      pool_held"]
+                                              "  1    4  run   alpha  default     1  high      pool_held",
+                                              "",  # then what each reason shown means
+                                              f"pool_held: {PENDING_REASONS['pool_held']}"]
+    assert tv.queue_lines(queue, now, 30)[-1] == "pool_held: an admin has held …"
     assert tv.queue_lines({**queue, "scheduler_pass_at": None}, now, 40)[0] == \
         "Queue (scheduler pass never, order set …"

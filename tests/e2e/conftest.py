@@ -48,7 +48,12 @@ class Stack:
             return seen[0] if predicate(seen[0]) else None
 
         return wait_until(reached, timeout, f"job {job_id} to get there", interval=interval,
-                          details=lambda: f"last read: {seen}\n{self.log.read_text()[-6000:]}")
+                          details=lambda: f"last read: {seen}\n{self.logs()}")
+
+    def logs(self) -> str:
+        """The ends of `grpo dev`'s terminal and of its worker's log (artifacts/logs/)."""
+        paths = (self.log, self.root / "artifacts" / "logs" / "worker.log")
+        return "\n".join(f"== {path.name}\n{path.read_text()[-4000:]}" for path in paths if path.exists())
 
     def wait_until_done(self, job_id: int) -> dict[str, Any]:
         return self.wait_for_job(job_id, lambda job: job["status"] in TERMINAL_STATUSES)

@@ -35,6 +35,26 @@ def wait_for_points(page: Any, chart: str, name: str, least: int, timeout: float
                            arg=[chart, name, least], timeout=timeout)
 
 
+# The words of an element's text that the layout split over two lines (a hyphen may end a line).
+WORDS_SPLIT = """(selector) => {
+  const node = document.querySelector(selector).firstChild;
+  const split = [];
+  for (const match of node.textContent.matchAll(/[^\\s-]+/g)) {
+    const range = document.createRange();
+    range.setStart(node, match.index);
+    range.setEnd(node, match.index + match[0].length);
+    const lines = new Set(Array.from(range.getClientRects(), (rect) => Math.round(rect.top)));
+    if (lines.size > 1) split.push(match[0]);
+  }
+  return split;
+}"""
+
+
+def codes(stack: Any) -> dict[str, dict[str, str]]:
+    """What the service says each code means (``GET /v1/codes``)."""
+    return stack.client("alpha").http.get("/v1/codes").json()
+
+
 def log_in(page: Any, key: str) -> None:
     page.goto("/#/login")
     page.fill("input[name=key]", key)
@@ -149,6 +169,8 @@ def test_a_job_from_the_form_is_charted_live_with_its_samples(browser_page, keye
     for chart, trace in (("kl", "kl"), ("clip", "region_mean"), ("length", "mean_length"),
                          ("rewards", "contains"), ("tokens_per_second", "tokens_per_second")):
         assert len(points(page, chart, trace)) == steps, chart
+    ticks = page.locator('[data-chart="reward"] .xtick text').all_text_contents()  # respaced as the run grew
+    assert 3 <= len(ticks) <= 8 and all(tick.isdigit() for tick in ticks), ticks
 
     samples = page.locator("[data-panel=samples] tbody tr")
     assert samples.count() > 0 and "No samples" not in samples.first.inner_text()
@@ -230,6 +252,70 @@ def test_the_cluster_page_shows_the_worker_and_the_queue(browser_page, keyed_sta
     finally:
         keyed_stack.admin("resume", "default")
     keyed_stack.client("alpha").http.post(f"/v1/jobs/{waiting}/cancel")
+
+
+def test_a_waiting_job_says_why_in_words_until_it_stops_waiting(browser_page, keyed_stack, tiny_spec,
+                                                               screenshots) -> None:
+    page = browser_page
+    meaning = codes(keyed_stack)["pending_reasons"]["pool_held"]
+    keyed_stack.admin("hold", "default")
+    try:
+        job_id = keyed_stack.client("alpha").submit(tiny_spec("held", max_steps=2))["id"]
+        log_in_as(page, keyed_stack, "alpha")
+        term = row_of(page, job_id).locator("abbr.code[data-code=pool_held]")  # the list: meaning on hover
+        term.wait_for()
+        assert term.get_attribute("title") == meaning
+        page.goto("/#/cluster")
+        queued = page.locator(f'[data-panel=queue] tr[data-job-id="{job_id}"] .explanation')
+        queued.wait_for()
+        assert queued.inner_text() == meaning
+        recent = page.locator("[data-panel=teams] th", has_text="recent use")
+        assert "(avg GPUs)" in recent.inner_text()
+        assert "averaged over the past" in recent.get_attribute("title")
+        page.goto(f"/#/jobs/{job_id}")
+        note = page.locator("[data-panel=job] .job-note.waiting[data-reason=pool_held]")
+        note.wait_for()
+        assert meaning in note.inner_text()
+        screenshots(page, "job-waiting")
+        page.click("[data-panel=job] button[data-action=cancel]")
+        page.wait_for_selector("[data-panel=job] [data-status=cancelled]")
+        assert note.count() == 0 and page.locator("[data-panel=job] abbr.code").count() == 0
+    finally:
+        keyed_stack.admin("resume", "default")
+
+
+def test_a_failure_reads_whole_across_the_page_with_what_its_code_means(browser_page, keyed_stack,
+                                                                         tiny_spec, screenshots) -> None:
+    page = browser_page
+    # Accepted (the file exists), but its rows have no prompt column: the worker finds out.
+    (keyed_stack.root / "data" / "questions.jsonl").write_text(json.dumps({"question": "2+3?"}) + "\n")
+    spec = tiny_spec("fails", dataset={"source": "path:questions.jsonl"})
+    job = wait_finished(keyed_stack, keyed_stack.client("alpha").submit(spec)["id"])
+    assert job["status"] == "failed", job
+    log_in_as(page, keyed_stack, "alpha")
+    page.goto(f"/#/jobs/{job['id']}")
+    note = page.locator(f"[data-panel=job] .job-note.failure[data-error-code={job['error']['code']}]")
+    note.wait_for()
+    screenshots(page, "job-failed")
+    assert codes(keyed_stack)["error_codes"][job["error"]["code"]] in note.inner_text()
+    assert note.locator(".message").inner_text() == job["error"]["message"]
+    note_width, facts_width = page.evaluate("""() => [".job-note.failure", "[data-panel=job] .facts"].map(
+        (selector) => document.querySelector(selector).getBoundingClientRect().width)""")
+    assert note_width >= 0.95 * facts_width  # across the page, not in a fact's narrow cell
+    assert page.evaluate(WORDS_SPLIT, ".job-note.failure .message") == []
+
+
+def test_the_step_axis_of_a_short_run_has_whole_steps_only(browser_page, keyed_stack, tiny_spec) -> None:
+    page = browser_page
+    job_id = keyed_stack.client("alpha").submit(tiny_spec("three", max_steps=3))["id"]
+    job = wait_finished(keyed_stack, job_id)
+    assert job["status"] == "succeeded", job
+    log_in_as(page, keyed_stack, "alpha")
+    page.goto(f"/#/jobs/{job['id']}")
+    wait_for_points(page, "reward", "reward", 3)
+    for chart in ("reward", "kl", "learning_rate"):
+        ticks = page.locator(f'[data-chart="{chart}"] .xtick text').all_text_contents()
+        assert ticks == ["1", "2", "3"], chart
 
 
 def test_the_api_reference_renders_with_nothing_from_outside(browser_page, keyed_stack) -> None:

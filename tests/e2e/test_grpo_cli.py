@@ -1,24 +1,31 @@
 """The ``grpo`` command line around the service: the core's commands still work through it,
-bad input exits 2 with a message, and neither the CLI nor the worker's main process loads torch
-(the web process starts fast; CUDA is only ever initialised in a job's child)."""
+bad input exits 2 with a message, neither the CLI nor the worker's main process loads torch
+(the web process starts fast; CUDA is only ever initialised in a job's child), and ``grpo dev``'s
+terminal says where things are and how the jobs go while the services' output goes to logs."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import yaml
+from waiting import wait_until
 
+from api.cli.client import ApiClient
 from api.cli.dev import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def grpo(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def grpo(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None, timeout: float = 120
+         ) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "api.cli.main", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=120, env=env)
+                          text=True, timeout=timeout, env=env)
 
 
 def test_the_cli_and_the_worker_main_process_import_without_torch():
@@ -64,3 +71,64 @@ def test_dev_explains_when_there_is_no_redis_at_all(tmp_path: Path):
     assert done.returncode == 2
     assert "redis-server" in done.stderr and "GRPO_REDIS_URL" in done.stderr
     assert (tmp_path / "grpo.db").is_file()  # the embedded default, migrated before Redis was looked for
+
+
+# What the services print, which belongs in artifacts/logs/, never on `grpo dev`'s terminal:
+# migrations, Celery's banner and its task lines, uvicorn's start-up and access lines.
+SERVICE_NOISE = ("alembic", "Running upgrade", "[tasks]", "celery@", "Task grpo.run_job", "Uvicorn running",
+                 "HTTP/1.1")
+
+
+def dev_folder(tmp_path: Path, tiny_model_dir: Path) -> tuple[Path, dict[str, str]]:
+    """A working folder for `grpo dev` (the tiny model under models/) and its environment."""
+    root = tmp_path / "dev"
+    shutil.copytree(tiny_model_dir, root / "models" / "tiny")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPO_")}
+    env.update(GRPO_MODELS_ROOT=str(root / "models"), GRPO_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0",
+               GRPO_HEARTBEAT_SECONDS="0.5", GRPO_SCHEDULER_INTERVAL_SECONDS="0.2", OMP_NUM_THREADS="1",
+               HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", PYTHONPATH=str(REPO))
+    return root, env
+
+
+def assert_the_logs_have_what_the_terminal_has_not(terminal: str, logs: Path) -> None:
+    assert f"grpo dev: logs in {logs}/" in terminal, terminal
+    assert [noise for noise in SERVICE_NOISE if noise in terminal] == [], terminal
+    assert "Running upgrade" in (logs / "dev.log").read_text()
+    assert "HTTP/1.1" in (logs / "api.log").read_text()
+    assert "grpo.run_job" in (logs / "worker.log").read_text()  # Celery's banner lists the task
+
+
+def test_grpo_dev_shows_where_things_are_and_each_jobs_progress_not_the_services_output(
+        tmp_path: Path, tiny_model_dir: Path, tiny_spec) -> None:
+    root, env = dev_folder(tmp_path, tiny_model_dir)
+    port, terminal = free_port(), root / "terminal.txt"
+    with terminal.open("w") as out:
+        dev = subprocess.Popen([sys.executable, "-m", "api.cli.main", "dev", "--port", str(port)], cwd=root,
+                               env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: "Ctrl-C stops it" in terminal.read_text(), 90, "grpo dev to come up",
+                   interval=0.2, details=terminal.read_text)
+        job = ApiClient(url).submit(tiny_spec("shown", max_steps=2))  # GRPO_AUTH=none: no key
+        wait_until(lambda: f"job {job['id']} shown: succeeded at step 2" in terminal.read_text(), 180,
+                   "the job's end on grpo dev's terminal", interval=0.2, details=terminal.read_text)
+        httpx.get(f"{url}/v1/jobs")  # one more access line, for api.log only
+    finally:
+        dev.send_signal(signal.SIGTERM)
+        dev.wait(timeout=60)
+    text = terminal.read_text()
+    assert f"grpo dev: API and dashboard at {url}/" in text
+    assert f"job {job['id']} shown: running" in text
+    assert_the_logs_have_what_the_terminal_has_not(text, root / "artifacts" / "logs")
+
+
+def test_grpo_dev_submit_shows_the_jobs_steps_and_none_of_the_migrations(tmp_path: Path, tiny_model_dir: Path,
+                                                                         tiny_spec) -> None:
+    root, env = dev_folder(tmp_path, tiny_model_dir)
+    spec = root / "job.yaml"
+    spec.write_text(yaml.safe_dump(tiny_spec("submitted", max_steps=2)))
+    done = grpo("dev", "--port", str(free_port()), "--submit", str(spec), cwd=root, env=env, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    steps = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("step ")]
+    assert steps == ["1/2", "2/2"] and "succeeded at step 2" in done.stdout.splitlines()[-1]
+    assert_the_logs_have_what_the_terminal_has_not(done.stdout + done.stderr, root / "artifacts" / "logs")

@@ -175,3 +175,11 @@ def test_nproc_per_node_that_splits_groups_is_refused_before_anything_runs(tiny_
     # The same check in-process: a second subprocess costs seconds of imports.
     assert main(["train", str(spec), "--output-dir", str(tmp_path / "run"), "--nproc-per-node", "0"]) == 2
     assert "--nproc-per-node" in capsys.readouterr().err
+
+
+def test_train_with_gradient_checkpointing_prints_no_deprecation_warning(tiny_model_dir, tmp_path):
+    """A subprocess: pytest's own warning filters do not reach it, so stderr is what a user sees."""
+    spec = write_spec(tmp_path / "job.yaml", spec_dict(tiny_model_dir, gradient_checkpointing=True))
+    done = grpo("train", str(spec), "--output-dir", str(tmp_path / "run"), "--max-steps", "1", "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr and "checkpointing_enable" not in done.stderr, done.stderr

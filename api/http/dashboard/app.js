@@ -4,6 +4,7 @@
 // late answer meant for an old page lands in a detached node, never on the new one.
 
 import {apiKey, onUnauthorized, setApiKey} from "./api.js";
+import {loadCodes} from "./codes.js";
 import {el, fill} from "./dom.js";
 import * as cluster from "./cluster.js";
 import * as job from "./job.js";
@@ -52,6 +53,10 @@ async function render() {
       if (error.status !== 401 && ticket === renders) showBootError(error);
       return; // a 401 has already sent us to the login page
     }
+    if (ticket !== renders) return;
+  }
+  if (found.page !== login) {
+    await loadCodes().catch(() => {}); // fetched once; without them a code is shown alone
     if (ticket !== renders) return;
   }
   showWho();

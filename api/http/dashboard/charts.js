@@ -29,6 +29,18 @@ const LAYOUT = {
 };
 const CONFIG = {displayModeBar: false, responsive: true};
 
+// Steps are whole numbers, so the x axis is ticked at multiples of 1, 2, 5, 10, 20, 50...: the
+// smallest that leaves at most about 6 ticks up to the newest step. Left to itself, Plotly ticks
+// a short run at 0.5 and labels steps that never happen.
+const STEP_TICKS = 6;
+function stepTick(lastStep) {
+  const rough = Math.max(1, lastStep / STEP_TICKS);
+  const power = 10 ** Math.floor(Math.log10(rough));
+  return [1, 2, 5, 10].map((m) => m * power).find((tick) => tick >= rough);
+}
+
+const stepAxis = (dtick) => ({tickmode: "linear", tick0: 0, dtick, tickformat: "d"});
+
 const value = (record, name) => (typeof record[name] === "number" ? record[name] : null);
 const label = (name) => name.match(REWARD_FN)?.[1] || name.split("/").at(-1);
 
@@ -77,14 +89,20 @@ export class ChartSet {
 
   async draw(records) {
     if (this.destroyed) return;
+    const tick = stepTick(records.at(-1).step);
     if (this.charts === null) {
       this.placeholder.remove();
+      this.tick = tick;
       this.charts = await Promise.all(CHARTS.map((chart) => this.create(chart, records)));
       return;
     }
     const steps = records.map((r) => r.step);
     await Promise.all(this.charts.map(({div, series}) => series.length && Plotly.extendTraces(div,
       {x: series.map(() => steps), y: series.map((s) => records.map(s.y))}, series.map((_, i) => i))));
+    if (tick !== this.tick) { // the run grew past what the ticks were spaced for
+      this.tick = tick;
+      await Promise.all(this.charts.map(({div}) => Plotly.relayout(div, {"xaxis.dtick": tick})));
+    }
   }
 
   async create(chart, records) {
@@ -97,7 +115,7 @@ export class ChartSet {
       x: records.map((r) => r.step), y: records.map(y)}));
     const layout = {...LAYOUT, title: {text: chart.title, font: {size: 13}},
       showlegend: traces.filter((trace) => trace.showlegend !== false).length > 1,
-      yaxis: {...LAYOUT.yaxis, rangemode: chart.fromZero ? "tozero" : "normal"}};
+      xaxis: stepAxis(this.tick), yaxis: {...LAYOUT.yaxis, rangemode: chart.fromZero ? "tozero" : "normal"}};
     await Plotly.newPlot(div, traces, layout, CONFIG);
     return {div, series};
   }

@@ -3,6 +3,7 @@
 // with why each job waits. A member's key sees its own team's jobs only (the API scopes them).
 
 import {api} from "./api.js";
+import {reasonText} from "./codes.js";
 import {el, fill, jobLink, notice, section, statusBadge, table} from "./dom.js";
 import {age, megabytes, number} from "./format.js";
 import {rememberTeams} from "./session.js";
@@ -74,8 +75,11 @@ function teamsTable(teams) {
     {title: "pool", cell: (r) => r.pool},
     {title: "GPUs held / quota", className: "num",
       cell: (r) => `${r.usage.held_gpus} / ${r.usage.quota ?? "no quota"}`},
-    {title: "fair share", className: "num", cell: (r) => number(r.usage.fair_share, 2)},
-    {title: "recent GPUs", className: "num", cell: (r) => number(r.usage.recent_gpus, 2)},
+    {title: "fair share (GPUs)", className: "num", cell: (r) => number(r.usage.fair_share, 2),
+      help: "The GPUs of the pool that the team's weight entitles it to while it has jobs there"},
+    {title: "recent use (avg GPUs)", className: "num", cell: (r) => number(r.usage.recent_gpus, 2),
+      help: "GPUs the team held in this pool, averaged over the past with older use counting less "
+        + "(the fair-share half-life): the scheduler weighs it with the GPUs held now"},
     {title: "waiting", className: "num", cell: (r) => r.usage.waiting},
   ], rows, {empty: "No team uses a pool yet."});
 }
@@ -106,8 +110,14 @@ function queueView(queue) {
       {title: "pool", cell: (q) => q.pool},
       {title: "GPUs", className: "num", cell: (q) => q.gpus},
       {title: "priority", cell: (q) => q.priority},
-      {title: "why it waits", cell: (q) => q.pending_reason || "–"},
+      {title: "why it waits", cell: (q) => whyItWaits(q.pending_reason)},
     ], queue.items, {empty: "No job is waiting that this key may see.",
       rowProps: (q) => ({dataset: {jobId: q.job_id}})}),
   ];
+}
+
+function whyItWaits(reason) {
+  if (!reason) return "–";
+  const meaning = reasonText(reason);
+  return [el("code", {}, reason), meaning ? el("div", {className: "muted explanation"}, meaning) : null];
 }

@@ -2,16 +2,19 @@
 // the cancel, clone and download buttons.
 
 import {api, download} from "./api.js";
+import {codeTerm, reasonText} from "./codes.js";
 import {el} from "./dom.js";
 
 export const STATUSES = ["queued", "dispatched", "running", "cancelling", "succeeded", "failed", "cancelled",
   "preempted", "pausing", "paused"];
 export const FINISHED = ["succeeded", "failed", "cancelled"];
 
+// " #2 in queue, no_capacity": the reason's meaning shows on hover (the job page also says it in full).
 export function waitNote(job) {
   if (!job.pending_reason && !job.queue_position) return null;
-  const place = job.queue_position ? `#${job.queue_position} in queue` : "";
-  return el("span", {className: "muted wait"}, ` ${[place, job.pending_reason].filter(Boolean).join(", ")}`);
+  const place = job.queue_position ? `#${job.queue_position} in queue` : null;
+  const reason = job.pending_reason ? codeTerm(job.pending_reason, reasonText(job.pending_reason)) : null;
+  return el("span", {className: "muted wait"}, " ", place, place && reason ? ", " : null, reason);
 }
 
 // Cancel: a waiting job ends at once, a running one stops after its next step (`cancelling`).

@@ -31,9 +31,10 @@ export function fill(node, ...children) {
   return node;
 }
 
-// columns: [{title, cell: row => string | Node, className?}]; rows: objects.
+// columns: [{title, cell: row => string | Node, className?, help?}]; rows: objects. `help` says
+// what the column is, on hover of its heading.
 export function table(columns, rows, {empty = "nothing yet", rowProps} = {}) {
-  const head = el("tr", {}, columns.map((c) => el("th", {className: c.className}, c.title)));
+  const head = el("tr", {}, columns.map((c) => el("th", {className: c.className, title: c.help}, c.title)));
   const body = rows.length
     ? rows.map((row) => el("tr", rowProps ? rowProps(row) : {},
       columns.map((c) => el("td", {className: c.className}, c.cell(row)))))

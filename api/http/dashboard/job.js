@@ -4,6 +4,7 @@
 
 import {api} from "./api.js";
 import {ChartSet} from "./charts.js";
+import {errorText, reasonText} from "./codes.js";
 import {el, fill, notice, progressBar, section, statusBadge} from "./dom.js";
 import {time} from "./format.js";
 import {actionButtons, cancelButton, cloneButton, downloadButton, FINISHED, waitNote} from "./controls.js";
@@ -128,7 +129,6 @@ function jobHeader(job, render, onError) {
     ["finished", time(job.finished_at)],
     ["latest checkpoint", job.latest_checkpoint || "–"],
   ];
-  if (job.error) facts.push(["error", `${job.error.code}: ${job.error.message}`]);
   return [
     el("div", {className: "title"},
       el("h2", {}, job.name, " ", el("span", {className: "muted"}, `#${job.id}`)),
@@ -138,7 +138,26 @@ function jobHeader(job, render, onError) {
       job.status === "succeeded" ? downloadButton(job.id, null, onError) : null),
     el("dl", {className: "facts"},
       facts.map(([name, value]) => el("div", {}, el("dt", {}, name), el("dd", {}, value)))),
+    waitingNote(job),
+    failureNote(job.error),
   ];
+}
+
+// Why a waiting job waits, in full: across the page, not squeezed into a fact's cell.
+function waitingNote(job) {
+  if (!job.pending_reason) return null;
+  const meaning = reasonText(job.pending_reason);
+  return el("div", {className: "job-note waiting", dataset: {reason: job.pending_reason}},
+    el("strong", {}, "Waits: "), el("code", {}, job.pending_reason), meaning ? ` — ${meaning}` : null);
+}
+
+// A failure: its code, what the code means, and the message as the job left it (line breaks kept).
+function failureNote(error) {
+  if (!error) return null;
+  const meaning = errorText(error.code);
+  return el("div", {className: "job-note failure", dataset: {errorCode: error.code}},
+    el("div", {}, el("strong", {}, "Failed: "), el("code", {}, error.code), meaning ? ` — ${meaning}` : null),
+    el("p", {className: "message"}, error.message));
 }
 
 // Changing the class moves a waiting job in the queue and decides whether a running one may be preempted.

@@ -5,7 +5,7 @@ so it says only ``ok`` / ``down`` per component; why one is down (which carries 
 names and driver errors) is told to admin credentials only. It also reports the scheduler's last
 pass: with none lately it answers 200 ``degraded``, not 503, since this API still serves every
 request and taking it out of a load balancer would not bring a scheduler back; queued jobs then
-say ``no_scheduler`` (``api.scheduling.liveness``)."""
+say ``no_scheduler`` (``api.scheduling.liveness``). ``/v1/codes`` says what each job code means."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from api import explanations
 from api.http.deps import RedisDep, SettingsDep, caller_is_admin
 from api.http.errors import error_body
 from api.scheduling import liveness
+from api.schemas.jobs import CodesRead
 from api.store.db import get_engine
 from api.store.migrate import schema_problem
 from grpo_core.rewards import reward_catalog
@@ -83,3 +85,10 @@ def _schema_problem(url: str) -> str | None:
 def list_rewards() -> dict[str, list[dict[str, Any]]]:
     """Every reward a spec may name, with the JSON schema of its ``args``."""
     return {"items": reward_catalog()}
+
+
+@catalog.get("/codes", response_model=CodesRead)
+def list_codes() -> CodesRead:
+    """What each ``pending_reason`` and ``error.code`` a job may show means, for a person: one
+    table that every client shows, so none keeps its own copy."""
+    return CodesRead(pending_reasons=explanations.PENDING_REASONS, error_codes=explanations.ERROR_CODES)

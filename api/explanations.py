@@ -1,0 +1,67 @@
+"""What the codes a job shows mean, in words for the person reading them: a waiting job's
+``pending_reason`` and a failed job's ``error.code``. The one table of them: the API serves it
+(``GET /v1/codes``, which the dashboard reads) and the CLI reads it here, so every client says
+the same thing. Pure data; a test checks that every code the service can write is here.
+"""
+
+from __future__ import annotations
+
+# The scheduler's reasons (api.scheduling.policy.PENDING_REASONS) and the API's no_scheduler.
+PENDING_REASONS: dict[str, str] = {
+    "pool_held": "an admin has held dispatch into this pool: running jobs go on, nothing new starts "
+                 "until it is resumed (grpo admin resume POOL)",
+    "no_workers": "no live worker serves this pool: start one (grpo worker --pool POOL)",
+    "no_capable_worker": "no live worker of this pool offers everything the job's rewards need "
+                         "(code_tests needs a worker with a working code sandbox)",
+    "too_large": "no live worker of this pool has as many GPUs as the job asks for",
+    "backoff": "it went back to the queue after a fault and waits out its backoff before the next attempt",
+    "quota_exceeded": "its team already holds its GPU quota in this pool: it starts when the team's "
+                      "other jobs free GPUs",
+    "preempting": "a lower-priority job is saving a checkpoint to make room for it",
+    "lower_priority": "the free GPUs went to jobs of a higher priority class",
+    "fair_share": "the free GPUs went to a job ahead of it in the same priority class (another team's "
+                  "turn by fair share, or an older job)",
+    "no_capacity": "every worker large enough for it is busy: it starts when one has that many GPUs free",
+    "no_scheduler": "no scheduler has passed lately, so nothing is dispatched: is grpo scheduler running?",
+}
+
+# Every error.code a job can fail with: the training core's (grpo_core), the worker's and the
+# store's; and those a requeue records in its event's data (a fault of the machine, not the job's).
+ERROR_CODES: dict[str, str] = {
+    "invalid_spec": "the spec passed the checks at submit, but the worker found it unusable (a dataset "
+                    "without the prompt column, a bad reward argument): fix the spec and submit again",
+    "source_unavailable": "the model, tokenizer or dataset could not be read when the job loaded it "
+                          "(the hub unreachable, a file gone since submit)",
+    "non_finite_loss": "the loss became NaN or infinite and the step was not applied: lower the "
+                       "learning rate, or check the rewards for extreme values",
+    "reward_error": "a reward function raised an error or returned the wrong number of scores",
+    "reward_timeout": "rewards went over reward_timeout_seconds on 3 steps in a row",
+    "reward_unavailable": "an http_verifier reward's service could not be reached on 3 steps in a row",
+    "sandbox_unavailable": "the code sandbox that the code_tests reward runs in does not work on the worker",
+    "out_of_memory": "the job ran out of memory: lower prompts_per_step, num_generations or the prompt "
+                     "and completion lengths (the message names what to change)",
+    "disk_full": "no space was left on the worker's disk to write a checkpoint",
+    "artifact_quota_exceeded": "its team's checkpoints and models would go over the team's artifact "
+                               "byte quota",
+    "resume_unsupported": "its newest checkpoint cannot be resumed in this set-up (the message says why)",
+    "stalled": "no step finished within the stall limit (GRPO_STALL_SECONDS, or the spec's "
+               "stall_seconds), so its process was ended",
+    "rank_failed": "one of the job's processes (ranks) raised an error: the message says which",
+    "rank_died": "one of the job's processes (ranks) was killed or exited without saying why",
+    "database_unavailable": "the worker could not reach the database for longer than its retry budget",
+    "capability_missing": "the worker no longer offers something the job's rewards need",
+    "too_many_attempts": "it went back to the queue after a fault (a worker lost, a process killed) "
+                         "GRPO_MAX_ATTEMPTS times: the message names the last cause; grpo retry gives "
+                         "it a fresh budget",
+    "grpo_error": "training stopped with an error: the message says why",
+    "internal_error": "a bug in the service, not in the job: the message (and, for admins, the "
+                      "traceback) says where",
+}
+
+
+def pending_reason_text(code: str | None) -> str | None:
+    return PENDING_REASONS.get(code) if code else None
+
+
+def error_code_text(code: str | None) -> str | None:
+    return ERROR_CODES.get(code) if code else None
