@@ -72,10 +72,11 @@ class StreamTicket(BaseModel):
 
 
 @router.post("/stream-tickets", status_code=status.HTTP_201_CREATED, response_model=StreamTicket)
-async def create_stream_ticket(principal: PrincipalDep, redis: RedisDep) -> StreamTicket:
+async def create_stream_ticket(principal: PrincipalDep, settings: SettingsDep, redis: RedisDep
+                               ) -> StreamTicket:
     """A short-lived, single-use ticket that opens one job stream as the caller, so a browser
     need not put its key in a WebSocket URL or subprotocol."""
-    ticket = await stream_auth.issue_ticket(redis, principal)
+    ticket = await stream_auth.issue_ticket(redis, settings, principal)
     return StreamTicket(ticket=ticket, expires_in=stream_auth.TICKET_TTL_SECONDS)
 
 
