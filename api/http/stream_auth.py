@@ -107,8 +107,11 @@ async def redeem_ticket(redis: aioredis.Redis, settings: Settings, ticket: str) 
     raw = await redis.getdel(_redis_key(settings, ticket))
     if raw is None:
         return None
-    record = json.loads(raw)
-    if record.get("namespace") != settings.namespace:
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or record.get("namespace") != settings.namespace:
         return None
     if isinstance(record.get("key_hash"), str):
         return TicketHolder(record["key_hash"])
