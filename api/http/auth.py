@@ -17,9 +17,11 @@ Routes only ever see a :class:`Principal`. Verified keys are kept in a :class:`K
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -46,8 +48,10 @@ class Principal:
     team_id: int
     is_admin: bool = False
     key_prefix: str | None = None  # None: the operator token, or no auth at all
-    # The key's hash, so a long-lived connection can re-check that the key still holds.
+    # The key's hash and id, so a long-lived connection can re-check that the key still holds
+    # and hear of its revocation (:meth:`KeyCache.revocation_watch`).
     key_hash: str | None = field(default=None, repr=False)
+    key_id: int | None = field(default=None, repr=False)
 
     @property
     def scope(self) -> int | None:
@@ -80,7 +84,7 @@ def principal_for_grant(grant: KeyGrant, key_hash: str) -> Principal:
     if grant.revoked:
         raise Unauthorized("API key revoked", param="Authorization")
     return Principal(team_id=grant.team_id, is_admin=grant.is_admin, key_prefix=grant.prefix,
-                     key_hash=key_hash)
+                     key_hash=key_hash, key_id=grant.key_id)
 
 
 @dataclass
@@ -96,7 +100,10 @@ class KeyCache:
 
     A revocation evicts the key; a lookup that began before it could otherwise put the key
     back from a read made before the revocation committed, so :meth:`put` is refused when any
-    eviction happened since the lookup began (``generation``, read before the lookup)."""
+    eviction happened since the lookup began (``generation``, read before the lookup).
+
+    A revocation through this process is also the moment its open streams must stop: each
+    watches its key (:meth:`revocation_watch`) and closes when the eviction wakes it."""
 
     MAX_ENTRIES = 10_000  # a bound, not a tuning knob: well above any deployment's live keys
 
@@ -105,6 +112,7 @@ class KeyCache:
         self.generation = 0
         self._clock = clock
         self._entries: dict[str, _Entry] = {}
+        self._watchers: dict[int, set[asyncio.Event]] = {}
 
     def get(self, key_hash: str) -> Principal | None:
         entry = self._entries.get(key_hash)
@@ -127,3 +135,18 @@ class KeyCache:
     def evict_key(self, key_id: int) -> None:
         self.generation += 1
         self._entries = {h: e for h, e in self._entries.items() if e.key_id != key_id}
+        for revoked in self._watchers.get(key_id, ()):
+            revoked.set()
+
+    @contextlib.contextmanager
+    def revocation_watch(self, key_id: int) -> Iterator[asyncio.Event]:
+        """An event that :meth:`evict_key` sets if it evicts ``key_id`` while the block runs."""
+        revoked = asyncio.Event()
+        self._watchers.setdefault(key_id, set()).add(revoked)
+        try:
+            yield revoked
+        finally:
+            watchers = self._watchers.get(key_id, set())
+            watchers.discard(revoked)
+            if not watchers:
+                self._watchers.pop(key_id, None)

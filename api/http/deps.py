@@ -123,12 +123,12 @@ async def _websocket_principal(conn: HTTPConnection, settings: Settings, cache: 
         raise Unauthorized("missing bearer token", param="Authorization")
     if credential.kind == "bearer":
         return await _principal_for_token(conn, settings, cache, credential.value)
-    granted = await stream_auth.redeem_ticket(conn.app.state.redis, credential.value)
-    if granted is None:
+    holder = await stream_auth.redeem_ticket(conn.app.state.redis, settings, credential.value)
+    if holder is None:
         raise Unauthorized("invalid, used or expired stream ticket", param="ticket")
-    if granted.key_hash is None:  # issued to the operator token: nothing to re-check
-        return granted
-    return await principal_for_key(settings, cache, granted.key_hash)
+    if holder.key_hash is None:  # the operator token's, which redeem_ticket checked
+        return Principal(team_id=await default_team_id(conn, settings), is_admin=True)
+    return await principal_for_key(settings, cache, holder.key_hash)
 
 
 async def get_principal(conn: HTTPConnection, settings: SettingsDep, cache: KeyCacheDep) -> Principal:

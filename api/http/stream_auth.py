@@ -10,12 +10,18 @@ asked for it, so what a browser keeps of a socket opened with it is worthless a 
 A ticket may also come as ``?ticket=`` for clients that can do neither; the access log
 redacts it (``api.http.access_log``).
 
-Redis holds a ticket's record under the hash of the ticket, never the ticket itself.
+Redis holds a ticket's record under the hash of the ticket, never the ticket itself, named
+through the deployment's :class:`~api.store.redis_keys.RedisKeys`, and the record names its
+namespace too: stacks sharing one Redis never redeem each other's tickets. A record grants
+nothing by itself: a key's ticket is worth what the key is worth when it is redeemed, and a
+ticket with no key behind it (issued to the operator token) makes an admin only where the same
+operator token is configured, which the record proves with an HMAC of the ticket under it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import secrets
 from dataclasses import dataclass
@@ -25,13 +31,13 @@ import redis.asyncio as aioredis
 from starlette.requests import HTTPConnection
 
 from api.http.auth import Principal
+from api.settings import Settings
 
 SUBPROTOCOL = "grpo.v1"
 BEARER_PROTOCOL_PREFIX = "grpo.bearer."
 TICKET_PROTOCOL_PREFIX = "grpo.ticket."
 TICKET_TTL_SECONDS = 30
 _TICKET_BYTES = 32
-_TICKET_KEY_PREFIX = "grpo:stream-ticket:"
 # A ticket is token_urlsafe(32): 43 characters. Anything much longer is not one of ours and is
 # refused before it reaches Redis.
 MAX_TICKET_LENGTH = 64
@@ -60,27 +66,56 @@ def selected_subprotocol(conn: HTTPConnection) -> str | None:
     return SUBPROTOCOL if SUBPROTOCOL in (conn.scope.get("subprotocols") or ()) else None
 
 
-def _redis_key(ticket: str) -> str:
-    return _TICKET_KEY_PREFIX + hashlib.sha256(ticket.encode()).hexdigest()
+@dataclass(frozen=True)
+class TicketHolder:
+    """Whom a redeemed ticket was issued to: a key (by its hash, to be looked up as any key
+    is), or the operator token (``key_hash`` None) that this deployment still has."""
+
+    key_hash: str | None
 
 
-async def issue_ticket(redis: aioredis.Redis, principal: Principal) -> str:
-    """A new ticket standing for ``principal`` (its key is re-checked when it is redeemed)."""
+def _redis_key(settings: Settings, ticket: str) -> str:
+    return settings.redis_keys.stream_ticket(hashlib.sha256(ticket.encode()).hexdigest())
+
+
+def _operator_proof(settings: Settings, ticket: str) -> str | None:
+    """An HMAC of ``ticket`` under the operator token; None where no operator token can sign
+    in (no token set, or auth off, where every caller is an admin without one)."""
+    if settings.auth != "keys" or settings.api_token is None:
+        return None
+    secret = settings.api_token.get_secret_value().encode()
+    return hmac.new(secret, ticket.encode(), hashlib.sha256).hexdigest()
+
+
+async def issue_ticket(redis: aioredis.Redis, settings: Settings, principal: Principal) -> str:
+    """A new ticket standing for ``principal``'s key (re-checked when it is redeemed) or, for a
+    caller without one, for the operator token."""
     ticket = secrets.token_urlsafe(_TICKET_BYTES)
-    record = {"team_id": principal.team_id, "is_admin": principal.is_admin,
-              "key_prefix": principal.key_prefix, "key_hash": principal.key_hash}
-    await redis.set(_redis_key(ticket), json.dumps(record), ex=TICKET_TTL_SECONDS)
+    record = {"namespace": settings.namespace, "key_hash": principal.key_hash}
+    if principal.key_hash is None:
+        record["operator"] = _operator_proof(settings, ticket)
+    await redis.set(_redis_key(settings, ticket), json.dumps(record), ex=TICKET_TTL_SECONDS)
     return ticket
 
 
-async def redeem_ticket(redis: aioredis.Redis, ticket: str) -> Principal | None:
-    """The principal ``ticket`` was issued to, once: GETDEL makes a second use (or a use after
-    the TTL) find nothing. None for an unknown, used or expired ticket."""
+async def redeem_ticket(redis: aioredis.Redis, settings: Settings, ticket: str) -> TicketHolder | None:
+    """Whom ``ticket`` was issued to, once: GETDEL makes a second use (or a use after the TTL)
+    find nothing. None for an unknown, used or expired ticket, one of another namespace, and a
+    keyless one this deployment's operator token did not sign."""
     if not ticket or len(ticket) > MAX_TICKET_LENGTH:
         return None
-    raw = await redis.getdel(_redis_key(ticket))
+    raw = await redis.getdel(_redis_key(settings, ticket))
     if raw is None:
         return None
-    record = json.loads(raw)
-    return Principal(team_id=record["team_id"], is_admin=record["is_admin"],
-                     key_prefix=record["key_prefix"], key_hash=record["key_hash"])
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or record.get("namespace") != settings.namespace:
+        return None
+    if isinstance(record.get("key_hash"), str):
+        return TicketHolder(record["key_hash"])
+    expected, proof = _operator_proof(settings, ticket), record.get("operator")
+    if expected is None or not isinstance(proof, str) or not hmac.compare_digest(proof, expected):
+        return None
+    return TicketHolder(None)

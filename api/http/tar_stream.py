@@ -3,9 +3,15 @@ known before the first byte (so ``Content-Length`` is right and a broken downloa
 with ``Range``).
 
 A tar is a sequence of 512-byte blocks: per member a header, the content, zeros up to the next
-block; then two zero blocks. Every member's size is fixed when the stream is built (files are
-opened then, so a checkpoint deleted by retention during a download still streams whole: an
-open file outlives its name), which makes every byte's offset known and a range cheap to serve.
+block; then two zero blocks. Every member's size is fixed when the stream is built (each file is
+sized then), which makes every byte's offset known and a range cheap to serve.
+
+A file is opened for each chunk read from it and closed before the chunk is sent, so a download
+holds at most one file open while it reads and none while it waits on its client, however long
+that client idles (the open costs little beside the read of a MiB). The file opened must be the
+one sized (same inode): one replaced meanwhile breaks the download off rather than send bytes
+that do not match its header. Keeping a file alive that may be deleted meanwhile (retention) is
+the caller's part (:mod:`api.http.download_pins`).
 """
 
 from __future__ import annotations
@@ -13,10 +19,10 @@ from __future__ import annotations
 import os
 import tarfile
 import time
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 BLOCK = 512
 _CHUNK = 1024 * 1024
@@ -27,7 +33,8 @@ _END = b"\0" * (2 * BLOCK)
 class _Member:
     header: bytes
     size: int
-    file: BinaryIO | None  # None: ``data`` holds the content
+    path: Path | None  # None: ``data`` holds the content
+    inode: tuple[int, int] = (0, 0)  # (device, inode) of the file that was sized
     data: bytes = b""
 
     @property
@@ -43,29 +50,33 @@ def _header(name: str, size: int, mtime: float) -> bytes:
 
 class TarStream:
     """``files`` (name in the archive -> path) and ``generated`` (name -> bytes) under ``prefix/``.
-    Close it (or read it to the end) to release the open files."""
+    ``on_close`` runs once, when the stream is read to its end, closed or dropped unread (what
+    the caller holds for it: its pinned files). FileNotFoundError if a file is gone before it
+    is sized."""
 
-    def __init__(self, prefix: str, files: dict[str, Path], generated: dict[str, bytes]) -> None:
+    def __init__(self, prefix: str, files: dict[str, Path], generated: dict[str, bytes],
+                 on_close: Callable[[], None] | None = None) -> None:
         self.members: list[_Member] = []
+        # Also run if the stream is garbage collected: a response dropped before its first byte
+        # never starts ``iter_range``, whose ``finally`` would have run it.
+        self._release = weakref.finalize(self, on_close or (lambda: None))
         try:
             for name, path in files.items():
-                handle = path.open("rb")
-                stat = os.fstat(handle.fileno())
+                stat = path.stat()
                 self.members.append(_Member(_header(f"{prefix}/{name}", stat.st_size, stat.st_mtime),
-                                            stat.st_size, handle))
-            now = time.time()
-            for name, data in generated.items():
-                header = _header(f"{prefix}/{name}", len(data), now)
-                self.members.append(_Member(header, len(data), None, data))
+                                            stat.st_size, path, (stat.st_dev, stat.st_ino)))
         except BaseException:
             self.close()
             raise
+        now = time.time()
+        for name, data in generated.items():
+            header = _header(f"{prefix}/{name}", len(data), now)
+            self.members.append(_Member(header, len(data), None, data=data))
         self.length = sum(len(m.header) + m.size + m.padding for m in self.members) + len(_END)
 
     def close(self) -> None:
-        for member in self.members:
-            if member.file is not None:
-                member.file.close()
+        """Run ``on_close`` now, if it has not run."""
+        self._release()
 
     def iter_range(self, start: int = 0, end: int | None = None) -> Iterator[bytes]:
         """Bytes ``start`` to ``end`` inclusive (None: to the end) of the archive."""
@@ -86,10 +97,10 @@ class TarStream:
         """``(length, read(skip, upto))`` for each consecutive piece of the archive."""
         for member in self.members:
             yield len(member.header), _bytes_reader(member.header)
-            if member.file is None:
+            if member.path is None:
                 yield member.size, _bytes_reader(member.data)
             else:
-                yield member.size, _file_reader(member.file)
+                yield member.size, _file_reader(member)
             if member.padding:
                 yield member.padding, _bytes_reader(b"\0" * member.padding)
         yield len(_END), _bytes_reader(_END)
@@ -102,18 +113,27 @@ def _bytes_reader(data: bytes):
     return read
 
 
-def _file_reader(handle: BinaryIO):
+def _file_reader(member: _Member):
     def read(skip: int, upto: int) -> Iterator[bytes]:
-        handle.seek(skip)
-        left = upto - skip
-        while left > 0:
-            chunk = handle.read(min(_CHUNK, left))
-            if not chunk:  # the file shrank under us: the archive cannot be completed honestly
-                raise OSError(f"{handle.name} ended {left} bytes early")
-            left -= len(chunk)
+        offset = skip
+        while offset < upto:
+            chunk = _read_chunk(member, offset, min(_CHUNK, upto - offset))
+            offset += len(chunk)
             yield chunk
 
     return read
+
+
+def _read_chunk(member: _Member, offset: int, size: int) -> bytes:
+    with member.path.open("rb") as handle:
+        stat = os.fstat(handle.fileno())
+        if (stat.st_dev, stat.st_ino) != member.inode:  # its header holds another file's size
+            raise OSError(f"{member.path} was replaced while the archive streamed")
+        handle.seek(offset)
+        chunk = handle.read(size)
+    if not chunk:  # the file shrank under us: the archive cannot be completed honestly
+        raise OSError(f"{member.path} ended {member.size - offset} bytes early")
+    return chunk
 
 
 def parse_range(header: str | None, length: int) -> tuple[int, int] | None:

@@ -87,6 +87,11 @@ class RedisKeys:
     def scheduler_leader(self) -> str:
         return f"{self._prefix}scheduler:leader"
 
+    def stream_ticket(self, ticket_hash: str) -> str:
+        """A WebSocket stream ticket's record, by the ticket's hash (``api.http.stream_auth``):
+        a ticket one stack issued is not even looked for by another."""
+        return f"{self._prefix}stream-ticket:{ticket_hash}"
+
     def stat(self, name: str) -> str:
         """A service-wide counter (``api.store.bus.COUNTERS``)."""
         return f"{self._prefix}stats:{name}"

@@ -6,16 +6,23 @@ export is tested in tests/worker/test_final_model.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import io
+import os
 import shutil
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 import torch
+from waiting import wait_until
 
 from api.artifact_paths import checkpoint_dir, model_dir
 from api.cli.main import main
+from api.http.download_pins import PINS_DIR, DownloadPins
 from api.http.tar_stream import TarStream
 
 
@@ -118,14 +125,141 @@ def test_grpo_download_unpacks_a_folder_from_pretrained_loads_and_continues_a_br
     assert refused.value.code == 2
 
 
-def test_a_file_deleted_while_streaming_still_streams_whole(tmp_path) -> None:
-    kept = tmp_path / "weights.bin"
-    kept.write_bytes(bytes(range(256)) * 5000)
-    archive = TarStream("ckpt", {"weights.bin": kept}, {"README.md": b"card"})
-    kept.unlink()  # retention removed the checkpoint after the download began
-    body = b"".join(archive.iter_range())
-    assert len(body) == archive.length
-    assert members(body) == {"ckpt/weights.bin": bytes(range(256)) * 5000, "ckpt/README.md": b"card"}
+SHARD_BYTES = 24 * 1024 * 1024  # four of them are far more than the sockets between us buffer
+
+
+def write_shards(folder: Path, count: int = 4) -> dict[str, str]:
+    """A model split in ``count`` weight shards (random ends, a sparse middle) beside its config;
+    the sha256 of every file, by name."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    for n in range(1, count + 1):
+        with (folder / f"model-{n:05d}-of-{count:05d}.safetensors").open("wb") as shard:
+            shard.write(os.urandom(4096))
+            shard.seek(SHARD_BYTES - 4096)
+            shard.write(os.urandom(4096))
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
+
+
+def open_files_under(root: Path) -> list[str]:
+    """The files under ``root`` this process (the test server runs in it) has open, but for the
+    lock the server's pinned downloads hold for the life of the process."""
+    found = []
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):  # an fd closed while listing
+            target = os.readlink(fd)
+            if target.startswith(str(root.resolve())) and not target.endswith(".lock"):
+                found.append(target)
+    return found
+
+
+def pinned_links(root: Path) -> list[Path]:
+    return [p for p in (root / PINS_DIR).rglob("*") if p.is_file() and not p.name.endswith(".lock")]
+
+
+def hashes_by_name(body: bytes, prefix: str) -> dict[str, str]:
+    return {name.removeprefix(prefix): hashlib.sha256(data).hexdigest()
+            for name, data in members(body).items()}
+
+
+def read_with_pauses(client, url: str, root: Path, at_first_pause=None) -> bytes:
+    """The whole response to ``url``, read with a pause at its first bytes and after every
+    further shard's worth: each lasts until the server, its socket buffers full, holds none of
+    the files under ``root`` open (``at_first_pause`` runs then). Counting what is open while
+    the server reads could see one file twice: it reopens the file for every chunk."""
+    def idle() -> None:
+        wait_until(lambda: not open_files_under(root), 10, "the waiting download to hold no file open",
+                   details=lambda: "\n".join(open_files_under(root)))
+
+    with client.stream("GET", url) as response:
+        assert response.status_code == 200
+        chunks = response.iter_bytes()
+        body, since_pause = [next(chunks)], 0
+        idle()
+        if at_first_pause is not None:
+            at_first_pause()
+        for chunk in chunks:
+            body.append(chunk)
+            since_pause += len(chunk)
+            if since_pause >= SHARD_BYTES:
+                idle()
+                since_pause = 0
+    return b"".join(body)
+
+
+def test_a_download_waiting_on_its_client_holds_none_of_its_files_open(alpha, api_server,
+                                                                        job_spec) -> None:
+    """It opens a file for each chunk it reads, so it never holds more than one; and it stays
+    byte for byte the model's files."""
+    job_id = alpha.post("/v1/jobs", json=job_spec()).json()["id"]
+    expected = write_shards(model_dir(api_server.settings, job_id))
+    root = api_server.settings.artifacts_root
+    body = read_with_pauses(alpha, f"/v1/jobs/{job_id}/model", root)
+    assert hashes_by_name(body, f"job-{job_id}-model/") == expected
+
+
+def test_a_checkpoint_deleted_by_retention_mid_download_still_streams_whole(alpha, api_server,
+                                                                            job_spec) -> None:
+    """Files are opened only as they stream, yet a checkpoint that retention deletes after the
+    first bytes went out downloads whole (its files are pinned); the pins go with the download."""
+    job_id = alpha.post("/v1/jobs", json=job_spec()).json()["id"]
+    folder = checkpoint_dir(api_server.settings, job_id) / "step-3"
+    expected = write_shards(folder)
+    (folder / "trainer_state.json").write_text("{}")  # complete; training state, not downloaded
+    root = api_server.settings.artifacts_root
+    body = read_with_pauses(alpha, f"/v1/jobs/{job_id}/checkpoints/3/archive", root,
+                            at_first_pause=lambda: shutil.rmtree(folder))
+    streamed = hashes_by_name(body, f"job-{job_id}-step-3/")
+    assert {name: streamed[name] for name in expected} == expected
+    wait_until(lambda: not pinned_links(root), 10, "the finished download to remove its links")
+
+
+def test_an_abandoned_download_removes_its_links(alpha, api_server, job_spec) -> None:
+    job_id = alpha.post("/v1/jobs", json=job_spec()).json()["id"]
+    write_shards(model_dir(api_server.settings, job_id))
+    root = api_server.settings.artifacts_root
+    with alpha.stream("GET", f"/v1/jobs/{job_id}/model") as response:
+        chunks = response.iter_bytes()  # kept: httpx drops the connection of an iterator let go
+        next(chunks)
+        assert pinned_links(root)
+    wait_until(lambda: not pinned_links(root), 10, "the abandoned download to remove its links")
+
+
+def test_a_killed_processs_pinned_files_are_removed_by_the_next(tmp_path) -> None:
+    """A pinning process killed mid-download leaves its links; another process's first pin
+    removes them, and never those of a process that lives."""
+    kept, root = tmp_path / "weights.bin", tmp_path / "pins"
+    kept.write_bytes(b"w" * 1000)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; "
+         "from api.http.download_pins import DownloadPins; "
+         "DownloadPins(Path(sys.argv[1])).pin({'w': Path(sys.argv[2])}); print('pinned', flush=True); "
+         "time.sleep(120)", str(root), str(kept)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "pinned"
+        [theirs] = [p for p in root.iterdir() if p.is_dir()]
+        living = DownloadPins(root)  # as another API process: it holds its lock while it lives
+        ours = living.pin({"w": kept})
+        assert theirs.is_dir() and ours.folder is not None and ours.folder.parent != theirs
+    finally:
+        holder.kill()
+        holder.wait()
+    assert DownloadPins(root).pin({"w": kept}).folder is not None
+    assert not theirs.exists() and ours.folder.is_dir()  # the living one's is left
+    ours.release()
+    assert not ours.folder.exists() and kept.read_bytes() == b"w" * 1000
+
+
+def test_a_file_replaced_before_its_turn_breaks_the_archive_off(tmp_path) -> None:
+    """Never bytes that do not match the header: the file streamed must be the one sized."""
+    weights = tmp_path / "weights.bin"
+    weights.write_bytes(b"a" * 5000)
+    archive = TarStream("ckpt", {"weights.bin": weights}, {"README.md": b"card"})
+    newer = tmp_path / "newer.bin"
+    newer.write_bytes(b"b" * 5000)
+    newer.replace(weights)  # a newer export renamed into place
+    with pytest.raises(OSError, match="replaced"):
+        b"".join(archive.iter_range())
 
 
 def test_tensorboard_files_download_as_written(alpha, finished_job, api_server, job_spec) -> None:

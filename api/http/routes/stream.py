@@ -4,8 +4,9 @@ Auth: ``Authorization: Bearer T`` or, for browsers, the subprotocols ``grpo.v1``
 ``grpo.ticket.<ticket>`` (a single-use ticket from ``POST /v1/stream-tickets``) or
 ``grpo.bearer.<key>``; ``?ticket=`` also works. A key never goes in the URL (``?token=`` is
 refused). A bad credential, an unknown job or a bad query is refused in the handshake with the
-API's usual HTTP error (401/404/422). An open stream re-checks its key every
-``GRPO_AUTH_CACHE_SECONDS`` (at least every second) and is closed with 4401 once it is revoked.
+API's usual HTTP error (401/404/422). An open stream is closed with 4401 once its key is
+revoked: at once when the revocation came through this process, else within
+``GRPO_AUTH_CACHE_SECONDS`` (at least a second), how often it re-checks the key in SQL.
 
 On connect the server sends, from SQL, the job's events after ``after_event`` and its metrics
 and samples after step ``after`` (0, the default: everything; at most the 20 newest samples),
@@ -72,10 +73,11 @@ class StreamTicket(BaseModel):
 
 
 @router.post("/stream-tickets", status_code=status.HTTP_201_CREATED, response_model=StreamTicket)
-async def create_stream_ticket(principal: PrincipalDep, redis: RedisDep) -> StreamTicket:
+async def create_stream_ticket(principal: PrincipalDep, settings: SettingsDep, redis: RedisDep
+                               ) -> StreamTicket:
     """A short-lived, single-use ticket that opens one job stream as the caller, so a browser
     need not put its key in a WebSocket URL or subprotocol."""
-    ticket = await stream_auth.issue_ticket(redis, principal)
+    ticket = await stream_auth.issue_ticket(redis, settings, principal)
     return StreamTicket(ticket=ticket, expires_in=stream_auth.TICKET_TTL_SECONDS)
 
 
@@ -113,20 +115,38 @@ async def stream_job(
 
 async def _until_key_revoked(settings: Settings, cache: KeyCache, principal: Principal) -> None:
     """Return once the stream's key is revoked (or deleted); never for the operator token or
-    with auth off, which have no key. Each check reads SQL, so a revocation made by another
-    process is seen within one interval."""
-    if principal.key_hash is None:
+    with auth off, which have no key. A revocation through this process's admin route ends the
+    wait at once; one made elsewhere is seen by the SQL re-check made every interval."""
+    if principal.key_hash is None or principal.key_id is None:
         await asyncio.Event().wait()
     interval = max(settings.auth_cache_seconds, MIN_KEY_RECHECK_S)
-    while True:
-        await asyncio.sleep(interval)
-        try:
-            await principal_for_key(settings, cache, principal.key_hash, fresh=True)
-        except Unauthorized:
-            log.info("closing a stream: its key %s was revoked", principal.key_prefix)
-            return
-        except Exception as exc:  # noqa: BLE001 - a backend outage is not a revocation: check again
-            log.warning("could not re-check a stream's key: %s", exc)
+    with cache.revocation_watch(principal.key_id) as revoked:
+        # Not (or no longer) cached: an eviction may have come between the handshake's lookup
+        # and the watch, so SQL is asked at once rather than an interval later.
+        check_now = cache.get(principal.key_hash) is None
+        while True:
+            if check_now and await _key_revoked(settings, cache, principal):
+                break
+            try:
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow the
+                # cancellation that ends the stream, and this task would then never end.
+                async with asyncio.timeout(interval):
+                    await revoked.wait()
+                break
+            except TimeoutError:
+                check_now = True
+    log.info("closing a stream: its key %s was revoked", principal.key_prefix)
+
+
+async def _key_revoked(settings: Settings, cache: KeyCache, principal: Principal) -> bool:
+    """One SQL re-check of the stream's key, which sees a revocation made by another process."""
+    try:
+        await principal_for_key(settings, cache, principal.key_hash, fresh=True)
+    except Unauthorized:
+        return True
+    except Exception as exc:  # noqa: BLE001 - a backend outage is not a revocation: check again
+        log.warning("could not re-check a stream's key: %s", exc)
+    return False
 
 
 def _job_or_404(url: str, job_id: int, team_id: int | None) -> JobRead:
