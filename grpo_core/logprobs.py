@@ -9,7 +9,7 @@ Precision: the vocabulary-sized work stays fp32, but the ``V`` exponentials are 
 ``sum`` (a cascade of partial sums, whose error grows like ``log V``) and the few per-token
 values (max, sum, picked logit) are combined in fp64. The CPU ``torch.log_softmax`` adds them
 in one running fp32 total per vector lane instead: on LM-like logits at V = 152k-256k it is
-1.7e-5-2.8e-5 from an fp64 reference, and the entropy 5e-5-1.2e-4; here both are under 1e-6
+1.7e-5-2.8e-5 from an fp64 reference, and the entropy 4e-5-1.2e-4; here both are under 1e-6
 there, about the fp32 rounding of the result itself.
 """
 
