@@ -4,7 +4,7 @@ What is measured
     For fp32 logits of shape ``(N, T, V)`` on CPU (default N=16, T=512, so N*T = 8,192 tokens, and
     V = 32,000 and 150,000), the per-token log-prob of one index per position, computed by
 
-    * ``ours``: :func:`grpo_core.logprobs.selective_log_softmax` (chunks of ~16M elements,
+    * ``ours``: :func:`grpo_core.logprobs.selective_log_softmax` (chunks of ~4M elements, 16 MB,
       ``logit - logsumexp``, no ``(N, T, V)`` output);
     * ``ours+H``: :func:`grpo_core.logprobs.selective_log_softmax_and_entropy`, the log-probs plus
       the per-token entropy, which is what the policy update computes (the backward is through

@@ -62,8 +62,9 @@ def _scaled_fp32(chunk: torch.Tensor, temperature: float) -> torch.Tensor:
 def _chunk_buffers(logits: torch.Tensor, count: int) -> list[torch.Tensor]:
     """``count`` flat fp32 work buffers the size of the largest (the first) chunk.
 
-    Reused by every chunk: a fresh chunk-sized tensor is a new ``mmap`` whose pages are faulted
-    in and zeroed on first touch, as costly as one of the passes over the chunk.
+    Every chunk works in these instead of temporaries of its own, so the forward's extra memory is
+    just them: 16 MiB each at the default chunk size (the per-chunk temporaries of the fused
+    ``log_softmax`` version peaked at 78-109 MiB; BENCHMARKS.md §2).
     """
     first = next(_chunks(logits), None)  # None: no tokens at all
     size = 0 if first is None else logits[first].numel()
