@@ -4,8 +4,11 @@ What is measured
     For fp32 logits of shape ``(N, T, V)`` on CPU (default N=16, T=512, so N*T = 8,192 tokens, and
     V = 32,000 and 150,000), the per-token log-prob of one index per position, computed by
 
-    * ``ours``: :func:`grpo_core.logprobs.selective_log_softmax` (chunks of ~16M elements,
+    * ``ours``: :func:`grpo_core.logprobs.selective_log_softmax` (chunks of ~4M elements, 16 MB,
       ``logit - logsumexp``, no ``(N, T, V)`` output);
+    * ``ours+H``: :func:`grpo_core.logprobs.selective_log_softmax_and_entropy`, the log-probs plus
+      the per-token entropy, which is what the policy update computes (the backward is through
+      the log-probs only; the entropy is a metric);
     * ``naive``: ``torch.log_softmax(logits, -1).gather(-1, index[..., None]).squeeze(-1)``;
 
     in two modes:
@@ -60,7 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import current_rss_mb, format_table, peak_rss_mb, reset_peak_rss, run_child
 
-VARIANTS = ("naive", "ours")
+VARIANTS = ("naive", "ours", "ours+H")
 MODES = ("forward", "fwd+bwd")
 # Peak on top of the logits, in logits sizes, measured at V=32k; used only to skip a case that
 # cannot fit in memory (the OOM killer is not a measurement).
@@ -69,6 +72,8 @@ ESTIMATE = {
     ("naive", "fwd+bwd"): 3.1,
     ("ours", "forward"): 0.1,
     ("ours", "fwd+bwd"): 3.1,
+    ("ours+H", "forward"): 0.1,
+    ("ours+H", "fwd+bwd"): 3.1,
 }
 SLICED_EXTRA = 1.05  # a non-contiguous input is copied once
 
@@ -80,6 +85,13 @@ def naive_logprobs(logits: Any, index: Any) -> Any:
     return torch.log_softmax(logits, dim=-1).gather(-1, index.unsqueeze(-1)).squeeze(-1)
 
 
+def logprobs_with_entropy(logits: Any, index: Any) -> Any:
+    """Ours with the entropy as the update asks for it; the entropy is computed, then dropped."""
+    from grpo_core.logprobs import selective_log_softmax_and_entropy
+
+    return selective_log_softmax_and_entropy(logits, index)[0]
+
+
 # ----------------------------------------------------------------------------------------------
 # Child: one measured case
 # ----------------------------------------------------------------------------------------------
@@ -89,14 +101,15 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
     from grpo_core.logprobs import selective_log_softmax
 
     torch.set_num_threads(args.threads)
-    fn = selective_log_softmax if args.variant == "ours" else naive_logprobs
+    functions = {"naive": naive_logprobs, "ours": selective_log_softmax, "ours+H": logprobs_with_entropy}
+    fn = functions[args.variant]
 
-    # Warm-up (both variants, forward and backward) and a correctness check on a small input.
+    # Warm-up (every variant, forward and backward) and a correctness check on a small input.
     small = torch.randn(2, 9, 1000, requires_grad=True)
     small_index = torch.randint(1000, (2, 8))
     view = small[:, :-1, :]
     ours_small, naive_small = selective_log_softmax(view, small_index), naive_logprobs(view, small_index)
-    (ours_small.sum() + naive_small.sum()).backward()
+    (ours_small.sum() + naive_small.sum() + logprobs_with_entropy(view, small_index).sum()).backward()
     check_diff = float((ours_small - naive_small).abs().max())
     del small, small_index, view, ours_small, naive_small
     gc.collect()
@@ -180,6 +193,7 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
             for mode in MODES:
                 naive = by_key.get(("naive", mode, vocab, layout))
                 ours = by_key.get(("ours", mode, vocab, layout))
+                with_entropy = by_key.get(("ours+H", mode, vocab, layout))
                 logits_mb = next((r["logits_mb"] for r in (naive, ours) if r and "logits_mb" in r), None)
                 rows.append(
                     [
@@ -193,6 +207,8 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
                         _beyond_grad(ours),
                         _time(naive),
                         _time(ours),
+                        _peak(with_entropy),
+                        _time(with_entropy),
                     ]
                 )
         title = (
@@ -216,6 +232,8 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
                     "ours beyond grad",
                     "naive s",
                     "ours s",
+                    "ours+H peak +MiB",
+                    "ours+H s",
                 ],
                 rows,
             )
@@ -288,6 +306,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tokens", type=int, default=512, help="T (completion tokens per sequence)")
     parser.add_argument("--layouts", default="contiguous,sliced", help="contiguous and/or sliced")
     parser.add_argument("--modes", default=",".join(MODES), help="forward and/or fwd+bwd")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="any of " + ", ".join(VARIANTS))
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument(
         "--mem-limit-gb",
@@ -310,6 +329,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.vocab_sizes = [int(v) for v in args.vocab_sizes.split(",") if v]
     args.layouts = [x for x in args.layouts.split(",") if x]
     args.modes = [x for x in args.modes.split(",") if x]
+    args.variants = [x for x in args.variants.split(",") if x]
     return args
 
 
@@ -326,10 +346,10 @@ def main(argv: list[str] | None = None) -> int:
             for vocab in args.vocab_sizes:
                 logits_gb = args.rows * (args.tokens + (layout == "sliced")) * vocab * 4 / 2**30
                 for mode in args.modes:
-                    for variant in VARIANTS:
+                    for variant in args.variants:
                         case = {"variant": variant, "mode": mode, "vocab": vocab, "layout": layout}
                         need = estimated_gb(variant, mode, logits_gb, layout)
-                        label = f"{variant:5s} {mode:7s} V={vocab:>7,} {layout}"
+                        label = f"{variant:6s} {mode:7s} V={vocab:>7,} {layout}"
                         if need > limit:
                             print(f"skip {label}: estimated {need:.1f} GiB > {limit:.1f} GiB", flush=True)
                             results.append(case | {"skipped": f"estimated {need:.1f} GiB > {limit:.1f} GiB"})

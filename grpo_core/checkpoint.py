@@ -40,6 +40,7 @@ from grpo_core.disk_space import disk_full_reported
 from grpo_core.distributed import SINGLE, Ranks
 from grpo_core.errors import GRPOError
 from grpo_core.models import PolicyAndReference
+from grpo_core.optim import reapply_schedule
 from grpo_core.paths import folder_bytes
 from grpo_core.sharding import is_sharded
 
@@ -313,6 +314,7 @@ def load_checkpoint(
         _load_weights(path, models)
         optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, weights_only=False))
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
+    reapply_schedule(scheduler)
     sampler.load_state_dict(state.sampler)
     restore_rng_state(torch.load(path / "rng.pt", weights_only=False))
     experience = None

@@ -4,16 +4,24 @@
 ``(N, T, V)`` log-softmax is never materialised: for V = 150k and 8k tokens that tensor alone
 is 4.9 GB in fp32. Each chunk is upcast to fp32 before the reduction, which keeps bf16 logits
 stable (a bf16 logsumexp loses ~3 significant digits).
+
+Precision: the vocabulary-sized work stays fp32, but the ``V`` exponentials are added by torch's
+``sum`` (a cascade of partial sums, whose error grows like ``log V``) and the few per-token
+values (max, sum, picked logit) are combined in fp64. The CPU ``torch.log_softmax`` adds them
+in one running fp32 total per vector lane instead: on LM-like logits at V = 152k-256k it is
+1.7e-5-2.8e-5 from an fp64 reference, and the entropy 4e-5-1.2e-4; here both are under 1e-6
+there, about the fp32 rounding of the result itself.
 """
 
 from __future__ import annotations
 
 import torch
 
-# Elements of one fp32 chunk of logits (~16 MB): a chunk is read several times (log-softmax,
-# gather, entropy; softmax and scatter in backward), so it should stay near the CPU's caches;
-# measured at V = 32k, 64-256 tokens per chunk ran ~2x faster than 512 (64 MB) and the
-# per-chunk Python cost is still negligible.
+# Elements of one fp32 chunk of logits (~16 MB): a chunk is read several times (max, shift, exp,
+# sum, gather; softmax and scatter in backward), so it should stay near the CPU's caches;
+# measured at V = 32k, 64-256 tokens per chunk ran ~2x faster than 512 (64 MB). Smaller chunks
+# (1M elements) were no faster on one thread and slower on two: every pass is a parallel region
+# whose threads must all be scheduled, and there are more of them.
 CHUNK_ELEMENTS = 4 * 1024 * 1024
 
 
@@ -51,15 +59,93 @@ def _scaled_fp32(chunk: torch.Tensor, temperature: float) -> torch.Tensor:
     return chunk if temperature == 1.0 else chunk / temperature
 
 
+def _chunk_buffers(logits: torch.Tensor, count: int) -> list[torch.Tensor]:
+    """``count`` flat fp32 work buffers the size of the largest (the first) chunk.
+
+    Every chunk works in these instead of temporaries of its own, so the forward's extra memory is
+    just them: 16 MiB each at the default chunk size (the per-chunk temporaries of the fused
+    ``log_softmax`` version peaked at 78-109 MiB; BENCHMARKS.md §2).
+    """
+    first = next(_chunks(logits), None)  # None: no tokens at all
+    size = 0 if first is None else logits[first].numel()
+    return [torch.empty(size, dtype=torch.float32, device=logits.device) for _ in range(count)]
+
+
+def _scratch(buffer: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The first ``like.numel()`` elements of a flat work ``buffer``, shaped like ``like``."""
+    return buffer[: like.numel()].view(like.shape)
+
+
+def _exp_sums(
+    y: torch.Tensor, y_is_scratch: bool, buffers: list[torch.Tensor], with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``y (n, t, V)`` fp32 → fp32 ``(n, t)`` ``Σ exp(y)`` and, for the entropy, ``Σ exp(y)·y``.
+
+    ``y`` is overwritten only when it is scratch; the exponentials go to the last buffer. torch's
+    ``sum`` adds them as a cascade of partial sums, whose rounding error grows like ``log V``.
+    """
+    if y_is_scratch and not with_entropy:
+        exps = y.exp_()
+    else:
+        exps = torch.exp(y, out=_scratch(buffers[-1], y))
+    total = exps.sum(-1)
+    return total, exps.mul_(y).sum(-1) if with_entropy else None
+
+
+def _finish(
+    picked: torch.Tensor, total: torch.Tensor, weighted: torch.Tensor | None, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs ``picked / T − log s`` and entropies ``log s − Σ exp(y)·y / s``, in fp64, from
+    ``picked`` (the picked logit minus the shift, fp64) and the fp32 sums of :func:`_exp_sums`."""
+    log_total = total.double().log()
+    logp = (picked / temperature - log_total).float()
+    if weighted is None:
+        return logp, None
+    return logp, (log_total - weighted.double() / total.double()).float()
+
+
+def _chunk_logprobs_and_entropy(
+    chunk: torch.Tensor,
+    index: torch.Tensor,
+    temperature: float,
+    buffers: list[torch.Tensor],
+    with_entropy: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``chunk (n, t, V)``, ``index (n, t)`` → fp32 ``(n, t)`` log-probs and entropies (or None).
+
+    ``y = (x − shift) / T``, ``s = Σ exp(y)``: ``log p = y_index − log s``, ``H = log s − Σ exp(y)·y / s``.
+    The shift is the row's max, which keeps ``exp`` in range and ``y`` exact near the max. For
+    log-probs alone at ``T = 1`` on the CPU the unshifted sum is tried first: two passes over the
+    chunk (exp, sum) instead of four, and as precise wherever no ``exp`` overflows (the sum is
+    finite) and the largest term is at least ``1/V`` (the sum is at least 1, so terms ``exp``
+    flushes to zero are under e^-70 of it); a chunk where a row fails that check takes the
+    shifted passes. The entropy always does: unshifted, ``Σ exp(x)·x / s`` and ``log s`` are both
+    near the max logit and their difference loses digits. On a GPU the passes are cheap and the
+    check would be a device sync per chunk.
+    """
+    picked = chunk.gather(-1, index.unsqueeze(-1)).squeeze(-1).double()
+    if temperature == 1.0 and not with_entropy and chunk.device.type == "cpu":
+        y = chunk if chunk.dtype == torch.float32 else _scratch(buffers[0], chunk).copy_(chunk)
+        total, _ = _exp_sums(y, y is not chunk, buffers, with_entropy=False)
+        if bool((torch.isfinite(total) & (total >= 1.0)).all()):
+            return _finish(picked, total, None, 1.0)
+    peak = chunk.amax(-1, keepdim=True).float()
+    # Into fp32 scratch, which is also the upcast of a bf16 chunk; x − max is exact near the max.
+    y = torch.sub(chunk, peak, out=_scratch(buffers[0], chunk))
+    if temperature != 1.0:
+        y.div_(temperature)
+    total, weighted = _exp_sums(y, True, buffers, with_entropy)
+    return _finish(picked - peak.squeeze(-1).double(), total, weighted, temperature)
+
+
 class _SelectiveLogSoftmax(torch.autograd.Function):
     """Chunked log-softmax + gather (and, on request, entropy) with a chunked backward.
 
-    Each chunk's vocabulary-sized work is done once, with the fused ``log_softmax`` kernel
-    (``logsumexp`` is several separate passes and allocations on the CPU); the entropy, a
-    metric, reuses that chunk's log-probs instead of a second pass over the logits. Autograd
-    through per-chunk slices would give every chunk a zero-filled gradient the size of the whole
-    logits (74 × 4.6 GB at V = 150k); here backward writes each chunk's gradient
-    ``(onehot − softmax) · grad`` straight into one output tensor.
+    Each chunk's vocabulary-sized work is a few fp32 passes (max, shift, exp, sum) through work
+    buffers allocated once; the entropy, a metric, reuses that chunk's exponentials instead of a
+    second pass over the logits. Autograd through per-chunk slices would give every chunk a
+    zero-filled gradient the size of the whole logits (74 × 4.6 GB at V = 150k); here backward
+    writes each chunk's gradient ``(onehot − softmax) · grad`` straight into one output tensor.
     """
 
     @staticmethod
@@ -68,11 +154,14 @@ class _SelectiveLogSoftmax(torch.autograd.Function):
         entropy = (
             torch.empty(index.shape, dtype=torch.float32, device=logits.device) if with_entropy else None
         )
+        buffers = _chunk_buffers(logits, 2 if with_entropy else 1)
         for rows, times in _chunks(logits):
-            log_probs = torch.log_softmax(_scaled_fp32(logits[rows, times], temperature), dim=-1)
-            logp[rows, times] = log_probs.gather(-1, index[rows, times].unsqueeze(-1)).squeeze(-1)
+            chunk_logp, chunk_entropy = _chunk_logprobs_and_entropy(
+                logits[rows, times], index[rows, times], temperature, buffers, with_entropy
+            )
+            logp[rows, times] = chunk_logp
             if entropy is not None:
-                entropy[rows, times] = -torch.linalg.vecdot(log_probs.exp(), log_probs)
+                entropy[rows, times] = chunk_entropy
         ctx.save_for_backward(logits, index)
         ctx.temperature = temperature
         if entropy is None:

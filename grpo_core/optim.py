@@ -99,3 +99,18 @@ def build_scheduler(
         return lr_multiplier(step, config.lr_scheduler_type, warmup, total_steps)
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, multiplier)
+
+
+def reapply_schedule(scheduler: torch.optim.lr_scheduler.LRScheduler) -> None:
+    """Set the optimizer's learning rates to ``scheduler``'s own schedule at its current step.
+
+    A checkpoint restores the scheduler's step and the rates the checkpointed run's schedule last
+    set, for that run's length. A run resumed with another ``max_steps`` has a schedule of another
+    length, and its first step must already follow it: a linear decay over 3 steps has reached 0
+    where one over 6 is at half the base rate. For an unchanged length the rates are recomputed
+    with the same arithmetic, so they do not change.
+    """
+    # step() advances last_epoch by one, then sets each group's rate (and get_last_lr()) from
+    # the lambdas at the new last_epoch: stepping back first lands on the current step.
+    scheduler.last_epoch -= 1
+    scheduler.step()

@@ -9,7 +9,9 @@ sampled alone, in another batch order or on another data-parallel rank, and a re
 re-draws exactly what the uninterrupted one drew.
 
 The mixer is splitmix64's finalizer done in wrapping int64 arithmetic on the device (torch has
-no uint64 multiply), so a decode step costs a few element-wise ops on ``(N,)``.
+no uint64 multiply), so a decode step costs a few element-wise ops on ``(N,)``. The finalizer maps
+0 to 0, and so does folding a 0 into a 0 state: the seed is offset before it is mixed, as
+splitmix64's own generator does, or seed 0's first row would draw exactly 0.0 at its first token.
 """
 
 from __future__ import annotations
@@ -48,10 +50,16 @@ def absorb(state: torch.Tensor, value: torch.Tensor | int) -> torch.Tensor:
     return mix64(state ^ (torch.as_tensor(value, dtype=torch.long, device=state.device) * _GOLDEN))
 
 
+def seed_key(seed: int) -> int:
+    """splitmix64's first output for ``seed``: ``mix64(seed + golden)``, as an int64. Nonzero for
+    every seed but ``−golden`` (mod 2^64), far outside the seeds a config accepts."""
+    return int(mix64(torch.tensor(_signed(seed + _GOLDEN), dtype=torch.long)))
+
+
 def row_keys(seed: int, draws: torch.Tensor, num_generations: int) -> torch.Tensor:
     """``draws (B,)`` int64 prompt serials → ``(B·G,)`` row keys, grouped like the rollout's rows
     (row ``i`` is generation ``i % G`` of prompt ``i // G``)."""
-    prompts = absorb(mix64(torch.full_like(draws, seed, dtype=torch.long)), draws)
+    prompts = absorb(torch.full_like(draws, seed_key(seed), dtype=torch.long), draws)
     generations = torch.arange(num_generations, dtype=torch.long, device=draws.device)
     return absorb(prompts.repeat_interleave(num_generations), generations.repeat(draws.numel()))
 

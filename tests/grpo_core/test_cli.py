@@ -58,6 +58,27 @@ def test_max_steps_override_is_the_length_the_lr_schedule_decays_over(tiny_model
     assert [r["learning_rate"] for r in records] == pytest.approx([base, base / 2])
 
 
+def test_resume_with_a_longer_max_steps_follows_the_longer_schedule(tiny_model_dir, tmp_path):
+    """3 steps, then ``--resume --max-steps 6``: steps 4-6 train at the rates of an uninterrupted
+    6-step linear decay, the first resumed one included (the 3-step schedule had reached 0)."""
+    spec = write_spec(tmp_path / "job.yaml", spec_dict(tiny_model_dir, lr_scheduler_type="linear"))
+    split, whole = tmp_path / "split", tmp_path / "whole"
+    done = grpo("train", str(spec), "--output-dir", str(split), "--max-steps", "3", "--quiet")
+    assert done.returncode == 0, done.stderr
+    resumed = ["train", str(spec), "--output-dir", str(split), "--resume", "--max-steps", "6", "--quiet"]
+    assert main(resumed) == 0
+    assert main(["train", str(spec), "--output-dir", str(whole), "--max-steps", "6", "--quiet"]) == 0
+
+    def rates(out: Path) -> dict[int, float]:
+        records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        return {r["step"]: r["learning_rate"] for r in records}
+
+    base = spec_dict(tiny_model_dir)["grpo"]["learning_rate"]
+    assert rates(whole) == pytest.approx({s: base * (7 - s) / 6 for s in range(1, 7)})
+    assert rates(split) == {**{s: pytest.approx(base * (4 - s) / 3) for s in (1, 2, 3)},
+                            **{s: rates(whole)[s] for s in (4, 5, 6)}}
+
+
 def test_relative_model_path_is_relative_to_the_spec_file(tiny_model_dir, tmp_path, monkeypatch):
     """In-process, from another working directory: where the path resolves is ``main``'s doing."""
     link = tmp_path / "models" / "tiny"

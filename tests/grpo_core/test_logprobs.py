@@ -57,13 +57,13 @@ def test_chunking_actually_splits(monkeypatch: pytest.MonkeyPatch) -> None:
     vocab = 11
     monkeypatch.setattr(logprobs_module, "CHUNK_ELEMENTS", 3 * vocab)
     seen: list[int] = []
-    real_log_softmax = torch.log_softmax
+    real_chunk_pass = logprobs_module._chunk_logprobs_and_entropy
 
-    def spy(x: torch.Tensor, dim: int) -> torch.Tensor:
-        seen.append(x.numel() // x.shape[-1])  # tokens in this chunk
-        return real_log_softmax(x, dim=dim)
+    def spy(chunk: torch.Tensor, *args):
+        seen.append(chunk.numel() // chunk.shape[-1])  # tokens in this chunk
+        return real_chunk_pass(chunk, *args)
 
-    monkeypatch.setattr(logprobs_module.torch, "log_softmax", spy)
+    monkeypatch.setattr(logprobs_module, "_chunk_logprobs_and_entropy", spy)
     logits, index = _logits_and_index(0, (2, 5, vocab))
     selective_log_softmax(logits, index)
     # 5 positions per row, at most 3 tokens per chunk: each row splits into 3 + 2.

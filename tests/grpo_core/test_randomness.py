@@ -10,6 +10,7 @@ from transformers import AutoModelForCausalLM
 from grpo_core.models import load_tokenizer
 from grpo_core.randomness import row_keys, token_uniforms
 from grpo_core.rollout import SamplingOptions, sample_completions, tokenize_prompts
+from grpo_core.sampling import sample_next_token
 
 _M64 = (1 << 64) - 1
 
@@ -23,11 +24,22 @@ def _naive_mix(x: int) -> int:
     return x ^ (x >> 31)
 
 
+def _naive_seed_key(seed: int) -> int:
+    """splitmix64's first output for ``seed``: the state advanced by the golden gamma, then mixed."""
+    return _naive_mix((seed + 0x9E3779B97F4A7C15) & _M64)
+
+
 def _naive_uniform(seed: int, draw: int, g: int, t: int) -> float:
-    state = _naive_mix(seed)
+    state = _naive_seed_key(seed)
     for value in (draw, g, t):
         state = _naive_mix(state ^ ((value * 0x9E3779B97F4A7C15) & _M64))
     return (state >> 11) / 2.0**53
+
+
+def test_the_scalar_reference_is_splitmix64() -> None:
+    # The published first outputs of splitmix64 seeded with 0 and with 1234567.
+    assert _naive_seed_key(0) == 0xE220A8397B1DCDAF
+    assert _naive_seed_key(1234567) == 0x599ED017FB08FC85
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2**31 - 1])
@@ -53,6 +65,20 @@ def test_uniforms_are_uniform_and_distinct() -> None:
     # Neighbouring positions of one row are not correlated.
     a, b = token_uniforms(keys, 0), token_uniforms(keys, 1)
     assert abs(float(torch.corrcoef(torch.stack([a, b]))[0, 1])) < 0.02
+
+
+def test_seed_zero_does_not_draw_zero_first() -> None:
+    """The finalizer maps 0 to 0: a seed mixed without an offset gave seed 0's first row (draw 0,
+    generation 0) the uniform 0.0 at token 0, so every seed-0 run's first completion began with
+    the lowest token id that had any probability."""
+    keys = row_keys(0, torch.arange(4), num_generations=4)
+    first = token_uniforms(keys, 0)
+    assert float(first[0]) > 0.0
+    assert first.unique().numel() == first.numel()
+    flat = torch.zeros(keys.numel(), 1000)  # every token equally likely: the token is about u·V
+    tokens = sample_next_token(flat, temperature=1.0, uniforms=first)
+    assert int(tokens[0]) != 0
+    assert ((tokens - first * 1000).abs() <= 1).all()
 
 
 PROMPTS = ["What is 2+3?", "hello world please reply with a long answer", "one", "two words"]

@@ -51,6 +51,9 @@ def job(model_dir: Path, sharding: str, **grpo) -> JobSpec:
         num_iterations=2,
         gradient_accumulation_steps=2,
         learning_rate=1e-3,
+        # Its first batch ends at different widths on the two ranks (3 and 5 tokens), which
+        # test_fsdp_on_two_gloo_ranks_trains_exactly_like_one_process checks happened.
+        seed=2,
     )
     data = spec_dict(model_dir, **{**settings, **grpo})
     data["checkpoint_every"] = 1
