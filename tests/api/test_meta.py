@@ -127,6 +127,7 @@ def test_every_code_a_job_can_show_is_explained_in_words(api) -> None:
     from api.scheduling.liveness import NO_SCHEDULER
     from api.scheduling.policy import PENDING_REASONS
     from api.store.attempts import TOO_MANY_ATTEMPTS
+    from grpo_core.disk_space import DISK_FULL
     from worker.artifacts import QUOTA_EXCEEDED
     from worker.heartbeat import CAPABILITY_MISSING
     from worker.retrying import DATABASE_UNAVAILABLE
@@ -135,8 +136,9 @@ def test_every_code_a_job_can_show_is_explained_in_words(api) -> None:
     codes = api.get("/v1/codes").json()
     assert set(codes["pending_reasons"]) == {*PENDING_REASONS, NO_SCHEDULER}
     written = codes_written_in("grpo_core", "worker") | {
-        TOO_MANY_ATTEMPTS, QUOTA_EXCEEDED, CAPABILITY_MISSING, DATABASE_UNAVAILABLE, OUT_OF_MEMORY, STALLED}
-    assert {"reward_error", "disk_full", "internal_error", "rank_died"} <= written  # the scan finds them
+        TOO_MANY_ATTEMPTS, QUOTA_EXCEEDED, CAPABILITY_MISSING, DATABASE_UNAVAILABLE, OUT_OF_MEMORY, STALLED,
+        DISK_FULL}
+    assert {"reward_error", "internal_error", "rank_died"} <= written  # the scan finds them
     assert written <= set(codes["error_codes"]), written - set(codes["error_codes"])
     texts = [*codes["pending_reasons"].values(), *codes["error_codes"].values()]
     assert all(len(text.split()) >= 5 for text in texts)
