@@ -15,10 +15,9 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from api.http import access_log, openapi_stream
+from api.http import access_log, openapi_bodies, openapi_stream
 from api.http.errors import BodySizeLimit, install_error_handlers
 from api.http.routes import build_router
-from api.http.yaml_body import YamlSpecBody
 from api.settings import Settings, get_settings
 from api.store import bus
 
@@ -50,11 +49,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     access_log.install()  # uvicorn logs request paths: no credential in a query reaches them
     install_error_handlers(app)
-    # Added first, so it runs inside the size limit: it only ever sees a bounded body.
-    app.add_middleware(YamlSpecBody)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
     app.include_router(build_router())
     openapi_stream.install(app)
+    openapi_bodies.install(app)  # after: it adds to the document openapi_stream builds
     return app
 
 
