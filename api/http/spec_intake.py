@@ -30,14 +30,28 @@ T = TypeVar("T")
 
 
 class SpecIntake:
-    """One per app (``app.state``): the slots submissions take turns on."""
+    """One per app (``app.state``): the slots submissions take turns on, and how many are in each
+    state now (``grpo_spec_intake`` on ``/metrics``). Used from the event loop only."""
 
     def __init__(self, slots: int) -> None:
         self._slots = asyncio.Semaphore(slots)
+        self.running = 0
+        self.waiting = 0
 
     async def run(self, work: Callable[..., T], *args: Any) -> T:
-        async with self._slots:
+        self.waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self.waiting -= 1
+        self.running += 1
+        try:
+            # Not abandoned if the request is cancelled (anyio waits for the thread): the slot is
+            # held for as long as its thread runs.
             return await run_in_threadpool(work, *args)
+        finally:
+            self.running -= 1
+            self._slots.release()
 
 
 def intake(state: Any) -> SpecIntake:

@@ -4,9 +4,9 @@ clone, a retry, a resume), after its write, so a refusal rolls the write back.
 
 The count includes the job just queued, and it is taken holding the team's row (``FOR NO KEY
 UPDATE``, which dispatch's foreign-key checks on the row do not wait for): concurrent admissions
-of one team take turns, each counting the others' committed jobs, so the cap holds exactly on
-Postgres. SQLite has no row locks; its single writer makes an overshoot possible only between
-two processes submitting for one team at the same instant.
+of one team take turns, each counting the others' committed jobs, so the cap holds exactly. On
+SQLite, which has no row locks, the write before the count holds the database's one write lock
+to the commit, with the same effect.
 """
 
 from __future__ import annotations
