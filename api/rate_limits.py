@@ -5,7 +5,14 @@ Each team has two buckets, shared by all its keys and all API processes: **reads
 ``HEAD``, and opening a job's stream) and **writes** (every other method: submits, clones,
 cancels, PATCH, ...). Writes are kept apart so a team polling its dashboards never uses up its
 submissions, nor a submit flood its reads; each bucket holds ``burst`` tokens and refills at its
-rate, and a request takes one token or is refused for as long as one token takes to refill.
+rate.
+
+A request costs what it makes the API carry: one token, plus one per :data:`COST_UNIT_BYTES` of
+its body (taken before it runs; one burst at most, so a bucket can always pay) and of the specs
+in its answer (a page with specs, a job: charged after, and the bucket may go into debt, down
+to minus one burst, which delays the team's next requests). A megabyte spec then costs what
+sixteen small requests do, and a team's limit bounds the API's work for it, not just its count
+of requests. A request the bucket cannot pay is refused for as long as the tokens take to refill.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from typing import Literal
 
 from api.schemas.admin import TeamLimits
 
+COST_UNIT_BYTES = 64 * 1024
 BucketKind = Literal["reads", "writes"]
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -39,12 +47,27 @@ def bucket_of(limits: TeamLimits, kind: BucketKind) -> Bucket:
     return Bucket(float(limits.writes_per_second or 0), int(limits.write_burst or 0))
 
 
-def take_token(tokens: float | None, elapsed: float, bucket: Bucket) -> tuple[float, float]:
-    """``(tokens left, wait)``: a bucket that held ``tokens`` (None: never used, so full) and has
-    refilled for ``elapsed`` seconds since, after one request. ``wait`` is 0 when the request may
-    go, else the seconds until one token is back (the request is refused and takes nothing)."""
+def cost_of(size: int, bucket: Bucket) -> int:
+    """Tokens a request carrying ``size`` bytes takes (at most the bucket's burst)."""
+    return min(bucket.burst, 1 + max(0, size) // COST_UNIT_BYTES)
+
+
+def refilled(tokens: float | None, elapsed: float, bucket: Bucket) -> float:
+    """What a bucket that held ``tokens`` (None: never used, so full) holds ``elapsed`` s later."""
     held = bucket.burst if tokens is None else tokens
-    available = min(bucket.burst, held + max(0.0, elapsed) * bucket.rate)
-    if available >= 1:
-        return available - 1, 0.0
-    return available, (1 - available) / bucket.rate
+    return min(bucket.burst, held + max(0.0, elapsed) * bucket.rate)
+
+
+def take_tokens(tokens: float | None, elapsed: float, bucket: Bucket, cost: int) -> tuple[float, float]:
+    """``(tokens left, wait)`` after a request of ``cost``: ``wait`` is 0 when it may go, else the
+    seconds until the bucket holds ``cost`` again (the request is refused and takes nothing)."""
+    available = refilled(tokens, elapsed, bucket)
+    if available >= cost:
+        return available - cost, 0.0
+    return available, (cost - available) / bucket.rate
+
+
+def charge_tokens(tokens: float | None, elapsed: float, bucket: Bucket, cost: int) -> float:
+    """Tokens left after charging ``cost`` for work already done: never refused, but no lower
+    than minus one burst, so one large answer delays a team by at most two bursts' refill."""
+    return max(-float(bucket.burst), refilled(tokens, elapsed, bucket) - cost)

@@ -1,7 +1,8 @@
-"""Every ``/v1`` request of a team member takes a token from its team's bucket
-(:mod:`api.rate_limits`, :mod:`api.store.rate_buckets`); an empty bucket is a 429 ``rate_limited``
-with ``Retry-After``. Admin keys and the operator token are not limited: an admin throttled in an
-incident could not even raise a team's limit.
+"""Every ``/v1`` request of a team member pays its cost from its team's bucket
+(:mod:`api.rate_limits`, :mod:`api.store.rate_buckets`): before it runs, one token plus its body's
+size; a bucket that cannot pay is a 429 ``rate_limited`` with ``Retry-After``. A route whose answer
+carries specs charges their size afterwards (:func:`charge_answer`). Admin keys and the operator
+token are not limited: an admin throttled in an incident could not even raise a team's limit.
 
 The team's limits are read from SQL once per ``GRPO_AUTH_CACHE_SECONDS`` per process (as keys
 are), so the hot path is one Redis call; an admin's change through this process applies at once.
@@ -19,7 +20,7 @@ from starlette.requests import HTTPConnection
 
 from api.errors import RateLimited
 from api.http.deps import PrincipalDep, SettingsDep
-from api.rate_limits import bucket_kind, bucket_of
+from api.rate_limits import COST_UNIT_BYTES, Bucket, bucket_kind, bucket_of, cost_of
 from api.schemas.admin import TeamLimits
 from api.settings import Settings
 from api.store.db import session_scope
@@ -76,8 +77,38 @@ async def enforce_rate_limit(conn: HTTPConnection, principal: PrincipalDep, sett
         cache.put(principal.team_id, limits)
     kind = bucket_kind(conn.scope["type"], conn.scope.get("method"))
     bucket = bucket_of(limits, kind)
-    wait = await _buckets(conn.app.state).take(principal.team_id, kind, bucket)
+    wait = await _buckets(conn.app.state).take(principal.team_id, kind, bucket,
+                                               cost_of(_body_size(conn), bucket))
     if wait > 0:
         seconds = max(1, math.ceil(wait))
         raise RateLimited(f"your team is over its {kind} limit ({bucket.rate:g} per second, bursts of "
-                          f"{bucket.burst}); retry in {seconds} s", retry_after=seconds)
+                          f"{bucket.burst}; a request costs one more per {COST_UNIT_BYTES // 1024} KiB it "
+                          f"carries); retry in {seconds} s", retry_after=seconds)
+    conn.state.rate_bucket = _Paid(principal.team_id, kind, bucket)
+
+
+@dataclass(frozen=True)
+class _Paid:
+    """The bucket a request paid from, for what its answer costs on top."""
+
+    team_id: int
+    kind: str
+    bucket: Bucket
+
+
+def _body_size(conn: HTTPConnection) -> int:
+    # The size limit already refused a body over GRPO_MAX_REQUEST_BYTES; a chunked body of
+    # unknown size pays one token (its route is bounded by the same limit).
+    try:
+        return int(conn.headers.get("content-length", 0))
+    except ValueError:
+        return 0
+
+
+async def charge_answer(conn: HTTPConnection, size: int) -> None:
+    """Charge an answer of ``size`` bytes (beyond its first :data:`COST_UNIT_BYTES`, which the
+    request paid) to the bucket the request paid from; nothing for an unlimited caller."""
+    paid: _Paid | None = getattr(conn.state, "rate_bucket", None)
+    extra = size // COST_UNIT_BYTES
+    if paid is not None and extra > 0:
+        await _buckets(conn.app.state).charge(paid.team_id, paid.kind, paid.bucket, extra)

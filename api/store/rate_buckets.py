@@ -19,7 +19,7 @@ from collections.abc import Callable
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from api.rate_limits import Bucket, take_token
+from api.rate_limits import Bucket, charge_tokens, take_tokens
 from api.store.redis_keys import RedisKeys
 
 log = logging.getLogger(__name__)
@@ -27,11 +27,12 @@ log = logging.getLogger(__name__)
 REDIS_TIMEOUT_SECONDS = 0.25
 LOCAL_SECONDS = 5.0
 
-# take_token in Lua (keep the two alike): refill by the time since the last request, take one
-# token or say how long until one is back. Floats travel as strings (Lua numbers would be cut
-# to integers); the key expires once the bucket would be full again anyway.
-_TAKE = """
-local rate, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
+# take_tokens and charge_tokens in Lua (keep them alike): refill by the time since the last
+# request, then take the cost or say how long until the bucket holds it (ARGV[4] "take"), or
+# charge it, into debt down to minus one burst ("charge"). Floats travel as strings (Lua numbers
+# would be cut to integers); the key expires once the bucket would be full again anyway.
+_SPEND = """
+local rate, burst, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
 local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
@@ -39,9 +40,15 @@ local tokens, at = tonumber(state[1]), tonumber(state[2])
 if tokens == nil or at == nil then tokens, at = burst, now end
 tokens = math.min(burst, tokens + math.max(0, now - at) * rate)
 local wait = 0
-if tokens >= 1 then tokens = tokens - 1 else wait = (1 - tokens) / rate end
+if ARGV[4] == 'charge' then
+  tokens = math.max(-burst, tokens - cost)
+elseif tokens >= cost then
+  tokens = tokens - cost
+else
+  wait = (cost - tokens) / rate
+end
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
-redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
+redis.call('PEXPIRE', KEYS[1], math.ceil(2 * burst / rate * 1000) + 1000)
 return tostring(wait)
 """
 
@@ -51,28 +58,40 @@ class TeamBuckets:
 
     def __init__(self, redis: aioredis.Redis, keys: RedisKeys,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self._take = redis.register_script(_TAKE)
+        self._spend_script = redis.register_script(_SPEND)
         self._keys = keys
         self._clock = clock
         self._local: dict[str, tuple[float | None, float]] = {}  # key -> (tokens, when)
         self._redis_from = 0.0
 
-    async def take(self, team_id: int, kind: str, bucket: Bucket) -> float:
-        """Seconds to wait before the team's next request of ``kind`` (0: this one may go)."""
+    async def take(self, team_id: int, kind: str, bucket: Bucket, cost: int = 1) -> float:
+        """Seconds to wait before the team's request of ``kind`` and ``cost`` may go (0: now; it took
+        the tokens)."""
+        return await self._spend(team_id, kind, bucket, cost, "take")
+
+    async def charge(self, team_id: int, kind: str, bucket: Bucket, cost: int) -> None:
+        """Charge work already done (an answer's size), into debt if need be."""
+        await self._spend(team_id, kind, bucket, cost, "charge")
+
+    async def _spend(self, team_id: int, kind: str, bucket: Bucket, cost: int, mode: str) -> float:
         key = self._keys.rate_bucket(team_id, kind)
         if self._clock() >= self._redis_from:
             try:
                 async with asyncio.timeout(REDIS_TIMEOUT_SECONDS):
-                    return float(await self._take(keys=[key], args=[bucket.rate, bucket.burst]))
+                    args = [bucket.rate, bucket.burst, cost, mode]
+                    return float(await self._spend_script(keys=[key], args=args))
             except (RedisError, OSError, TimeoutError) as exc:
                 log.warning("rate limits: Redis did not answer (%s); counting in this process for %g s",
                             exc.__class__.__name__, LOCAL_SECONDS)
                 self._redis_from = self._clock() + LOCAL_SECONDS
-        return self._take_locally(key, bucket)
+        return self._spend_locally(key, bucket, cost, mode)
 
-    def _take_locally(self, key: str, bucket: Bucket) -> float:
+    def _spend_locally(self, key: str, bucket: Bucket, cost: int, mode: str) -> float:
         now = self._clock()
         tokens, when = self._local.get(key, (None, now))
-        left, wait = take_token(tokens, now - when, bucket)
+        if mode == "charge":
+            left, wait = charge_tokens(tokens, now - when, bucket, cost), 0.0
+        else:
+            left, wait = take_tokens(tokens, now - when, bucket, cost)
         self._local[key] = (left, now)
         return wait

@@ -5,6 +5,7 @@ gone each process counts on its own, and nothing becomes a 5xx."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 
@@ -42,7 +43,7 @@ def test_reads_and_writes_have_buckets_of_their_own(limited, client_for, admin, 
     assert [member.get("/v1/jobs").status_code for _ in range(4)] == [200] * 4
     wait = refused(member.get("/v1/jobs"))
     assert 1 <= wait <= 2  # one token at 0.5 a second
-    assert "reads limit (0.5 per second, bursts of 4)" in member.get("/v1/me").json()["error"]["message"]
+    assert "reads limit (0.5 per second, bursts of 4;" in member.get("/v1/me").json()["error"]["message"]
 
     job = member.post("/v1/jobs", json=job_spec())  # writes draw on the other bucket
     assert job.status_code == 201, job.text
@@ -52,6 +53,26 @@ def test_reads_and_writes_have_buckets_of_their_own(limited, client_for, admin, 
     assert all(admin.get("/v1/jobs").status_code == 200 for _ in range(10))  # admins are not limited
 
     wait_until(lambda: member.get("/v1/jobs").status_code == 200, wait + 2, "a read token to refill")
+
+
+def test_a_request_costs_one_token_more_per_64_kib_it_carries(limited, client_for, job_spec) -> None:
+    member = client_for(limited(writes_per_second=0.05, write_burst=12, reads_per_second=0.05, read_burst=12))
+    rows = [{"prompt": f"row {n} " + "z" * 180} for n in range(2900)]
+    body = json.dumps(job_spec(dataset={"prompts": rows})).encode()
+    cost = 1 + len(body) // 65536
+    assert 12 - cost < cost <= 11  # of 12: one such submit fits, a second does not, a small one does
+    headers = {"Content-Type": "application/json"}
+    big = member.post("/v1/jobs", content=body, headers=headers)
+    assert big.status_code == 201, big.text
+    refused(member.post("/v1/jobs", content=body, headers=headers))
+    assert member.post("/v1/jobs", json=job_spec()).status_code == 201
+
+    # Reading the spec back pays one token before, and the answer's size after.
+    answer = member.get(f"/v1/jobs/{big.json()['id']}")
+    assert answer.status_code == 200 and len(answer.content) >= 8 * 65536
+    left = 12 - 1 - len(answer.content) // 65536
+    assert [member.get("/v1/me").status_code for _ in range(left)] == [200] * left
+    refused(member.get("/v1/me"))
 
 
 def test_every_api_process_draws_on_the_same_bucket(limited, client_for, serve_api, api_server) -> None:

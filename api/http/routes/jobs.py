@@ -22,6 +22,7 @@ from starlette.responses import Response as PlainResponse
 from api.http.auth import Principal
 from api.http.deps import PrincipalDep, RedisDep, SessionDep, SettingsDep
 from api.http.params import JobId, id_cursor
+from api.http.rate_limit import charge_answer
 from api.http.spec_intake import intake, parse_changes, parse_spec
 from api.http.submission import (
     check_capabilities,
@@ -118,6 +119,7 @@ def _check_and_create(
 
 @router.get("", response_model=Page[JobRead], responses=_ERRORS)
 async def list_jobs(
+    request: Request,
     session: SessionDep,
     principal: PrincipalDep,
     settings: SettingsDep,
@@ -140,7 +142,7 @@ async def list_jobs(
                                           order == "desc", include == "spec")
     page = [job_for(principal, job) for job in await with_queue_positions(redis, settings, items)]
     body = Page[JobRead](items=page, next_after=page[-1].id if more else None)
-    return await _json_off_loop(body) if include == "spec" else body
+    return await _json_off_loop(request, body) if include == "spec" else body
 
 
 def _page(session: SessionDep, principal: Principal, settings: Settings, statuses: list[str] | None,
@@ -155,19 +157,23 @@ def _page(session: SessionDep, principal: Principal, settings: Settings, statuse
     return items, more
 
 
-async def _json_off_loop(body: BaseModel) -> PlainResponse:
-    """The response serialised in the threadpool: a megabyte spec's JSON is milliseconds of CPU
-    that would stall the event loop (FastAPI serialises an ``async`` route's result there)."""
-    return PlainResponse(await run_in_threadpool(body.model_dump_json), media_type="application/json")
+async def _json_off_loop(request: Request, body: BaseModel) -> PlainResponse:
+    """An answer with specs, serialised in the threadpool (a megabyte spec's JSON is milliseconds
+    of CPU that would stall the event loop, where FastAPI serialises an ``async`` route's result),
+    and charged by its size to the caller's rate limit."""
+    content = await run_in_threadpool(body.model_dump_json)
+    await charge_answer(request, len(content))
+    return PlainResponse(content, media_type="application/json")
 
 
 @router.get("/{job_id}", response_model=JobRead, responses=_ERRORS)
 async def get_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
-                  redis: RedisDep) -> Any:
+                  redis: RedisDep, request: Request) -> Any:
     """The job, with its spec; a failure's ``error.traceback`` only for an admin."""
     job = await run_in_threadpool(job_store.get_job, session, job_id, principal.scope,
                                   traceback=principal.is_admin)
-    return await _json_off_loop(job_for(principal, (await with_queue_positions(redis, settings, [job]))[0]))
+    [placed] = await with_queue_positions(redis, settings, [job])
+    return await _json_off_loop(request, job_for(principal, placed))
 
 
 @router.patch("/{job_id}", response_model=JobRead,
