@@ -10,10 +10,10 @@ the responses that carry specs (:func:`_json_off_loop`)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Query, Request, Response, status
-from pydantic import BaseModel
+from fastapi import APIRouter, Header, Query, Request, status
 from redis.exceptions import RedisError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import State
@@ -21,6 +21,7 @@ from starlette.responses import Response as PlainResponse
 
 from api.http.auth import Principal
 from api.http.deps import PrincipalDep, RedisDep, SessionDep, SettingsDep
+from api.http.job_json import job_json, page_json
 from api.http.params import JobId, id_cursor
 from api.http.rate_limit import charge_answer
 from api.http.spec_intake import intake, parse_changes, parse_spec
@@ -39,7 +40,7 @@ from api.settings import Settings
 from api.store import bus
 from api.store import jobs as job_store
 from api.store.db import session_scope
-from api.store.spec_pages import with_specs
+from api.store.spec_pages import StoredSpecs, job_with_spec, with_specs
 from api.store.team_admission import admit, team_limits, with_team_priority
 from api.team_limits import check_priority
 from grpo_core.spec import JobSpec
@@ -75,18 +76,21 @@ async def submit_job(
     principal: PrincipalDep,
     settings: SettingsDep,
     request: Request,
-    response: Response,
     idempotency_key: Annotated[str | None, Header(min_length=1, max_length=255)] = None,
-) -> JobRead:
+) -> Any:
     """Queue a job. Retrying with the same ``Idempotency-Key`` and body returns the first job (200).
     A spec without ``priority`` gets ``normal``, or the team's ``max_priority`` if that is lower."""
     raw = await request.body()
     job, created = await intake(request.app.state).run(
         _parse_check_and_create, settings, request.app.state, principal, raw,
         request.headers.get("content-type"), idempotency_key)
-    if not created:
-        response.status_code = status.HTTP_200_OK
-    return job
+    return await _echo(job, status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+async def _echo(job: JobRead, code: int) -> PlainResponse:
+    """A new job with the spec it was sent, written in the threadpool (its JSON is megabytes for a
+    large spec); the request paid for those bytes as it came in."""
+    return PlainResponse(await run_in_threadpool(job.model_dump_json), code, media_type="application/json")
 
 
 def _parse_check_and_create(settings: Settings, app_state: State, principal: Principal, raw: bytes,
@@ -138,30 +142,34 @@ async def list_jobs(
     (``GET /v1/jobs/{id}`` always has it). A page may hold fewer than ``limit`` jobs while
     ``next_after`` is set (with ``include=spec``, when the specs reached the page's byte budget);
     ``next_after`` null is the only end."""
-    items, more = await run_in_threadpool(_page, session, principal, settings, status_in, after, limit,
-                                          order == "desc", include == "spec")
+    items, specs, more = await run_in_threadpool(_page, session, principal, settings, status_in, after,
+                                                 limit, order == "desc", include == "spec")
     page = [job_for(principal, job) for job in await with_queue_positions(redis, settings, items)]
-    body = Page[JobRead](items=page, next_after=page[-1].id if more else None)
-    return await _json_off_loop(request, body) if include == "spec" else body
+    next_after = page[-1].id if more else None
+    if include != "spec":
+        return Page[JobRead](items=page, next_after=next_after)
+    return await _with_specs_answer(request, page_json, page, specs, next_after)
 
 
 def _page(session: SessionDep, principal: Principal, settings: Settings, statuses: list[str] | None,
-          after: int, limit: int, newest_first: bool, with_spec: bool) -> tuple[list[JobRead], bool]:
-    """Up to ``limit`` jobs, and whether more follow; with their specs, as many as the byte budget allows."""
+          after: int, limit: int, newest_first: bool, with_spec: bool
+          ) -> tuple[list[JobRead], StoredSpecs, bool]:
+    """Up to ``limit`` jobs, their specs' JSON if asked (as many as the byte budget allows), and
+    whether more jobs follow."""
     items = job_store.list_jobs(session, principal.scope, statuses, after, limit + 1, newest_first,
                                 principal.is_admin)
     more, items = len(items) > limit, items[:limit]
+    specs: StoredSpecs = {}
     if with_spec:
-        chosen = with_specs(session, items, settings.list_spec_bytes)
+        chosen, specs = with_specs(session, items, settings.list_spec_bytes)
         more, items = more or len(chosen) < len(items), chosen
-    return items, more
+    return items, specs, more
 
 
-async def _json_off_loop(request: Request, body: BaseModel) -> PlainResponse:
-    """An answer with specs, serialised in the threadpool (a megabyte spec's JSON is milliseconds
-    of CPU that would stall the event loop, where FastAPI serialises an ``async`` route's result),
-    and charged by its size to the caller's rate limit."""
-    content = await run_in_threadpool(body.model_dump_json)
+async def _with_specs_answer(request: Request, build: Callable[..., str], *args: Any) -> PlainResponse:
+    """An answer carrying specs: written in the threadpool (:mod:`api.http.job_json`; megabytes of
+    text to join), and charged by its size to the caller's rate limit."""
+    content = await run_in_threadpool(build, *args)
     await charge_answer(request, len(content))
     return PlainResponse(content, media_type="application/json")
 
@@ -170,10 +178,10 @@ async def _json_off_loop(request: Request, body: BaseModel) -> PlainResponse:
 async def get_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
                   redis: RedisDep, request: Request) -> Any:
     """The job, with its spec; a failure's ``error.traceback`` only for an admin."""
-    job = await run_in_threadpool(job_store.get_job, session, job_id, principal.scope,
-                                  traceback=principal.is_admin)
+    job, spec = await run_in_threadpool(job_with_spec, session, job_id, principal.scope,
+                                        traceback=principal.is_admin)
     [placed] = await with_queue_positions(redis, settings, [job])
-    return await _json_off_loop(request, job_for(principal, placed))
+    return await _with_specs_answer(request, job_json, job_for(principal, placed), spec)
 
 
 @router.patch("/{job_id}", response_model=JobRead,
@@ -272,13 +280,13 @@ def _admitted(session: SessionDep, principal: Principal, settings: Settings, req
                        "one field); none: the same spec"}}}}},
 )
 async def clone_job(job_id: JobId, principal: PrincipalDep, settings: SettingsDep,
-                    request: Request) -> JobRead:
+                    request: Request) -> Any:
     """Queue a new job with this job's spec, changed by the body if given; checked like a
     submission (its own ``model.source``, pool and limits; the priority it carries, too). To
     continue from this job's weights, change ``model.source`` to ``job:ID`` or ``job:ID@STEP``."""
     raw = await request.body()
     job, _ = await intake(request.app.state).run(_clone, settings, request.app.state, principal, job_id, raw)
-    return job_for(principal, job)
+    return await _echo(job_for(principal, job), status.HTTP_201_CREATED)
 
 
 def _clone(settings: Settings, app_state: State, principal: Principal, job_id: int,
