@@ -6,19 +6,22 @@ rest of each job is the schema's own JSON, so the answer is what ``JobRead`` wou
 from __future__ import annotations
 
 import json
+import secrets
 
 from api.schemas.jobs import JobRead
 
-# ``spec`` is JobRead's last field: a job dumped without it ends so.
-_NO_SPEC = ',"spec":null}'
+# Dumped in the spec's place, then replaced by the spec's text. Its quotes would be escaped
+# inside any string of the job, and the token is this process's own, so it matches only there.
+_MARK = {"grpo-spec-placeholder": secrets.token_hex(16)}
+_MARK_TEXT = json.dumps(_MARK, separators=(",", ":"))
 
 
 def job_json(job: JobRead, spec: str | None) -> str:
     """``job``'s JSON with ``spec`` (JSON text; None: null) as its spec."""
-    text = job.model_copy(update={"spec": None}).model_dump_json()
-    if not text.endswith(_NO_SPEC):
-        raise RuntimeError("JobRead.spec must stay the schema's last field")
-    return text if spec is None else f'{text[: -len(_NO_SPEC)]},"spec":{spec}}}'
+    if spec is None:
+        return job.model_copy(update={"spec": None}).model_dump_json()
+    text = job.model_copy(update={"spec": _MARK}).model_dump_json()
+    return text.replace(f'"spec":{_MARK_TEXT}', f'"spec":{spec}', 1)
 
 
 def page_json(jobs: list[JobRead], specs: dict[int, str], next_after: int | None) -> str:
