@@ -11,10 +11,10 @@ A request costs what it makes the API carry: one token, plus one per :data:`COST
 its body (taken before it runs; one burst at most, so a bucket can always pay) and of the specs
 in its answer (a page with specs, a job: charged after, and the bucket may go into debt, down
 to minus one burst, which delays the team's next requests). A megabyte spec then costs what
-64 small requests do, and a team's limit bounds the API's work for it, not just its count of
-requests: at the default write limit, a big spec every six seconds, while a small one costs one
-token as any other request. A request the bucket cannot pay is refused for as long as the
-tokens take to refill.
+128 small requests do (a whole default write burst), and a team's limit bounds the API's work
+for it, not just its count of requests: at the default write limit, a megabyte spec every ten
+seconds, while a spec of a few kilobytes costs one token as any other request. A request the
+bucket cannot pay is refused for as long as the tokens take to refill.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Literal
 
 from api.schemas.admin import TeamLimits
 
-COST_UNIT_BYTES = 16 * 1024
+COST_UNIT_BYTES = 8 * 1024
 BucketKind = Literal["reads", "writes"]
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 

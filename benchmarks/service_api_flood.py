@@ -8,16 +8,18 @@ What is measured
       ``1/--quiet-rate`` s (40/s) from one connection for ``--duration`` s; latency per request.
     * flood: the flooding team, from ``--flooders`` connections each (4), as fast as the server
       answers: ``POST /v1/jobs`` of a ~0.9 MiB valid spec (inline rows), ``GET
-      /v1/jobs?include=spec&limit=100`` over its own big jobs, and ``POST /v1/jobs`` of a ~0.5 MiB
-      YAML spec that validation refuses (its last row has no prompt), YAML being the costliest
-      body to parse. What its limits do not admit is a 429, which each connection obeys (it waits
-      ``Retry-After``, as a client at its limit does); what they admit is the load the other team
-      must not feel.
+      /v1/jobs?include=spec&limit=100`` over its own big jobs (10 made before it starts), and
+      ``POST /v1/jobs`` of a ~0.5 MiB YAML spec that validation refuses (its last row has no
+      prompt), YAML being the costliest body to parse. What its limits do not admit is a 429,
+      which each connection obeys (it waits ``Retry-After``, as a client at its limit does); what
+      they admit is the load the other team must not feel.
 
-    First the quiet client alone (baseline), then the same quiet client while the flood runs, in
-    one run and one server. Printed: quiet p50/p99/max in both phases and their p99 ratio (target:
-    flood p99 <= 2x quiet p99), the flood's answers by status, and the API process's RSS (every
-    0.1 s: before, peak during the flood, after; bound: ``--rss-bound-mib``, 400 MiB by default).
+    The quiet client alone (baseline), then the same quiet client while the flood runs, repeated
+    ``--rounds`` times (2) against one server, each condition's latencies pooled: alternating
+    keeps a drift in a shared machine's load out of the ratio. Printed: quiet p50/p99/max in both
+    conditions and their p99 ratio (target: flooded p99 <= 2x quiet p99), the flood's answers by
+    status, and the API process's RSS (every 0.1 s: before, peak during the floods, after;
+    bound: ``--rss-bound-mib``, 400 MiB by default).
 
 How
     Clients are separate processes (this script, ``--role quiet|flood``), never the server's; the
@@ -27,7 +29,7 @@ How
     ``PUT /v1/admin/teams/{team}/limits``.
 
 Usage
-    .venv/bin/python benchmarks/service_api_flood.py [--duration 20] [--flooders 4]
+    .venv/bin/python benchmarks/service_api_flood.py [--duration 20] [--rounds 2] [--flooders 4]
         [--quiet-rate 40] [--flood-limits '{"writes_per_second": 5}'] [--json out.json]
 """
 
@@ -67,6 +69,7 @@ WARMUP_S = 2.0
 FLOOD_CAP_S = 600.0  # a flooder whose orchestrator died stops anyway
 QUIET_GRACE_S = 60.0
 QUIET_JOBS = 20
+FLOOD_JOBS = 10
 # ~200 bytes a row: 4,200 rows make a ~0.9 MiB spec, under the 1 MiB request limit.
 BIG_ROWS, REFUSED_ROWS = 4200, 2400
 
@@ -209,13 +212,19 @@ class RssSampler:
 
 
 def make_teams(database_url: str) -> tuple[str, str]:
-    """Member keys of two new teams, made through the store as ``grpo admin`` does."""
+    """Member keys of two new teams, made through the store as ``grpo admin`` does, and
+    :data:`FLOOD_JOBS` big jobs of the flooding team (through the store too, past its limits), so
+    its spec-carrying lists carry a full page of specs from the first request."""
     from api.store import teams
     from api.store.db import session_scope
+    from api.store.jobs import create_job
+    from grpo_core.spec import JobSpec
 
+    big = JobSpec.model_validate(tiny_spec("flood-seed", dataset={"prompts": rows(BIG_ROWS)}))
     with session_scope(database_url) as session:
-        for name in ("quiet", "flood"):
-            teams.create_team(session, name)
+        quiet, flood = (teams.create_team(session, name) for name in ("quiet", "flood"))
+        for _ in range(FLOOD_JOBS):
+            create_job(session, flood.id, big)
         return teams.create_key(session, "quiet")[1], teams.create_key(session, "flood")[1]
 
 
@@ -237,33 +246,51 @@ def client_args(args: argparse.Namespace, role: str, base: str, key: str, stop: 
             "--quiet-rate", str(args.quiet_rate), "--flooders", str(args.flooders), "--stop-file", str(stop)]
 
 
+def _pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    statuses: dict[str, int] = {}
+    for run in runs:
+        for status, count in run["statuses"].items():
+            statuses[status] = statuses.get(status, 0) + count
+    return {"latencies": [value for run in runs for value in run["latencies"]], "statuses": statuses,
+            "unserved": sum(run["unserved"] for run in runs)}
+
+
 def measure(args: argparse.Namespace, base: str, pid: int, keys: tuple[str, str]) -> dict[str, Any]:
+    """``--rounds`` rounds of (quiet alone, quiet during the flood), each condition's latencies
+    pooled: alternating keeps a drift in the shared machine's load out of the ratio."""
     quiet_key, flood_key = keys
     script = Path(__file__)
     timeout = args.duration + WARMUP_S + QUIET_GRACE_S + 120
+    alone, flooded, floods, before, peaks = [], [], [], [], []
     with RssSampler(pid) as rss, tempfile.TemporaryDirectory(prefix="grpo-bench-flood-") as folder:
-        stop = Path(folder) / "stop"  # the flood runs until the flooded quiet phase has ended
-        before = time.monotonic()
-        with Role(script, client_args(args, "quiet", base, quiet_key, stop)) as quiet:
-            alone = quiet.result(timeout)
-        flood_start = time.monotonic()
-        with Role(script, client_args(args, "flood", base, flood_key, stop)) as flood:
-            flood.wait_for("flooding", 30)
+        for round_ in range(args.rounds):
+            stop = Path(folder) / f"stop-{round_}"  # the flood runs until its quiet phase has ended
+            start = time.monotonic()
             with Role(script, client_args(args, "quiet", base, quiet_key, stop)) as quiet:
-                flooded = quiet.result(timeout)
-            stop.touch()
-            flood_counts = flood.result(timeout)
-        flood_end = time.monotonic()
+                alone.append(quiet.result(timeout))
+            flood_start = time.monotonic()
+            with Role(script, client_args(args, "flood", base, flood_key, stop)) as flood:
+                flood.wait_for("flooding", 30)
+                with Role(script, client_args(args, "quiet", base, quiet_key, stop)) as quiet:
+                    flooded.append(quiet.result(timeout))
+                stop.touch()
+                floods.append(flood.result(timeout))
+            before.append(max(rss.between(start, flood_start)))
+            peaks.append(max(rss.between(flood_start, time.monotonic())))
         time.sleep(2)
-    return {"quiet": alone, "flooded": flooded, "flood": flood_counts,
-            "rss_before": max(rss.between(before, flood_start)),
-            "rss_peak": max(rss.between(flood_start, flood_end)),
-            "rss_after": rss.samples[-1][1]}
+    counts: dict[str, dict[str, int]] = {}
+    for flood_counts in floods:
+        for kind, by_status in flood_counts.items():
+            for status, count in by_status.items():
+                counts.setdefault(kind, {})[status] = counts.setdefault(kind, {}).get(status, 0) + count
+    return {"quiet": _pooled(alone), "flooded": _pooled(flooded), "flood": counts,
+            "rss_before": before[0], "rss_peak": max(peaks), "rss_after": rss.samples[-1][1]}
 
 
 def report(result: dict[str, Any], args: argparse.Namespace) -> bool:
     quiet, flooded = percentiles(result["quiet"]["latencies"]), percentiles(result["flooded"]["latencies"])
-    print(f"\nGET /v1/jobs?limit=50 of the quiet team, {args.quiet_rate:g}/s for {args.duration:g} s; ms")
+    print(f"\nGET /v1/jobs?limit=50 of the quiet team, {args.quiet_rate:g}/s, {args.rounds} x "
+          f"{args.duration:g} s per condition, pooled; ms")
     rows_ = [[name, len(r["latencies"]), json.dumps(r["statuses"]), r["unserved"],
               *(fmt_ms(p[k]) for k in ("p50", "p90", "p99", "max"))]
              for name, r, p in (("quiet", result["quiet"], quiet), ("flooded", result["flooded"], flooded))]
@@ -288,6 +315,7 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--duration", type=float, default=20.0, help="seconds per measured phase")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of (quiet alone, quiet flooded)")
     parser.add_argument("--quiet-rate", type=float, default=40.0, help="the quiet team's requests per second")
     parser.add_argument("--flooders", type=int, default=4, help="connections per kind of flood request")
     parser.add_argument("--flood-limits", help="JSON limits of the flooding team (default: the defaults)")
