@@ -9,8 +9,9 @@ rate.
 
 A request costs what it makes the API carry: one token, plus one per :data:`COST_UNIT_BYTES` of
 its body (taken before it runs; one burst at most, so a bucket can always pay) and of the specs
-in its answer (a page with specs, a job: charged after, and the bucket may go into debt, down
-to minus one burst, which delays the team's next requests). A megabyte spec then costs what
+in its answer (a page with specs, a job: charged after, and the bucket may go into debt, which
+delays the team's next requests until it is repaid; concurrent large reads are each charged in
+full, so running them side by side gains nothing). A megabyte spec then costs what
 128 small requests do (a whole default write burst), and a team's limit bounds the API's work
 for it, not just its count of requests: at the default write limit, a megabyte spec every ten
 seconds, while a spec of a few kilobytes costs one token as any other request. A request the
@@ -70,6 +71,7 @@ def take_tokens(tokens: float | None, elapsed: float, bucket: Bucket, cost: int)
 
 
 def charge_tokens(tokens: float | None, elapsed: float, bucket: Bucket, cost: int) -> float:
-    """Tokens left after charging ``cost`` for work already done: never refused, but no lower
-    than minus one burst, so one large answer delays a team by at most two bursts' refill."""
-    return max(-float(bucket.burst), refilled(tokens, elapsed, bucket) - cost)
+    """Tokens left after charging ``cost`` for work already done: never refused, and as deep into
+    debt as the work was (a floor would let requests running side by side pay less than their
+    answers' size)."""
+    return refilled(tokens, elapsed, bucket) - cost

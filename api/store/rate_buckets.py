@@ -29,8 +29,9 @@ LOCAL_SECONDS = 5.0
 
 # take_tokens and charge_tokens in Lua (keep them alike): refill by the time since the last
 # request, then take the cost or say how long until the bucket holds it (ARGV[4] "take"), or
-# charge it, into debt down to minus one burst ("charge"). Floats travel as strings (Lua numbers
-# would be cut to integers); the key expires once the bucket would be full again anyway.
+# charge it, into debt if need be ("charge"). Floats travel as strings (Lua numbers
+# would be cut to integers); the key expires once the bucket would be full again anyway (a debt
+# lasts that much longer, so it is never forgiven by the expiry).
 _SPEND = """
 local rate, burst, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local clock = redis.call('TIME')
@@ -41,14 +42,14 @@ if tokens == nil or at == nil then tokens, at = burst, now end
 tokens = math.min(burst, tokens + math.max(0, now - at) * rate)
 local wait = 0
 if ARGV[4] == 'charge' then
-  tokens = math.max(-burst, tokens - cost)
+  tokens = tokens - cost
 elseif tokens >= cost then
   tokens = tokens - cost
 else
   wait = (cost - tokens) / rate
 end
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
-redis.call('PEXPIRE', KEYS[1], math.ceil(2 * burst / rate * 1000) + 1000)
+redis.call('PEXPIRE', KEYS[1], math.ceil((burst - tokens) / rate * 1000) + 1000)
 return tostring(wait)
 """
 

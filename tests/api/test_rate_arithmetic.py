@@ -23,10 +23,10 @@ def test_a_request_the_bucket_cannot_pay_takes_nothing_and_waits_for_the_differe
     assert take_tokens(-10.0, 0.0, BUCKET, 1) == (-10.0, 5.5)  # in debt: 11 tokens to go
 
 
-def test_a_charge_goes_into_debt_no_deeper_than_one_burst() -> None:
+def test_a_charge_goes_into_debt_as_deep_as_the_work_was() -> None:
     assert charge_tokens(4.0, 0.0, BUCKET, 3) == 1.0
     assert charge_tokens(4.0, 0.0, BUCKET, 9) == -5.0
-    assert charge_tokens(4.0, 0.0, BUCKET, 100) == -10.0
+    assert charge_tokens(4.0, 1.0, BUCKET, 100) == -94.0  # refilled to 6 first
     assert charge_tokens(None, 0.0, BUCKET, 2) == 8.0
 
 
