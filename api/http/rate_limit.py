@@ -20,7 +20,9 @@ from starlette.requests import HTTPConnection
 
 from api.errors import RateLimited
 from api.http.deps import PrincipalDep, SettingsDep
-from api.rate_limits import COST_UNIT_BYTES, Bucket, bucket_kind, bucket_of, cost_of
+from api.http.spec_intake import media_type
+from api.http.yaml_body import YAML_MEDIA_TYPES
+from api.rate_limits import COST_UNIT_BYTES, YAML_WEIGHT, Bucket, bucket_kind, bucket_of, cost_of
 from api.schemas.admin import TeamLimits
 from api.settings import Settings
 from api.store.db import session_scope
@@ -77,8 +79,9 @@ async def enforce_rate_limit(conn: HTTPConnection, principal: PrincipalDep, sett
         cache.put(principal.team_id, limits)
     kind = bucket_kind(conn.scope["type"], conn.scope.get("method"))
     bucket = bucket_of(limits, kind)
+    weight = YAML_WEIGHT if media_type(conn.headers.get("content-type")) in YAML_MEDIA_TYPES else 1
     wait = await _buckets(conn.app.state).take(principal.team_id, kind, bucket,
-                                               cost_of(_body_size(conn), bucket))
+                                               cost_of(_body_size(conn), bucket, weight))
     if wait > 0:
         seconds = max(1, math.ceil(wait))
         raise RateLimited(f"your team is over its {kind} limit ({bucket.rate:g} per second, bursts of "

@@ -35,6 +35,10 @@ def test_a_request_costs_one_token_plus_one_per_8_kib_at_most_a_burst(size: int,
     assert cost_of(size, BUCKET) == cost
 
 
+def test_a_yaml_body_weighs_four_times() -> None:
+    assert cost_of(8_192, Bucket(rate=1.0, burst=100), 4) == 5
+
+
 def test_reads_are_gets_and_streams_everything_else_writes() -> None:
     assert [bucket_kind("http", method) for method in ("GET", "HEAD", "POST", "PATCH", "PUT", "DELETE")] == [
         "reads", "reads", "writes", "writes", "writes", "writes"]

@@ -10,6 +10,7 @@ import time
 import uuid
 
 import pytest
+import yaml
 from waiting import wait_until
 
 
@@ -73,6 +74,17 @@ def test_a_request_costs_one_token_more_per_8_kib_it_carries(limited, client_for
     left = 20 - 1 - len(answer.content) // 8192
     assert [member.get("/v1/me").status_code for _ in range(left)] == [200] * left
     refused(member.get("/v1/me"))
+
+
+def test_a_yaml_body_costs_four_times_its_json(limited, client_for, job_spec) -> None:
+    member = client_for(limited(writes_per_second=0.05, write_burst=20))
+    spec = job_spec(dataset={"prompts": [{"prompt": f"row {n} " + "z" * 180} for n in range(150)]})
+    as_yaml, as_json = yaml.safe_dump(spec).encode(), json.dumps(spec).encode()
+    assert (1 + 4 * len(as_yaml) // 8192, 1 + len(as_json) // 8192) == (15, 4)  # of 20: 5 left after
+    yaml_type, json_type = {"Content-Type": "application/yaml"}, {"Content-Type": "application/json"}
+    assert member.post("/v1/jobs", content=as_yaml, headers=yaml_type).status_code == 201
+    refused(member.post("/v1/jobs", content=as_yaml, headers=yaml_type))
+    assert member.post("/v1/jobs", content=as_json, headers=json_type).status_code == 201
 
 
 def test_every_api_process_draws_on_the_same_bucket(limited, client_for, serve_api, api_server) -> None:
