@@ -160,6 +160,8 @@ class BodySizeLimit:
                 await self._refuse(scope, receive, send)
                 return
             more = message.get("more_body", False)
+        # Its size, however it came (declared or chunked), is what a rate limit charges for it.
+        scope.setdefault("state", {})["body_bytes"] = size
         await self.app(scope, replay_body(b"".join(chunks), receive), send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:

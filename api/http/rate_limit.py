@@ -100,12 +100,8 @@ class _Paid:
 
 
 def _body_size(conn: HTTPConnection) -> int:
-    # The size limit already refused a body over GRPO_MAX_REQUEST_BYTES; a chunked body of
-    # unknown size pays one token (its route is bounded by the same limit).
-    try:
-        return int(conn.headers.get("content-length", 0))
-    except ValueError:
-        return 0
+    """The body's bytes as the size limit counted them (a chunked body too; a WebSocket: 0)."""
+    return int(getattr(conn.state, "body_bytes", 0))
 
 
 async def charge_answer(conn: HTTPConnection, size: int) -> None:
