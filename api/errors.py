@@ -31,3 +31,19 @@ class Unauthorized(ServiceError):  # noqa: N818
 
 class Forbidden(ServiceError):  # noqa: N818
     code = "forbidden"
+
+
+class QueueFull(ServiceError):  # noqa: N818
+    """The team already has as many jobs waiting as it may (its ``max_queued_jobs``)."""
+
+    code = "queue_full"
+
+
+class RateLimited(ServiceError):  # noqa: N818
+    """The caller's team spent its request budget; ``retry_after`` seconds refill enough of it."""
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: float, param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.retry_after = retry_after

@@ -10,7 +10,8 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.store.redis_keys import NAMESPACE_PATTERN, RedisKeys, namespace_for
-from api.vocabulary import DEFAULT_POOL, POOL_NAME_PATTERN
+from api.vocabulary import DEFAULT_POOL, MAX_QUEUED_JOBS, MAX_RATE_PER_SECOND, POOL_NAME_PATTERN
+from grpo_core.spec import Priority
 
 # Refused as tokens: a default secret in production is worse than none at all.
 _PLACEHOLDER_TOKENS = {"changeme", "change-me", "secret", "token", "password"}
@@ -45,8 +46,9 @@ class Settings(BaseSettings):
         None, description="Optional operator token: acts as an admin key of team `default` (bootstrap); "
         f"at least {MIN_API_TOKEN_LENGTH} characters, or unset for none.")
     auth_cache_seconds: float = Field(
-        5.0, ge=0, description="How long a verified API key is trusted before it is looked up again; "
-        "a revocation through another process takes effect within this.")
+        5.0, ge=0, description="How long a verified API key, and its team's limits, are trusted before "
+        "they are looked up again; a revocation or a limit changed through another process takes "
+        "effect within this.")
     stream_maxlen: int = Field(10_000, ge=100, description="Approximate cap of each job's Redis Stream.")
     # Writers publish every event and status change; these SQL re-reads only catch a failed publish.
     stream_block_seconds: float = Field(
@@ -85,6 +87,32 @@ class Settings(BaseSettings):
     fair_share_half_life_seconds: float = Field(
         3600.0, gt=0, description="Half-life of a team's past GPU usage in the fair-share order.")
     max_request_bytes: int = Field(1024 * 1024, ge=1024)
+    spec_validation_slots: int = Field(
+        4, ge=1, le=64, description="Submissions and clones whose spec is parsed, checked and stored at "
+        "once, each in a thread off the event loop; more wait their turn, so a flood of large specs "
+        "neither stalls the loop nor takes every thread of the pool.")
+    list_spec_bytes: int = Field(
+        2 * 1024 * 1024, ge=1024, description="`GET /v1/jobs?include=spec` ends a page early once its "
+        "specs add up to this many bytes (as stored JSON; a page holds at least one job): a page of "
+        "megabyte specs cannot take the API's memory. `next_after` continues as usual.")
+    # Per-team limits: the defaults; admins override them per team (PUT /v1/admin/teams/{team}/limits).
+    # Admin keys are held to none of them but the queue cap.
+    team_max_priority: Priority = Field(
+        "normal", description="Highest priority class a team's members may give a job, at submit and "
+        "every later change (clone, retry, resume, PATCH); admins may set any.")
+    team_max_queued_jobs: int = Field(
+        1_000, ge=0, le=MAX_QUEUED_JOBS, description="Most of a team's jobs waiting in the queue at once; "
+        "a submit, clone, retry or resume past it is a 409 `queue_full`.")
+    team_reads_per_second: float = Field(
+        50.0, gt=0, le=MAX_RATE_PER_SECOND, description="Sustained rate of a team's reads (GET, opening a "
+        "stream), all its keys and API processes together; past the burst, a 429 with Retry-After.")
+    team_read_burst: int = Field(300, ge=1, le=MAX_QUEUED_JOBS,
+                                 description="Reads a team may make at once before the rate applies.")
+    team_writes_per_second: float = Field(
+        10.0, gt=0, le=MAX_RATE_PER_SECOND, description="Sustained rate of a team's writes (POST, PATCH, "
+        "PUT, DELETE); past the burst, a 429 with Retry-After.")
+    team_write_burst: int = Field(100, ge=1, le=MAX_QUEUED_JOBS,
+                                  description="Writes a team may make at once before the rate applies.")
     auto_migrate: bool = Field(
         True, description="`grpo api`, `grpo scheduler` and `grpo admin` bring a database that is behind "
         "the code's schema to it at start; false: they refuse, naming the command to run.")

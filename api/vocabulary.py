@@ -21,6 +21,8 @@ DEFAULT_POOL = "default"
 MAX_QUOTA_GPUS = 1_000_000  # larger is a typo, and it keeps every sum inside a 32-bit INTEGER
 MAX_ARTIFACT_QUOTA_BYTES = 2**62  # a team's artifact byte quota: far past any disk, inside a BIGINT
 MAX_LABEL_LENGTH = 128  # an API key's label
+MAX_QUEUED_JOBS = 1_000_000  # a team's queue cap, and a rate bucket's burst: larger is a typo
+MAX_RATE_PER_SECOND = 1_000_000.0  # a team's requests per second: larger is a typo
 
 RUN_JOB = "grpo.run_job"
 

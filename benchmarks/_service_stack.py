@@ -40,7 +40,7 @@ from specs import tiny_spec as tiny_spec  # noqa: E402 - re-exported to the benc
 
 POSTGRES_ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 REDIS_URL = "redis://127.0.0.1:6379/14"  # not the tests' database (11)
-TOKEN = "bench-token-3f9c1e"
+TOKEN = "bench-operator-token-3f9c1e5a7b2d4c60"  # GRPO_API_TOKEN wants 32+ characters
 READY_TIMEOUT_S = 30.0
 APP = "api.main:create_app"
 

@@ -27,6 +27,11 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # Checked at submit (api.http) and, for a run counted on the worker, by the worker.
     "api.pool_limits": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
                         *SERVICE_FRAMEWORKS),
+    # Pure rules over a team's limits (the store, the HTTP layer and the CLI read them alike).
+    "api.team_limits": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
+                        *SERVICE_FRAMEWORKS),
+    "api.rate_limits": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
+                        *SERVICE_FRAMEWORKS),
     "api.schemas": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
                     "sqlalchemy", "redis", "fastapi"),
     "api.store": ("api.http", "api.streaming", "api.cli", "worker", "fastapi", "starlette",

@@ -68,22 +68,39 @@ def _limit(text: str) -> int | None:
         raise argparse.ArgumentTypeError(f"'{text}' is not a whole number or 'default'") from None
 
 
-def _set_pool_limits(session: Any, args: argparse.Namespace) -> Any:
-    """Change the limits given as flags; the others keep their current value."""
+def _changed(current: Any, args: argparse.Namespace, flags: tuple[str, ...]) -> Any:
+    """``current`` (a limits schema) with the flags given changed (``default``: None); the others
+    keep their value. Checked by the schema, the HTTP route's own."""
     from pydantic import ValidationError
 
     from api.errors import InvalidInput
-    from api.schemas.admin import PoolLimits
 
-    current = _pools().get_pool(session, args.pool).limits.model_dump()
-    given = {name: getattr(args, name) for name in LIMIT_FLAGS if hasattr(args, name)}  # SUPPRESS: not given
+    given = {name: getattr(args, name) for name in flags if hasattr(args, name)}  # SUPPRESS: not given
     try:
-        limits = PoolLimits.model_validate({**current, **given})
+        return type(current).model_validate({**current.model_dump(), **given})
     except ValidationError as exc:
         error = exc.errors()[0]
         field = ".".join(str(part) for part in error["loc"])
         raise InvalidInput(f"--{field.replace('_', '-')}: {error['msg']}", param=field) from None
+
+
+def _set_pool_limits(session: Any, args: argparse.Namespace) -> Any:
+    limits = _changed(_pools().get_pool(session, args.pool).limits, args, LIMIT_FLAGS)
     return _pools().set_limits(session, args.pool, limits)
+
+
+TEAM_LIMIT_FLAGS = ("max_priority", "max_queued_jobs", "reads_per_second", "read_burst", "writes_per_second",
+                    "write_burst")
+
+
+def _setting(text: str) -> str | None:
+    """A value as typed (the schema converts and checks it), or ``default`` (None)."""
+    return None if text.strip().lower() == "default" else text
+
+
+def _set_team_limits(session: Any, args: argparse.Namespace) -> Any:
+    limits = _changed(_teams().get_team(session, args.team).limits, args, TEAM_LIMIT_FLAGS)
+    return _teams().set_limits(session, args.team, limits)
 
 
 def _verifiers() -> Any:
@@ -134,8 +151,10 @@ def _line(record: Any) -> str:
     if isinstance(record, TeamRead):
         quotas = ", ".join(f"{pool}={gpus}" for pool, gpus in record.quotas.items()) or "none"
         artifacts = "none" if record.artifact_quota_bytes is None else record.artifact_quota_bytes
+        limits = ", ".join(f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}"
+                           for name, value in record.limits.model_dump(exclude_none=True).items())
         return (f"{record.name}\tid={record.id}\tweight={record.weight:g}\tquotas: {quotas}"
-                f"\tartifact_quota_bytes={artifacts}")
+                f"\tartifact_quota_bytes={artifacts}\tlimits: {limits or 'defaults'}")
     if isinstance(record, KeyRead):
         state = f"revoked {record.revoked_at:%Y-%m-%d %H:%M}" if record.revoked_at else "active"
         role = "admin" if record.is_admin else "member"
@@ -230,6 +249,10 @@ def add_admin_commands(commands: argparse._SubParsersAction) -> None:
         ("bytes", {"type": int, "metavar": "BYTES"}))
     add("clear-artifact-quota", "remove a team's artifact byte quota (no limit but the disk)",
         lambda s, a: _teams().set_artifact_quota(s, a.team, None), team)
+    add("set-team-limits", "change a team's limits (each flag: a value, or 'default')", _set_team_limits,
+        team, *((f"--{name.replace('_', '-')}", {"type": _setting, "default": argparse.SUPPRESS,
+                                                  "metavar": "CLASS" if name == "max_priority" else "N"})
+                for name in TEAM_LIMIT_FLAGS))
     add("create-key", "create an API key; prints the key (once) on stdout", _create_key, team,
         ("--admin", {"action": "store_true", "help": "an admin key: every team, /v1/admin"}),
         ("--label", {"default": None, "help": "a note for listings (<= 128 characters)"}))

@@ -8,6 +8,7 @@ shape, before anything has parsed the request.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from fastapi import FastAPI
@@ -17,10 +18,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.errors import ServiceError
+from api.errors import RateLimited, ServiceError
 from api.outages import OUTAGES, backend_down
 from grpo_core.errors import SpecError
-from grpo_core.specfile import InvalidSpec, field_path, spec_error_reason
+from grpo_core.specfile import InvalidSpec, field_path
 
 STATUS_BY_CODE = {
     "invalid_input": 422,
@@ -30,7 +31,9 @@ STATUS_BY_CODE = {
     "forbidden": 403,
     "not_found": 404,
     "conflict": 409,
+    "queue_full": 409,
     "request_too_large": 413,
+    "rate_limited": 429,
     "not_ready": 503,
     "unavailable": 503,
 }
@@ -67,6 +70,12 @@ async def _service_error(_conn: HTTPConnection, exc: ServiceError) -> JSONRespon
     return error_response(STATUS_BY_CODE.get(exc.code, 400), exc.code, exc.message, exc.param)
 
 
+async def _rate_limited(_conn: HTTPConnection, exc: RateLimited) -> JSONResponse:
+    response = error_response(429, exc.code, exc.message, exc.param)
+    response.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+    return response
+
+
 async def _invalid_spec(_conn: HTTPConnection, exc: InvalidSpec) -> JSONResponse:
     return _field_errors("invalid_spec", [(e.field, e.reason) for e in exc.errors])
 
@@ -75,30 +84,11 @@ async def _spec_error(_conn: HTTPConnection, exc: SpecError) -> JSONResponse:
     return _field_errors("invalid_spec", [(exc.field, exc.reason)])
 
 
-_SPEC_BODY_ENDPOINTS: set[Any] = set()
-
-
-def spec_body(endpoint: Any) -> Any:
-    """Mark a route whose request body is a JobSpec: its body errors are ``invalid_spec``, as
-    the same spec's errors are from ``grpo submit``; any other body's are ``invalid_request``."""
-    _SPEC_BODY_ENDPOINTS.add(endpoint)
-    return endpoint
-
-
-async def _validation_error(conn: HTTPConnection, exc: Exception) -> JSONResponse:
-    """Pydantic's errors, located without FastAPI's ``body``/``query`` prefix: a JobSpec body's
-    paths read like the spec (``grpo.num_generations``)."""
+async def _validation_error(_conn: HTTPConnection, exc: Exception) -> JSONResponse:
+    """Pydantic's errors, located without FastAPI's ``body``/``query`` prefix. (A JobSpec body is
+    parsed by its route, :mod:`api.http.spec_intake`, and its errors are ``invalid_spec``.)"""
     found = list(exc.errors())  # type: ignore[attr-defined]
-    in_spec = conn.scope.get("endpoint") in _SPEC_BODY_ENDPOINTS and any(
-        err["loc"][:1] == ("body",) for err in found)
-    return _field_errors("invalid_spec" if in_spec else "invalid_request",
-                         [(_param(err), _reason(err, in_spec)) for err in found])
-
-
-def _reason(err: dict[str, Any], in_spec: bool) -> str:
-    if not in_spec or err["loc"][:1] != ("body",):
-        return err["msg"]
-    return spec_error_reason({**err, "loc": tuple(err["loc"][1:])})
+    return _field_errors("invalid_request", [(_param(err), err["msg"]) for err in found])
 
 
 def _param(err: dict[str, Any]) -> str:
@@ -131,6 +121,7 @@ def install_error_handlers(app: FastAPI) -> None:
     """On a WebSocket not yet accepted, Starlette sends the returned response as the handshake's
     HTTP answer (the denial-response extension), so a client sees the same 401/404/422."""
     app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(RateLimited, _rate_limited)
     app.add_exception_handler(InvalidSpec, _invalid_spec)
     app.add_exception_handler(SpecError, _spec_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
@@ -169,6 +160,8 @@ class BodySizeLimit:
                 await self._refuse(scope, receive, send)
                 return
             more = message.get("more_body", False)
+        # Its size, however it came (declared or chunked), is what a rate limit charges for it.
+        scope.setdefault("state", {})["body_bytes"] = size
         await self.app(scope, replay_body(b"".join(chunks), receive), send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:

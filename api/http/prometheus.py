@@ -3,8 +3,8 @@
 A :class:`ServiceSnapshot` is read fresh on every scrape (SQL counts, Redis counters and
 heartbeats, this process's stream subscribers) and turned into metric families by
 :func:`families`, a pure function. No metric is kept in process memory, so every API replica
-reports the same service-wide numbers (except ``grpo_stream_subscribers``, which is per
-process: sum it across replicas).
+reports the same service-wide numbers (except ``grpo_stream_subscribers`` and
+``grpo_spec_intake``, which are per process: sum them across replicas).
 
 Cardinality stays bounded: labels are statuses, pools, teams and, for running jobs only (at
 most one per worker), the job id.
@@ -43,6 +43,7 @@ class ServiceSnapshot:
     heartbeats: list[Heartbeat] = field(default_factory=list)
     seconds_since_scheduler_pass: float | None = None
     stream_subscribers: int = 0
+    spec_intake: dict[str, int] = field(default_factory=dict)  # state -> submissions (per process)
 
 
 def read_sql(session: Session) -> ServiceSnapshot:
@@ -98,6 +99,11 @@ def families(snapshot: ServiceSnapshot) -> Iterator[Metric]:
                                 value=snapshot.seconds_since_scheduler_pass)
     yield GaugeMetricFamily("grpo_stream_subscribers", "Open job streams (WebSockets) in this API process",
                             value=snapshot.stream_subscribers)
+    intake = GaugeMetricFamily("grpo_spec_intake", "Submissions and clones in this API process whose spec is "
+                               "being checked (running) or waits for a slot (waiting)", labels=["state"])
+    for state in ("running", "waiting"):
+        intake.add_metric([state], snapshot.spec_intake.get(state, 0))
+    yield intake
 
 
 def _capacity(heartbeats: list[Heartbeat]) -> Iterator[Metric]:

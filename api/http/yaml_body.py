@@ -1,74 +1,70 @@
 """``POST /v1/jobs`` also takes the spec as YAML (``Content-Type: application/yaml``), as
 ``grpo submit`` and ``grpo train`` read it from files, so a spec pastes into the dashboard's form
-or a ``curl --data-binary @spec.yaml`` unchanged.
+or a ``curl --data-binary @spec.yaml`` unchanged. The submission parses it off the event loop
+(:mod:`api.http.spec_intake`), after the size limit, into plain data (PyYAML's safe constructor),
+then validates it as the JSON path does, so defaults and error messages are the same.
 
-An ASGI middleware inside :class:`api.http.errors.BodySizeLimit` (so the size limit applies
-first): it parses the YAML with the specs' own loader (plain data only, no aliases) and hands the
-route the same mapping as JSON, so validation, defaults and error messages are the JSON path's,
-and every other request passes through untouched.
-
-Before composing, the token stream (read without recursion) is checked for nesting deeper than
-:data:`MAX_DEPTH`, since the composer recurses per level and would exhaust the stack; an integer
-longer than Python converts (4,300 digits) is refused the same way: a 422 naming ``body``.
+The loader is libyaml's scanner and parser (C, where PyYAML was built with it) under PyYAML's own
+composer (Python): a half-megabyte spec in pure-Python PyYAML took most of a second of CPU, and
+libyaml's composer, in C, holds the interpreter for the whole document (a quarter of a second for
+a megabyte of small scalars), which stalls every request of the process even from a thread; the
+Python composer lets the event loop in between nodes. The composer refuses, as a 422 naming
+``body``: nesting deeper than :data:`MAX_DEPTH` (it recurses per level), aliases (a few nested
+expand exponentially once copied or re-encoded as JSON), and, in the constructor, an integer
+longer than Python converts (4,300 digits).
 """
 
 from __future__ import annotations
 
-import json
+from typing import Any
 
 import yaml
-from starlette.types import ASGIApp, Receive, Scope, Send
-
-from api.http.errors import error_response, replay_body
-from grpo_core.specfile import load_yaml
+from yaml.composer import Composer, ComposerError
+from yaml.constructor import SafeConstructor
+from yaml.resolver import Resolver
 
 MAX_DEPTH = 32  # a JobSpec nests 4 deep (rewards.0.args.FIELD); reward args may add a few more
-_OPENS = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken, yaml.FlowMappingStartToken,
-          yaml.FlowSequenceStartToken)
-_CLOSES = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
 YAML_MEDIA_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
-SUBMIT_PATH = "/v1/jobs"
+
+
+class _Guarded:
+    """The composer's checks, mixed in before PyYAML's ``Composer``."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):  # type: ignore[attr-defined]
+            raise ComposerError(None, None, "YAML aliases (*name) are not accepted in a spec",
+                                self.peek_event().start_mark)  # type: ignore[attr-defined]
+        opens = self.check_event(yaml.SequenceStartEvent, yaml.MappingStartEvent)  # type: ignore[attr-defined]
+        if opens:
+            self._depth += 1
+            if self._depth > MAX_DEPTH:
+                raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
+        try:
+            return super().compose_node(parent, index)  # type: ignore[misc]
+        finally:
+            if opens:
+                self._depth -= 1
+
+
+if yaml.__with_libyaml__:
+    from yaml._yaml import CParser
+
+    class _SpecLoader(_Guarded, Composer, CParser, SafeConstructor, Resolver):
+        def __init__(self, stream: bytes) -> None:
+            CParser.__init__(self, stream)
+            Composer.__init__(self)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+
+else:  # pragma: no cover - PyYAML built without libyaml
+
+    class _SpecLoader(_Guarded, yaml.SafeLoader):  # type: ignore[no-redef]
+        pass
 
 
 def parse_yaml(raw: bytes) -> object:
     """The document as plain data; ``yaml.YAMLError`` or ``ValueError`` (too deep, an integer
     too long to convert) for what cannot be one."""
-    depth = 0
-    for token in yaml.scan(raw):
-        if isinstance(token, _OPENS):
-            depth += 1
-            if depth > MAX_DEPTH:
-                raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
-        elif isinstance(token, _CLOSES):
-            depth -= 1
-    return load_yaml(raw)
-
-
-def _media_type(scope: Scope) -> str:
-    for name, value in scope.get("headers", []):
-        if name == b"content-type":
-            return value.decode("latin-1").split(";", 1)[0].strip().lower()
-    return ""
-
-
-class YamlSpecBody:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != SUBMIT_PATH
-                or _media_type(scope) not in YAML_MEDIA_TYPES):
-            await self.app(scope, receive, send)
-            return
-        message = await receive()  # BodySizeLimit hands the whole (bounded) body over at once
-        try:
-            data = parse_yaml(message.get("body", b""))
-        except (yaml.YAMLError, ValueError) as exc:
-            await error_response(422, "invalid_spec", f"not valid YAML: {exc}", "body")(scope, receive, send)
-            return
-        # default=str: YAML has types JSON has not (dates); validation then names the field.
-        body = json.dumps(data, default=str).encode()
-        headers = [(name, value) for name, value in scope["headers"]
-                   if name not in (b"content-type", b"content-length")]
-        headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-        await self.app({**scope, "headers": headers}, replay_body(body, receive), send)
+    return yaml.load(raw, Loader=_SpecLoader)  # noqa: S506 - a safe constructor, aliases refused

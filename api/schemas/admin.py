@@ -9,11 +9,42 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.schemas.jobs import UtcDatetime
-from api.vocabulary import MAX_ARTIFACT_QUOTA_BYTES, MAX_LABEL_LENGTH, MAX_QUOTA_GPUS, NAME_PATTERN
+from api.vocabulary import (
+    MAX_ARTIFACT_QUOTA_BYTES,
+    MAX_LABEL_LENGTH,
+    MAX_QUEUED_JOBS,
+    MAX_QUOTA_GPUS,
+    MAX_RATE_PER_SECOND,
+    NAME_PATTERN,
+)
+from grpo_core.spec import Priority
 
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class TeamLimits(_Body):
+    """An admin's overrides of what a team's members may do; a null field means the deployment's
+    default (the ``GRPO_TEAM_*`` settings). Admin keys are held to none of them but
+    ``max_queued_jobs``, which bounds the team's queue whoever fills it."""
+
+    max_priority: Priority | None = Field(
+        None, description="Highest priority class the team's members may give a job (submit, clone, "
+        "retry, resume, PATCH); a higher one is a 422 naming `priority`")
+    max_queued_jobs: int | None = Field(
+        None, ge=0, le=MAX_QUEUED_JOBS, description="Most of the team's jobs waiting in the queue "
+        "(queued or preempted) at once; a submit, clone, retry or resume past it is a 409 `queue_full`")
+    reads_per_second: float | None = Field(
+        None, gt=0, le=MAX_RATE_PER_SECOND, allow_inf_nan=False,
+        description="Token-bucket refill rate of the team's reads (GET, and opening a stream)")
+    read_burst: int | None = Field(None, ge=1, le=MAX_QUEUED_JOBS,
+                                   description="Reads the bucket holds: how many may come at once")
+    writes_per_second: float | None = Field(
+        None, gt=0, le=MAX_RATE_PER_SECOND, allow_inf_nan=False,
+        description="Token-bucket refill rate of the team's writes (POST, PATCH, PUT, DELETE)")
+    write_burst: int | None = Field(None, ge=1, le=MAX_QUEUED_JOBS,
+                                    description="Writes the bucket holds: how many may come at once")
 
 
 class TeamRead(BaseModel):
@@ -23,6 +54,8 @@ class TeamRead(BaseModel):
     quotas: dict[str, int] = Field(description="pool -> most GPUs the team may hold there at once")
     artifact_quota_bytes: int | None = Field(
         None, description="most bytes the team's jobs' checkpoints may occupy (null: no limit)")
+    limits: TeamLimits = Field(default_factory=TeamLimits,
+                               description="Overrides set by admins; null fields are the defaults")
     created_at: UtcDatetime
 
 

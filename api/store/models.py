@@ -59,6 +59,9 @@ class Team(Base):
     weight: Mapped[float] = mapped_column(Float, default=1.0)
     # The most bytes the team's checkpoints may occupy under the artifacts root (None: no limit).
     artifact_quota_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    # Admins' overrides of what its members may do (api.schemas.admin.TeamLimits; None or a
+    # missing field: the deployment's default).
+    limits: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

@@ -92,6 +92,10 @@ class RedisKeys:
         a ticket one stack issued is not even looked for by another."""
         return f"{self._prefix}stream-ticket:{ticket_hash}"
 
+    def rate_bucket(self, team_id: int, kind: str) -> str:
+        """A team's token bucket of one kind (``api.rate_limits``), shared by all API processes."""
+        return f"{self._prefix}rate:{team_id}:{kind}"
+
     def stat(self, name: str) -> str:
         """A service-wide counter (``api.store.bus.COUNTERS``)."""
         return f"{self._prefix}stats:{name}"

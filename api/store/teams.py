@@ -11,7 +11,7 @@ from sqlalchemy import Row, delete, select, update
 from sqlalchemy.orm import Session
 
 from api.errors import Conflict, InvalidInput, NotFound
-from api.schemas.admin import MAX_QUOTA_GPUS, KeyRead, TeamRead
+from api.schemas.admin import MAX_QUOTA_GPUS, KeyRead, TeamLimits, TeamRead
 from api.store import keys
 from api.store._checks import check_bytes, check_gpus, check_label, check_name, check_weight
 from api.store._rows import dialect_insert
@@ -48,7 +48,8 @@ def _team_id(session: Session, name: str) -> int:
 
 def _team_read(team: Team, quotas: dict[str, int]) -> TeamRead:
     return TeamRead(id=team.id, name=team.name, weight=team.weight, quotas=quotas,
-                    artifact_quota_bytes=team.artifact_quota_bytes, created_at=team.created_at)
+                    artifact_quota_bytes=team.artifact_quota_bytes,
+                    limits=TeamLimits.model_validate(team.limits or {}), created_at=team.created_at)
 
 
 def quotas_by_team(session: Session, team_id: int | None = None) -> dict[int, dict[str, int]]:
@@ -68,6 +69,10 @@ def team_by_id(session: Session, team_id: int) -> TeamRead:
     if team is None:
         raise NotFound(f"team {team_id} not found", param="team")
     return _team_read(team, quotas_by_team(session, team_id).get(team_id, {}))
+
+
+def get_team(session: Session, name: str) -> TeamRead:
+    return team_by_id(session, _team_id(session, name))
 
 
 def list_teams(session: Session) -> list[TeamRead]:
@@ -147,6 +152,16 @@ def set_artifact_quota(session: Session, team: str, count: int | None) -> TeamRe
     team_id = _team_id(session, team)
     value = None if count is None else check_bytes(count)
     session.execute(update(Team).where(Team.id == team_id).values(artifact_quota_bytes=value)
+                    .execution_options(synchronize_session=False))
+    return team_by_id(session, team_id)
+
+
+def set_limits(session: Session, team: str, limits: TeamLimits) -> TeamRead:
+    """Replace the team's overrides (a null field: the default). Jobs already queued stay queued;
+    API processes apply new rate limits within ``GRPO_AUTH_CACHE_SECONDS``."""
+    team_id = _team_id(session, team)
+    session.execute(update(Team).where(Team.id == team_id)
+                    .values(limits=limits.model_dump(exclude_none=True) or None)
                     .execution_options(synchronize_session=False))
     return team_by_id(session, team_id)
 

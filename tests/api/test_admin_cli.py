@@ -126,6 +126,23 @@ def test_pool_limits_change_only_the_flags_given(grpo) -> None:
     assert code == 0 and f"a100\topen\tmax_worker_gpus=-\t{expected}" in out
 
 
+def test_team_limits_change_only_the_flags_given(grpo) -> None:
+    grpo("create-team", "alpha")
+
+    def limits(*flags: str) -> dict:
+        return grpo.json("set-team-limits", "alpha", *flags)["limits"]
+
+    assert limits("--max-priority", "high", "--reads-per-second", "2.5") == {
+        "max_priority": "high", "max_queued_jobs": None, "reads_per_second": 2.5, "read_burst": None,
+        "writes_per_second": None, "write_burst": None}
+    changed = limits("--max-priority", "default", "--max-queued-jobs", "40", "--write-burst", "8")
+    assert (changed["max_priority"], changed["max_queued_jobs"], changed["reads_per_second"],
+            changed["write_burst"]) == (None, 40, 2.5, 8)
+    code, out, _ = grpo("list-teams")
+    expected = "limits: max_queued_jobs=40, reads_per_second=2.5, write_burst=8"
+    assert code == 0 and expected in out
+
+
 @pytest.mark.parametrize("argv, message", [
     (("create-team", "alpha"), "already exists"),
     (("create-team", "Not-Lower"), "must match"),
@@ -139,6 +156,9 @@ def test_pool_limits_change_only_the_flags_given(grpo) -> None:
     (("set-pool-limits", "default", "--max-steps", "0"), "--max-steps: Input should be greater than"),
     (("set-pool-limits", "nowhere", "--max-steps", "5"), "pool 'nowhere' not found"),
     (("list-keys", "--team", "nobody"), "team 'nobody' not found"),
+    (("set-team-limits", "alpha", "--max-priority", "urgent"), "--max-priority: Input should be"),
+    (("set-team-limits", "alpha", "--writes-per-second", "0"), "--writes-per-second: Input should be"),
+    (("set-team-limits", "nobody", "--read-burst", "5"), "team 'nobody' not found"),
 ])
 def test_bad_input_exits_2_and_changes_nothing(grpo, argv, message) -> None:
     grpo("create-team", "alpha")

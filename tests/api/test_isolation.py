@@ -64,6 +64,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("PUT", "/v1/admin/pools/{pool}/limits"): ADMIN,
     ("PUT", "/v1/admin/teams/{team}/artifact-quota"): ADMIN,
     ("DELETE", "/v1/admin/teams/{team}/artifact-quota"): ADMIN,
+    ("PUT", "/v1/admin/teams/{team}/limits"): ADMIN,
     ("PUT", "/v1/admin/verifiers/{verifier}"): ADMIN,
     ("GET", "/v1/admin/verifiers"): ADMIN,
     ("GET", "/v1/admin/verifiers/{verifier}"): ADMIN,

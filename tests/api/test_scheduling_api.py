@@ -76,9 +76,9 @@ def test_a_submission_must_fit_a_known_pool(client_for, team_keys, job_spec, api
 
 def test_priority_changes_live_and_only_while_the_job_is_not_finished(client_for, team_keys, job_spec,
                                                                        worker) -> None:
-    alpha = client_for(team_keys.alpha)
+    alpha, admin = client_for(team_keys.alpha), client_for(team_keys.admin)
     job = alpha.post("/v1/jobs", json=job_spec()).json()
-    changed = alpha.patch(f"/v1/jobs/{job['id']}", json={"priority": "high"})
+    changed = admin.patch(f"/v1/jobs/{job['id']}", json={"priority": "high"})  # above a member's class
     assert changed.status_code == 200 and changed.json()["priority"] == "high"
     events = alpha.get(f"/v1/jobs/{job['id']}/events").json()["items"]
     assert events[-1]["type"] == "priority_changed" and events[-1]["data"] == {"from": "normal", "to": "high"}

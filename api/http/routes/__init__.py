@@ -6,6 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 
 from api.http.deps import get_principal
+from api.http.rate_limit import enforce_rate_limit
 from api.http.routes import admin, cluster, dashboard, downloads, jobs, meta, prometheus, stream, telemetry
 
 
@@ -14,8 +15,11 @@ def build_router() -> APIRouter:
     root.include_router(meta.probes)
     root.include_router(dashboard.router)  # the page and its files; its data comes from /v1
     root.include_router(prometheus.router)
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(get_principal)],
-                   responses={401: {"description": "Missing or wrong bearer token"}})
+    # The principal first: the rate limit counts against the caller's team.
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(get_principal), Depends(enforce_rate_limit)],
+                   responses={401: {"description": "Missing or wrong bearer token"},
+                              429: {"description": "The team's reads or writes are over its rate limit; "
+                                                   "retry after `Retry-After` seconds"}})
     for module_router in (meta.catalog, jobs.router, telemetry.router, downloads.router, stream.router,
                           cluster.router,
                           admin.me, admin.router):

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, status
+from fastapi import APIRouter, Depends, Query, Request, status
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from api.http.deps import KeyCacheDep, PrincipalDep, SessionDep, require_admin
 from api.http.params import MAX_NAME_LENGTH, KeyId, PoolName, TeamName, VerifierName
+from api.http.rate_limit import limits_cache
 from api.schemas.admin import (
     ArtifactQuotaSet,
     KeyCreate,
@@ -24,6 +25,7 @@ from api.schemas.admin import (
     QuotaChange,
     QuotaSet,
     TeamCreate,
+    TeamLimits,
     TeamRead,
     TeamUpdate,
 )
@@ -92,6 +94,25 @@ def set_artifact_quota(team: str, body: ArtifactQuotaSet, session: SessionDep) -
 def clear_artifact_quota(team: str, session: SessionDep) -> TeamRead:
     """No artifact byte quota: the team is limited by the disk only."""
     return teams.set_artifact_quota(session, team, None)
+
+
+@router.put("/teams/{team}/limits", response_model=TeamRead, responses={**_TEAM_404, **_BAD})
+async def set_team_limits(team: TeamName, body: TeamLimits, session: SessionDep,
+                          request: Request) -> TeamRead:
+    """Replace the team's limits (a null or missing field: the deployment's `GRPO_TEAM_*` default):
+    its members' highest priority class, its queue cap, and its read and write rate limits.
+    Takes effect at once in this process; other API processes apply it within
+    ``GRPO_AUTH_CACHE_SECONDS``. Jobs already queued stay queued."""
+    read = await run_in_threadpool(_set_limits_and_commit, session, team, body)
+    limits_cache(request.app.state).evict(read.id)
+    return read
+
+
+def _set_limits_and_commit(session: Session, team: str, limits: TeamLimits) -> TeamRead:
+    # Committed before the eviction: the next lookup must find the new limits in SQL.
+    read = teams.set_limits(session, team, limits)
+    session.commit()
+    return read
 
 
 @router.post("/teams/{team}/keys", status_code=status.HTTP_201_CREATED, response_model=KeyCreated,

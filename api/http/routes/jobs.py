@@ -1,19 +1,30 @@
 """``/v1/jobs``: submit, list, read, cancel, pause, resume, retry and clone jobs. Thin: parse,
-check, call the store."""
+check, call the store.
+
+Every way a job enters the queue (submit, clone, retry, resume) or changes class (PATCH) is
+admitted against its team's limits in the transaction that makes the change
+(:mod:`api.store.team_admission`): its members' highest priority class and the team's queue cap.
+Spec bodies are parsed and checked off the event loop (:mod:`api.http.spec_intake`), and so are
+the responses that carry specs (:func:`_json_off_loop`)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Header, Query, Request, Response, status
+from fastapi import APIRouter, Header, Query, Request, status
 from redis.exceptions import RedisError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import State
+from starlette.responses import Response as PlainResponse
 
+from api.http.auth import Principal
 from api.http.deps import PrincipalDep, RedisDep, SessionDep, SettingsDep
-from api.http.errors import spec_body
+from api.http.job_json import job_json, page_json
 from api.http.params import JobId, id_cursor
+from api.http.rate_limit import charge_answer
+from api.http.spec_intake import intake, parse_changes, parse_spec
 from api.http.submission import (
     check_capabilities,
     check_job_source,
@@ -29,6 +40,9 @@ from api.settings import Settings
 from api.store import bus
 from api.store import jobs as job_store
 from api.store.db import session_scope
+from api.store.spec_pages import StoredSpecs, job_with_spec, with_specs
+from api.store.team_admission import admit, team_limits, with_team_priority
+from api.team_limits import check_priority
 from grpo_core.spec import JobSpec
 from grpo_core.specfile import with_changes
 
@@ -37,6 +51,9 @@ router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 JobStatus = Literal[JOB_STATUSES]  # type: ignore[valid-type]
 _ERRORS = {401: {"description": "Missing or wrong bearer token"}, 404: {"description": "No such job"}}
+_QUEUE_FULL = {409: {"description": "`queue_full`: the team has `max_queued_jobs` jobs waiting already"}}
+_PRIORITY = "; a member's priority above the team's `max_priority` is a 422 naming `priority`"
+_SPEC = {"$ref": "#/components/schemas/JobSpec"}  # api.http.openapi_bodies adds it to the components
 
 
 @router.post(
@@ -45,52 +62,68 @@ _ERRORS = {401: {"description": "Missing or wrong bearer token"}, 404: {"descrip
     response_model=JobRead,
     responses={
         200: {"model": JobRead, "description": "Replay: this Idempotency-Key was used with this same body"},
-        409: {"description": "This Idempotency-Key was used with a different body"},
+        409: {"description": "This Idempotency-Key was used with a different body; or `queue_full`: the "
+                             "team has `max_queued_jobs` jobs waiting already"},
         413: {"description": "Body over the configured limit"},
-        422: {"description": "Invalid spec; `param` names the first bad field, `errors` lists all"},
+        422: {"description": "Invalid spec; `param` names the first bad field, `errors` lists all"
+                             + _PRIORITY},
     },
-    # The same spec may come as YAML (api/http/yaml_body.py turns it into this JSON body first).
-    openapi_extra={"requestBody": {"content": {"application/yaml": {
-        "schema": {"$ref": "#/components/schemas/JobSpec"}}}}},
+    # The body is read raw and parsed off the event loop (JSON, or YAML by its Content-Type).
+    openapi_extra={"requestBody": {"required": True, "content": {
+        "application/json": {"schema": _SPEC}, "application/yaml": {"schema": _SPEC}}}},
 )
-@spec_body
 async def submit_job(
-    spec: JobSpec,
     principal: PrincipalDep,
     settings: SettingsDep,
     request: Request,
-    response: Response,
     idempotency_key: Annotated[str | None, Header(min_length=1, max_length=255)] = None,
-) -> JobRead:
-    """Queue a job. Retrying with the same ``Idempotency-Key`` and body returns the first job (200)."""
-    job, created = await run_in_threadpool(
-        _check_and_create, settings, request.app.state, principal.team_id, spec, idempotency_key
-    )
-    if not created:
-        response.status_code = status.HTTP_200_OK
-    return job
+) -> Any:
+    """Queue a job. Retrying with the same ``Idempotency-Key`` and body returns the first job (200).
+    A spec without ``priority`` gets ``normal``, or the team's ``max_priority`` if that is lower."""
+    raw = await request.body()
+    job, created = await intake(request.app.state).run(
+        _parse_check_and_create, settings, request.app.state, principal, raw,
+        request.headers.get("content-type"), idempotency_key)
+    return await _echo(job, status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+async def _echo(job: JobRead, code: int) -> PlainResponse:
+    """A new job with the spec it was sent, written in the threadpool (its JSON is megabytes for a
+    large spec); the request paid for those bytes as it came in."""
+    return PlainResponse(await run_in_threadpool(job.model_dump_json), code, media_type="application/json")
+
+
+def _parse_check_and_create(settings: Settings, app_state: State, principal: Principal, raw: bytes,
+                            content_type: str | None, idempotency_key: str | None) -> tuple[JobRead, bool]:
+    return _check_and_create(settings, app_state, principal, parse_spec(raw, content_type), idempotency_key)
 
 
 def _check_and_create(
     settings: Settings,
     app_state: State,
-    team_id: int,
+    principal: Principal,
     spec: JobSpec,
     idempotency_key: str | None,
 ) -> tuple[JobRead, bool]:
     # One threadpool hop for everything that blocks: the filesystem and Redis checks, then one
     # transaction. A Redis outage while reading live workers is a 503, like any backend's.
+    team_id = principal.team_id
     check_submission(spec, settings)
     check_capabilities(spec, lambda: bus.live_workers(app_state.sync_redis, settings.redis_keys))
     with session_scope(settings.database_url, publish=app_state.publish) as session:
         check_placement(session, spec, settings)
         check_job_source(session, spec, team_id, settings)
         check_verifiers(session, spec, team_id)
-        return job_store.create_job(session, team_id, spec, idempotency_key)
+        spec = with_team_priority(session, team_id, spec, settings)
+        job, created = job_store.create_job(session, team_id, spec, idempotency_key)
+        if created:  # a replay queues nothing
+            admit(session, team_id, job.priority, settings, member=not principal.is_admin)
+        return job, created
 
 
 @router.get("", response_model=Page[JobRead], responses=_ERRORS)
 async def list_jobs(
+    request: Request,
     session: SessionDep,
     principal: PrincipalDep,
     settings: SettingsDep,
@@ -99,33 +132,70 @@ async def list_jobs(
     after: Annotated[int, id_cursor("Cursor: `next_after` of the previous page")] = 0,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
     order: Annotated[Literal["asc", "desc"], Query(description="`desc`: newest first")] = "asc",
-    include: Annotated[Literal["spec"] | None, Query(description="`spec`: each job's spec too")] = None,
-) -> Page[JobRead]:
+    include: Annotated[Literal["spec"] | None, Query(description=(
+        "`spec`: each job's spec too; the page then ends early once its specs add up to "
+        "`GRPO_LIST_SPEC_BYTES` (2 MiB by default, at least one job a page): follow `next_after`"))] = None,
+) -> Any:
     """Jobs in id order (``order=desc``: newest first), optionally only those in the given
     statuses (repeat ``status=``); ``after`` continues in that order. A waiting job carries its
     ``pending_reason`` and ``queue_position``. Summaries: ``spec`` is null unless ``include=spec``
-    (``GET /v1/jobs/{id}`` always has it)."""
-    items = await run_in_threadpool(job_store.list_jobs, session, principal.scope, status_in, after,
-                                    limit + 1, order == "desc", principal.is_admin, include == "spec")
-    page = [job_for(principal, job) for job in await with_queue_positions(redis, settings, items[:limit])]
-    return Page[JobRead](items=page, next_after=items[limit - 1].id if len(items) > limit else None)
+    (``GET /v1/jobs/{id}`` always has it). A page may hold fewer than ``limit`` jobs while
+    ``next_after`` is set (with ``include=spec``, when the specs reached the page's byte budget);
+    ``next_after`` null is the only end."""
+    items, specs, more = await run_in_threadpool(_page, session, principal, settings, status_in, after,
+                                                 limit, order == "desc", include == "spec")
+    page = [job_for(principal, job) for job in await with_queue_positions(redis, settings, items)]
+    next_after = page[-1].id if more else None
+    if include != "spec":
+        return Page[JobRead](items=page, next_after=next_after)
+    return await _with_specs_answer(request, page_json, page, specs, next_after)
+
+
+def _page(session: SessionDep, principal: Principal, settings: Settings, statuses: list[str] | None,
+          after: int, limit: int, newest_first: bool, with_spec: bool
+          ) -> tuple[list[JobRead], StoredSpecs, bool]:
+    """Up to ``limit`` jobs, their specs' JSON if asked (as many as the byte budget allows), and
+    whether more jobs follow."""
+    items = job_store.list_jobs(session, principal.scope, statuses, after, limit + 1, newest_first,
+                                principal.is_admin)
+    more, items = len(items) > limit, items[:limit]
+    specs: StoredSpecs = {}
+    if with_spec:
+        chosen, specs = with_specs(session, items, settings.list_spec_bytes)
+        more, items = more or len(chosen) < len(items), chosen
+    return items, specs, more
+
+
+async def _with_specs_answer(request: Request, build: Callable[..., str], *args: Any) -> PlainResponse:
+    """An answer carrying specs: written in the threadpool (:mod:`api.http.job_json`; megabytes of
+    text to join), and charged by its size to the caller's rate limit."""
+    content = await run_in_threadpool(build, *args)
+    await charge_answer(request, len(content))
+    return PlainResponse(content, media_type="application/json")
 
 
 @router.get("/{job_id}", response_model=JobRead, responses=_ERRORS)
 async def get_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
-                  redis: RedisDep) -> JobRead:
-    """The job; a failure's ``error.traceback`` only for an admin."""
-    job = await run_in_threadpool(job_store.get_job, session, job_id, principal.scope,
-                                  traceback=principal.is_admin)
-    return job_for(principal, (await with_queue_positions(redis, settings, [job]))[0])
+                  redis: RedisDep, request: Request) -> Any:
+    """The job, with its spec; a failure's ``error.traceback`` only for an admin."""
+    job, spec = await run_in_threadpool(job_with_spec, session, job_id, principal.scope,
+                                        traceback=principal.is_admin)
+    [placed] = await with_queue_positions(redis, settings, [job])
+    return await _with_specs_answer(request, job_json, job_for(principal, placed), spec)
 
 
 @router.patch("/{job_id}", response_model=JobRead,
-              responses={**_ERRORS, 409: {"description": "The job already finished"}})
-def update_job(job_id: JobId, update: JobUpdate, session: SessionDep, principal: PrincipalDep) -> JobRead:
+              responses={**_ERRORS, 409: {"description": "The job already finished"},
+                         422: {"description": "Not a priority class" + _PRIORITY}})
+def update_job(job_id: JobId, update: JobUpdate, session: SessionDep, principal: PrincipalDep,
+               settings: SettingsDep) -> JobRead:
     """Change a job's ``priority`` while it waits (its place in the queue moves at the
-    scheduler's next pass) or runs (which decides whether it may be preempted)."""
-    return job_for(principal, job_store.set_priority(session, job_id, update.priority, principal.scope))
+    scheduler's next pass) or runs (which decides whether it may be preempted). A member may
+    choose up to the team's ``max_priority``; an admin any class."""
+    job = job_store.set_priority(session, job_id, update.priority, principal.scope)
+    if not principal.is_admin:  # after the write, so another team's job is a 404 first; a refusal rolls back
+        check_priority(update.priority, str(team_limits(session, job.team_id, settings).max_priority))
+    return job_for(principal, job)
 
 
 async def with_queue_positions(redis: RedisDep, settings: Settings, jobs: list[JobRead]) -> list[JobRead]:
@@ -173,35 +243,55 @@ def pause_job(job_id: JobId, session: SessionDep, principal: PrincipalDep) -> Jo
 
 
 @router.post("/{job_id}/resume", response_model=JobRead,
-             responses={**_ERRORS, 409: {"description": "The job is not paused"}})
-def resume_job(job_id: JobId, session: SessionDep, principal: PrincipalDep) -> JobRead:
+             responses={**_ERRORS, 409: {"description": "The job is not paused; or `queue_full`"},
+                        422: {"description": "The job's priority is above the team's `max_priority`"}})
+def resume_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, settings: SettingsDep) -> JobRead:
     """A paused job goes back to the queue; it continues from its checkpoint, each step once."""
-    return job_for(principal, job_store.resume(session, job_id, principal.scope))
+    return _admitted(session, principal, settings, job_store.resume(session, job_id, principal.scope))
 
 
 @router.post("/{job_id}/retry", response_model=JobRead,
-             responses={**_ERRORS, 409: {"description": "The job has not failed nor been cancelled"}})
-def retry_job(job_id: JobId, session: SessionDep, principal: PrincipalDep) -> JobRead:
+             responses={**_ERRORS, 409: {"description": "The job has not failed nor been cancelled; or "
+                                                        "`queue_full`"},
+                        422: {"description": "The job's priority is above the team's `max_priority`"}})
+def retry_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, settings: SettingsDep) -> JobRead:
     """A failed or cancelled job goes back to the queue and continues from its last checkpoint
     (from the start without one), its error cleared, with a fresh attempt budget."""
-    return job_for(principal, job_store.retry(session, job_id, principal.scope))
+    return _admitted(session, principal, settings, job_store.retry(session, job_id, principal.scope))
+
+
+def _admitted(session: SessionDep, principal: Principal, settings: Settings, requeued: JobRead) -> JobRead:
+    """A job just put back in the queue, if its team's limits allow it (else the request's
+    transaction rolls the move back): a member may not requeue a job of a class above the
+    team's highest (one an admin raised, or from before the limit)."""
+    admit(session, requeued.team_id, requeued.priority, settings, member=not principal.is_admin)
+    return job_for(principal, requeued)
 
 
 @router.post(
     "/{job_id}/clone",
     status_code=status.HTTP_201_CREATED,
     response_model=JobRead,
-    responses={**_ERRORS, 422: {"description": "The changed spec is invalid; `param` names the field"}},
+    responses={**_ERRORS, **_QUEUE_FULL,
+               422: {"description": "The changed spec is invalid; `param` names the field" + _PRIORITY}},
+    openapi_extra={"requestBody": {"required": False, "content": {"application/json": {"schema": {
+        "anyOf": [{"type": "object", "additionalProperties": True}, {"type": "null"}], "title": "Changes",
+        "description": "Fields to change, nested as in a spec ({\"grpo\": {\"max_steps\": 10}} changes "
+                       "one field); none: the same spec"}}}}},
 )
-def clone_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
-              request: Request,
-              changes: Annotated[dict[str, Any] | None, Body(
-                  description="Fields to change, nested as in a spec ({\"grpo\": {\"max_steps\": 10}} "
-                              "changes one field); none: the same spec")] = None) -> JobRead:
+async def clone_job(job_id: JobId, principal: PrincipalDep, settings: SettingsDep,
+                    request: Request) -> Any:
     """Queue a new job with this job's spec, changed by the body if given; checked like a
-    submission (its own ``model.source``, pool and limits). To continue from this job's weights,
-    change ``model.source`` to ``job:ID`` or ``job:ID@STEP``."""
-    original = job_store.get_job(session, job_id, principal.scope)
-    spec = with_changes(JobSpec.model_validate(original.spec), changes or {})
-    job, _ = _check_and_create(settings, request.app.state, principal.team_id, spec, None)
-    return job_for(principal, job)
+    submission (its own ``model.source``, pool and limits; the priority it carries, too). To
+    continue from this job's weights, change ``model.source`` to ``job:ID`` or ``job:ID@STEP``."""
+    raw = await request.body()
+    job, _ = await intake(request.app.state).run(_clone, settings, request.app.state, principal, job_id, raw)
+    return await _echo(job_for(principal, job), status.HTTP_201_CREATED)
+
+
+def _clone(settings: Settings, app_state: State, principal: Principal, job_id: int,
+           raw: bytes) -> tuple[JobRead, bool]:
+    with session_scope(settings.database_url) as session:
+        original = job_store.get_job(session, job_id, principal.scope)
+    spec = with_changes(JobSpec.model_validate(original.spec), parse_changes(raw))
+    return _check_and_create(settings, app_state, principal, spec, None)

@@ -32,6 +32,9 @@ async def metrics(request: Request, _admin: AdminDep, settings: SettingsDep, red
     snapshot.seconds_since_scheduler_pass = liveness.pass_age_seconds(await redis.get(keys.scheduler_pass))
     hubs = getattr(request.app.state, "stream_hubs", None)
     snapshot.stream_subscribers = hubs.subscriber_count() if hubs is not None else 0
+    intake = getattr(request.app.state, "spec_intake", None)
+    if intake is not None:
+        snapshot.spec_intake = {"running": intake.running, "waiting": intake.waiting}
     return Response(render(snapshot), media_type=CONTENT_TYPE_LATEST)
 
 
