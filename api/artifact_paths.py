@@ -25,11 +25,11 @@ def model_dir(settings: Settings, job_id: int) -> Path:
 
 
 def tensorboard_dir(settings: Settings, job_id: int) -> Path:
-    """Where ``report_to: [tensorboard]`` writes (grpo_core.tracking names it the same)."""
+    """Where ``report_to: [tensorboard]`` writes (grpo_core.run.tracking names it the same)."""
     return job_dir(settings, job_id) / TENSORBOARD_DIR
 
 
-COMPLETE_MARK = "trainer_state.json"  # written last into a checkpoint (grpo_core.checkpoint)
+COMPLETE_MARK = "trainer_state.json"  # written last into a checkpoint (grpo_core.run.checkpoint)
 
 
 def complete_checkpoint(settings: Settings, job_id: int, step: int) -> Path | None:

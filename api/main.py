@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from api.http import access_log, openapi_bodies, openapi_stream
-from api.http.errors import BodySizeLimit, install_error_handlers
+from api.http.error_responses import BodySizeLimit, install_error_handlers
 from api.http.routes import build_router
 from api.settings import Settings, get_settings
 from api.store import bus

@@ -16,7 +16,7 @@ import math
 from api.schemas.admin import PoolLimits
 from api.settings import Settings
 from grpo_core.errors import SpecError
-from grpo_core.spec import JobSpec
+from grpo_core.spec.run_spec import JobSpec
 
 
 def effective_limits(overrides: PoolLimits, settings: Settings) -> PoolLimits:

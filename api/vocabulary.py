@@ -12,7 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, get_args
 
-from grpo_core.spec import POOL_NAME_PATTERN, Priority
+from grpo_core.spec.run_spec import POOL_NAME_PATTERN, Priority
 
 PRIORITIES: tuple[str, ...] = get_args(Priority)  # lowest first
 # Team names follow the same rules as pool names: a JobSpec names a pool, an admin a team.

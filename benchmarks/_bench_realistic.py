@@ -74,7 +74,7 @@ def cached_tokenizer():
     """The 32k tokenizer, trained once and kept in :data:`CACHE_DIR`."""
     from transformers import AutoTokenizer
 
-    from grpo_core.tiny import CHAT_TEMPLATE, build_tokenizer
+    from grpo_core.io.tiny_models import CHAT_TEMPLATE, build_tokenizer
 
     folder = CACHE_DIR / f"stdlib-bpe-{VOCAB_SIZE}"
     if not (folder / "tokenizer.json").exists():
@@ -121,7 +121,7 @@ def _floor_batch(args: argparse.Namespace, tokenizer: Any):
     """The B·G left-padded prompt rows of one step (the first B prompts, each G times)."""
     import torch
 
-    from grpo_core.rollout import tokenize_prompts
+    from grpo_core.algorithm.rollout import tokenize_prompts
 
     batch = tokenize_prompts(tokenizer, PROMPTS[: args.prompts_per_step], 64, torch.device("cpu"))
     g = args.num_generations
@@ -133,7 +133,7 @@ def _plain_decode(model: Any, ids: Any, mask: Any, new_tokens: int) -> Any:
     decode floor the issue defines (a plain KV-cached decode of the same token counts)."""
     import torch
 
-    from grpo_core.decoders import ModelForwardDecoder
+    from grpo_core.algorithm.decoders import ModelForwardDecoder
 
     decoder = ModelForwardDecoder(model)
     tokens = [decoder.prefill(ids, mask).argmax(-1)]
@@ -146,7 +146,7 @@ def side_floor(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_core.logprobs import position_ids_from_mask
+    from grpo_core.algorithm.logprobs import position_ids_from_mask
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

@@ -26,7 +26,7 @@ from _common import ForeignCpu, current_rss_mb, peak_rss_mb, ru_maxrss_mb
 def _time_lean_decoder(clock: Any) -> None:
     """Our sampling runs the model's modules through ``LeanDecoder`` rather than calling the
     model's forward, which the clock's hooks time: its prefill and steps count as forward time."""
-    from grpo_core.decoders import LeanDecoder
+    from grpo_core.algorithm.decoders import LeanDecoder
 
     for name in ("prefill", "step"):
         method = getattr(LeanDecoder, name)
@@ -42,7 +42,7 @@ def _time_lean_decoder(clock: Any) -> None:
 
 
 def _core_spec(args: argparse.Namespace) -> Any:
-    from grpo_core.spec import JobSpec
+    from grpo_core.spec.run_spec import JobSpec
 
     return JobSpec.model_validate(
         {
@@ -78,8 +78,8 @@ def _check_core_rewards(components: Any) -> float:
     """Max |ours - plain| over :data:`REWARD_CHECK_STRINGS`; raises if they differ."""
     import torch
 
-    from grpo_core.advantages import combine_rewards
-    from grpo_core.decoding import split_reasoning
+    from grpo_core.algorithm.advantages import combine_rewards
+    from grpo_core.algorithm.completion_text import split_reasoning
     from grpo_core.rewards import score_completions
 
     texts = REWARD_CHECK_STRINGS
@@ -98,9 +98,9 @@ def side_core(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(args.threads)
-    from grpo_core.callbacks import TrainerCallback
-    from grpo_core.components import build_components
-    from grpo_core.trainer import GRPOTrainer
+    from grpo_core.run.callbacks import TrainerCallback
+    from grpo_core.run.components import build_components
+    from grpo_core.run.trainer import GRPOTrainer
 
     started = time.perf_counter()
     components = build_components(_core_spec(args), device="cpu")

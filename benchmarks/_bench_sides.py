@@ -94,7 +94,7 @@ def say_yes_reward(completions: list[str], **kwargs: Any) -> list[float]:
 # Child: build the model
 # ----------------------------------------------------------------------------------------------
 def side_build(args: argparse.Namespace) -> dict[str, Any]:
-    from grpo_core.tiny import build_tiny_model
+    from grpo_core.io.tiny_models import build_tiny_model
 
     if args.preset == "realistic":
         from _bench_realistic import build_realistic_model

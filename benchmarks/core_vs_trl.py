@@ -1,7 +1,7 @@
 """Our GRPO core against TRL's ``GRPOTrainer``: step time, reward curve and peak memory, on CPU.
 
 What is compared
-    Both trainers start from the same random-init tiny model folder (``grpo_core.tiny``, built
+    Both trainers start from the same random-init tiny model folder (``grpo_core.io.tiny_models``, built
     once per run into a temp dir), see the same 32 prompts and the same reward, and use the same
     GRPO hyper-parameters: B prompts x G completions per step, ``max_completion_length``,
     temperature 1.0, ``beta`` (0.04 by default, so both keep a reference model), learning rate
@@ -39,7 +39,7 @@ How it is measured
       methods (generation, reward, no-grad log-prob passes) in a thin subclass. On both sides,
       forward hooks on the policy and reference models and a wrapper around ``Tensor.backward``
       also time the model's forward calls and the backward pass; our sampling runs the model's
-      modules through ``grpo_core.decoders.LeanDecoder`` instead of its forward, and those calls
+      modules through ``grpo_core.algorithm.decoders.LeanDecoder`` instead of its forward, and those calls
       are timed as forward too. "rest" (step minus both) is the trainer's own cost.
     * Schedule. By default (``--schedule lockstep``) both children are alive at once but only
       one runs at a time, step by step: they block before each step on a pipe from the parent,

@@ -2,7 +2,7 @@
 
 What is measured
     ``--downloads`` clients (default 150) each start ``GET /v1/jobs/{id}/model`` of a finished
-    job whose final model is a ``grpo_core.tiny`` folder (6 files) with its weights file padded
+    job whose final model is a ``grpo_core.io.tiny_models`` folder (6 files) with its weights file padded
     (sparse) to ``--weights-mb`` (default 32: more than the sockets buffer, so the server stalls
     inside it), read its first bytes and stop reading. The API process's open file descriptors
     (``/proc/<pid>/fd``) are counted before they start and once all are idle, and how many of
@@ -60,7 +60,7 @@ def finished_job(database_url: str, artifacts: Path, model: Path, weights_bytes:
     from api.store.db import session_scope
     from api.store.jobs import create_job
     from api.store.teams import DEFAULT_TEAM, team_id_by_name
-    from grpo_core.spec import JobSpec
+    from grpo_core.spec.run_spec import JobSpec
 
     with session_scope(database_url) as session:
         team_id = team_id_by_name(session, DEFAULT_TEAM)
@@ -99,7 +99,7 @@ def main() -> None:
     args = parser.parse_args()
     from api.cli.dev import start_redis, stop_process
     from api.store.migrate import upgrade_to_head
-    from grpo_core.tiny import build_tiny_model
+    from grpo_core.io.tiny_models import build_tiny_model
 
     with tempfile.TemporaryDirectory(prefix="grpo-bench-downloads-") as folder:
         root = Path(folder)

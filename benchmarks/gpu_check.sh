@@ -239,9 +239,9 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from grpo_core.local_run import run_local
-from grpo_core.specfile import load_spec_file
-from grpo_core.tiny import build_tiny_model
+from grpo_core.run.local_run import run_local
+from grpo_core.spec.spec_file import load_spec_file
+from grpo_core.io.tiny_models import build_tiny_model
 
 work, device, steps, out = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
 prompts, generations, completion = (int(a) for a in (sys.argv[5:8] if len(sys.argv) > 7 else (8, 8, 64)))
@@ -323,8 +323,8 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from grpo_core.launch import run_data_parallel
-from grpo_core.specfile import load_spec_file
+from grpo_core.run.launch import run_data_parallel
+from grpo_core.spec.spec_file import load_spec_file
 
 def main() -> None:
     work, device = Path(sys.argv[1]), sys.argv[2]

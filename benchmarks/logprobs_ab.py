@@ -1,4 +1,4 @@
-"""Time of ``grpo_core/logprobs.py`` at a git revision against the working tree's, interleaved.
+"""Time of ``grpo_core/algorithm/logprobs.py`` at a git revision against the working tree's, interleaved.
 
 What is measured
     On fp32 logits ``(N, T, V)`` (random normal, std 3) on the CPU, three calls of
@@ -9,7 +9,7 @@ What is measured
     * ``logp+H+bwd``: log-probs and entropy, then ``logp.sum().backward()`` (the policy update).
 
 How
-    The revision's file is read with ``git show REV:grpo_core/logprobs.py`` and loaded as a module
+    The revision's file is read with ``git show REV:grpo_core/algorithm/logprobs.py`` and loaded as a module
     of its own beside the working tree's, in one process, on the same tensors. Each repeat runs
     both versions, in alternating order, so a burst of load from other processes falls on both
     sides; the minimum and the median of the repeats are reported, and their ratio is the figure
@@ -49,7 +49,7 @@ def load_module(name: str, path: Path) -> ModuleType:
 
 def baseline_module(revision: str, folder: Path) -> ModuleType:
     source = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{revision}:grpo_core/logprobs.py"],
+        ["git", "-C", str(REPO), "show", f"{revision}:grpo_core/algorithm/logprobs.py"],
         capture_output=True,
         text=True,
         check=True,

@@ -4,9 +4,9 @@ What is measured
     For fp32 logits of shape ``(N, T, V)`` on CPU (default N=16, T=512, so N*T = 8,192 tokens, and
     V = 32,000 and 150,000), the per-token log-prob of one index per position, computed by
 
-    * ``ours``: :func:`grpo_core.logprobs.selective_log_softmax` (chunks of ~4M elements, 16 MB,
+    * ``ours``: :func:`grpo_core.algorithm.logprobs.selective_log_softmax` (chunks of ~4M elements, 16 MB,
       ``logit - logsumexp``, no ``(N, T, V)`` output);
-    * ``ours+H``: :func:`grpo_core.logprobs.selective_log_softmax_and_entropy`, the log-probs plus
+    * ``ours+H``: :func:`grpo_core.algorithm.logprobs.selective_log_softmax_and_entropy`, the log-probs plus
       the per-token entropy, which is what the policy update computes (the backward is through
       the log-probs only; the entropy is a metric);
     * ``naive``: ``torch.log_softmax(logits, -1).gather(-1, index[..., None]).squeeze(-1)``;
@@ -87,7 +87,7 @@ def naive_logprobs(logits: Any, index: Any) -> Any:
 
 def logprobs_with_entropy(logits: Any, index: Any) -> Any:
     """Ours with the entropy as the update asks for it; the entropy is computed, then dropped."""
-    from grpo_core.logprobs import selective_log_softmax_and_entropy
+    from grpo_core.algorithm.logprobs import selective_log_softmax_and_entropy
 
     return selective_log_softmax_and_entropy(logits, index)[0]
 
@@ -98,7 +98,7 @@ def logprobs_with_entropy(logits: Any, index: Any) -> Any:
 def run_case(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from grpo_core.logprobs import selective_log_softmax
+    from grpo_core.algorithm.logprobs import selective_log_softmax
 
     torch.set_num_threads(args.threads)
     functions = {"naive": naive_logprobs, "ours": selective_log_softmax, "ours+H": logprobs_with_entropy}

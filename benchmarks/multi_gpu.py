@@ -2,16 +2,16 @@
 CUDA, steps/s and peak GPU memory under ``resources.sharding: ddp`` and ``fsdp``.
 
 What runs
-    One GRPO job, the same in every run: a random-init tiny model (``grpo_core.tiny``, built
+    One GRPO job, the same in every run: a random-init tiny model (``grpo_core.io.tiny_models``, built
     once into a temp dir; ``--hidden-size``/``--num-layers`` make it larger), 32 prompts, the
     registry's ``contains`` ("yes") + 0.5 x ``length_target`` (12 chars) rewards, B prompts x G
     completions per step, ``--warmup`` + ``--steps`` steps, fp32 on CPU (bf16 autocast on CUDA,
     as the core does). Each run is its own fresh interpreter (``--side``), so imports and peak
     memory are per run, and it goes through the entry points ``grpo train`` uses:
 
-    * ``one``: :func:`grpo_core.local_run.run_local`, one process, no process group: the
+    * ``one``: :func:`grpo_core.run.local_run.run_local`, one process, no process group: the
       reference every other run is compared with (printed as a ratio).
-    * ``ddp`` / ``fsdp``: :func:`grpo_core.launch.run_data_parallel` with ``--nproc`` ranks
+    * ``ddp`` / ``fsdp``: :func:`grpo_core.run.launch.run_data_parallel` with ``--nproc`` ranks
       (torch's elastic launcher; gloo on CPU, NCCL on CUDA) and ``resources.sharding`` set to
       the mode. Every rank samples its share of whole groups; normalisers, metrics and
       gradients cross ranks; ``fsdp`` shards parameters, gradients and optimizer state per
@@ -146,9 +146,9 @@ def run_side(args: argparse.Namespace) -> dict[str, Any]:
     """One run (``--side one|ddp|fsdp``), in this fresh interpreter; returns its figures."""
     import torch
 
-    from grpo_core.launch import run_data_parallel
-    from grpo_core.local_run import run_local
-    from grpo_core.spec import JobSpec
+    from grpo_core.run.launch import run_data_parallel
+    from grpo_core.run.local_run import run_local
+    from grpo_core.spec.run_spec import JobSpec
 
     torch.set_num_threads(args.threads)
     one = args.side == "one"
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     args.nproc = args.nproc or (gpus if args.device == "cuda" else 2)
     sides = plan_sides(args, gpus)
     deadline = time.monotonic() + args.budget
-    from grpo_core.tiny import build_tiny_model
+    from grpo_core.io.tiny_models import build_tiny_model
 
     with tempfile.TemporaryDirectory(prefix="multi-gpu-bench-") as tmp:
         model_dir = build_tiny_model(

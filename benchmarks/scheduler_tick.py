@@ -32,8 +32,8 @@ from api.scheduling.scheduler import Scheduler  # noqa: E402
 from api.settings import Settings  # noqa: E402
 from api.store import bus  # noqa: E402
 from api.store.db import session_scope  # noqa: E402
-from api.store.models import Job, Team, TeamQuota, utcnow  # noqa: E402
 from api.store.pools import ensure_pool  # noqa: E402
+from api.store.tables import Job, Team, TeamQuota, utcnow  # noqa: E402
 from api.vocabulary import Heartbeat  # noqa: E402
 
 TARGET_MS = 200.0

@@ -218,7 +218,7 @@ def make_teams(database_url: str) -> tuple[str, str]:
     from api.store import teams
     from api.store.db import session_scope
     from api.store.jobs import create_job
-    from grpo_core.spec import JobSpec
+    from grpo_core.spec.run_spec import JobSpec
 
     big = JobSpec.model_validate(tiny_spec("flood-seed", dataset={"prompts": rows(BIG_ROWS)}))
     with session_scope(database_url) as session:

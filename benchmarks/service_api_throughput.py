@@ -20,7 +20,8 @@ How
     * Server: ``python -m uvicorn --factory api.main:create_app --workers N`` (``create_app()`` with
       no argument reads ``GRPO_*`` variables: database URL, Redis, token, models and data roots) on a
       fresh Postgres database migrated to head (a new one per configuration), with a models root
-      holding a ``grpo_core.tiny.build_tiny_model`` folder named ``tiny``, so submission checks pass.
+      holding a ``grpo_core.io.tiny_models.build_tiny_model`` folder named ``tiny``, so submission
+      checks pass.
     * Clients: a separate process (this script, ``--role client``), asyncio (uvloop when installed)
       with one ``httpx.AsyncClient`` capped at 50 connections, bearer token, body pre-serialised.
       Each phase starts after a 2 s closed-loop warm-up of the same request that is not counted.
@@ -252,7 +253,7 @@ def run_client(args: argparse.Namespace) -> None:
 
 
 def roots(folder: Path) -> dict[str, Path]:
-    from grpo_core.tiny import build_tiny_model
+    from grpo_core.io.tiny_models import build_tiny_model
 
     build_tiny_model(folder / "models" / "tiny")
     (folder / "data").mkdir()

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from grpo_core.errors import GRPOError, SpecError
 from grpo_core.rewards.verifier_endpoint import VerifierEndpoint, parse_verifier_option
-from grpo_core.specfile import InvalidSpec, load_spec_file, with_changes
+from grpo_core.spec.spec_file import InvalidSpec, load_spec_file, with_changes
 
 
 def _train(args: argparse.Namespace) -> int:
-    from grpo_core.local_run import run_local
+    from grpo_core.run.local_run import run_local
 
     spec = load_spec_file(args.spec)
     for warning in spec.warnings():
@@ -21,7 +21,7 @@ def _train(args: argparse.Namespace) -> int:
         spec = with_changes(spec, {"grpo": {"max_steps": args.max_steps}})
     nproc = args.nproc_per_node or spec.resources.gpus
     if nproc > 1:
-        from grpo_core.launch import run_data_parallel
+        from grpo_core.run.launch import run_data_parallel
 
         result = run_data_parallel(
             spec, args.spec.resolve().parent, args.output_dir, nproc, args.resume, args.device,
@@ -44,7 +44,7 @@ def _verifier(text: str) -> tuple[str, VerifierEndpoint]:
 
 
 def _tiny_model(args: argparse.Namespace) -> int:
-    from grpo_core.tiny import build_tiny_model
+    from grpo_core.io.tiny_models import build_tiny_model
 
     path = build_tiny_model(
         args.output_dir,
@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from grpo_core.models import quiet_library_progress_bars  # torch: only once a command runs
+    from grpo_core.io.model_loading import quiet_library_progress_bars  # torch: only once a command runs
 
     quiet_library_progress_bars()
     if getattr(args, "max_steps", None) is not None and args.max_steps < 1:

@@ -1,4 +1,4 @@
-"""Alembic environment: the schema comes from ``api.store.models``, the database from the settings.
+"""Alembic environment: the schema comes from ``api.store.tables``, the database from the settings.
 
 Alembic executes this file as a script for every command, so the module-level code at the
 bottom is this entrypoint's job, not import-time work.
@@ -13,7 +13,7 @@ from alembic import context
 from sqlalchemy import create_engine, pool
 
 from api.settings import get_settings
-from api.store.models import Base
+from api.store.tables import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -54,7 +54,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random-init Llama-family model + tokenizer folder (no network)."""
-    from grpo_core.tiny import build_tiny_model
+    from grpo_core.io.tiny_models import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-llama"), family="llama")
 
@@ -62,7 +62,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_factory(tmp_path_factory: pytest.TempPathFactory):
     """``factory(family) -> folder``, cached per family."""
-    from grpo_core.tiny import build_tiny_model
+    from grpo_core.io.tiny_models import build_tiny_model
 
     built: dict[str, Path] = {}
 

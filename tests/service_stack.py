@@ -34,9 +34,9 @@ from api.settings import Settings, get_settings
 from api.store.attempts import claim
 from api.store.db import session_scope
 from api.store.jobs import create_job, get_job, transition
-from api.store.models import utcnow
+from api.store.tables import utcnow
 from api.store.teams import DEFAULT_TEAM, team_id_by_name
-from grpo_core.spec import JobSpec
+from grpo_core.spec.run_spec import JobSpec
 
 REPO = Path(__file__).resolve().parents[1]
 # What a conftest takes with ``from service_stack import *``: every fixture and the report hook.

@@ -1,5 +1,5 @@
 """The one JobSpec factory of the service's tests and benchmarks: a valid spec body for the
-tiny random-init model, which a models root holds as ``tiny`` (``grpo_core.tiny``).
+tiny random-init model, which a models root holds as ``tiny`` (``grpo_core.io.tiny_models``).
 
 Its defaults train for a few seconds on one CPU core (two prompts x two completions of at most
 8 tokens per step); callers name only what they change. A plain module, not a fixture, so the

@@ -13,11 +13,33 @@ REPO = Path(__file__).resolve().parent.parent
 SERVICE_FRAMEWORKS = ("fastapi", "starlette", "celery", "redis", "sqlalchemy", "alembic", "uvicorn")
 
 # module prefix -> prefixes of this project's modules it must never import
+SERVICE = ("api", "worker", *SERVICE_FRAMEWORKS)
+# grpo_core's sub-packages in layers (each package docstring says the same): a layer imports only
+# the layers before it, so the core reads bottom-up and no two of its parts call back into each other.
+CORE_LAYERS = ("grpo_core.spec", "grpo_core.io", "grpo_core.parallel", "grpo_core.rewards",
+               "grpo_core.algorithm", "grpo_core.run", "grpo_core.cli")
+# rewards sit beside parallel, not above it: a reward never needs ranks or sharding.
+_LAYER_ALSO_FORBIDS = {"grpo_core.rewards": ("grpo_core.parallel",)}
+
+
+def _core_layer_rules() -> dict[str, tuple[str, ...]]:
+    rules = {}
+    for index, layer in enumerate(CORE_LAYERS):
+        rules[layer] = (*SERVICE, *CORE_LAYERS[index + 1:], *_LAYER_ALSO_FORBIDS.get(layer, ()))
+    # The foundations every layer may use import nothing of the core but errors.
+    for foundation in ("grpo_core.errors", "grpo_core.oom", "grpo_core.json_values"):
+        rules[foundation] = (*SERVICE, *CORE_LAYERS)
+    return rules
+
+
 FORBIDDEN: dict[str, tuple[str, ...]] = {
-    "grpo_core": ("api", "worker", *SERVICE_FRAMEWORKS),
+    "grpo_core": SERVICE,
+    **_core_layer_rules(),
+    # The run's contract is read by the web app, which must start without torch.
+    "grpo_core.spec": (*SERVICE, *CORE_LAYERS[1:], "torch", "transformers"),
     "api.lifecycle": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     "api.vocabulary": ("api", "worker", *SERVICE_FRAMEWORKS),
-    "api.errors": ("api", "worker", "grpo_core"),
+    "api.domain_errors": ("api", "worker", "grpo_core"),
     # Words for people, read by the HTTP layer and by the CLI (which may run far from the service).
     "api.explanations": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     "api.artifact_paths": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",

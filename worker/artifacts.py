@@ -17,9 +17,9 @@ from api.outages import DATABASE_DOWN
 from api.settings import Settings
 from api.store.db import session_scope
 from api.store.teams import artifact_quota
-from grpo_core.callbacks import TrainerCallback
 from grpo_core.errors import GRPOError
-from grpo_core.paths import folder_bytes
+from grpo_core.io.paths import folder_bytes
+from grpo_core.run.callbacks import TrainerCallback
 
 log = logging.getLogger(__name__)
 QUOTA_EXCEEDED = "artifact_quota_exceeded"

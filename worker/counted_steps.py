@@ -19,9 +19,9 @@ from api.settings import Settings
 from api.store.attempts import record_max_steps
 from api.store.db import session_scope
 from api.store.pools import admission
-from grpo_core.callbacks import TrainerCallback
 from grpo_core.errors import SpecError
-from grpo_core.spec import JobSpec
+from grpo_core.run.callbacks import TrainerCallback
+from grpo_core.spec.run_spec import JobSpec
 from worker.retrying import retry_transient
 
 

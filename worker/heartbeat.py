@@ -39,8 +39,8 @@ from api.store.attempts import renew_lease, requeue_after_fault
 from api.store.clock import Backoff, db_now
 from api.store.db import session_scope
 from api.vocabulary import Heartbeat
-from grpo_core.sandbox import CAPABILITY as SANDBOX
-from grpo_core.sandbox import probe_sandbox
+from grpo_core.rewards.sandbox import CAPABILITY as SANDBOX
+from grpo_core.rewards.sandbox import probe_sandbox
 from worker.devices import device_count
 
 WORKER_ID_ENV = "GRPO_WORKER_ID"

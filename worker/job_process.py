@@ -14,7 +14,7 @@ import logging
 import sys
 from pathlib import Path
 
-from grpo_core.lifetime import die_with_parent
+from grpo_core.run.lifetime import die_with_parent
 
 
 def main(folder: str, parent_pid: int) -> None:

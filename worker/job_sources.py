@@ -11,7 +11,7 @@ from pathlib import Path
 from api.artifact_paths import model_to_continue
 from api.settings import Settings
 from grpo_core.errors import SourceUnavailable
-from grpo_core.spec import JobSpec, job_source, split_source
+from grpo_core.spec.run_spec import JobSpec, job_source, split_source
 
 
 def loadable(spec: JobSpec, settings: Settings) -> tuple[JobSpec, Path]:

@@ -1,4 +1,4 @@
-"""A job that holds k > 1 devices trains on k data-parallel ranks (:func:`grpo_core.launch.launch_ranks`),
+"""A job that holds k > 1 devices trains on k data-parallel ranks (:func:`grpo_core.run.launch.launch_ranks`),
 one process per device, started from the job's process.
 
 Rank 0 alone reports, as the 1-process job does (:func:`worker.training.train_reporting`): to SQL
@@ -7,7 +7,7 @@ step). A cancel or a preemption is thus seen by rank 0 and reaches every rank th
 trainer's ``ranks.any(should_stop())``. The other ranks report nothing.
 
 How an attempt on ranks ends: rank 0's :class:`Outcome`; a rank's error fails the job with that
-rank's code; a rank process that died without raising (:class:`grpo_core.launch.RankDied`, the
+rank's code; a rank process that died without raising (:class:`grpo_core.run.launch.RankDied`, the
 machine's fault) propagates for the caller to requeue. The launcher has taken every rank down in
 each case.
 """
@@ -19,11 +19,11 @@ from datetime import timedelta
 from api.lifecycle import JobStatus
 from api.schemas.jobs import JobRead
 from api.settings import Settings
-from grpo_core.callbacks import TrainerCallback
-from grpo_core.distributed import Ranks
-from grpo_core.launch import RankFailed, check_data_parallel, launch_ranks
-from grpo_core.models import quiet_library_progress_bars
-from grpo_core.spec import JobSpec
+from grpo_core.io.model_loading import quiet_library_progress_bars
+from grpo_core.parallel.distributed import Ranks
+from grpo_core.run.callbacks import TrainerCallback
+from grpo_core.run.launch import RankFailed, check_data_parallel, launch_ranks
+from grpo_core.spec.run_spec import JobSpec
 from worker.attempt_files import AttemptFiles
 from worker.outcome import Outcome
 from worker.retrying import DatabaseUnavailable
@@ -33,7 +33,7 @@ _DATABASE_UNAVAILABLE = f"{DatabaseUnavailable.__module__}.{DatabaseUnavailable.
 
 
 def train_on_ranks(job: JobRead, spec: JobSpec, settings: Settings, files: AttemptFiles) -> Outcome:
-    """Train ``job`` on one rank per device it holds. Raises :class:`grpo_core.launch.RankDied`,
+    """Train ``job`` on one rank per device it holds. Raises :class:`grpo_core.run.launch.RankDied`,
     or :class:`worker.retrying.DatabaseUnavailable` when rank 0 could not reach the database;
     a spec the ranks cannot train raises SpecError first."""
     nproc = len(job.devices or ())

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from api.store import outbox
 from api.store.attempts import set_progress, stop_request
 from api.store.db import session_scope
-from api.store.models import utcnow
+from api.store.tables import utcnow
 from api.store.telemetry import (
     add_event_once,
     forget_checkpoints,
@@ -30,7 +30,8 @@ from api.store.telemetry import (
     record_metrics,
     record_samples,
 )
-from grpo_core.callbacks import WARNING_EVENTS, TrainerCallback, json_safe
+from grpo_core.json_values import json_safe
+from grpo_core.run.callbacks import WARNING_EVENTS, TrainerCallback
 from worker.retrying import retry_transient
 
 T = TypeVar("T")

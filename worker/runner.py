@@ -32,7 +32,7 @@ from api.store import bus, outbox
 from api.store.attempts import finish, requeue_after_fault, stop_paused
 from api.store.clock import Backoff
 from api.store.db import session_scope
-from api.store.scheduling import yield_preempted
+from api.store.dispatching import yield_preempted
 from worker.heartbeat import JobLease
 from worker.memory import gib
 from worker.outcome import Fault, Outcome

@@ -93,7 +93,7 @@ class _Watch:
     def run(self) -> Ended:
         oom_before = oom_kills()
         # A session of its own, so the whole group can be signalled; the job's process asks the
-        # kernel to kill it if this process dies (grpo_core.lifetime), this thread being the
+        # kernel to kill it if this process dies (grpo_core.run.lifetime), this thread being the
         # pool process's main thread, which outlives it.
         # In an empty folder of its own (worker.workdir): no relative name reaches the worker's.
         process = subprocess.Popen([sys.executable, "-m", "worker.job_process", str(self.files.folder),

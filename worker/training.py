@@ -17,18 +17,18 @@ from api.schemas.jobs import JobRead
 from api.settings import Settings
 from api.store import bus
 from api.store.jobs import capabilities_needed
-from grpo_core.callbacks import CallbackList, TrainerCallback
-from grpo_core.components import build_components
-from grpo_core.distributed import SINGLE, Ranks
 from grpo_core.errors import GRPOError, traceback_tail
-from grpo_core.export import export_model
-from grpo_core.launch import RankDied
-from grpo_core.models import quiet_library_progress_bars, resolve_model_location
+from grpo_core.io.model_export import export_model
+from grpo_core.io.model_loading import quiet_library_progress_bars, resolve_model_location
+from grpo_core.io.paths import folder_bytes
 from grpo_core.oom import out_of_memory_error
-from grpo_core.paths import folder_bytes
-from grpo_core.spec import JobSpec
-from grpo_core.tracking import trackers
-from grpo_core.trainer import GRPOTrainer, TrainResult
+from grpo_core.parallel.distributed import SINGLE, Ranks
+from grpo_core.run.callbacks import CallbackList, TrainerCallback
+from grpo_core.run.components import build_components
+from grpo_core.run.launch import RankDied
+from grpo_core.run.tracking import trackers
+from grpo_core.run.trainer import GRPOTrainer, TrainResult
+from grpo_core.spec.run_spec import JobSpec
 from worker.artifacts import ArtifactQuota
 from worker.attempt_files import AttemptFiles
 from worker.counted_steps import CountedSteps
@@ -142,7 +142,7 @@ class FinalMetrics(TrainerCallback):
 
 def export_final_model(job: JobRead, spec: JobSpec, settings: Settings, result: TrainResult,
                        metrics: dict[str, Any] | None, callbacks: TrainerCallback) -> None:
-    """The job's model folder from its final checkpoint (:mod:`grpo_core.export`), announced as
+    """The job's model folder from its final checkpoint (:mod:`grpo_core.io.model_export`), announced as
     a ``model`` event."""
     if spec.export.merge_lora:
         loading, models_root = loadable(spec, settings)

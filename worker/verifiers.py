@@ -10,7 +10,7 @@ from api.store.db import session_scope
 from api.store.verifiers import endpoints_for
 from grpo_core.rewards.http_verifier import verifier_names
 from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
-from grpo_core.spec import JobSpec
+from grpo_core.spec.run_spec import JobSpec
 
 
 def registered_verifiers(spec: JobSpec, settings: Settings, team_id: int) -> dict[str, VerifierEndpoint]:

@@ -1,6 +1,6 @@
 """The job's process runs in an empty working directory of its own (under its attempt folder), so
 nothing in a spec can reach the worker's own folder through a relative name: ``from_pretrained``
-and ``load_dataset`` would read ``./outside/m`` for ``hf:outside/m`` (grpo_core.hub refuses such
+and ``load_dataset`` would read ``./outside/m`` for ``hf:outside/m`` (grpo_core.io.hub_loading refuses such
 ids too). Everything the job needs from the worker's folder travels as absolute paths: the
 settings' roots, a SQLite database's file, and the import path.
 """

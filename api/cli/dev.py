@@ -35,7 +35,7 @@ import httpx
 import redis
 
 from api.settings import Settings
-from grpo_core.lifetime import die_with_parent
+from grpo_core.run.lifetime import die_with_parent
 
 DEV_DATABASE_URL = "sqlite:///./grpo.db"
 ROLES = ("api", "scheduler", "worker")

@@ -46,7 +46,7 @@ def _lines(lines: list[str], empty: str) -> str:
 def read_spec(path: Path) -> dict:
     """Validated here for per-field messages at once; the raw mapping is sent, so the server
     applies its own defaults."""
-    from grpo_core.specfile import parse_spec, read_spec_data
+    from grpo_core.spec.spec_file import parse_spec, read_spec_data
 
     data = read_spec_data(path)
     parse_spec(data)  # raises InvalidSpec: exit 2 with one line per field
@@ -164,7 +164,7 @@ def _action(action: str) -> Callable[[Any, argparse.Namespace], Result]:
 def _clone(client: Any, args: argparse.Namespace) -> Result:
     changes = None
     if args.changes is not None:
-        from grpo_core.specfile import read_spec_data
+        from grpo_core.spec.spec_file import read_spec_data
 
         changes = read_spec_data(args.changes)  # the server validates the changed spec
     job = client.clone(args.job_id, changes)

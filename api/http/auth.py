@@ -5,7 +5,7 @@
 * ``Settings.auth == "none"`` (local development): every caller is an admin of team ``default``.
 * The operator token ``Settings.api_token``, if set: an admin of team ``default``, for
   bootstrapping and operations (``grpo admin`` on the database is the other way in).
-* A team API key (``api.store.keys``), looked up by its hash: the key's team, admin if the key is.
+* A team API key (``api.store.api_keys``), looked up by its hash: the key's team, admin if the key is.
 
 Credentials come in ``Authorization: Bearer T`` only (never in a URL, which access logs and
 browser histories keep); a WebSocket may instead offer them as a subprotocol or redeem a
@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING
 
 from starlette.requests import HTTPConnection
 
-from api.errors import ServiceError, Unauthorized
+from api.domain_errors import ServiceError, Unauthorized
 from api.settings import Settings
 
 if TYPE_CHECKING:
     from api.store.teams import KeyGrant
 
 
-class NotReady(ServiceError):  # noqa: N818 - domain vocabulary, like api.errors
+class NotReady(ServiceError):  # noqa: N818 - domain vocabulary, like api.domain_errors
     """The service cannot answer yet (its database is not migrated)."""
 
     code = "not_ready"

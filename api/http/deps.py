@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
-from api.errors import Forbidden, Unauthorized
+from api.domain_errors import Forbidden, Unauthorized
 from api.http import stream_auth
 from api.http.auth import (
     KeyCache,
@@ -23,7 +23,7 @@ from api.http.auth import (
     principal_for_grant,
 )
 from api.settings import Settings
-from api.store import keys
+from api.store import api_keys
 from api.store.db import session_scope
 from api.store.teams import DEFAULT_TEAM, KeyGrant, principal_for_key_hash, team_id_by_name
 
@@ -110,9 +110,9 @@ async def _principal_for_token(conn: HTTPConnection, settings: Settings, cache: 
                                ) -> Principal:
     if is_operator_token(settings, token):
         return Principal(team_id=await default_team_id(conn, settings), is_admin=True)
-    if not keys.is_well_formed(token):
+    if not api_keys.is_well_formed(token):
         raise Unauthorized("malformed API key", param="Authorization")
-    return await principal_for_key(settings, cache, keys.hash_key(token))
+    return await principal_for_key(settings, cache, api_keys.hash_key(token))
 
 
 async def _websocket_principal(conn: HTTPConnection, settings: Settings, cache: KeyCache) -> Principal:
@@ -155,10 +155,10 @@ async def caller_is_admin(conn: HTTPConnection, settings: SettingsDep, cache: Ke
         return False
     if is_operator_token(settings, token):
         return True
-    if not keys.is_well_formed(token):
+    if not api_keys.is_well_formed(token):
         return False
     try:
-        return (await principal_for_key(settings, cache, keys.hash_key(token))).is_admin
+        return (await principal_for_key(settings, cache, api_keys.hash_key(token))).is_admin
     except Exception:  # noqa: BLE001 - unknown key or backend down: both mean "not shown as admin"
         return False
 

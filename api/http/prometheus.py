@@ -21,7 +21,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from api.lifecycle import JOB_STATUSES, WAITING_STATUSES
-from api.store.models import Job, JobMetric, Team
+from api.store.tables import Job, JobMetric, Team
 from api.vocabulary import Heartbeat
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
-from api.errors import RateLimited
+from api.domain_errors import RateLimited
 from api.http.deps import PrincipalDep, SettingsDep
 from api.http.spec_intake import media_type
 from api.http.yaml_body import YAML_MEDIA_TYPES

@@ -20,11 +20,11 @@ import yaml
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from api.errors import InvalidInput
+from api.domain_errors import InvalidInput
 from api.http.yaml_body import YAML_MEDIA_TYPES, parse_yaml
 from grpo_core.errors import SpecError
-from grpo_core.spec import JobSpec
-from grpo_core.specfile import InvalidSpec, field_path, spec_error_reason
+from grpo_core.spec.run_spec import JobSpec
+from grpo_core.spec.spec_file import InvalidSpec, field_path, spec_error_reason
 
 T = TypeVar("T")
 

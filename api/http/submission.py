@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from api.artifact_paths import model_to_continue
-from api.errors import NotFound
+from api.domain_errors import NotFound
 from api.pool_limits import effective_limits, limit_problems
 from api.settings import Settings
 from api.store.jobs import get_job
@@ -24,12 +24,12 @@ from api.store.pools import admission, list_pools
 from api.store.verifiers import endpoints_for
 from api.vocabulary import Heartbeat
 from grpo_core.errors import SpecError
-from grpo_core.paths import resolve_under_root
-from grpo_core.prompt_rows import reward_column_names
+from grpo_core.io.paths import resolve_under_root
 from grpo_core.rewards import check_reward_rows, model_sources, required_capabilities, validate_reward_specs
 from grpo_core.rewards.http_verifier import verifier_names
-from grpo_core.spec import JobSpec, job_source, split_source
-from grpo_core.specfile import InvalidSpec, field_path
+from grpo_core.spec.prompt_rows import reward_column_names
+from grpo_core.spec.run_spec import JobSpec, job_source, split_source
+from grpo_core.spec.spec_file import InvalidSpec, field_path
 
 # NAME_MAX of every common filesystem: a longer component is refused before the OS is asked.
 MAX_NAME_BYTES = 255

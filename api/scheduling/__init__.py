@@ -2,6 +2,6 @@
 out each tick (``scheduler``) and the pure views of the cluster and the queue (``cluster_views``).
 
 May import: ``api.store``, ``api.vocabulary``, ``api.lifecycle``, ``api.settings``,
-``api.errors``, ``api.schemas``. ``policy`` and ``cluster_views`` import no I/O library.
+``api.domain_errors``, ``api.schemas``. ``policy`` and ``cluster_views`` import no I/O library.
 Never ``api.http``, ``api.cli`` or ``worker`` (jobs are sent by task name).
 """

@@ -1,5 +1,5 @@
 """``GET /v1/cluster`` and ``GET /v1/queue``: their wire schemas and the pure functions that build
-them from what the scheduler sees (``api.store.scheduling.SchedulingState``, worker heartbeats,
+them from what the scheduler sees (``api.store.dispatching.SchedulingState``, worker heartbeats,
 the policy's fair shares) or published (the queue snapshot).
 
 Scoping: a member sees every pool, worker and team's usage against its quota (that is what
@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from api.scheduling import policy
 from api.scheduling.liveness import NO_SCHEDULER
 from api.schemas.jobs import UtcDatetime
-from api.store.scheduling import SchedulingState
+from api.store.dispatching import SchedulingState
 from api.vocabulary import Heartbeat
 
 

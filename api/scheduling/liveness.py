@@ -13,7 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from api.settings import Settings
-from api.store.models import utcnow
+from api.store.tables import utcnow
 
 NO_SCHEDULER = "no_scheduler"  # a job's pending_reason while no scheduler runs (never stored)
 MIN_LEADER_TTL_S = 5.0

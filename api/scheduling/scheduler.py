@@ -36,16 +36,16 @@ from api.store import bus
 from api.store.attempts import requeue_expired
 from api.store.clock import Backoff, db_now
 from api.store.db import session_scope
-from api.store.jobs import transition
-from api.store.models import utcnow
-from api.store.pools import ensure_pool, set_max_worker_gpus
-from api.store.scheduling import (
+from api.store.dispatching import (
     SchedulingState,
     dispatch_job,
     load_state,
     request_preempt,
     set_pending_reasons,
 )
+from api.store.jobs import transition
+from api.store.pools import ensure_pool, set_max_worker_gpus
+from api.store.tables import utcnow
 from api.vocabulary import RUN_JOB, Heartbeat
 
 log = logging.getLogger(__name__)

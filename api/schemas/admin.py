@@ -17,7 +17,7 @@ from api.vocabulary import (
     MAX_RATE_PER_SECOND,
     NAME_PATTERN,
 )
-from grpo_core.spec import Priority
+from grpo_core.spec.run_spec import Priority
 
 
 class _Body(BaseModel):

@@ -1,5 +1,5 @@
 """Wire schemas (``XRead``); SQL rows never leave the store layer. The request body of
-``POST /v1/jobs`` is the :class:`grpo_core.spec.JobSpec` itself."""
+``POST /v1/jobs`` is the :class:`grpo_core.spec.run_spec.JobSpec` itself."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from grpo_core.spec import Priority
+from grpo_core.spec.run_spec import Priority
 
 T = TypeVar("T")
 

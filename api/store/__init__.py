@@ -5,7 +5,7 @@ transaction wrote once it commits (``outbox``).
 
 Repository functions take a ``Session`` and return wire schemas (``api.schemas``) or plain
 values; callers own the transaction (``api.store.db.session_scope``). May import:
-``api.schemas``, ``api.vocabulary``, ``api.lifecycle``, ``api.settings``, ``api.errors``,
-``grpo_core.spec``. Never ``api.http``, ``api.scheduling`` (beyond its pure ``policy`` types),
+``api.schemas``, ``api.vocabulary``, ``api.lifecycle``, ``api.settings``, ``api.domain_errors``,
+``grpo_core.spec.run_spec``. Never ``api.http``, ``api.scheduling`` (beyond its pure ``policy`` types),
 ``api.streaming``, ``api.cli`` or ``worker``.
 """

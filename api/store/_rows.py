@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from api.lifecycle import WAITING_STATUSES
 from api.schemas.jobs import ErrorInfo, JobRead
-from api.store.models import Job
+from api.store.tables import Job
 
 
 def job_read(job: Job | Row[Any], *, traceback: bool = False, spec: bool = True) -> JobRead:

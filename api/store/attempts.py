@@ -15,7 +15,7 @@ from api.lifecycle import ACTIVE_STATUSES, ENDINGS, JobStatus, StopRequest, Tran
 from api.schemas.jobs import JobRead
 from api.store.clock import Backoff, db_now
 from api.store.jobs import BACK_IN_QUEUE, transition
-from api.store.models import Job, utcnow
+from api.store.tables import Job, utcnow
 
 _JOBS = Job.__table__
 

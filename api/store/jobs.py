@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Row, bindparam, insert, select, update
 from sqlalchemy.orm import Session, defer
 
-from api.errors import Conflict, InvalidInput, NotFound
+from api.domain_errors import Conflict, InvalidInput, NotFound
 from api.lifecycle import (
     HOLDING_STATUSES,
     RULES,
@@ -23,11 +23,11 @@ from api.lifecycle import (
 from api.schemas.jobs import JobRead, SpecWarningRead
 from api.store import outbox
 from api.store._rows import insert_returning, job_read
-from api.store.models import Allocation, Job, JobEvent, utcnow
+from api.store.tables import Allocation, Job, JobEvent, utcnow
 from api.store.telemetry import add_event
 from api.vocabulary import PRIORITIES
 from grpo_core.rewards import required_capabilities
-from grpo_core.spec import JobSpec
+from grpo_core.spec.run_spec import JobSpec
 
 
 def request_hash(spec: JobSpec, body: dict[str, Any] | None = None) -> str:

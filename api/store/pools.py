@@ -6,11 +6,11 @@ from __future__ import annotations
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
-from api.errors import Conflict, NotFound
+from api.domain_errors import Conflict, NotFound
 from api.schemas.admin import PoolLimits, PoolRead
 from api.store._checks import check_name
 from api.store._rows import dialect_insert
-from api.store.models import Pool, utcnow
+from api.store.tables import Pool, utcnow
 
 _POOLS = Pool.__table__
 

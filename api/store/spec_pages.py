@@ -16,10 +16,10 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session, defer
 from sqlalchemy.sql.functions import FunctionElement
 
-from api.errors import NotFound
+from api.domain_errors import NotFound
 from api.schemas.jobs import JobRead
 from api.store._rows import job_read
-from api.store.models import Job
+from api.store.tables import Job
 
 StoredSpecs = dict[int, str]  # job id -> its spec's JSON text as stored
 

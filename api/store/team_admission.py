@@ -14,13 +14,13 @@ from __future__ import annotations
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
-from api.errors import NotFound, QueueFull
+from api.domain_errors import NotFound, QueueFull
 from api.lifecycle import WAITING_STATUSES
 from api.schemas.admin import TeamLimits
 from api.settings import Settings
-from api.store.models import Job, Team
+from api.store.tables import Job, Team
 from api.team_limits import check_priority, default_priority, effective_team_limits
-from grpo_core.spec import JobSpec
+from grpo_core.spec.run_spec import JobSpec
 
 _LIMITS = select(Team.limits).where(Team.id == bindparam("team"))
 _LIMITS_LOCKED = _LIMITS.with_for_update(key_share=True)
@@ -39,8 +39,8 @@ def team_limits(session: Session, team_id: int, settings: Settings, *, lock: boo
 
 def admit(session: Session, team_id: int, priority: str, settings: Settings, *, member: bool) -> None:
     """Call after queuing one of the team's jobs at ``priority``, in the same transaction:
-    :class:`~api.errors.InvalidInput` naming ``priority`` when a member (``member``) asked for a
-    class above the team's highest, :class:`~api.errors.QueueFull` when the team now has more
+    :class:`~api.domain_errors.InvalidInput` naming ``priority`` when a member (``member``) asked for a
+    class above the team's highest, :class:`~api.domain_errors.QueueFull` when the team now has more
     jobs waiting than its ``max_queued_jobs``."""
     limits = team_limits(session, team_id, settings, lock=True)
     if member:

@@ -10,13 +10,13 @@ from typing import Any
 from sqlalchemy import Row, delete, select, update
 from sqlalchemy.orm import Session
 
-from api.errors import Conflict, InvalidInput, NotFound
+from api.domain_errors import Conflict, InvalidInput, NotFound
 from api.schemas.admin import MAX_QUOTA_GPUS, KeyRead, TeamLimits, TeamRead
-from api.store import keys
+from api.store import api_keys
 from api.store._checks import check_bytes, check_gpus, check_label, check_name, check_weight
 from api.store._rows import dialect_insert
-from api.store.models import ApiKey, Job, Team, TeamQuota, utcnow
 from api.store.pools import get_pool
+from api.store.tables import ApiKey, Job, Team, TeamQuota, utcnow
 
 DEFAULT_TEAM = "default"
 _TEAMS = Team.__table__
@@ -195,7 +195,7 @@ def create_key(session: Session, team: str, is_admin: bool = False,
     """A new key of ``team``: ``(its record, the key itself)``. Only the hash is stored, so the
     returned plaintext is the one chance to hand it over."""
     team_id = _team_id(session, team)
-    new = keys.generate_key()
+    new = api_keys.generate_key()
     key = ApiKey(team_id=team_id, prefix=new.prefix, key_hash=new.key_hash, is_admin=is_admin,
                  label=check_label(label), created_at=utcnow())
     session.add(key)
@@ -221,7 +221,7 @@ def revoke_key(session: Session, key_id: int) -> KeyRead:
 
 
 def principal_for_key_hash(session: Session, key_hash: str) -> KeyGrant | None:
-    """The key stored under ``key_hash`` (``api.store.keys.hash_key``), or None if there is none."""
+    """The key stored under ``key_hash`` (``api.store.api_keys.hash_key``), or None if there is none."""
     row = session.execute(select(ApiKey.id, ApiKey.team_id, ApiKey.is_admin, ApiKey.prefix, ApiKey.revoked_at)
                           .where(ApiKey.key_hash == key_hash)).first()
     if row is None:

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from api.schemas.jobs import CheckpointRead, EventRead, MetricRead, SamplesRead
 from api.store import outbox
 from api.store._rows import dialect_insert, insert_ignoring_duplicates
-from api.store.models import Checkpoint, JobEvent, JobMetric, JobSample, utcnow
+from api.store.tables import Checkpoint, JobEvent, JobMetric, JobSample, utcnow
 
 
 def add_event(

@@ -7,10 +7,10 @@ from __future__ import annotations
 from sqlalchemy import delete, or_, select
 from sqlalchemy.orm import Session
 
-from api.errors import NotFound
+from api.domain_errors import NotFound
 from api.schemas.verifiers import VerifierRead, VerifierSet
 from api.store._checks import check_name
-from api.store.models import Pool, Team, Verifier, utcnow
+from api.store.tables import Pool, Team, Verifier, utcnow
 from api.store.teams import team_id_by_name
 from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
 

@@ -1,7 +1,7 @@
 """The entry point: :func:`serve` runs one accepted WebSocket's stream of a job to its end.
 
 A connection's producer reads its SQL backlog past the client's cursor, then joins the job's
-hub (:mod:`api.streaming.hub`); its sender writes the queued messages; a watcher notices the
+hub (:mod:`api.streaming.fanout`); its sender writes the queued messages; a watcher notices the
 client leaving. :func:`serve` returns the close code for the caller to send.
 """
 
@@ -19,7 +19,7 @@ from api.settings import Settings
 from api.streaming.catch_up import catch_up
 from api.streaming.config import StreamConfig
 from api.streaming.cursor import Cursor, parse_id
-from api.streaming.hub import Hubs, JobHub
+from api.streaming.fanout import Hubs, JobHub
 from api.streaming.subscriber import END, SlowClient, Subscriber
 
 log = logging.getLogger(__name__)

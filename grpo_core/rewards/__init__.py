@@ -1,7 +1,11 @@
 """Reward functions: a registry of built-ins and ``grpo.rewards`` plugins, binding and scoring.
 
 Torch-free on purpose, so the API and the CLI can validate reward specs and serve the catalog
-without loading the training stack.
+without loading the training stack. ``sandbox`` runs untrusted code (``code_tests``) under
+bubblewrap.
+
+May import: ``grpo_core.io`` (a reward model is loaded like a policy), ``grpo_core.spec``, the
+top-level foundations and this package.
 """
 
 from grpo_core.rewards.registry import (

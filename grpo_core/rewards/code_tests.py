@@ -15,12 +15,12 @@ JSON text of a list, as CSV and some JSONL files hold it) of 1 to 64 cases, each
 
 The reward is passed / total. A row whose column is null is not scored (None); a malformed one
 is an error naming the column, row and case. Every case is its own run of
-:func:`grpo_core.sandbox.run_python` (no network, read-only system files, private /tmp, limits),
+:func:`grpo_core.rewards.sandbox.run_python` (no network, read-only system files, private /tmp, limits),
 at most ``parallel`` at a time, and nothing is started once the call's budget
 (``reward_timeout_seconds``) is spent: a row whose cases did not all run is not scored. Nothing
 runs outside the sandbox: where it cannot run, building the reward fails (``grpo train`` refuses
 to start) and the service refuses such a spec unless a worker of its pool advertises
-:data:`grpo_core.sandbox.CAPABILITY`.
+:data:`grpo_core.rewards.sandbox.CAPABILITY`.
 
 The limits are per process (no cgroup is assumed to be available), so the most memory one call
 can hold is ``parallel`` x ``max_processes`` x ``memory_mb`` (plus 16 MiB of /tmp per run): 8 GiB
@@ -41,7 +41,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from grpo_core.rewards.builtins import _column
 from grpo_core.rewards.registry import RewardContext, RewardDefinition, RewardFn
-from grpo_core.sandbox import CAPABILITY, Limits, Outcome, SandboxUnavailable, run_python, sandbox_problem
+from grpo_core.rewards.sandbox import (
+    CAPABILITY,
+    Limits,
+    Outcome,
+    SandboxUnavailable,
+    run_python,
+    sandbox_problem,
+)
 
 __all__ = ["CODE_TESTS", "CodeTestsArgs", "extract_code", "parse_cases"]
 

@@ -18,7 +18,7 @@ from grpo_core.errors import SpecError
 from grpo_core.rewards.registry import RewardContext, RewardDefinition, RewardFn
 from grpo_core.rewards.scoring import PartlyScored
 from grpo_core.rewards.verifier_client import VerifierClient
-from grpo_core.spec import POOL_NAME_PATTERN, RewardSpec
+from grpo_core.spec.run_spec import POOL_NAME_PATTERN, RewardSpec
 
 __all__ = ["HTTP_VERIFIER", "HttpVerifierArgs", "verifier_names"]
 

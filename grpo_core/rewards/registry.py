@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from grpo_core.errors import SpecError
 from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
-from grpo_core.spec import RewardSpec, reward_names
+from grpo_core.spec.run_spec import RewardSpec, reward_names
 
 __all__ = [
     "ENTRY_POINT_GROUP",

@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from grpo_core.rewards.registry import RewardContext, RewardDefinition, RewardFn
-from grpo_core.spec import split_source
+from grpo_core.spec.run_spec import split_source
 
 __all__ = ["REWARD_MODEL", "RewardModelArgs"]
 

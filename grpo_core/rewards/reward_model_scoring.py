@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from grpo_core.errors import SpecError
-from grpo_core.models import DTYPES, load_pretrained, load_tokenizer, resolve_source_location
+from grpo_core.io.model_loading import DTYPES, load_pretrained, load_tokenizer, resolve_source_location
 from grpo_core.rewards.registry import RewardContext
 from grpo_core.rewards.reward_model import RewardModelArgs
 

@@ -29,9 +29,9 @@ from typing import Any
 
 from grpo_core.errors import GRPOError, RewardTimeout, RewardUnavailable
 from grpo_core.oom import out_of_memory_error
-from grpo_core.prompt_rows import RESERVED_COLUMNS
 from grpo_core.rewards.registry import BoundReward
 from grpo_core.rewards.shaping import shape_scores
+from grpo_core.spec.prompt_rows import RESERVED_COLUMNS
 
 __all__ = ["RESERVED_COLUMNS", "PartlyScored", "Scores", "score_completions"]
 

@@ -19,7 +19,7 @@ down_revision: str | Sequence[str] | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# Frozen copies of what api.store.models held when this revision was written: a revision must keep
+# Frozen copies of what api.store.tables held when this revision was written: a revision must keep
 # meaning the same schema after the models move on, so it imports nothing from api.
 # BIGINT ids on Postgres, INTEGER on SQLite (its only auto-increment type).
 _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")

@@ -199,7 +199,7 @@ class ScriptedWorker:
     def start(self, job_id: int, worker_id: str = "scripted") -> None:
         from api.store import attempts
         from api.store.db import session_scope
-        from api.store.scheduling import dispatch_job
+        from api.store.dispatching import dispatch_job
 
         with session_scope(self.database_url, publish=self.publish_staged) as session:
             assert dispatch_job(session, job_id, worker_id)

@@ -13,7 +13,7 @@ import service_db
 
 from api.cli.main import main
 from api.settings import get_settings
-from api.store.keys import is_well_formed
+from api.store.api_keys import is_well_formed
 
 
 class Grpo:

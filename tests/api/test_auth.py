@@ -11,21 +11,22 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from api.http.auth import KeyCache, Principal
-from api.store import keys, teams
+from api.store import api_keys, teams
 from api.store.db import session_scope
 
 
 def test_keys_are_random_well_formed_and_stored_as_sha256(api_token) -> None:
-    new = keys.generate_key()
+    new = api_keys.generate_key()
     assert new.plaintext.startswith("grpo_") and len(new.plaintext) == 48
-    assert keys.is_well_formed(new.plaintext)
-    assert new.prefix == new.plaintext[:12] == keys.key_prefix(new.plaintext)
-    assert new.key_hash == hashlib.sha256(new.plaintext.encode()).hexdigest() == keys.hash_key(new.plaintext)
-    assert len({keys.generate_key().plaintext for _ in range(100)} | {new.plaintext}) == 101
+    assert api_keys.is_well_formed(new.plaintext)
+    assert new.prefix == new.plaintext[:12] == api_keys.key_prefix(new.plaintext)
+    assert new.key_hash == hashlib.sha256(new.plaintext.encode()).hexdigest()
+    assert new.key_hash == api_keys.hash_key(new.plaintext)
+    assert len({api_keys.generate_key().plaintext for _ in range(100)} | {new.plaintext}) == 101
     key = new.plaintext
     for bad in ("", "grpo_", key[:-1], key + "A", key.upper(), "grpx_" + key[5:], f" {key}",
                 "grpo_" + "!" * 43, api_token):
-        assert not keys.is_well_formed(bad), bad
+        assert not api_keys.is_well_formed(bad), bad
 
 
 class Clock:
@@ -86,7 +87,7 @@ def test_bad_credentials_are_401_saying_why(api_server, client_for, team_keys, m
     assert_401(client_for(None).get("/v1/jobs"), "missing bearer token")
     assert_401(client_for("not-a-key").get("/v1/jobs"), "malformed API key")
     assert_401(client_for(team_keys.alpha + "x").get("/v1/jobs"), "malformed API key")
-    assert_401(client_for(keys.generate_key().plaintext).get("/v1/jobs"), "invalid API key")
+    assert_401(client_for(api_keys.generate_key().plaintext).get("/v1/jobs"), "invalid API key")
     assert_401(client_for(revoked).get("/v1/jobs"), "API key revoked")
     # A key is never read from a URL (access logs keep URLs).
     assert_401(client_for(None).get("/v1/jobs", params={"token": team_keys.alpha}), "missing bearer token")

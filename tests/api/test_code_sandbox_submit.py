@@ -15,7 +15,7 @@ from waiting import wait_until
 import worker.heartbeat as heartbeat_module
 from api.store import bus
 from api.vocabulary import Heartbeat
-from grpo_core.sandbox import CAPABILITY, probe_sandbox
+from grpo_core.rewards.sandbox import CAPABILITY, probe_sandbox
 from worker.heartbeat import WorkerHeartbeat, worker_capabilities
 
 CODE_ROWS = [{"prompt": "Read n and print 2n.", "tests": [{"input": "2", "output": "4"}]}]

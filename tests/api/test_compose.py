@@ -290,7 +290,7 @@ def test_the_build_copies_only_what_the_install_needs(dockerfile: list[tuple[str
 
 
 def test_the_image_installs_the_code_sandbox(dockerfile: list[tuple[str, str]]) -> None:
-    """bwrap from Debian's package (``grpo_core.sandbox``), and a Python under /usr for it to run
+    """bwrap from Debian's package (``grpo_core.rewards.sandbox``), and a Python under /usr for it to run
     programs with: the python image's own, in /usr/local."""
     installs = [shlex.split(arguments) for keyword, arguments in dockerfile
                 if keyword == "RUN" and "apt-get install" in arguments]

@@ -266,7 +266,7 @@ def test_tensorboard_files_download_as_written(alpha, finished_job, api_server, 
     from tensorboard_events import read_scalars
 
     from api.artifact_paths import tensorboard_dir
-    from grpo_core.tracking import TensorBoardTracker
+    from grpo_core.run.tracking import TensorBoardTracker
 
     job_id = finished_job["id"]
     tracker = TensorBoardTracker(tensorboard_dir(api_server.settings, job_id))

@@ -13,7 +13,7 @@ import redis
 from api.cli.main import main
 from api.settings import get_settings
 from api.store import bus
-from api.store.models import utcnow
+from api.store.tables import utcnow
 from api.vocabulary import Heartbeat
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import create_engine, func, pool, select
 
-from api.store.models import Job, JobEvent
+from api.store.tables import Job, JobEvent
 
 
 def row_counts(database_url: str) -> tuple[int, int]:

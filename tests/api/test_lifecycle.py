@@ -79,8 +79,8 @@ def job_in(api_database_url: str, team_id: int, job_spec):
     GPUs is held by ``worker_id`` and has an open allocation, as a dispatch leaves it."""
     from api.store.db import session_scope
     from api.store.jobs import create_job
-    from api.store.models import Allocation, Job
-    from grpo_core.spec import JobSpec
+    from api.store.tables import Allocation, Job
+    from grpo_core.spec.run_spec import JobSpec
 
     def make(status: str, worker_id: str = "w1") -> int:
         with session_scope(api_database_url) as session:
@@ -98,7 +98,7 @@ def job_in(api_database_url: str, team_id: int, job_spec):
 def state_of(database_url: str, job_id: int) -> tuple[str, list[tuple[str, str, str]], int]:
     """The job's status, its events ``(type, level, message)`` and how many allocations are open."""
     from api.store.db import session_scope
-    from api.store.models import Allocation, Job, JobEvent
+    from api.store.tables import Allocation, Job, JobEvent
 
     with session_scope(database_url) as session:
         status = session.scalar(select(Job.status).where(Job.id == job_id))

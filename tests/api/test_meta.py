@@ -127,7 +127,7 @@ def test_every_code_a_job_can_show_is_explained_in_words(api) -> None:
     from api.scheduling.liveness import NO_SCHEDULER
     from api.scheduling.policy import PENDING_REASONS
     from api.store.attempts import TOO_MANY_ATTEMPTS
-    from grpo_core.disk_space import DISK_FULL
+    from grpo_core.io.disk_space import DISK_FULL
     from worker.artifacts import QUOTA_EXCEEDED
     from worker.heartbeat import CAPABILITY_MISSING
     from worker.retrying import DATABASE_UNAVAILABLE

@@ -1,4 +1,4 @@
-"""Alembic revisions produce exactly the schema of ``api.store.models``, on Postgres and on SQLite.
+"""Alembic revisions produce exactly the schema of ``api.store.tables``, on Postgres and on SQLite.
 
 Run against real databases: Postgres is the production store and SQLite the embedded default,
 and each reflects types and constraints its own way, so a revision right on one can be wrong on
@@ -19,7 +19,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import CheckConstraint, Engine, create_engine, inspect, pool, text
 
 from api.store.migrate import alembic_config, upgrade_to_head
-from api.store.models import Base
+from api.store.tables import Base
 
 
 @pytest.fixture(params=["postgres", "sqlite"])
@@ -65,7 +65,7 @@ def test_upgrade_to_head_matches_the_models(empty_db_url: str, engine: Engine) -
     upgrade_to_head(empty_db_url)
 
     diff = schema_diff(engine)
-    assert diff == [], "migrations and api.store.models differ:\n" + pprint.pformat(diff)
+    assert diff == [], "migrations and api.store.tables differ:\n" + pprint.pformat(diff)
 
 
 def test_check_constraints_match_the_models(empty_db_url: str, engine: Engine) -> None:
@@ -92,7 +92,7 @@ def test_downgrade_to_base_then_upgrade_again(empty_db_url: str, engine: Engine)
 
     upgrade_to_head(empty_db_url)
     diff = schema_diff(engine)
-    assert diff == [], "schema after a round trip differs from api.store.models:\n" + pprint.pformat(diff)
+    assert diff == [], "schema after a round trip differs from api.store.tables:\n" + pprint.pformat(diff)
     assert teams(engine) == [("default", 1.0)]
 
 

@@ -14,7 +14,7 @@ import redis
 from api.scheduling import liveness
 from api.scheduling.scheduler import Scheduler
 from api.store import bus
-from api.store.models import utcnow
+from api.store.tables import utcnow
 
 
 @pytest.fixture

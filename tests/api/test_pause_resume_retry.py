@@ -11,7 +11,7 @@ from api.cli.main import main
 from api.store.attempts import requeue_after_fault, stop_paused, stop_request
 from api.store.db import session_scope
 from api.store.jobs import request_pause
-from api.store.models import Allocation, Job
+from api.store.tables import Allocation, Job
 
 
 def post(client, job_id: int, action: str):

@@ -16,8 +16,8 @@ import redis
 from api.scheduling.scheduler import Scheduler
 from api.store import bus
 from api.store.db import session_scope
-from api.store.models import Job
 from api.store.pools import ensure_pool, set_max_worker_gpus
+from api.store.tables import Job
 from api.vocabulary import Heartbeat
 
 
@@ -182,7 +182,7 @@ def test_a_packed_worker_shows_each_device_and_its_job_and_keeps_unknown_jobs_de
     """Pure: heartbeats and SQL's holders as the scheduler reads them, no server."""
     from api.scheduling import policy
     from api.scheduling.cluster_views import cluster_view
-    from api.store.scheduling import SchedulingState, schedulable_workers
+    from api.store.dispatching import SchedulingState, schedulable_workers
 
     # SQL gives w1 job 10 (team 1) on device 0 and job 11 (team 2) on device 2, dispatched but not
     # started; the worker's children run 10 and job 12, whose lease was lost, on device 3.

@@ -18,7 +18,7 @@ from api.schemas.jobs import JobRead
 from api.store import bus
 from api.streaming.config import StreamConfig
 from api.streaming.cursor import Cursor
-from api.streaming.hub import Hubs
+from api.streaming.fanout import Hubs
 from api.streaming.messages import to_client
 from api.streaming.subscriber import SlowClient, Subscriber
 

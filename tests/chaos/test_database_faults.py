@@ -23,7 +23,7 @@ from sqlalchemy import Engine, create_engine, make_url, pool, text
 from waiting import process_gone
 
 from api.store.db import session_scope
-from api.store.models import JobMetric
+from api.store.tables import JobMetric
 from api.store.telemetry import list_events
 
 

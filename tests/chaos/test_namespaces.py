@@ -17,7 +17,7 @@ from api.store.db import session_scope
 from api.store.jobs import create_job, get_job
 from api.store.teams import DEFAULT_TEAM, team_id_by_name
 from api.store.telemetry import list_metrics
-from grpo_core.spec import JobSpec
+from grpo_core.spec.run_spec import JobSpec
 
 STEPS = 3
 

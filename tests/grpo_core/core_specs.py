@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from grpo_core.spec import JobSpec
+from grpo_core.spec.run_spec import JobSpec
 
 PROMPTS = [
     "Is the sum of two and three five?",

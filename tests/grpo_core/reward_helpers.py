@@ -8,7 +8,7 @@ import pytest
 
 from grpo_core.errors import SpecError
 from grpo_core.rewards import BoundReward, RewardContext, available_rewards, bind_rewards
-from grpo_core.spec import RewardSpec
+from grpo_core.spec.run_spec import RewardSpec
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ import statistics
 import pytest
 import torch
 
-from grpo_core.advantages import STD_EPSILON, combine_rewards, compute_advantages, group_std, nanstd
+from grpo_core.algorithm.advantages import STD_EPSILON, combine_rewards, compute_advantages, group_std, nanstd
 
 NAN = float("nan")
 
@@ -179,7 +179,7 @@ def test_group_std_shape_and_values() -> None:
 
 
 def test_zero_std_fraction_counts_constant_groups_under_batch_scaling_too():
-    from grpo_core.advantages import compute_advantages as advantages_of
+    from grpo_core.algorithm.advantages import compute_advantages as advantages_of
 
     rewards = torch.tensor([0.7, 0.7, 0.7, 0.7, 1.0, 0.0, 0.25, 0.5])
     for scale in ("group", "batch", "none"):

@@ -16,15 +16,15 @@ import torch
 from core_specs import spec_dict
 from pydantic import ValidationError
 
-from grpo_core.callbacks import TrainerCallback
-from grpo_core.checkpoint import prune_checkpoints
-from grpo_core.components import build_components
-from grpo_core.disk_space import disk_full_error
 from grpo_core.errors import GRPOError
-from grpo_core.local_run import run_local
-from grpo_core.paths import folder_bytes
-from grpo_core.spec import JobSpec
-from grpo_core.trainer import GRPOTrainer
+from grpo_core.io.disk_space import disk_full_error
+from grpo_core.io.paths import folder_bytes
+from grpo_core.run.callbacks import TrainerCallback
+from grpo_core.run.checkpoint import prune_checkpoints
+from grpo_core.run.components import build_components
+from grpo_core.run.local_run import run_local
+from grpo_core.run.trainer import GRPOTrainer
+from grpo_core.spec.run_spec import JobSpec
 
 real_save = torch.save
 

@@ -152,7 +152,7 @@ def test_model_folder_without_a_causal_lm_is_a_clear_error(tmp_path, tiny_model_
 
 def test_spec_files_refuse_yaml_aliases_and_name_the_problem(tmp_path):
     """Aliases can expand exponentially once the data is copied; a spec never needs them."""
-    from grpo_core.specfile import InvalidSpec, load_spec_file, load_yaml
+    from grpo_core.spec.spec_file import InvalidSpec, load_spec_file, load_yaml
 
     assert load_yaml("a: [1, 2]\nb: {c: d}\n") == {"a": [1, 2], "b": {"c": "d"}}
     spec = tmp_path / "aliased.yaml"

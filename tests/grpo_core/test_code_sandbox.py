@@ -1,4 +1,4 @@
-"""The sandbox that runs completions' code (``grpo_core.sandbox``), attacked from inside: each
+"""The sandbox that runs completions' code (``grpo_core.rewards.sandbox``), attacked from inside: each
 program below tries an escape with real bubblewrap, and the test checks on the host that it
 failed (no connection reached a listener, no file appeared, no process survived)."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sandbox_guard import needs_sandbox
 
-from grpo_core.sandbox import Limits, run_python, sandbox_problem
+from grpo_core.rewards.sandbox import Limits, run_python, sandbox_problem
 
 pytestmark = needs_sandbox
 

@@ -17,8 +17,8 @@ from grpo_core.cli import main
 from grpo_core.errors import SpecError
 from grpo_core.rewards import RewardContext, check_reward_rows, required_capabilities, score_completions
 from grpo_core.rewards.code_tests import extract_code
-from grpo_core.sandbox import SandboxUnavailable, sandbox_problem
-from grpo_core.spec import RewardSpec
+from grpo_core.rewards.sandbox import SandboxUnavailable, sandbox_problem
+from grpo_core.spec.run_spec import RewardSpec
 
 pytestmark = needs_sandbox
 

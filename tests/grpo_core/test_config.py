@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from core_specs import spec_dict
 
-from grpo_core.config import GRPOConfig
-from grpo_core.specfile import InvalidSpec, parse_spec, with_changes
+from grpo_core.spec.grpo_config import GRPOConfig
+from grpo_core.spec.spec_file import InvalidSpec, parse_spec, with_changes
 
 
 def errors_for(data) -> dict[str, str]:

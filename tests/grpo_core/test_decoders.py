@@ -15,10 +15,10 @@ from transformers import (
     Qwen3Config,
 )
 
-import grpo_core.rollout as rollout_module
-from grpo_core.decoders import LeanDecoder, ModelForwardDecoder, decoder_for, lean_decoder_supports
-from grpo_core.randomness import row_keys
-from grpo_core.rollout import PromptBatch, SamplingOptions, sample_completions
+import grpo_core.algorithm.rollout as rollout_module
+from grpo_core.algorithm.decoders import LeanDecoder, ModelForwardDecoder, decoder_for, lean_decoder_supports
+from grpo_core.algorithm.randomness import row_keys
+from grpo_core.algorithm.rollout import PromptBatch, SamplingOptions, sample_completions
 
 VOCAB = 97
 COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2,

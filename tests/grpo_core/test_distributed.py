@@ -12,14 +12,14 @@ from core_specs import PROMPTS, make_spec, spec_dict
 from run_records import assert_same_run, assert_same_samples, records
 from safetensors.torch import load_file
 
-from grpo_core.components import build_components
-from grpo_core.distributed import Ranks
+from grpo_core.algorithm.experience import Experience
 from grpo_core.errors import SpecError
-from grpo_core.experience import Experience
-from grpo_core.launch import check_data_parallel, run_data_parallel
-from grpo_core.local_run import JsonlRecorder, run_local
-from grpo_core.spec import JobSpec
-from grpo_core.trainer import GRPOTrainer
+from grpo_core.parallel.distributed import Ranks
+from grpo_core.run.components import build_components
+from grpo_core.run.launch import check_data_parallel, run_data_parallel
+from grpo_core.run.local_run import JsonlRecorder, run_local
+from grpo_core.run.trainer import GRPOTrainer
+from grpo_core.spec.run_spec import JobSpec
 
 # Runs whose weights are compared across rank counts use adam_epsilon 1e-6: Adam divides a
 # gradient by its own running size, so an entry near zero moves by ~lr whatever its sign, and the

@@ -8,13 +8,13 @@ from core_specs import make_spec
 from pydantic import ValidationError
 from run_records import assert_same_run
 
-import grpo_core.experience as experience_module
-import grpo_core.update as update_module
-from grpo_core.callbacks import TrainerCallback
-from grpo_core.components import build_components
-from grpo_core.config import GRPOConfig
-from grpo_core.local_run import run_local
-from grpo_core.trainer import GRPOTrainer
+import grpo_core.algorithm.experience as experience_module
+import grpo_core.algorithm.update as update_module
+from grpo_core.run.callbacks import TrainerCallback
+from grpo_core.run.components import build_components
+from grpo_core.run.local_run import run_local
+from grpo_core.run.trainer import GRPOTrainer
+from grpo_core.spec.grpo_config import GRPOConfig
 
 
 class _Records(TrainerCallback):

@@ -9,10 +9,10 @@ import torch
 from core_specs import make_spec
 from run_records import records
 
-from grpo_core.config import GRPOConfig
-from grpo_core.local_run import run_local
-from grpo_core.losses import StepTotals, aggregate_loss, clip_counts, policy_loss_terms
-from grpo_core.update import StepSums, micro_batch_loss
+from grpo_core.algorithm.losses import StepTotals, aggregate_loss, clip_counts, policy_loss_terms
+from grpo_core.algorithm.update import StepSums, micro_batch_loss
+from grpo_core.run.local_run import run_local
+from grpo_core.spec.grpo_config import GRPOConfig
 
 # Three completions; row 0 has a masked third token whose huge log-ratio must not count.
 LOG_RATIO = torch.tensor([[0.1, 0.3, 5.0], [-0.5, 0.0, 0.0], [0.05, -0.05, 0.1]], dtype=torch.float64)

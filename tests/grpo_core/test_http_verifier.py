@@ -17,7 +17,7 @@ from grpo_core.errors import RewardUnavailable
 from grpo_core.rewards import RewardContext, score_completions
 from grpo_core.rewards.verifier_client import VerifierClient
 from grpo_core.rewards.verifier_endpoint import VerifierEndpoint, check_verifier_url, parse_verifier_option
-from grpo_core.spec import RewardSpec
+from grpo_core.spec.run_spec import RewardSpec
 
 SECRET = "s3cret-token-value"
 

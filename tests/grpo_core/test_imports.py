@@ -13,7 +13,7 @@ FORBIDDEN = ("fastapi", "celery", "redis", "sqlalchemy", "starlette", "api", "wo
 
 def test_grpo_core_imports_no_service_framework():
     modules = [m.name for m in pkgutil.walk_packages(grpo_core.__path__, "grpo_core.")]
-    assert "grpo_core.trainer" in modules and "grpo_core.rewards.builtins" in modules
+    assert "grpo_core.run.trainer" in modules and "grpo_core.rewards.builtins" in modules
     code = (
         "import importlib, sys\n"
         f"for name in {modules!r}: importlib.import_module(name)\n"
@@ -26,7 +26,8 @@ def test_grpo_core_imports_no_service_framework():
 
 def test_spec_contract_imports_without_torch():
     """The web app validates JobSpecs without loading torch (fast start-up, small memory)."""
-    code = "import sys, grpo_core.spec, grpo_core.specfile, grpo_core.rewards; print('torch' in sys.modules)"
+    code = ("import sys, grpo_core.spec.run_spec, grpo_core.spec.spec_file, grpo_core.rewards; "
+            "print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"

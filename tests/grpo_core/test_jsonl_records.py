@@ -11,7 +11,7 @@ import pytest
 from full_disk import small_disk
 
 from grpo_core.errors import GRPOError
-from grpo_core.local_run import JsonlRecorder
+from grpo_core.run.local_run import JsonlRecorder
 
 
 def rows(step: int, width: int = 10) -> list[dict]:

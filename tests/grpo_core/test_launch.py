@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from waiting import process_gone, wait_until
 
-from grpo_core.distributed import Ranks
 from grpo_core.errors import GRPOError
-from grpo_core.launch import RankDied, RankFailed, launch_ranks
+from grpo_core.parallel.distributed import Ranks
+from grpo_core.run.launch import RankDied, RankFailed, launch_ranks
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -70,7 +70,8 @@ def test_a_rank_killed_by_a_signal_is_a_death_not_an_error():
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
 def test_no_rank_outlives_its_launcher(tmp_path, how):
-    script = ("import sys; from grpo_core.launch import launch_ranks; from test_launch import wait_forever; "
+    script = ("import sys; from grpo_core.run.launch import launch_ranks; "
+              "from test_launch import wait_forever; "
               "launch_ranks(wait_forever, (sys.argv[1],), 2, device='cpu')")
     # This module imports the test helpers' folder too.
     path = [str(REPO), str(REPO / "tests"), str(Path(__file__).parent)]

@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-import grpo_core.logprobs as logprobs_module
-from grpo_core.logprobs import (
+import grpo_core.algorithm.logprobs as logprobs_module
+from grpo_core.algorithm.logprobs import (
     completion_logprobs,
     position_ids_from_mask,
     selective_log_softmax,

@@ -9,7 +9,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from grpo_core.logprobs import selective_log_softmax_and_entropy
+from grpo_core.algorithm.logprobs import selective_log_softmax_and_entropy
 
 ROWS, TOKENS = 2, 8
 LOGPROB_ATOL = 2e-6

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from grpo_core.losses import (
+from grpo_core.algorithm.losses import (
     AGGREGATORS,
     StepTotals,
     aggregate_loss,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from grpo_core.callbacks import json_safe
+from grpo_core.json_values import json_safe
 
 
 def test_json_safe_nulls_non_finite_floats_at_every_depth():

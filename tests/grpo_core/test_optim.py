@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from grpo_core.optim import lr_multiplier
+from grpo_core.algorithm.optim import lr_multiplier
 
 
 def test_warmup_starts_at_zero_then_holds():
@@ -39,8 +39,8 @@ def test_unknown_schedule_lists_the_valid_ones():
 def test_adamw_is_fused_for_plain_cpu_parameters_and_steps_like_the_loop():
     import torch
 
-    from grpo_core.config import GRPOConfig
-    from grpo_core.optim import build_optimizer
+    from grpo_core.algorithm.optim import build_optimizer
+    from grpo_core.spec.grpo_config import GRPOConfig
 
     config = GRPOConfig(learning_rate=1e-2, weight_decay=0.1)
     torch.manual_seed(0)

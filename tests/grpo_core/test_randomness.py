@@ -7,10 +7,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from grpo_core.models import load_tokenizer
-from grpo_core.randomness import row_keys, token_uniforms
-from grpo_core.rollout import SamplingOptions, sample_completions, tokenize_prompts
-from grpo_core.sampling import sample_next_token
+from grpo_core.algorithm.randomness import row_keys, token_uniforms
+from grpo_core.algorithm.rollout import SamplingOptions, sample_completions, tokenize_prompts
+from grpo_core.algorithm.sampling import sample_next_token
+from grpo_core.io.model_loading import load_tokenizer
 
 _M64 = (1 << 64) - 1
 

@@ -14,7 +14,7 @@ import pytest
 
 from grpo_core.errors import RewardTimeout
 from grpo_core.rewards import BoundReward, RewardContext, bind_rewards, score_completions
-from grpo_core.spec import RewardSpec
+from grpo_core.spec.run_spec import RewardSpec
 
 # The pattern from the finding: exponential in the text's length, and `re` would hold the GIL.
 CATASTROPHIC = "(?s)(.|.)*(?!)"

@@ -12,9 +12,9 @@ from reward_helpers import fresh_registry, spec_error  # noqa: F401 - autouse fi
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from grpo_core.errors import SourceUnavailable
+from grpo_core.io.tiny_models import build_tiny_model
 from grpo_core.rewards import RewardContext, bind_rewards, score_completions
-from grpo_core.spec import RewardSpec
-from grpo_core.tiny import build_tiny_model
+from grpo_core.spec.run_spec import RewardSpec
 
 PROMPTS = ["What is 2+3?", "Is it good?", "hello world", "Think about the number seven.", "one"]
 ANSWERS = ["The answer is 5.", "yes", "no no no no no no no maybe", "7", "two three four five six"]
@@ -118,7 +118,7 @@ def test_bad_models_and_args_name_their_field(models_root: Path):
 
 
 def test_rewards_get_each_completions_prompt_messages_from_the_rows():
-    from grpo_core.data import PromptSet
+    from grpo_core.io.prompt_data import PromptSet
 
     chat = [{"role": "user", "content": "hi"}]
     prompts = PromptSet([{"prompt": "plain"}, {"prompt": chat}], ["plain", "<user>hi\n<assistant>"])

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from reward_helpers import bind_one, fresh_registry, run, spec_error  # noqa: F401 - autouse fixture
 
 from grpo_core.rewards import RewardContext, RewardDefinition, available_rewards, bind_rewards, reward_catalog
-from grpo_core.spec import RewardSpec
+from grpo_core.spec.run_spec import RewardSpec
 
 
 class FakeEntryPoint:

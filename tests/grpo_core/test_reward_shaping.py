@@ -11,9 +11,9 @@ import torch
 from pydantic import ValidationError
 from reward_helpers import fresh_registry  # noqa: F401 - autouse fixture
 
-from grpo_core.advantages import combine_rewards
+from grpo_core.algorithm.advantages import combine_rewards
 from grpo_core.rewards import BoundReward, RewardContext, bind_rewards, score_completions
-from grpo_core.spec import JobSpec, RewardSpec
+from grpo_core.spec.run_spec import JobSpec, RewardSpec
 
 NAN = math.nan
 

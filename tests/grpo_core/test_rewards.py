@@ -20,7 +20,7 @@ from grpo_core.rewards import (
     reward_catalog,
     score_completions,
 )
-from grpo_core.spec import RewardSpec
+from grpo_core.spec.run_spec import RewardSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 

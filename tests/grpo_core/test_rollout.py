@@ -6,15 +6,15 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from grpo_core.models import load_tokenizer
-from grpo_core.randomness import row_keys
-from grpo_core.rollout import (
+from grpo_core.algorithm.randomness import row_keys
+from grpo_core.algorithm.rollout import (
     SamplingOptions,
     completion_mask_from_eos,
     concat_rollouts,
     sample_completions,
     tokenize_prompts,
 )
+from grpo_core.io.model_loading import load_tokenizer
 
 PROMPTS = ["What is 2+3?", "hello world please reply with a long answer", "one"]
 

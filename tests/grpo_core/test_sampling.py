@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from grpo_core.randomness import row_keys, token_uniforms
-from grpo_core.sampling import apply_top_k, apply_top_p, sample_next_token
+from grpo_core.algorithm.randomness import row_keys, token_uniforms
+from grpo_core.algorithm.sampling import apply_top_k, apply_top_p, sample_next_token
 
 
 def _kept(logits: torch.Tensor) -> list[list[bool]]:
@@ -123,7 +123,7 @@ def test_sampling_frequencies_with_top_k_and_top_p() -> None:
 
 @pytest.mark.parametrize("vocab", [5, 300, 1024, 1025, 2000, 32000])
 def test_two_level_inverse_cdf_matches_one_long_cumsum(vocab: int) -> None:
-    from grpo_core.sampling import ONE_LEVEL_MAX_VOCAB, inverse_cdf
+    from grpo_core.algorithm.sampling import ONE_LEVEL_MAX_VOCAB, inverse_cdf
 
     gen = torch.Generator().manual_seed(vocab)
     logits = torch.randn(64, vocab, generator=gen) * 4

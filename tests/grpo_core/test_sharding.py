@@ -19,9 +19,9 @@ from safetensors.torch import load_file
 from same_records import assert_same_record
 
 from grpo_core.errors import GRPOError
-from grpo_core.launch import run_data_parallel
-from grpo_core.local_run import run_local
-from grpo_core.spec import JobSpec
+from grpo_core.run.launch import run_data_parallel
+from grpo_core.run.local_run import run_local
+from grpo_core.spec.run_spec import JobSpec
 
 HANG = timedelta(seconds=120)  # a rank left waiting fails the test instead of hanging it
 

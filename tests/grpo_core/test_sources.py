@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from grpo_core.sources import unreachable
+from grpo_core.io.source_errors import unreachable
 
 
 class LocalEntryNotFoundError(FileNotFoundError):

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from grpo_core.errors import SpecError
 from grpo_core.rewards import validate_reward_specs
-from grpo_core.spec import JobSpec, RewardSpec, split_source
+from grpo_core.spec.run_spec import JobSpec, RewardSpec, split_source
 
 PROMPTS = [{"prompt": "Is it yes?", "answer": "yes"}]
 

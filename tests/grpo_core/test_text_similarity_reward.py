@@ -8,7 +8,7 @@ from reward_helpers import bind_one, fresh_registry, run, spec_error  # noqa: F4
 from rouge_score import rouge_scorer
 from sacrebleu.metrics import BLEU
 
-from grpo_core.spec import RewardSpec
+from grpo_core.spec.run_spec import RewardSpec
 
 
 def test_fuzzy_ratio_is_rapidfuzz_ratio_over_100():

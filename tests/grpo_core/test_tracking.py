@@ -14,8 +14,8 @@ from full_disk import small_disk
 from tensorboard_events import read_scalars
 
 from grpo_core.errors import GRPOError, SpecError
-from grpo_core.spec import JobSpec
-from grpo_core.tracking import trackers
+from grpo_core.run.tracking import trackers
+from grpo_core.spec.run_spec import JobSpec
 
 RECORDS = [{"step": step, "reward": 0.25 * step, "rewards/contains/mean": 0.1 * step, "kl": float("nan"),
             "clip_ratio/region_mean": 0.0} for step in (1, 2, 3)]

@@ -9,13 +9,13 @@ import pytest
 import torch
 from core_specs import make_spec
 
-from grpo_core.callbacks import TrainerCallback
-from grpo_core.components import RunComponents, build_components
+from grpo_core.algorithm.experience import Experience
+from grpo_core.algorithm.metrics import experience_metrics, tokens_in
+from grpo_core.algorithm.update import accumulate_gradients
 from grpo_core.errors import NonFiniteLossError
-from grpo_core.experience import Experience
-from grpo_core.metrics import experience_metrics, tokens_in
-from grpo_core.trainer import GRPOTrainer
-from grpo_core.update import accumulate_gradients
+from grpo_core.run.callbacks import TrainerCallback
+from grpo_core.run.components import RunComponents, build_components
+from grpo_core.run.trainer import GRPOTrainer
 
 TIMING_KEYS = ("step_time", "tokens_per_second", "peak_memory_mb")
 

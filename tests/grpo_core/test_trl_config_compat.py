@@ -13,21 +13,21 @@ import torch
 from core_specs import spec_dict
 from transformers import AutoModelForCausalLM
 
-from grpo_core.config import GRPOConfig
-from grpo_core.local_run import run_local
-from grpo_core.models import load_tokenizer
-from grpo_core.optim import build_scheduler
-from grpo_core.rollout import SamplingOptions, sample_completions, tokenize_prompts
-from grpo_core.sampling import apply_min_p, apply_repetition_penalty, next_token_scores, seen_tokens
-from grpo_core.spec import JobSpec
-from grpo_core.specfile import InvalidSpec, parse_spec
-from grpo_core.trl_fields import OFF, REFUSED
+from grpo_core.algorithm.optim import build_scheduler
+from grpo_core.algorithm.rollout import SamplingOptions, sample_completions, tokenize_prompts
+from grpo_core.algorithm.sampling import apply_min_p, apply_repetition_penalty, next_token_scores, seen_tokens
+from grpo_core.io.model_loading import load_tokenizer
+from grpo_core.run.local_run import run_local
+from grpo_core.spec.grpo_config import GRPOConfig
+from grpo_core.spec.run_spec import JobSpec
+from grpo_core.spec.spec_file import InvalidSpec, parse_spec
+from grpo_core.spec.trl_fields import OFF, REFUSED
 
 # JobSpec's top-level fields that share a TRL name, and why their defaults are written differently.
 SAME_MEANING = {"report_to": ("none", [], "TRL's 'none' and our empty list both mean: no trackers")}
 # TRL 1.16's defaults that ask for something this service does differently, so a config holding them
 # is refused rather than quietly trained otherwise; every other default of a field we do not take is
-# ignored with a warning (grpo_core.trl_fields.OFF).
+# ignored with a warning (grpo_core.spec.trl_fields.OFF).
 DEFAULTS_THAT_ASK_FOR_SOMETHING = {
     "per_device_train_batch_size": "8 completions per device and micro-batch: a batch size",
     "bf16": "None: TRL then trains in bf16",
@@ -75,7 +75,7 @@ def test_every_trl_field_is_accepted_or_refused_with_advice(trl_defaults: dict[s
     """A field a new TRL release adds fails here until it is mapped or given advice."""
     accepted = set(GRPOConfig.model_fields) | set(JobSpec.model_fields)
     unplaced = sorted(name for name in trl_defaults if name not in accepted and name not in REFUSED)
-    assert not unplaced, f"add these to grpo_core.trl_fields.REFUSED or accept them: {unplaced}"
+    assert not unplaced, f"add these to grpo_core.spec.trl_fields.REFUSED or accept them: {unplaced}"
 
 
 def test_every_value_taken_as_off_is_trls_default(trl_defaults: dict[str, Any]) -> None:
@@ -367,7 +367,7 @@ def test_repetition_penalty_in_the_loop_matches_generate(tiny_model_factory) -> 
 
 
 def test_the_exported_generation_config_samples_as_the_job_did(tmp_path) -> None:
-    from grpo_core.export import generation_config
+    from grpo_core.io.model_export import generation_config
 
     spec = parse_spec(spec_dict(tmp_path, min_p=0.05, repetition_penalty=1.2))
     config = generation_config(tmp_path, spec)

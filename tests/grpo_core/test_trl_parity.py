@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
-from grpo_core.advantages import nanstd
-from grpo_core.config import GRPOConfig as OurConfig
-from grpo_core.logprobs import selective_log_softmax, selective_log_softmax_and_entropy
-from grpo_core.losses import StepTotals
-from grpo_core.update import StepSums, micro_batch_loss
+from grpo_core.algorithm.advantages import nanstd
+from grpo_core.algorithm.logprobs import selective_log_softmax, selective_log_softmax_and_entropy
+from grpo_core.algorithm.losses import StepTotals
+from grpo_core.algorithm.update import StepSums, micro_batch_loss
+from grpo_core.spec.grpo_config import GRPOConfig as OurConfig
 
 if TYPE_CHECKING:
     from trl import GRPOTrainer

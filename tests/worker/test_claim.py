@@ -17,7 +17,7 @@ from api.lifecycle import Transition
 from api.store.attempts import TOO_MANY_ATTEMPTS, claim, requeue_after_fault, requeue_expired
 from api.store.db import session_scope
 from api.store.jobs import request_cancel, transition
-from api.store.models import utcnow
+from api.store.tables import utcnow
 from api.store.telemetry import list_events
 
 

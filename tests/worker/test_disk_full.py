@@ -15,7 +15,7 @@ from api.lifecycle import Transition
 from api.store.attempts import claim
 from api.store.db import session_scope
 from api.store.jobs import transition
-from api.store.models import utcnow
+from api.store.tables import utcnow
 
 real_save = torch.save
 

@@ -19,7 +19,7 @@ from api.artifact_paths import checkpoint_dir, model_dir, tensorboard_dir
 from api.lifecycle import Transition
 from api.store.db import session_scope
 from api.store.jobs import transition
-from api.store.models import utcnow
+from api.store.tables import utcnow
 from api.store.telemetry import list_events, list_metrics
 
 

@@ -15,7 +15,7 @@ from waiting import wait_until
 
 from api.store.attempts import requeue_expired
 from api.store.db import session_scope
-from api.store.scheduling import dispatch_job
+from api.store.dispatching import dispatch_job
 
 LEASE_SECONDS = 2.0
 HOLD_SECONDS = 4.0
@@ -29,7 +29,7 @@ skew, job_id, hold = float(skew), int(job_id), float(hold)
 real_time = time.time
 time.time = lambda: real_time() + skew
 import redis
-import api.store.models as models
+import api.store.tables as models
 from api.settings import Settings
 from api.store.db import session_scope
 from api.store.attempts import claim

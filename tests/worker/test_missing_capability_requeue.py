@@ -13,8 +13,8 @@ from api.lifecycle import Transition
 from api.store.attempts import claim
 from api.store.db import session_scope
 from api.store.jobs import transition
-from api.store.models import utcnow
-from grpo_core.sandbox import CAPABILITY, sandbox_problem
+from api.store.tables import utcnow
+from grpo_core.rewards.sandbox import CAPABILITY, sandbox_problem
 
 WORKER = "no-sandbox-worker"
 CODE_ROWS = [{"prompt": "Read n and print 2n.", "tests": [{"input": "2", "output": "4"}]}]

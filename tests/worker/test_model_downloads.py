@@ -20,7 +20,7 @@ from sqlalchemy import select
 
 from api.artifact_paths import CHECKPOINTS_DIR, checkpoint_dir, job_dir, model_dir
 from api.store.db import session_scope
-from api.store.models import JobMetric
+from api.store.tables import JobMetric
 
 pytestmark = pytest.mark.slow
 

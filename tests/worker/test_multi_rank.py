@@ -18,8 +18,8 @@ from waiting import process_gone
 
 from api.scheduling.scheduler import Scheduler
 from api.store.db import session_scope
+from api.store.dispatching import request_preempt
 from api.store.jobs import request_cancel
-from api.store.scheduling import request_preempt
 from api.store.telemetry import list_events, list_metrics
 
 pytestmark = pytest.mark.slow

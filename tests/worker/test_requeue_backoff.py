@@ -18,7 +18,7 @@ from api.store import bus
 from api.store.attempts import claim, requeue_after_fault, requeue_expired
 from api.store.clock import Backoff, db_now
 from api.store.db import session_scope
-from api.store.models import Job
+from api.store.tables import Job
 from api.vocabulary import Heartbeat
 
 

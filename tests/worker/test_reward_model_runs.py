@@ -13,7 +13,7 @@ from api.http.submission import check_submission
 from api.scheduling.scheduler import celery_client
 from api.store.db import session_scope
 from api.store.telemetry import list_metrics
-from grpo_core.spec import JobSpec
+from grpo_core.spec.run_spec import JobSpec
 
 pytestmark = pytest.mark.slow
 ROWS = [{"prompt": "Is it yes?", "answer": "yes"}, {"prompt": "What is 2+3?", "answer": "5"}]
@@ -27,7 +27,7 @@ REWARDS = [
 
 @pytest.fixture(scope="module")
 def reward_model_in_root(roots: dict[str, Path]) -> Path:
-    from grpo_core.tiny import build_tiny_model
+    from grpo_core.io.tiny_models import build_tiny_model
 
     return build_tiny_model(roots["models"] / "tiny-rm", family="qwen2", num_labels=1)
 

@@ -1,7 +1,7 @@
 """Rewards over their time budget, through the job process's body (run in this process, as in
 ``test_disk_full.py``) and the recording of its outcome: the finding's regex times out at every
 step, each such step is a warning event and trains with its rows unscorable, and the third step in
-a row fails the job ``reward_timeout`` (grpo_core.spec.REWARD_TIMEOUT_STEPS). The service's cap
+a row fails the job ``reward_timeout`` (grpo_core.spec.run_spec.REWARD_TIMEOUT_STEPS). The service's cap
 (GRPO_MAX_REWARD_TIMEOUT_SECONDS) bounds a budget the spec asked for, even one the submit did
 not check (this job is queued through the store)."""
 
@@ -11,9 +11,9 @@ from api.lifecycle import Transition
 from api.store.attempts import claim
 from api.store.db import session_scope
 from api.store.jobs import transition
-from api.store.models import utcnow
+from api.store.tables import utcnow
 from api.store.telemetry import list_events, list_metrics
-from grpo_core.spec import REWARD_TIMEOUT_STEPS
+from grpo_core.spec.run_spec import REWARD_TIMEOUT_STEPS
 
 CATASTROPHIC = [{"name": "regex_match", "args": {"pattern": "(?s)(.|.)*(?!)"}}]
 

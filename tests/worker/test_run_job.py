@@ -16,7 +16,7 @@ from api.scheduling.scheduler import celery_client
 from api.settings import Settings
 from api.store import bus
 from api.store.db import session_scope
-from api.store.scheduling import dispatch_job
+from api.store.dispatching import dispatch_job
 from api.store.telemetry import list_checkpoints, list_events, list_metrics
 from api.vocabulary import RUN_JOB
 

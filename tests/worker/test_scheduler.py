@@ -24,8 +24,8 @@ from api.scheduling.scheduler import LeaderLock, Scheduler
 from api.store import bus
 from api.store.attempts import claim, finish, requeue_expired
 from api.store.db import session_scope
-from api.store.models import JobEvent
 from api.store.redis_keys import RedisKeys
+from api.store.tables import JobEvent
 from api.vocabulary import Heartbeat
 
 

@@ -19,11 +19,11 @@ from api.lifecycle import HOLDING_STATUSES, TERMINAL_STATUSES
 from api.main import create_app
 from api.store.db import session_scope
 from api.store.jobs import create_job
-from api.store.models import Job, JobEvent
 from api.store.pools import ensure_pool, set_held
+from api.store.tables import Job, JobEvent
 from api.store.teams import create_team, set_quota
 from api.store.telemetry import list_events, list_metrics
-from grpo_core.spec import JobSpec
+from grpo_core.spec.run_spec import JobSpec
 
 pytestmark = pytest.mark.slow
 

@@ -17,9 +17,9 @@ from api.store import verifiers
 from api.store.attempts import claim
 from api.store.db import session_scope
 from api.store.jobs import transition
-from api.store.models import utcnow
+from api.store.tables import utcnow
 from api.store.telemetry import list_events, list_metrics
-from grpo_core.spec import REWARD_TIMEOUT_STEPS
+from grpo_core.spec.run_spec import REWARD_TIMEOUT_STEPS
 
 pytestmark = pytest.mark.slow
 SECRET = "Bearer verifier-secret-in-the-db"

@@ -23,7 +23,7 @@ from api.settings import Settings
 from api.store import bus
 from api.store.clock import db_now
 from api.store.db import session_scope
-from api.store.scheduling import load_state
+from api.store.dispatching import load_state
 from api.vocabulary import NAME_PATTERN, Heartbeat
 
 router = APIRouter(tags=["scheduling"])

@@ -43,8 +43,8 @@ from api.store.db import session_scope
 from api.store.spec_pages import StoredSpecs, job_with_spec, with_specs
 from api.store.team_admission import admit, team_limits, with_team_priority
 from api.team_limits import check_priority
-from grpo_core.spec import JobSpec
-from grpo_core.specfile import with_changes
+from grpo_core.spec.run_spec import JobSpec
+from grpo_core.spec.spec_file import with_changes
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/jobs", tags=["jobs"])

@@ -18,7 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api import explanations
 from api.http.deps import RedisDep, SettingsDep, caller_is_admin
-from api.http.errors import error_body
+from api.http.error_responses import error_body
 from api.scheduling import liveness
 from api.schemas.jobs import CodesRead
 from api.store.db import get_engine

@@ -1,0 +1,49 @@
+"""Domain errors. They carry no HTTP knowledge: one handler in ``api/http/error_responses.py`` maps each
+``code`` to a status, so the store and the worker can raise them freely."""
+
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    code = "error"
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+class NotFound(ServiceError):  # noqa: N818 - domain vocabulary
+    code = "not_found"
+
+
+class Conflict(ServiceError):  # noqa: N818
+    code = "conflict"
+
+
+class InvalidInput(ServiceError):  # noqa: N818
+    code = "invalid_input"
+
+
+class Unauthorized(ServiceError):  # noqa: N818
+    code = "unauthorized"
+
+
+class Forbidden(ServiceError):  # noqa: N818
+    code = "forbidden"
+
+
+class QueueFull(ServiceError):  # noqa: N818
+    """The team already has as many jobs waiting as it may (its ``max_queued_jobs``)."""
+
+    code = "queue_full"
+
+
+class RateLimited(ServiceError):  # noqa: N818
+    """The caller's team spent its request budget; ``retry_after`` seconds refill enough of it."""
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: float, param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.retry_after = retry_after

@@ -1,0 +1,170 @@
+"""The scheduler's side of the store: the cluster's state as :mod:`api.scheduling.policy` sees it, and the
+writes that carry out a plan (dispatch to a worker, ask a job to yield, pending reasons).
+
+Reads select only the columns the policy needs (never a job's spec): a tick reads every waiting
+and holding job, and 10,000 of them must stay cheap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import bindparam, or_, select, update
+from sqlalchemy.orm import Session
+
+from api.lifecycle import HOLDING_STATUSES, WAITING_STATUSES, JobStatus, Transition
+from api.scheduling import policy
+from api.schemas.jobs import as_utc
+from api.store.clock import db_now
+from api.store.jobs import transition
+from api.store.tables import Allocation, Job, Pool, Team
+from api.store.teams import quotas_by_team
+from api.store.telemetry import add_event
+from api.vocabulary import Heartbeat
+
+_JOBS = Job.__table__
+# Older allocations weigh under 2**-12 of a fresh one: not worth reading.
+USAGE_HORIZON_HALF_LIVES = 12
+
+
+def epoch(value: datetime) -> float:
+    return as_utc(value).timestamp()  # SQLite hands back naive datetimes; every stored time is UTC
+
+
+@dataclass(frozen=True)
+class WaitingInfo:
+    """What the queue view shows of a waiting job beyond what the policy needs."""
+
+    name: str
+    pending_reason: str | None
+
+
+@dataclass
+class SchedulingState:
+    cluster: policy.ClusterState
+    pools: dict[str, tuple[bool, int | None]]  # name -> (held, max_worker_gpus)
+    team_names: dict[int, str]
+    waiting_info: dict[int, WaitingInfo] = field(default_factory=dict)
+
+
+def schedulable_workers(heartbeats: list[Heartbeat], holding: list[policy.HoldingJob],
+                        ) -> list[policy.Worker]:
+    """Live workers as the policy sees them. Devices a worker reports in use by a job SQL no
+    longer gives it (its lease was lost; the child is stopping) stay busy until it reports them
+    free; the devices of jobs SQL does give it are counted from SQL (they may not have started)."""
+    assigned = {(job.id, job.worker_id) for job in holding}
+    workers = []
+    for beat in heartbeats:
+        busy = {device for job_id, devices in beat.jobs.items() if (job_id, beat.worker_id) not in assigned
+                for device in devices}
+        workers.append(policy.Worker(beat.worker_id, beat.pool, beat.gpus, tuple(sorted(busy)),
+                                     frozenset(beat.capabilities)))
+    return workers
+
+
+def load_state(session: Session, heartbeats: list[Heartbeat], now: datetime, half_life: float,
+               ) -> SchedulingState:
+    """Everything :func:`api.scheduling.policy.plan` needs: SQL read in one transaction, plus the live
+    workers' heartbeats (``api.store.bus.live_workers``). ``now``: the database's clock
+    (:func:`api.store.clock.db_now`), which requeue backoffs are timed by."""
+    # Core on the session's connection: the ORM's per-row bookkeeping was most of a 10k-job read.
+    conn = session.connection()
+    waiting, info = [], {}
+    c = _JOBS.c
+    waiting_rows = conn.execute(select(c.id, c.team_id, c.pool, c.gpus, c.priority, c.name, c.pending_reason,
+                                       c.retry_at, c.required_capabilities)
+                                .where(c.status.in_(WAITING_STATUSES)).order_by(c.id))
+    requirements: dict[tuple[str, ...], frozenset[str]] = {(): frozenset()}  # one set per distinct list
+    for job_id, team_id, pool, gpus, priority, name, reason, retry_at, required in waiting_rows:
+        backing_off = retry_at is not None and as_utc(retry_at) > now
+        key = tuple(required or ())
+        requires = requirements.setdefault(key, frozenset(key))
+        waiting.append(policy.WaitingJob(job_id, team_id, pool, gpus, priority, backing_off, requires))
+        info[job_id] = WaitingInfo(name, reason)
+    holding = [
+        policy.HoldingJob(row.id, row.team_id, row.pool, row.gpus, row.priority, row.worker_id, row.status,
+                          epoch(row.dispatched_at) if row.dispatched_at else 0.0, bool(row.preempt_requested),
+                          tuple(row.devices or ()))
+        for row in conn.execute(
+            select(c.id, c.team_id, c.pool, c.gpus, c.priority, c.worker_id, c.status, c.dispatched_at,
+                   c.preempt_requested, c.devices).where(c.status.in_(HOLDING_STATUSES))
+        )
+    ]
+    quotas = quotas_by_team(session)
+    teams, names = {}, {}
+    for team_id, name, weight in session.execute(select(Team.id, Team.name, Team.weight)):
+        teams[team_id] = policy.Team(team_id, weight, quotas.get(team_id, {}))
+        names[team_id] = name
+    pools = {name: (bool(held), most) for name, held, most in
+             session.execute(select(Pool.name, Pool.held, Pool.max_worker_gpus))}
+    horizon = now - timedelta(seconds=USAGE_HORIZON_HALF_LIVES * half_life)
+    recent = or_(Allocation.ended_at.is_(None), Allocation.ended_at > horizon)
+    intervals = [
+        policy.Interval(row.team_id, row.pool, row.gpus, epoch(row.started_at),
+                        epoch(row.ended_at) if row.ended_at else None)
+        for row in session.execute(
+            select(Allocation.team_id, Allocation.pool, Allocation.gpus, Allocation.started_at,
+                   Allocation.ended_at).where(recent)
+        )
+    ]
+    cluster = policy.ClusterState(
+        workers=tuple(schedulable_workers(heartbeats, holding)), waiting=tuple(waiting),
+        holding=tuple(holding), teams=teams,
+        held_pools=frozenset(name for name, (held, _) in pools.items() if held),
+        recent_usage=policy.decayed_usage(intervals, now.timestamp(), half_life),
+    )
+    return SchedulingState(cluster, pools, names, info)
+
+
+def dispatch_job(session: Session, job_id: int, worker_id: str, devices: tuple[int, ...] | None = None,
+                 ) -> bool:
+    """A waiting job is promised to ``devices`` of ``worker_id`` (None: the whole worker, as before
+    devices were recorded): it holds them from now (the transition opens an allocation, which
+    quotas and fair share count) until it leaves the holding statuses. Only that worker may claim
+    it, and its child sees only those devices."""
+    recorded = None if devices is None else list(devices)
+    # The database's clock: the lease reaper compares it with its own reading of that clock.
+    values = {"worker_id": worker_id, "devices": recorded, "dispatched_at": db_now(session),
+              "pending_reason": None, "preempt_requested": False, "retry_at": None}
+    where = worker_id if devices is None else f"{worker_id} devices {','.join(map(str, devices))}"
+    return transition(session, job_id, via=Transition.DISPATCH, values=values,
+                      message=f"dispatched to {where}", data={"devices": recorded}) is not None
+
+
+def request_preempt(session: Session, job_id: int, for_job_id: int) -> bool:
+    """Ask a running job to checkpoint and give its worker up to ``for_job_id``; False when it is
+    no longer running (it finished, or is being cancelled, which frees the worker anyway)."""
+    stmt = (
+        update(Job)
+        .where(Job.id == job_id, Job.status == JobStatus.RUNNING.value, Job.preempt_requested.is_(False))
+        .values(preempt_requested=True)
+        .execution_options(synchronize_session=False)
+    )
+    if session.execute(stmt).rowcount != 1:
+        return False
+    add_event(session, job_id, "preempt_requested", f"preempted for job {for_job_id}; checkpointing",
+              {"for_job_id": for_job_id}, "warning")
+    return True
+
+
+def yield_preempted(session: Session, job_id: int, worker_id: str, step: int) -> bool:
+    """The preempted job checkpointed at ``step``: back to the queue (status ``preempted``),
+    where it keeps its place by age and later resumes from that checkpoint."""
+    values = {"worker_id": None, "devices": None, "preempt_requested": False, "heartbeat_at": None}
+    message = f"preempted at step {step}; back in the queue"
+    return transition(session, job_id, via=Transition.YIELD, message=message, data={"step": step},
+                      worker_id=worker_id, values=values) is not None
+
+
+def set_pending_reasons(session: Session, reasons: dict[int, str | None]) -> None:
+    """The scheduler's verdict for waiting jobs, written only where it changed (one statement)."""
+    if not reasons:
+        return
+    stmt = (
+        update(_JOBS)
+        # OR, not IN: executemany cannot expand an IN list.
+        .where(_JOBS.c.id == bindparam("job_id"), or_(*(_JOBS.c.status == s for s in WAITING_STATUSES)))
+        .values(pending_reason=bindparam("reason"))
+    )
+    session.connection().execute(stmt, [{"job_id": k, "reason": v} for k, v in reasons.items()])

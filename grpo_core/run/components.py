@@ -1,0 +1,134 @@
+"""Everything a run needs, built from a ``JobSpec`` and checked before the first step.
+
+Order matters for the user: cheap checks first (dataset, rewards and their columns), the
+model last, so a typo in a reward name fails in milliseconds rather than after a model load.
+:class:`RunComponents` only holds what was built: the trainer hands each function the pieces
+it uses, and nothing below the trainer reads the spec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from grpo_core.algorithm.optim import build_optimizer, build_scheduler
+from grpo_core.errors import SpecError
+from grpo_core.io.model_loading import (
+    PolicyAndReference,
+    build_policy_and_reference,
+    load_tokenizer,
+    resolve_model_location,
+)
+from grpo_core.io.prompt_data import PromptSampler, PromptSet, columns_of, load_rows, render_prompt
+from grpo_core.parallel.distributed import SINGLE, Ranks, in_process_group
+from grpo_core.parallel.placement import Placement, place
+from grpo_core.parallel.sharding import shard_models
+from grpo_core.rewards import (
+    BoundReward,
+    RewardContext,
+    bind_rewards,
+    check_reward_rows,
+    validate_reward_specs,
+)
+from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
+from grpo_core.spec.prompt_rows import reserved_in
+from grpo_core.spec.run_spec import JobSpec
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+
+@dataclass
+class RunComponents:
+    spec: JobSpec
+    placement: Placement
+    tokenizer: PreTrainedTokenizerBase
+    models: PolicyAndReference
+    prompts: PromptSet
+    rewards: list[BoundReward]
+    sampler: PromptSampler
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    eos_ids: torch.Tensor
+
+    @property
+    def device(self) -> torch.device:
+        return self.placement.device
+
+
+def eos_token_ids(tokenizer: PreTrainedTokenizerBase, model: torch.nn.Module) -> list[int]:
+    """EOS ids from the tokenizer and the generation config (chat models often have several)."""
+    ids = {tokenizer.eos_token_id}
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(configured if isinstance(configured, list) else [configured])
+    return sorted(i for i in ids if i is not None)
+
+
+def build_components(
+    spec: JobSpec,
+    *,
+    models_root: Path | None = None,
+    data_root: Path | None = None,
+    base_dir: Path | None = None,
+    device: str | None = None,
+    ranks: Ranks = SINGLE,
+    reward_models_root: Path | None = None,
+    verifiers: Mapping[str, VerifierEndpoint] | None = None,
+) -> RunComponents:
+    """``reward_models_root``: where rewards' ``path:`` models are (default ``models_root``; the
+    service's models root when the policy comes from a job's artifacts). ``verifiers``: the
+    verifier services ``http_verifier`` rewards may name (the service's registrations for the job,
+    or ``grpo train --verifier``)."""
+    rows = load_rows(spec.dataset, data_root=data_root, base_dir=base_dir)
+    # max_steps -1 (train by epochs) becomes a step count now that the prompts are counted: every
+    # reader below (schedule, trainer, progress) sees the one number.
+    spec = spec.model_copy(update={"grpo": spec.grpo.resolved(len(rows))})
+    columns = columns_of(rows)
+    clash = reserved_in(columns)
+    if clash:
+        raise SpecError("dataset", f"column names {clash} are reserved for the reward function arguments")
+    validate_reward_specs(spec.rewards, columns)  # cheap; binding may load a reward model
+    location = resolve_model_location(spec.model, models_root, base_dir)
+    tokenizer = load_tokenizer(location)
+    check_reward_rows(spec.rewards, rows)
+    prompts = PromptSet(rows, [render_prompt(row["prompt"], tokenizer) for row in rows])
+    placement = place(device, spec.model.dtype, ranks)
+    context = RewardContext(tokenizer=tokenizer, timeout_seconds=spec.reward_timeout_seconds,
+                            models_root=reward_models_root or models_root, base_dir=base_dir,
+                            device=placement.device, dtype=spec.model.dtype, verifiers=dict(verifiers or {}))
+    rewards = bind_rewards(spec.rewards, context, columns)
+    torch.manual_seed(spec.grpo.seed)  # after any reward model's load, so it draws nothing of the policy's
+    # Sharded wherever the ranks form a process group: k ranks, or one launched rank (a 1-GPU
+    # measurement of FSDP's own cost); a plain process has no group to shard over.
+    sharded = spec.resources.sharding == "fsdp" and in_process_group()
+    # A sharded model is loaded on the CPU: fully_shard moves it to the device one layer at a time
+    # and keeps only this rank's shard there, so no GPU ever holds the whole policy and reference.
+    load_device = torch.device("cpu") if sharded else placement.device
+    models = build_policy_and_reference(
+        spec.model, location, spec.grpo.beta, load_device, spec.grpo.gradient_checkpointing
+    )
+    models.policy.train()
+    if sharded:
+        shard_models(models, ranks)  # before the optimizer, which must hold the shards
+    optimizer = build_optimizer(models.policy, spec.grpo)
+    eos = eos_token_ids(tokenizer, models.policy)
+    if not eos:
+        raise SpecError("model.source", "neither the tokenizer nor the generation config names an EOS token")
+    return RunComponents(
+        spec=spec,
+        placement=placement,
+        tokenizer=tokenizer,
+        models=models,
+        prompts=prompts,
+        rewards=rewards,
+        sampler=PromptSampler(
+            len(rows), spec.grpo.prompts_per_round, spec.grpo.seed, shuffle=spec.dataset.shuffle
+        ),
+        optimizer=optimizer,
+        scheduler=build_scheduler(optimizer, spec.grpo),
+        eos_ids=torch.tensor(eos, device=placement.device),
+    )

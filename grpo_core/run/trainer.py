@@ -1,0 +1,273 @@
+"""The training loop: generate a round → score → advantages → ``round_steps · num_iterations``
+optimizer steps on it (one, by default).
+
+It reports only through callbacks and writes nothing but checkpoints, so the same loop serves
+``grpo train`` (JSONL files) and the service's worker (SQL + Redis).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from grpo_core.algorithm.experience import Experience, make_experience
+from grpo_core.algorithm.metrics import experience_metrics, peak_memory_mb, sample_rows, tokens_in
+from grpo_core.algorithm.update import optimizer_step
+from grpo_core.errors import RewardTimeout, RewardUnavailable
+from grpo_core.run.callbacks import TrainerCallback
+from grpo_core.run.checkpoint import (
+    TrainerState,
+    estimate_checkpoint_bytes,
+    latest_checkpoint,
+    load_checkpoint,
+    prune_checkpoints,
+    save_checkpoint,
+    sweep_stale_tmp_folders,
+)
+from grpo_core.run.components import RunComponents
+from grpo_core.spec.grpo_config import GRPOConfig
+from grpo_core.spec.run_spec import REWARD_TIMEOUT_STEPS
+
+# Phases that happen once per generation round: its later optimizer steps report 0.
+_GENERATION_TIMINGS = ("timing/generation", "timing/reward", "timing/ref")
+
+
+@dataclass
+class TrainResult:
+    step: int
+    stopped: bool  # True when should_stop ended the run early
+    checkpoint: Path | None
+
+
+class GRPOTrainer:
+    """Runs ``components`` for ``spec.grpo.max_steps`` steps. The one reader of the spec: each
+    function it calls gets the model, config section and state it uses as arguments."""
+
+    def __init__(
+        self,
+        components: RunComponents,
+        checkpoint_dir: Path,
+        callbacks: TrainerCallback | None = None,
+    ) -> None:
+        self.components = components
+        self.config: GRPOConfig = components.spec.grpo
+        self.checkpoint_dir = Path(checkpoint_dir)
+        self.callbacks = callbacks or TrainerCallback()
+        self.reward_names = [r.name for r in components.rewards]
+        self.state = TrainerState(step=0, num_tokens=0, sampler={}, iteration=0, has_experience=False)
+        self.pending: Experience | None = None
+        self.last_checkpoint: Path | None = None
+        self.ranks = components.placement.ranks
+        self.reward_timeout_streak = 0  # consecutive steps with a reward call over its budget
+        self.reward_unavailable_streak = 0  # consecutive steps with a reward service unreachable
+
+    @property
+    def max_steps(self) -> int:
+        return self.config.max_steps
+
+    def make_experience(self) -> Experience:
+        """Sample and score a fresh generation round with the current policy."""
+        c = self.components
+        return make_experience(
+            models=c.models,
+            tokenizer=c.tokenizer,
+            prompts=c.prompts,
+            sampler=c.sampler,
+            rewards=c.rewards,
+            eos_ids=c.eos_ids,
+            config=self.config,
+            reasoning=c.spec.reasoning,
+            placement=c.placement,
+        )
+
+    def optimizer_step(self, experience: Experience) -> dict[str, float]:
+        """One optimizer step on ``experience``; returns the update's metrics."""
+        c = self.components
+        return optimizer_step(
+            policy=c.models.policy,
+            optimizer=c.optimizer,
+            scheduler=c.scheduler,
+            experience=experience,
+            config=self.config,
+            placement=c.placement,
+        )
+
+    def resume(self, path: Path | None = None) -> bool:
+        """Continue from ``path`` or the newest checkpoint; False when there is none. Temporary
+        folders left by a writer that was killed mid-checkpoint are removed first."""
+        if self.ranks.is_main:
+            sweep_stale_tmp_folders(self.checkpoint_dir)
+        path = path or latest_checkpoint(self.checkpoint_dir)
+        if path is None:
+            return False
+        c = self.components
+        self.state, self.pending = load_checkpoint(
+            path,
+            models=c.models,
+            optimizer=c.optimizer,
+            scheduler=c.scheduler,
+            sampler=c.sampler,
+            ranks=self.ranks,
+        )
+        self.last_checkpoint = path
+        self.callbacks.on_event(
+            "resumed",
+            f"resumed from step {self.state.step}",
+            {"step": self.state.step, "checkpoint": str(path)},
+        )
+        return True
+
+    def train(self) -> TrainResult:
+        if self.state.step == 0:
+            self.callbacks.on_event("started", "training started", {"max_steps": self.max_steps})
+        while self.state.step < self.max_steps:
+            if self.ranks.any(self.callbacks.should_stop()):
+                path = self._checkpoint()
+                self.callbacks.on_event(
+                    "stopped", f"stopped at step {self.state.step}", {"step": self.state.step}
+                )
+                return TrainResult(self.state.step, True, path)
+            self._one_step()
+        path = self._checkpoint()
+        self.callbacks.on_event("finished", f"finished at step {self.state.step}", {"step": self.state.step})
+        return TrainResult(self.state.step, False, path)
+
+    def _one_step(self) -> None:
+        """One optimizer step: on a fresh round, or on the pending one (restored from a checkpoint
+        after a resume, so a step inside a round trains on exactly the rows it would have).
+        A round of k steps feeds its parts 0..k-1 in order, then again for each further iteration,
+        as TRL replays its generation batch."""
+        started = time.perf_counter()
+        fresh = self.pending is None
+        generation_round = self.make_experience() if fresh else self.pending
+        if fresh:
+            self._count_reward_timeouts(generation_round)
+            self._count_service_failures(generation_round)
+        k = self.config.round_steps
+        first_pass = self.state.iteration < k  # this part's tokens are counted once
+        exp = generation_round.step_part(self.state.iteration % k, k)
+        step_tokens = self.ranks.sum([tokens_in(exp)])[0] if first_pass else 0.0
+        self.state.num_tokens += int(step_tokens)
+        update = self.optimizer_step(exp)
+        self.state.iteration += 1
+        self.pending = generation_round if self.state.iteration < k * self.config.num_iterations else None
+        if self.pending is None:
+            self.state.iteration = 0
+        self.state.step += 1
+        step_time = time.perf_counter() - started
+        record = {"step": self.state.step, **experience_metrics(exp, self.reward_names, self.ranks), **update}
+        if not fresh:
+            record.update(dict.fromkeys(_GENERATION_TIMINGS, 0.0))
+        record["peak_memory_mb"] = peak_memory_mb(self.components.device)
+        # Wall-clock figures and memory are the slowest (largest) rank's.
+        slowest = [k for k in record if k.startswith("timing/") or k == "peak_memory_mb"]
+        record.update(zip(slowest, self.ranks.max([record[k] for k in slowest]), strict=True))
+        record.update(
+            {
+                "num_tokens": self.state.num_tokens,
+                "step_time": step_time,
+                "tokens_per_second": (step_tokens / step_time) if first_pass else 0.0,
+            }
+        )
+        self.callbacks.on_step(record)
+        if self.state.step % self.components.spec.log_completions_every == 0 or self.state.step == 1:
+            rows = sample_rows(exp, self.reward_names, self.state.step, self.ranks)
+            self.callbacks.on_samples(self.state.step, rows)
+        if self.state.step % self.components.spec.checkpoint_every == 0:
+            self._checkpoint()
+
+    def _count_reward_timeouts(self, exp: Experience) -> None:
+        """A warning event for each step whose reward calls went over budget (their rows trained
+        with advantage 0); :data:`REWARD_TIMEOUT_STEPS` such steps in a row fail the job before
+        the last one's update. Counted over every rank, so all ranks stop together."""
+        calls = int(self.ranks.sum([float(len(exp.reward_timeouts))])[0])
+        self.reward_timeout_streak = self.reward_timeout_streak + 1 if calls else 0
+        if not calls:
+            return
+        step, budget = self.state.step + 1, self.components.spec.reward_timeout_seconds
+        names = sorted(set(exp.reward_timeouts))
+        self.callbacks.on_event(
+            "reward_timeout",
+            f"step {step}: {calls} reward call(s) took over {budget:g} s ({', '.join(names)}); "
+            "their rows were left unscorable",
+            {"step": step, "calls": calls, "rewards": names, "steps_in_a_row": self.reward_timeout_streak},
+        )
+        if self.reward_timeout_streak >= REWARD_TIMEOUT_STEPS:
+            raise RewardTimeout(
+                f"rewards took over reward_timeout_seconds ({budget:g} s) in {self.reward_timeout_streak} "
+                f"steps in a row (last: step {step}, {', '.join(names)})"
+            )
+
+    def _count_service_failures(self, exp: Experience) -> None:
+        """Warning events for rows a reward's service left unscored and for calls whose service
+        could not be reached (those rows trained with advantage 0); unreachable in
+        :data:`REWARD_TIMEOUT_STEPS` steps in a row fails the job ``reward_unavailable``, as
+        timeouts fail it ``reward_timeout``. Counted over every rank, so all ranks stop together."""
+        calls, rows = (int(x) for x in self.ranks.sum(
+            [float(len(exp.reward_unavailable)), float(sum(exp.reward_unscored.values()))]))
+        step = self.state.step + 1
+        if rows:
+            names = sorted(exp.reward_unscored)
+            self.callbacks.on_event(
+                "reward_unscored",
+                f"step {step}: {rows} row(s) the reward service could not score ({', '.join(names)}); "
+                "they were left unscorable",
+                {"step": step, "rows": rows, "rewards": names},
+            )
+        self.reward_unavailable_streak = self.reward_unavailable_streak + 1 if calls else 0
+        if not calls:
+            return
+        names = sorted(exp.reward_unavailable)
+        why = "; ".join(exp.reward_unavailable[name] for name in names)  # this rank's; others may differ
+        self.callbacks.on_event(
+            "reward_unavailable",
+            f"step {step}: {calls} reward call(s) could not reach their service ({why}); "
+            "their rows were left unscorable",
+            {"step": step, "calls": calls, "rewards": names,
+             "steps_in_a_row": self.reward_unavailable_streak},
+        )
+        if self.reward_unavailable_streak >= REWARD_TIMEOUT_STEPS:
+            raise RewardUnavailable(
+                f"reward services could not be reached in {self.reward_unavailable_streak} steps in a row "
+                f"(last: step {step}: {why})"
+            )
+
+    def _checkpoint(self) -> Path | None:
+        """Save the current step unless it is already saved (or nothing was trained). Every rank
+        takes part (each writes its share); rank 0 alone reports it."""
+        if self.state.step == 0:
+            return None
+        if self.last_checkpoint is not None and self.last_checkpoint.name == f"step-{self.state.step}":
+            return self.last_checkpoint
+        c = self.components
+        # Every rank asks (only rank 0's callbacks do anything): a refusal raised here ends the
+        # run before any rank has written a byte.
+        estimate = estimate_checkpoint_bytes(c.models, c.optimizer, self.last_checkpoint)
+        self.callbacks.before_checkpoint(self.state.step, estimate)
+        self.state.sampler = c.sampler.state_dict()
+        self.state.has_experience = self.pending is not None
+        self.state.world_size = self.ranks.world_size
+        path = save_checkpoint(
+            self.checkpoint_dir,
+            self.state,
+            models=c.models,
+            tokenizer=c.tokenizer,
+            optimizer=c.optimizer,
+            scheduler=c.scheduler,
+            experience=self.pending,
+            ranks=self.ranks,
+            distributed=c.spec.resources.sharding == "fsdp",
+        )
+        self.last_checkpoint = path
+        if self.ranks.is_main:
+            removed = prune_checkpoints(self.checkpoint_dir, c.spec.checkpoint_keep_last, path)
+            self.callbacks.on_checkpoint(self.state.step, path)
+            if removed:
+                self.callbacks.on_checkpoints_removed(removed)
+            self.callbacks.on_event(
+                "checkpoint",
+                f"checkpoint at step {self.state.step}",
+                {"step": self.state.step, "path": str(path)},
+            )
+        return path

@@ -1,0 +1,50 @@
+"""What a prompt row must hold: one rule for the spec's inline rows (checked at submit) and for
+rows read from a file or the hub (checked when the job loads them). Torch-free.
+
+A prompt is a non-blank string or a non-empty list of chat messages ``{"role", "content"}`` with
+a role chat templates know (``system``, ``user``, ``assistant``) and string content. Columns that
+share a name with an argument every reward receives would shadow it, so they are refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["MESSAGE_ROLES", "RESERVED_COLUMNS", "prompt_problem", "reward_column_names", "reserved_in"]
+
+# The inputs score_completions passes every reward besides the dataset's columns.
+RESERVED_COLUMNS = frozenset({"completions", "prompts", "raw_completions", "prompt_messages"})
+MESSAGE_ROLES = ("system", "user", "assistant")
+
+
+def _message_problem(item: Any) -> str | None:
+    if not isinstance(item, dict):
+        return f"a message that is {type(item).__name__}, not a {{'role', 'content'}} object"
+    if item.get("role") not in MESSAGE_ROLES:
+        return f"a message whose role is {item.get('role')!r:.40}, not one of {', '.join(MESSAGE_ROLES)}"
+    if not isinstance(item.get("content"), str):
+        return "a message whose content is not a string"
+    return None
+
+
+def prompt_problem(value: Any) -> str | None:
+    """None for a usable prompt, else what is wrong with it (``"an empty list"``...)."""
+    if isinstance(value, str):
+        return None if value.strip() else "a blank string"
+    if isinstance(value, list):
+        if not value:
+            return "an empty list"
+        return next(filter(None, map(_message_problem, value)), None)
+    return type(value).__name__
+
+
+def reserved_in(columns: Iterable[str]) -> list[str]:
+    """The reserved names among ``columns``, sorted."""
+    return sorted(RESERVED_COLUMNS.intersection(columns))
+
+
+def reward_column_names(rows: Iterable[dict[str, Any]], prompt_field: str) -> set[str]:
+    """Columns a reward may ask for by name: every key but the prompt (a ``prompt`` column is
+    dropped too when ``prompt_field`` names another, see :mod:`grpo_core.io.prompt_data`)."""
+    return {str(key) for row in rows for key in row if key not in (prompt_field, "prompt")}
