@@ -59,6 +59,8 @@ def submit_spec(url: str, api_key: str | None, spec: dict, watch: bool = True,
 
     def command(client: Any) -> Result:
         job = client.submit(spec, idempotency_key=idempotency_key)
+        if not as_json:  # --json prints the answer, which holds them
+            print_spec_warnings(job)
         submitted = f"submitted job {job['id']} ({job['name']}): {job['status']}"
         if not watch:
             return Result(job, submitted)
@@ -67,6 +69,13 @@ def submit_spec(url: str, api_key: str | None, spec: dict, watch: bool = True,
         return follow(client, job, as_json)
 
     return call_api(url, api_key, as_json, command)
+
+
+def print_spec_warnings(job: dict[str, Any]) -> None:
+    """What the service took from the spec but ignores (a TRL field left at its "off" value), on
+    stderr as ``grpo train`` prints it: the answer to the submit is the one place it is told."""
+    for warning in job.get("warnings") or ():
+        print(printable(f"warning: {warning['param']}: {warning['message']}"), file=sys.stderr)
 
 
 def follow(client: Any, job: dict[str, Any], as_json: bool) -> Result:
@@ -168,6 +177,8 @@ def _clone(client: Any, args: argparse.Namespace) -> Result:
 
         changes = read_spec_data(args.changes)  # the server validates the changed spec
     job = client.clone(args.job_id, changes)
+    if not args.json:
+        print_spec_warnings(job)
     text = f"submitted job {job['id']} ({job['name']}), a clone of job {args.job_id}: {job['status']}"
     return Result(job, text)
 
