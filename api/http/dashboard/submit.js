@@ -64,6 +64,7 @@ export function mountSubmitForm(container, onSubmitted) {
       const job = await api("/v1/jobs", {method: "POST", ...parsed.request});
       result.append(el("p", {className: "notice info"}, "Submitted ", jobLink(job.id, `job #${job.id}`),
         ` (${job.name}), ${job.status}.`));
+      if (job.warnings && job.warnings.length) result.append(warningList(job.warnings));
       onSubmitted(job);
     } catch (error) {
       result.append(errorList(error));
@@ -79,4 +80,12 @@ function errorList(error) {
     el("ul", {className: "field-errors"}, error.fields.map((field) =>
       el("li", {dataset: {param: field.param || ""}}, el("code", {}, field.param || "spec"),
         ` ${field.message}`))));
+}
+
+// Fields the service took but ignores (a TRL field at its "off" value): told once, in the answer
+// to the submit, so shown here where the user submitted.
+function warningList(warnings) {
+  return el("div", {className: "notice warning"}, el("p", {}, "Taken, but ignored:"),
+    el("ul", {className: "spec-warnings"}, warnings.map((warning) =>
+      el("li", {dataset: {param: warning.param}}, el("code", {}, warning.param), ` ${warning.message}`))));
 }
