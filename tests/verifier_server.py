@@ -50,6 +50,9 @@ def _handler(server: VerifierServer) -> type[BaseHTTPRequestHandler]:
             pass
 
         def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+            # No longer in flight once its answer starts out: the client may read it, free its slot and
+            # send the next request before this thread runs again, which would count one too many.
+            self._done()
             self.send_response(status)
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
@@ -63,9 +66,15 @@ def _handler(server: VerifierServer) -> type[BaseHTTPRequestHandler]:
                 server.seen.append(Seen(dict(self.headers), items))
                 server.in_flight += 1
                 server.most_in_flight = max(server.most_in_flight, server.in_flight)
+            self.counted = True
             try:
                 self._answer(items, server.next_action())
             finally:
+                self._done()
+
+        def _done(self) -> None:
+            if getattr(self, "counted", False):
+                self.counted = False
                 with server.lock:
                     server.in_flight -= 1
 
