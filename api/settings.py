@@ -37,8 +37,10 @@ class Settings(BaseSettings):
                       description="The GPU pool this worker serves.")
     worker_gpus: int = Field(1, ge=1, le=64, description="CPU slots a worker without CUDA advertises; "
                              "with CUDA it owns every device it sees.")
-    api_host: str = "127.0.0.1"
-    api_port: int = Field(8000, ge=1, le=65535)
+    api_host: str = Field("127.0.0.1", description="The address `grpo api` listens on (`--host` overrides "
+                          "it).")
+    api_port: int = Field(8000, ge=1, le=65535, description="The port `grpo api` and `grpo dev` serve on "
+                          "(`--port` overrides it).")
     auth: Literal["keys", "none"] = Field(
         "keys", description="`keys`: every /v1 call needs a team API key (or the operator token); "
         "`none`: no auth, every caller is an admin of team `default` (local development only).")
@@ -58,7 +60,9 @@ class Settings(BaseSettings):
         5.0, gt=0, description="A busy live stream's reader re-reads the job's row and events this often.")
     heartbeat_seconds: float = Field(2.0, gt=0, description="How often a worker renews its job lease.")
     lease_seconds: float = Field(30.0, gt=0, description="A job whose lease is older goes back to the queue.")
-    scheduler_interval_seconds: float = Field(0.5, gt=0)
+    scheduler_interval_seconds: float = Field(
+        0.5, gt=0, description="Pause between two passes of the scheduler; its leader lock lives ten "
+        "passes (at least 5 s), and no pass for twice that reads as `no_scheduler`.")
     max_attempts: int = Field(
         5, ge=1, description="An attempt that a machine fault ended (a rank process killed, at once; "
         "a worker gone silent, once its lease expires) sends its job back to the queue, until the "
@@ -86,7 +90,8 @@ class Settings(BaseSettings):
         10.0, gt=0, description="Between the SIGTERM and the SIGKILL that end a job's process.")
     fair_share_half_life_seconds: float = Field(
         3600.0, gt=0, description="Half-life of a team's past GPU usage in the fair-share order.")
-    max_request_bytes: int = Field(1024 * 1024, ge=1024)
+    max_request_bytes: int = Field(1024 * 1024, ge=1024, description="Largest request body the API "
+                                   "accepts; a larger one is a 413 before anything parses it.")
     spec_validation_slots: int = Field(
         4, ge=1, le=64, description="Submissions and clones whose spec is parsed, checked and stored at "
         "once, each in a thread off the event loop; more wait their turn, so a flood of large specs "

@@ -1,4 +1,4 @@
-"""The import rules between packages (DESIGN §2, and each ``api`` sub-package's docstring),
+"""The import rules between packages (docs/architecture.md §7, and each package's docstring),
 checked on the source: every ``import`` statement counts, also the lazy ones inside functions,
 because a lazy import is still a dependency."""
 

@@ -3,7 +3,7 @@ authenticates and accepts the socket, then hands it to :func:`serve`.
 
 - ``connection``: :func:`serve`, the entry point (backlog, then the job's hub, until the end;
   returns the close code), and :func:`hubs_for`, the app's hubs.
-- ``hub``: one reader per job per process; subscribers with bounded queues; a ring for late joiners.
+- ``fanout``: one reader per job per process; subscribers with bounded queues; a ring for late joiners.
 - ``catch_up``: the SQL backlog and re-reads, paged.
 - ``subscriber``: one connection's cursor and queue; ``cursor``: stream ids and duplicate-dropping;
   ``messages``: stream entries → client messages and their encoding; ``config``: the tunables.

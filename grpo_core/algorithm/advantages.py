@@ -1,4 +1,4 @@
-"""Rewards → advantages (GRPO_REFERENCE steps 4–5). Pure tensor functions.
+"""Rewards → advantages (docs/grpo_reference.md, steps 4–5). Pure tensor functions.
 
 Shapes: N = B·G rows ordered group by group (rows ``g*G .. g*G+G-1`` share a prompt),
 F reward functions.

@@ -1,4 +1,4 @@
-"""Per-token log-probabilities of sampled tokens (GRPO_REFERENCE step 6).
+"""Per-token log-probabilities of sampled tokens (docs/grpo_reference.md, step 6).
 
 ``log p = logit − logsumexp(logits)``, computed a chunk of tokens at a time so the full
 ``(N, T, V)`` log-softmax is never materialised: for V = 150k and 8k tokens that tensor alone

@@ -1,4 +1,4 @@
-"""Clipped surrogate, k3 KL and loss aggregation (GRPO_REFERENCE steps 8–10). Pure functions.
+"""Clipped surrogate, k3 KL and loss aggregation (docs/grpo_reference.md, steps 8–10). Pure functions.
 
 Shapes: ``(N, T)`` per-token tensors for a micro-batch of N rows, ``advantages (N,)``.
 Every aggregator has the same signature and divides by *step-level* totals (rows, tokens),

@@ -1,4 +1,4 @@
-"""Metric records with TRL's names (DESIGN §5), built from an :class:`Experience`."""
+"""Metric records with TRL's names (docs/architecture.md §5), built from an :class:`Experience`."""
 
 from __future__ import annotations
 

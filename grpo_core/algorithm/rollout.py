@@ -1,4 +1,4 @@
-"""Rollout: B prompts × G samples in one batched, KV-cached sampling loop (GRPO_REFERENCE step 1).
+"""Rollout: B prompts × G samples in one batched, KV-cached sampling loop (docs/grpo_reference.md, step 1).
 
 We run our own loop instead of ``model.generate``: it does only what GRPO needs (left-padded
 batch, temperature/top-k/top-p, stop at EOS, drop finished rows), which on small models removes

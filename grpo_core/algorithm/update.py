@@ -1,4 +1,4 @@
-"""One optimizer step over an :class:`Experience` (GRPO_REFERENCE steps 6–11).
+"""One optimizer step over an :class:`Experience` (docs/grpo_reference.md, steps 6–11).
 
 The step is split into ``gradient_accumulation_steps`` equal micro-batches of rows. Loss
 normalisers are fixed for the whole step (:class:`StepTotals`), so the accumulated gradient is

@@ -14,7 +14,7 @@ class TrainerCallback:
     """Override what you need; every hook is a no-op by default."""
 
     def on_step(self, record: dict[str, Any]) -> None:
-        """One metrics record per optimizer step (DESIGN §5 names)."""
+        """One metrics record per optimizer step (docs/architecture.md §5 names)."""
 
     def on_event(self, type: str, message: str, data: dict[str, Any]) -> None:  # noqa: A002
         """Lifecycle events: ``started``, ``resumed``, ``checkpoint``, ``stopped``, ``finished``, ..."""

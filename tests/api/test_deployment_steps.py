@@ -1,9 +1,9 @@
-"""The README's deployment steps, run as written: the bash block between its
-``deployment-steps`` markers goes to bash line for line, against a fresh Postgres database and
-the session's Redis, so the README cannot drift from what works.
+"""The operator's guide's deployment steps, run as written: the bash block between the
+``deployment-steps`` markers of ``docs/operators.md`` goes to bash line for line, against a fresh
+Postgres database and the session's Redis, so the guide cannot drift from what works.
 
 Only the configuration differs: each ``export NAME=value`` line with a literal value gets this
-test's value for NAME (its database, free port, temporary roots), and the README must export
+test's value for NAME (its database, free port, temporary roots), and the guide must export
 exactly the names the test provides. Computed exports (``$(grpo admin create-key ...)``) run as
 written. The block runs in a folder holding ``examples/tiny.yaml`` cut to a few steps, so the job
 it submits ends in seconds; it must succeed, as a job of the team the block made.
@@ -37,11 +37,12 @@ BEGIN, END = "<!-- deployment-steps:begin -->", "<!-- deployment-steps:end -->"
 SHELL_WORDS = {"export", "until", "while", "do", "done", "if", "then", "else", "fi", "!"}
 CONTROL_OPERATORS = {";", "&", "&&", "|", "||", "("}
 STEPS = 2  # the tiny example's max_steps here: enough to train, checkpoint and finish
+GUIDE = REPO / "docs" / "operators.md"
 
 
 def deployment_block() -> str:
-    text = (REPO / "README.md").read_text()
-    assert text.count(BEGIN) == 1 and text.count(END) == 1, f"README.md needs one {BEGIN} ... {END}"
+    text = GUIDE.read_text()
+    assert text.count(BEGIN) == 1 and text.count(END) == 1, f"{GUIDE.name} needs one {BEGIN} ... {END}"
     between = text[text.index(BEGIN) + len(BEGIN):text.index(END)]
     fenced = re.fullmatch(r"\s*```bash\n(.*?)```\s*", between, re.S)
     assert fenced, "the deployment steps are one ```bash block between the markers"
@@ -58,7 +59,7 @@ def configured(block: str, values: dict[str, str]) -> str:
             exported += names
             line = "export " + " ".join(f"{name}={shlex.quote(values.get(name, ''))}" for name in names)
         lines.append(line)
-    assert sorted(exported) == sorted(values), f"README exports {sorted(exported)}, the test {sorted(values)}"
+    assert sorted(exported) == sorted(values), f"guide exports {sorted(exported)}, the test {sorted(values)}"
     return "\n".join(lines) + "\n"
 
 
@@ -107,7 +108,7 @@ def stop_group(pgid: int, grace: float = 20.0) -> None:
         pass
 
 
-def test_the_readmes_deployment_steps_run_a_job_to_success(tmp_path: Path, fresh_postgres_url: str) -> None:
+def test_the_guides_deployment_steps_run_a_job_to_success(tmp_path: Path, fresh_postgres_url: str) -> None:
     block = deployment_block()
     port = free_port()
     srv = tmp_path / "srv"  # the roots do not exist yet: the steps make them

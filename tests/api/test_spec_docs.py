@@ -5,12 +5,12 @@ not to documents outside the repository."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from doc_citations import outside_citations
 
 from grpo_core.cli import main
 
@@ -73,7 +73,7 @@ def test_every_job_spec_field_has_a_description_in_the_openapi_schema(api) -> No
 
 def test_the_readme_and_grpo_train_help_send_the_user_to_the_described_fields(capsys) -> None:
     readme = README.read_text()
-    outside = re.findall(r"DESIGN §\d*|GRPO_REFERENCE", readme)
+    outside = outside_citations(readme)
     assert not outside, f"the README points at documents that are not in the repository: {outside}"
     assert "`/docs` of any running service, schema `JobSpec`" in readme
     with pytest.raises(SystemExit):

@@ -1,4 +1,4 @@
-"""Rewards → advantages (GRPO_REFERENCE steps 4–5) against a naive per-group Python loop."""
+"""Rewards → advantages (docs/grpo_reference.md, steps 4–5) against a naive per-group Python loop."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Chunked per-token log-probs (GRPO_REFERENCE step 6) against the naive full log-softmax."""
+"""Chunked per-token log-probs (docs/grpo_reference.md, step 6) against the naive full log-softmax."""
 
 from __future__ import annotations
 

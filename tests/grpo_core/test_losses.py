@@ -1,4 +1,5 @@
-"""Clipped surrogate, k3 KL and aggregation (GRPO_REFERENCE steps 8–10) against hand-computed values."""
+"""Clipped surrogate, k3 KL and aggregation (docs/grpo_reference.md, steps 8–10) against
+hand-computed values."""
 
 from __future__ import annotations
 

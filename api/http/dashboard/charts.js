@@ -1,5 +1,5 @@
 // The job page's training charts (Plotly.js, served by the API from the `plotly` package). Records
-// (one per optimizer step, DESIGN §5 names) are buffered and drawn in batches with
+// (one per optimizer step, docs/architecture.md §5 names) are buffered and drawn in batches with
 // Plotly.extendTraces, so a long backlog or a fast stream costs one redraw per flush, not per step.
 
 const FLUSH_MS = 250;

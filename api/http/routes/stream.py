@@ -25,7 +25,7 @@ re-reads SQL for all of a job's connections; each keeps its own cursor (``api.st
 
 Messages (JSON text frames)::
 
-    {"type": "metrics", "step": N, "values": {...}}        one optimizer step, DESIGN §5 names
+    {"type": "metrics", "step": N, "values": {...}}        one optimizer step, docs/architecture.md §5 names
     {"type": "event",   "event": {"id", "ts", "level", "type", "message", "data"}}
     {"type": "samples", "step": N, "rows": [...]}           sample completions of step N
     {"type": "status",  "status": "running", "job": {...}}  on connect and on each change; job is JobRead
