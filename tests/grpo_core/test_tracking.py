@@ -69,7 +69,7 @@ def test_wandb_offline_and_mlflow_local_runs_hold_the_same_metrics(tmp_path, off
                                        3: {"reward": 0.75, "rewards/contains/mean": pytest.approx(0.3),
                                            "clip_ratio/region_mean": 0.0}}
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
-    # The core's default experiment (the service's worker passes its own name: tests/api/test_job_spec.py).
+    # The core's default experiment; the service's worker passes its own name (worker/training.py).
     [found] = client.search_runs([client.get_experiment_by_name("grpo").experiment_id])
     assert found.info.run_name == "tracked" and found.info.status == "FINISHED"
     history = client.get_metric_history(found.info.run_id, "rewards/contains/mean")
