@@ -27,7 +27,8 @@ def _core_layer_rules() -> dict[str, tuple[str, ...]]:
     for index, layer in enumerate(CORE_LAYERS):
         rules[layer] = (*SERVICE, *CORE_LAYERS[index + 1:], *_LAYER_ALSO_FORBIDS.get(layer, ()))
     # The foundations every layer may use import nothing of the core but errors.
-    for foundation in ("grpo_core.errors", "grpo_core.oom", "grpo_core.json_values", "grpo_core.install_hints"):
+    foundations = ("grpo_core.errors", "grpo_core.oom", "grpo_core.json_values", "grpo_core.install_hints")
+    for foundation in foundations:
         rules[foundation] = (*SERVICE, *CORE_LAYERS)
     return rules
 
