@@ -131,6 +131,10 @@ def test_no_nested_user_and_mount_namespace_for_a_tmpfs_past_the_tmp_cap() -> No
     outcome = run_python(LIBC + (
         f"result = libc.unshare({CLONE_NEWUSER | CLONE_NEWNS})\n"
         "print('unshare', result, ctypes.get_errno(), flush=True)\n"
+        "if result == 0:  # be root in it, as the files on the new tmpfs need an owner\n"
+        "    open('/proc/self/setgroups', 'w').write('deny')\n"
+        "    open('/proc/self/uid_map', 'w').write('0 65534 1')\n"
+        "    open('/proc/self/gid_map', 'w').write('0 65534 1')\n"
         "if result == 0 and libc.mount(b'none', b'/tmp', b'tmpfs', 0, None) == 0:\n"
         "    for index in range(8):\n"
         "        open(f'/tmp/{index}', 'wb').write(b'x' * (4 * 2**20 - 1))\n"
