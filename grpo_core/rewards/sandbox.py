@@ -187,10 +187,12 @@ def _start(source: str, limits: Limits, cgroup: RunCgroup | None) -> tuple[subpr
     info_read, fds["info"] = os.pipe()
     command = _bwrap_command(fds, limits)
     passed = (*fds.values(), *((cgroup.gate_read,) if cgroup else ()))
+    if cgroup:
+        command = cgroup.gated(command, interpreter())
     try:
         process = subprocess.Popen(
-            cgroup.gated(command) if cgroup else command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, env={}, pass_fds=passed, start_new_session=True, **_unprivileged())
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={},
+            pass_fds=passed, start_new_session=True, **_unprivileged())
         if cgroup:
             cgroup.admit(process.pid)
     except BaseException:
@@ -284,7 +286,8 @@ def _init_limit(limits_text: str, name: str) -> str | None:
     return None
 
 
-def _protections(report: dict) -> dict[str, str | None]:
+def protections_seen(report: dict) -> dict[str, str | None]:
+    """Each protection, None when the probe's report from inside shows it active, else why not."""
     limits = _PROBE_LIMITS
     init_limits = (_init_limit(report["init_limits"], "Max address space"),
                    _init_limit(report["init_limits"], "Max processes"))
@@ -320,10 +323,15 @@ def check_sandbox() -> SandboxCheck:
     if report.get("echo") != "ko":
         detail = outcome.stderr.strip().splitlines()[-1:] or [f"exit status {outcome.returncode}"]
         return SandboxCheck(f"bwrap cannot create its sandbox here: {detail[0]}", {})
-    protections = _protections(report)
-    failed = [f"{name} ({protections[name]})" for name in MANDATORY if protections[name] is not None]
-    problem = f"mandatory sandbox protections are not active: {', '.join(failed)}" if failed else None
-    return SandboxCheck(problem, protections)
+    protections = protections_seen(report)
+    return SandboxCheck(mandatory_problem(protections), protections)
+
+
+def mandatory_problem(protections: dict[str, str | None]) -> str | None:
+    """Why the sandbox must not be offered with these protections (None: it may be)."""
+    failed = [f"{name} ({protections.get(name, 'not checked')})" for name in MANDATORY
+              if protections.get(name, "not checked") is not None]
+    return f"mandatory sandbox protections are not active: {', '.join(failed)}" if failed else None
 
 
 @lru_cache(maxsize=1)

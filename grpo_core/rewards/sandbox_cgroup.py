@@ -9,14 +9,15 @@ writable by the worker, whose ``cgroup.subtree_control`` enables ``memory`` and 
 systemd unit's with ``Delegate=yes``). Without one the sandbox still runs, and the worker's
 capability check says this protection is not active, and why.
 
-Getting bwrap into the cgroup without a race: bwrap is started through ``/bin/sh``, which waits
-on a pipe (:meth:`RunCgroup.gated`) before it execs bwrap; meanwhile this process writes the
-shell's pid into the cgroup's ``cgroup.procs`` and only then opens the gate. So nothing of bwrap
-runs outside the cgroup, and everything it starts is born inside. (Writing bwrap's pid after it
-started would leave it a moment to fork unlimited; Python's ``subprocess`` cannot clone straight
-into a cgroup.) This process does the move, not the shell: when the worker runs as root, bwrap is
-started as nobody, who may not write the delegated folder. The cgroup is removed after the run,
-once bwrap has been waited for (so it is empty); ``cgroup.kill`` first, in case.
+Getting bwrap into the cgroup without a race: bwrap is started through a gate (a few lines run by
+the sandbox's system Python, :data:`_GATE`) that waits on a pipe (:meth:`RunCgroup.gated`)
+before it execs bwrap; meanwhile this process writes the gate's pid into the cgroup's
+``cgroup.procs`` and only then opens the gate. So nothing of bwrap runs outside the cgroup, and
+everything it starts is born inside. (Writing bwrap's pid after it started would leave it a moment
+to fork unlimited, and its children would stay behind; Python's ``subprocess`` cannot clone
+straight into a cgroup.) This process does the move, not the gate: when the worker runs as root,
+bwrap is started as nobody, who may not write the delegated folder. The cgroup is removed after
+the run, once bwrap has been waited for (so it is empty); ``cgroup.kill`` first, in case.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ __all__ = ["CGROUP_VARIABLE", "RunCgroup", "delegated_cgroup", "delegation_probl
 
 CGROUP_VARIABLE = "GRPO_SANDBOX_CGROUP"
 _NEEDED_CONTROLLERS = ("memory", "pids")
+# Runs between Popen and bwrap: wait for the gate's byte, then become the command.
+_GATE = ("import os, sys\n"
+         "if os.read(int(sys.argv[1]), 1):\n"
+         "    os.execvp(sys.argv[2], sys.argv[2:])\n"
+         "sys.exit(1)\n")
 
 
 def filesystem_type(mountinfo: str, path: str) -> str | None:
@@ -99,14 +105,15 @@ class RunCgroup:
     def _write(self, name: str, value: int | str) -> None:
         (self.path / name).write_text(f"{value}\n")
 
-    def gated(self, command: list[str]) -> list[str]:
-        """``command`` behind the gate: a shell that execs it once :meth:`admit` opened the gate,
-        and never when this process dies first (the pipe then ends without a line)."""
-        script = f'read -r _ <&{self.gate_read} && exec "$@"'
-        return ["/bin/sh", "-c", script, "sandbox-gate", *command]
+    def gated(self, command: list[str], python: str) -> list[str]:
+        """``command`` behind the gate, run by ``python`` (a system one: the gate runs as nobody
+        when we are root, who may not reach a virtualenv under /root): it execs the command once
+        :meth:`admit` opened the gate, and never when this process dies first (the pipe then ends
+        empty). Not a shell: dash cannot redirect from a descriptor above 9."""
+        return [python, "-I", "-S", "-c", _GATE, str(self.gate_read), *command]
 
     def admit(self, pid: int) -> None:
-        """Move the waiting shell (``pid``) into the cgroup, then let it exec bwrap."""
+        """Move the waiting gate (``pid``) into the cgroup, then let it exec bwrap."""
         try:
             self._write("cgroup.procs", pid)
             os.write(self.gate_write, b"go\n")
