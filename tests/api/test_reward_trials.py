@@ -5,15 +5,20 @@ naming its path, with nothing queued."""
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
+import yaml
 from sandbox_guard import needs_sandbox
 from test_jobs_api import row_counts
 from verifier_server import verifier_server
 
 from api.schemas.reward_trials import MAX_SAMPLES
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "python_grader.yaml"
 
 GRADER = ("def grade(sample, item):\n"
           "    if item.get('answer') is None:\n"
@@ -134,3 +139,30 @@ def test_a_slow_grader_does_not_hold_the_event_loop(member, client_for, team_key
     finally:
         running.join(30)
     assert answers[0].status_code == 200 and [i["reward"] for i in answers[0].json()["items"]] == [1.0, 1.0]
+
+
+@needs_sandbox
+def test_grpo_rewards_run_tries_the_example_spec_on_a_samples_file(capsys, tmp_path, api_server,
+                                                                   team_keys) -> None:
+    from api.cli.main import main
+
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("\n".join(json.dumps(row) for row in [
+        {"prompt": "Is it good?", "completion": "yes, it is", "answer": "yes"},
+        {"prompt": "Is it good?", "completion": "nope", "answer": "yes"},
+        {"prompt": "Is it good?", "completion": "why", "columns": {"answer": "yes"}}]))
+    target = ["--api-url", api_server.http_url, "--api-key", team_keys.alpha]
+    capsys.readouterr()
+    assert main(["rewards", "run", str(EXAMPLE), "--samples", str(samples), *target]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[1] for line in lines] == ["reward=1", "reward=0", "reward=0.5"]
+    assert main(["rewards", "run", str(EXAMPLE), "--samples", str(samples), "--json", *target]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert [item["rewards"]["python"] for item in answer["items"]] == [1.0, 0.0, 0.5]
+
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(yaml.safe_dump({"rewards": [{"name": "python", "args": {"source": "def grade(:\n"}}]}))
+    assert main(["rewards", "run", str(broken), "--samples", str(samples), *target]) == 2
+    assert "rewards.0.args.source" in capsys.readouterr().err
+    assert main(["rewards", "run", str(EXAMPLE), "--samples", str(tmp_path / "none.jsonl"), *target]) == 2
+    assert "--samples: cannot read" in capsys.readouterr().err
