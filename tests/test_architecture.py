@@ -62,6 +62,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
                         *SERVICE_FRAMEWORKS),
     "api.schemas": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
                     "sqlalchemy", "redis", "fastapi"),
+    # A rewards dry run: the core's rewards and the store's verifiers, called by the HTTP layer.
+    "api.reward_trials": ("api.http", "api.scheduling", "api.streaming", "api.cli", "worker", "fastapi",
+                          "starlette", "torch", "transformers"),
     "api.store": ("api.http", "api.streaming", "api.cli", "worker", "fastapi", "starlette",
                   "api.scheduling.scheduler", "api.scheduling.cluster_views"),
     "api.scheduling.policy": ("api.store", "api.http", "api.streaming", "api.cli", "api.scheduling.scheduler",
