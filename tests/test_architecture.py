@@ -80,6 +80,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "api.cli.archives": ("api", "worker", "grpo_core"),
     "api.cli.health": ("api.http", "api.streaming", "worker", "grpo_core"),
     "api.cli.monitor": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker"),
+    # A client of POST /v1/rewards/run: it reads spec files (grpo_core.spec), never runs a reward.
+    "api.cli.reward_commands": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker",
+                                "grpo_core.rewards", "torch", "transformers"),
     # `grpo dev`'s account of the jobs reads the stack's own database, never the HTTP layer.
     "api.cli.dev_progress": ("api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
     "api.cli.calling": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
