@@ -27,7 +27,8 @@ def _core_layer_rules() -> dict[str, tuple[str, ...]]:
     for index, layer in enumerate(CORE_LAYERS):
         rules[layer] = (*SERVICE, *CORE_LAYERS[index + 1:], *_LAYER_ALSO_FORBIDS.get(layer, ()))
     # The foundations every layer may use import nothing of the core but errors.
-    for foundation in ("grpo_core.errors", "grpo_core.oom", "grpo_core.json_values"):
+    foundations = ("grpo_core.errors", "grpo_core.oom", "grpo_core.json_values", "grpo_core.install_hints")
+    for foundation in foundations:
         rules[foundation] = (*SERVICE, *CORE_LAYERS)
     return rules
 
@@ -38,7 +39,12 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # The run's contract is read by the web app, which must start without torch.
     "grpo_core.spec": (*SERVICE, *CORE_LAYERS[1:], "torch", "transformers"),
     "api.lifecycle": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
-    "api.vocabulary": ("api", "worker", *SERVICE_FRAMEWORKS),
+    # The service's own words: the core defines none of them, and they need nothing of it.
+    "api.vocabulary": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
+    # The service's job spec: the core's run spec plus the service's words; the web app validates
+    # with it, so like the core's spec it loads no torch.
+    "api.job_spec": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
+                     *CORE_LAYERS[1:], *SERVICE_FRAMEWORKS, "torch", "transformers"),
     "api.domain_errors": ("api", "worker", "grpo_core"),
     # Words for people, read by the HTTP layer and by the CLI (which may run far from the service).
     "api.explanations": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
@@ -56,6 +62,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
                         *SERVICE_FRAMEWORKS),
     "api.schemas": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
                     "sqlalchemy", "redis", "fastapi"),
+    # A rewards dry run: the core's rewards and the store's verifiers, called by the HTTP layer.
+    "api.reward_trials": ("api.http", "api.scheduling", "api.streaming", "api.cli", "worker", "fastapi",
+                          "starlette", "torch", "transformers"),
     "api.store": ("api.http", "api.streaming", "api.cli", "worker", "fastapi", "starlette",
                   "api.scheduling.scheduler", "api.scheduling.cluster_views"),
     "api.scheduling.policy": ("api.store", "api.http", "api.streaming", "api.cli", "api.scheduling.scheduler",
@@ -71,6 +80,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "api.cli.archives": ("api", "worker", "grpo_core"),
     "api.cli.health": ("api.http", "api.streaming", "worker", "grpo_core"),
     "api.cli.monitor": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker"),
+    # A client of POST /v1/rewards/run: it reads spec files (grpo_core.spec), never runs a reward.
+    "api.cli.reward_commands": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker",
+                                "grpo_core.rewards", "torch", "transformers"),
     # `grpo dev`'s account of the jobs reads the stack's own database, never the HTTP layer.
     "api.cli.dev_progress": ("api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
     "api.cli.calling": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Generic, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field
 
 from api.lifecycle import actions_for
-from grpo_core.spec.run_spec import Priority
+from api.vocabulary import Priority
 
 T = TypeVar("T")
 
