@@ -1,6 +1,8 @@
-"""The job state machine: every status, every allowed move between them, and the event each
-move records. Pure (no I/O); ``api.store.jobs.transition`` is the one writer of ``jobs.status``
-and consults :data:`RULES` for every move it makes.
+"""The job state machine: every status, every allowed move between them, the event each move
+records, and which user actions apply in which status (:data:`ACTIONS`). Pure (no I/O);
+``api.store.jobs.transition`` is the one writer of ``jobs.status`` and consults :data:`RULES`
+for every move it makes; the API serves the statuses and the actions table (``GET
+/v1/lifecycle``, and each job read's ``actions``) so that no client keeps a copy.
 
 ::
 
@@ -139,6 +141,64 @@ def stronger_stop(current: str | None, new: str | None) -> StopRequest | None:
     """The one of two stop requests that wins (None: no request)."""
     requests = [StopRequest(request) for request in (current, new) if request is not None]
     return max(requests, key=_STOP_STRENGTH.__getitem__, default=None)
+
+
+class Action(StrEnum):
+    """What a user may do to a job: each job read lists the ones that apply in its status
+    (``JobRead.actions``), so a client offers exactly those and keeps no table of its own. The
+    value is the name a client calls: ``POST /v1/jobs/{id}/{action}`` for the moves and ``clone``;
+    ``set_priority`` is the job's PATCH, ``download_model`` its ``GET .../model``."""
+
+    CANCEL = "cancel"
+    PAUSE = "pause"
+    RESUME = "resume"
+    RETRY = "retry"
+    SET_PRIORITY = "set_priority"
+    CLONE = "clone"
+    DOWNLOAD_MODEL = "download_model"
+
+
+# The moves each moving action makes, tried in this order: where it applies is where one of
+# them may start, so the store's 409s and the actions a job read offers are the same rules.
+ACTION_MOVES: dict[Action, tuple[Transition, ...]] = {
+    Action.CANCEL: (Transition.CANCEL, Transition.REQUEST_CANCEL),
+    Action.PAUSE: (Transition.PAUSE, Transition.REQUEST_PAUSE),
+    Action.RESUME: (Transition.RESUME,),
+    Action.RETRY: (Transition.RETRY,),
+}
+# Asked again while its move is under way (or done, for a pause), a moving action changes
+# nothing and is no error: the answer is the job as it is, not a 409. Not offered there.
+ALREADY_ASKED: dict[Action, frozenset[str]] = {
+    Action.CANCEL: frozenset({JobStatus.CANCELLING}),
+    Action.PAUSE: frozenset({JobStatus.PAUSING, JobStatus.PAUSED}),
+}
+
+
+def _statuses_where_moves_start(action: Action) -> tuple[str, ...]:
+    sources = {source for move in ACTION_MOVES[action] for source in RULES[move].sources}
+    return tuple(status for status in JOB_STATUSES if status in sources)
+
+
+# Action -> the statuses where it applies, in JOB_STATUSES order: the one table the API serves
+# (``GET /v1/lifecycle``) and every job read's ``actions`` come from.
+ACTIONS: dict[Action, tuple[str, ...]] = {
+    **{action: _statuses_where_moves_start(action) for action in ACTION_MOVES},
+    # A finished job's class no longer decides anything.
+    Action.SET_PRIORITY: tuple(status for status in JOB_STATUSES if status not in TERMINAL_STATUSES),
+    Action.CLONE: JOB_STATUSES,  # a new job from this one's spec, whatever became of this one
+    # The worker writes the final model as the last thing before the job succeeds. (The download
+    # route serves whatever final model there is; clients offer it once the job has one.)
+    Action.DOWNLOAD_MODEL: (JobStatus.SUCCEEDED.value,),
+}
+
+
+def actions_for(status: str) -> list[str]:
+    """The actions that apply to a job in ``status``, in :class:`Action` order."""
+    return [action.value for action, statuses in ACTIONS.items() if status in statuses]
+
+
+def applies(action: Action, status: str) -> bool:
+    return status in ACTIONS[Action(action)]
 
 
 class TransitionRefused(Exception):  # noqa: N818 - names the condition

@@ -1,7 +1,7 @@
 """``docs/architecture.md`` says what the code does, where the code can say it back: the job
-statuses, their groups and every transition (``api/lifecycle.py``), one row per package with
-each of its modules named, the import rules (``tests/test_architecture.py``'s ``FORBIDDEN``) and
-the metric names the core emits."""
+statuses, their groups, every transition and every user action (``api/lifecycle.py``), one row
+per package with each of its modules named, the import rules (``tests/test_architecture.py``'s
+``FORBIDDEN``) and the metric names the core emits."""
 
 from __future__ import annotations
 
@@ -66,6 +66,15 @@ def test_every_transition_is_documented_as_the_state_machine_has_it() -> None:
     assert documented.keys() == expected.keys(), "the doc's transitions are not api.lifecycle's"
     wrong = {name: documented[name] for name in expected if documented[name] != expected[name]}
     assert not wrong, f"sources, target or event differ from api.lifecycle.RULES: {wrong}"
+
+
+def test_every_action_is_documented_where_it_applies() -> None:
+    every = set(lifecycle.JOB_STATUSES)
+    shorthand = {"every status": every,
+                 "every status but the terminal ones": every - set(lifecycle.TERMINAL_STATUSES)}
+    rows = table(DOC.read_text(), "| action |")
+    documented = {names(row[0])[0]: shorthand.get(row[1], set(names(row[1]))) for row in rows}
+    assert documented == {action.value: set(statuses) for action, statuses in lifecycle.ACTIONS.items()}
 
 
 def packages() -> dict[str, Path]:

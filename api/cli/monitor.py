@@ -23,6 +23,7 @@ from typing import Any
 
 from api.cli.calling import BadArgument, Result, call_api
 from api.cli.printable import printable
+from api.lifecycle import TERMINAL_STATUSES, Action, JobStatus
 
 MONITOR_COMMANDS = ("submit", "list", "show", "watch", "cancel", "pause", "resume", "retry", "clone",
                     "events", "metrics", "download", "cluster", "queue")
@@ -110,7 +111,7 @@ def follow(client: Any, job: dict[str, Any], as_json: bool) -> Result:
               file=sys.stderr)
         return Result(job, "", INTERRUPTED)
     job = client.job(job["id"])
-    return Result(job, final_line(job), 0 if job["status"] == "succeeded" else 1)
+    return Result(job, final_line(job), 0 if job["status"] == JobStatus.SUCCEEDED else 1)
 
 
 def _submit(args: argparse.Namespace) -> int:
@@ -134,7 +135,8 @@ def _show(client: Any, args: argparse.Namespace) -> Result:
     from api.cli.term_view import job_details
 
     job = client.job(args.job_id)
-    failed = job["status"] in ("failed", "cancelled")  # exit 1, as `grpo watch` does for such a job
+    # exit 1, as `grpo watch` does for a job that ended without succeeding
+    failed = job["status"] in TERMINAL_STATUSES and job["status"] != JobStatus.SUCCEEDED
     return Result(job, "\n".join(job_details(job, _width(), client.team_name(job["team_id"]))), int(failed))
 
 
@@ -144,16 +146,17 @@ def _watch(client: Any, args: argparse.Namespace) -> Result:
 
 def _cancel(client: Any, args: argparse.Namespace) -> Result:
     job = client.cancel(args.job_id)
-    later = " (it stops after its current step, with a checkpoint)" if job["status"] == "cancelling" else ""
+    stopping = job["status"] == JobStatus.CANCELLING
+    later = " (it stops after its current step, with a checkpoint)" if stopping else ""
     return Result(job, f"job {job['id']} {job['status']}{later}")
 
 
 def _action_note(job: dict[str, Any]) -> str:
     """What a pause, resume or retry sets going: a job back in the queue continues from its
     newest checkpoint, and without one it starts over."""
-    if job["status"] == "pausing":
+    if job["status"] == JobStatus.PAUSING:
         return " (it checkpoints at its next step, then frees its GPUs)"
-    if job["status"] != "queued":
+    if job["status"] != JobStatus.QUEUED:
         return ""
     if job.get("latest_checkpoint"):
         return f" (it continues from its checkpoint {PurePath(job['latest_checkpoint']).name})"
@@ -308,11 +311,11 @@ def add_monitor_commands(commands: argparse._SubParsersAction) -> None:
     add("show", "one job: status, progress, placement, times, error", _show)
     add("watch", "follow a job live until it ends (exit 0: succeeded)", _watch)
     add("cancel", "cancel a job (a running one stops at its next step, with a checkpoint)", _cancel)
-    add("pause", "pause a job: it checkpoints, frees its GPUs and waits to be resumed", _action("pause"))
+    add("pause", "pause a job: it checkpoints, frees its GPUs and waits to be resumed", _action(Action.PAUSE))
     add("resume", "put a paused job back in the queue, to continue from its checkpoint (if it has one)",
-        _action("resume"))
+        _action(Action.RESUME))
     add("retry", "put a failed or cancelled job back in the queue, to continue from its last checkpoint "
-        "(from step 0 without one)", _action("retry"))
+        "(from step 0 without one)", _action(Action.RETRY))
     clone = add("clone", "submit a copy of a job's spec, changed by a file of fields if given", _clone)
     clone.add_argument("--changes", type=Path, default=None, metavar="FILE",
                        help="fields to change, nested as in a spec (grpo: {max_steps: 10})")

@@ -148,7 +148,7 @@ class Scheduler:
             with self._session() as session:
                 transition(session, item.job_id, via=Transition.UNDISPATCH, message=str(exc),
                            worker_id=item.worker_id,
-                           values={"dispatched_at": None, "worker_id": None, "devices": None})
+                           values={"dispatched_at": None})
             return False
         log.info("job %s dispatched to %s", item.job_id, queue)
         self._count("dispatches")

@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 from pathlib import PurePath
 from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field
 
+from api.lifecycle import actions_for
 from api.vocabulary import Priority
 
 T = TypeVar("T")
@@ -70,6 +71,13 @@ class JobRead(BaseModel):
     # change nothing (a TRL field at a default that asks for nothing). Each is also a
     # `spec_field_ignored` warning event of the job.
     warnings: list[SpecWarningRead] = Field(default_factory=list)
+
+    # Worked out from the status on every dump, so no answer or stream message can carry stale ones.
+    @computed_field(description="What may be done to the job now, by its status (`GET /v1/lifecycle` "
+                                "has the whole table): a client offers these and no others")
+    @property
+    def actions(self) -> list[str]:
+        return actions_for(self.status)
 
     def for_member(self) -> JobRead:
         """The job as a team member sees it: the checkpoint's name, not its server path (paths
@@ -147,3 +155,14 @@ class CodesRead(BaseModel):
 
     pending_reasons: dict[str, str] = Field(description="A waiting job's `pending_reason` -> why it waits")
     error_codes: dict[str, str] = Field(description="A failed job's `error.code` -> what went wrong")
+
+
+class LifecycleRead(BaseModel):
+    """The job lifecycle as a client needs it (``api.lifecycle``): one table that the dashboard
+    and the CLI read, so none keeps its own copy of the statuses or of which action applies when."""
+
+    statuses: list[str] = Field(description="Every status a job may have")
+    terminal: list[str] = Field(description="The statuses a job ends in; only `retry` leaves one")
+    actions: dict[str, list[str]] = Field(description="An action -> the statuses where it applies (a job "
+                                                      "read's `actions` are those of its status)")
+    priorities: list[str] = Field(description="The priority classes, lowest first")

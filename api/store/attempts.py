@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from api.lifecycle import ACTIVE_STATUSES, ENDINGS, JobStatus, StopRequest, Transition, stop_requested
 from api.schemas.jobs import JobRead
 from api.store.clock import Backoff, db_now
-from api.store.jobs import BACK_IN_QUEUE, transition
+from api.store.jobs import transition
 from api.store.tables import Job, utcnow
 
 _JOBS = Job.__table__
@@ -111,7 +111,7 @@ def requeue_expired(session: Session, lease_seconds: float, now: datetime | None
                              message="worker lost while cancelling", values={"finished_at": utcnow()})
         elif status == JobStatus.PAUSING:  # it resumes from its last checkpoint when resumed
             job = transition(session, job_id, via=Transition.STOP_PAUSED, guard=expired,
-                             message="worker lost while pausing", values=BACK_IN_QUEUE)
+                             message="worker lost while pausing")
         else:
             job = _requeue_or_give_up(session, job_id, guard=expired, worker_id=None,
                                       message="lease expired", data={"previous_status": status},
@@ -134,7 +134,7 @@ def requeue_after_fault(session: Session, job_id: int, *, worker_id: str, messag
                      guard=c.status == JobStatus.CANCELLING.value, message=f"{message} while cancelling",
                      data=data, values={"finished_at": utcnow()})
     job = job or transition(session, job_id, via=Transition.STOP_PAUSED, worker_id=worker_id,
-                            message=f"{message} while pausing", data=data, values=BACK_IN_QUEUE)
+                            message=f"{message} while pausing", data=data)
     return job or _requeue_or_give_up(session, job_id, guard=None, worker_id=worker_id, message=message,
                                       data=data, max_attempts=max_attempts, backoff=backoff)
 
@@ -148,7 +148,7 @@ def _requeue_or_give_up(session: Session, job_id: int, *, guard: ColumnElement[b
     never claimed has used no attempt, so it always goes back. A requeued job is not dispatched
     before ``backoff`` says (``retry_at``, on the database's clock ``now``)."""
     c = _JOBS.c
-    values = dict(BACK_IN_QUEUE)
+    values: dict[str, Any] = {}
     if backoff is not None:
         attempts = session.execute(select(c.attempt).where(c.id == job_id)).scalar() or 0
         values["retry_at"] = backoff.until(now or db_now(session), attempts)
@@ -195,5 +195,5 @@ def stop_paused(session: Session, job_id: int, worker_id: str, step: int) -> boo
     """The attempt checkpointed and stopped for a pause: ``paused``, its GPUs free; only the
     worker holding the lease may record it. False when it no longer holds it."""
     moved = transition(session, job_id, via=Transition.STOP_PAUSED, worker_id=worker_id,
-                       values=BACK_IN_QUEUE, message=f"paused at step {step}", data={"step": step})
+                       message=f"paused at step {step}", data={"step": step})
     return moved is not None

@@ -151,10 +151,9 @@ def request_preempt(session: Session, job_id: int, for_job_id: int) -> bool:
 def yield_preempted(session: Session, job_id: int, worker_id: str, step: int) -> bool:
     """The preempted job checkpointed at ``step``: back to the queue (status ``preempted``),
     where it keeps its place by age and later resumes from that checkpoint."""
-    values = {"worker_id": None, "devices": None, "preempt_requested": False, "heartbeat_at": None}
-    message = f"preempted at step {step}; back in the queue"
+    message = f"preempted at step {step}; back in the queue"  # the transition releases its worker
     return transition(session, job_id, via=Transition.YIELD, message=message, data={"step": step},
-                      worker_id=worker_id, values=values) is not None
+                      worker_id=worker_id, values={"heartbeat_at": None}) is not None
 
 
 def set_pending_reasons(session: Session, reasons: dict[int, str | None]) -> None:

@@ -15,11 +15,15 @@ from sqlalchemy.orm import Session, defer
 from api.domain_errors import Conflict, InvalidInput, NotFound
 from api.job_spec import JobSpec
 from api.lifecycle import (
+    ACTIONS,
+    ALREADY_ASKED,
     HOLDING_STATUSES,
+    RESTING_STATUSES,
     RULES,
-    TERMINAL_STATUSES,
-    JobStatus,
+    WAITING_STATUSES,
+    Action,
     Transition,
+    applies,
 )
 from api.schemas.jobs import JobRead, SpecWarningRead
 from api.store import outbox
@@ -43,8 +47,11 @@ def capabilities_needed(spec: JobSpec) -> list[str]:
 
 
 _JOBS = Job.__table__
-# What a job leaves behind when it goes back to the queue without yielding: its worker and devices.
-BACK_IN_QUEUE = {"worker_id": None, "devices": None, "preempt_requested": False}
+# A job back in the queue, or paused, is held by no worker: whichever move put it there (a pause,
+# a preemption, a requeue, a retry, a resume, a failed dispatch), :func:`transition` clears what
+# the worker that held it left behind.
+_UNHELD = frozenset({*WAITING_STATUSES, *RESTING_STATUSES})
+_RELEASED = {"worker_id": None, "devices": None, "preempt_requested": False}
 _INSERT_EVENT = insert(JobEvent.__table__)
 _QUEUED = {"type": "queued", "message": "job submitted", "level": "info"}
 _BY_KEY = select(*_JOBS.c).where(_JOBS.c.team_id == bindparam("t"), _JOBS.c.idempotency_key == bindparam("k"))
@@ -180,14 +187,15 @@ def transition(
     (:data:`api.lifecycle.RULES`), setting ``values`` too; None when the job was not in one of the
     rule's sources (another actor moved it first), or failed ``guard``, or, with ``worker_id``,
     is not held by that worker. A move opens the job's allocation on dispatch and closes it
-    when the job stops holding GPUs, records the rule's event, and stages a ``status`` message
-    for the job's stream (:mod:`api.store.outbox`)."""
+    when the job stops holding GPUs, releases a job that goes back to the queue or pauses from
+    its worker (``worker_id``, ``devices``, ``preempt_requested``), records the rule's event,
+    and stages a ``status`` message for the job's stream (:mod:`api.store.outbox`)."""
     via = Transition(via)
     rule = RULES[via]
     if values and "status" in values:
         raise ValueError("a transition's target status comes from its rule, not from values")
     message = storable_text(message, MAX_MESSAGE_CHARS)
-    values = {**(values or {})}
+    values = {**(values or {}), **(_RELEASED if rule.target in _UNHELD else {})}
     for column, limit in _FAILURE_TEXT_LIMITS.items():
         if values.get(column) is not None:
             values[column] = storable_text(values[column], limit)
@@ -231,14 +239,14 @@ def set_priority(session: Session, job_id: int, priority: str, team_id: int | No
     job = get_job(session, job_id, team_id)
     if priority not in PRIORITIES:  # the HTTP schema refuses it first; the CLI may not
         raise InvalidInput(f"priority must be one of {', '.join(PRIORITIES)}", param="priority")
-    if job.status in TERMINAL_STATUSES:
+    if not applies(Action.SET_PRIORITY, job.status):
         raise Conflict(f"job {job_id} already {job.status}", param="job_id")
     if priority == job.priority:
         return job
     # The stored spec says the same: a job has one priority, whichever field is read.
     stmt = (
         update(Job)
-        .where(Job.id == job_id, Job.status.not_in(TERMINAL_STATUSES))
+        .where(Job.id == job_id, Job.status.in_(ACTIONS[Action.SET_PRIORITY]))
         .values(priority=priority, spec={**job.spec, "priority": priority})
         .execution_options(synchronize_session=False)
     )
@@ -252,54 +260,54 @@ def set_priority(session: Session, job_id: int, priority: str, team_id: int | No
 def request_cancel(session: Session, job_id: int, team_id: int | None = None) -> JobRead:
     """Queued (or dispatched, not yet claimed) jobs end at once; a running job is asked to stop
     and ends ``cancelled`` after its next checkpoint."""
-    job = get_job(session, job_id, team_id)
+    get_job(session, job_id, team_id)
     moved = transition(session, job_id, via=Transition.CANCEL, message="cancelled before it ran",
                        values={"finished_at": utcnow()})
     moved = moved or transition(session, job_id, via=Transition.REQUEST_CANCEL, message="cancel requested",
                                 values={"cancel_requested": True})
-    if moved is not None:
-        return moved
-    if job.status in TERMINAL_STATUSES:
-        raise Conflict(f"job {job_id} already {job.status}", param="job_id")
-    return get_job(session, job_id)  # already cancelling
+    return moved or _not_moved(session, job_id, Action.CANCEL, "job {id} already {status}")
 
 
 def request_pause(session: Session, job_id: int, team_id: int | None = None) -> JobRead:
     """A waiting (or dispatched, not yet claimed) job is paused at once; a running one is asked to
     checkpoint at its next step and stop (``pausing``), then it is ``paused``. A paused job holds
     no GPU and waits for none until it is resumed. Pausing a paused or pausing job changes nothing."""
-    job = get_job(session, job_id, team_id)
-    moved = transition(session, job_id, via=Transition.PAUSE, message="paused before it ran",
-                       values=BACK_IN_QUEUE)
+    get_job(session, job_id, team_id)
+    moved = transition(session, job_id, via=Transition.PAUSE, message="paused before it ran")
     moved = moved or transition(session, job_id, via=Transition.REQUEST_PAUSE, message="pause requested")
-    if moved is not None:
-        return moved
-    if job.status in (JobStatus.PAUSED, JobStatus.PAUSING):
-        return job
-    raise Conflict(f"job {job_id} is {job.status}: only a waiting or running job can be paused",
-                   param="job_id")
+    return moved or _not_moved(session, job_id, Action.PAUSE,
+                               "job {id} is {status}: only a waiting or running job can be paused")
 
 
 def resume(session: Session, job_id: int, team_id: int | None = None) -> JobRead:
     """A paused job goes back to the queue; its next attempt continues from its checkpoint."""
-    job = get_job(session, job_id, team_id)
+    get_job(session, job_id, team_id)
     moved = transition(session, job_id, via=Transition.RESUME, message="resumed: back in the queue",
                        values={"retry_at": None})
-    if moved is None:
-        raise Conflict(f"job {job_id} is {job.status}, not paused", param="job_id")
-    return moved
+    return moved or _not_moved(session, job_id, Action.RESUME, "job {id} is {status}, not paused")
 
 
 def retry(session: Session, job_id: int, team_id: int | None = None) -> JobRead:
     """A failed or cancelled job goes back to the queue to continue from its last checkpoint
     (from the start without one), its error cleared and its attempt budget fresh."""
     job = get_job(session, job_id, team_id)
-    values = {**BACK_IN_QUEUE, "finished_at": None, "error_code": None, "error_message": None,
-              "error_traceback": None, "cancel_requested": False, "retry_at": None,
-              "attempt_base": _JOBS.c.attempt}
+    values = {"finished_at": None, "error_code": None, "error_message": None, "error_traceback": None,
+              "cancel_requested": False, "retry_at": None, "attempt_base": _JOBS.c.attempt}
     moved = transition(session, job_id, via=Transition.RETRY, values=values,
                        message=f"retried after it {job.status}", data={"previous_status": job.status})
-    if moved is None:
-        raise Conflict(f"job {job_id} is {job.status}: only a failed or cancelled job can be retried",
-                       param="job_id")
-    return moved
+    return moved or _not_moved(session, job_id, Action.RETRY,
+                               "job {id} is {status}: only a failed or cancelled job can be retried")
+
+
+def _not_moved(session: Session, job_id: int, action: Action, refusal: str) -> JobRead:
+    """None of ``action``'s moves could start. Decided by :data:`api.lifecycle.ACTIONS` on the
+    status as it is now (the ORM's copy may predate the UPDATEs), so a 409 comes exactly where a
+    job read leaves the action out: the job as it is when the action was asked already, else a
+    :class:`Conflict` saying ``refusal`` (formatted with ``id`` and ``status``)."""
+    row = session.execute(select(*_JOBS.c).where(_JOBS.c.id == job_id)).one()
+    status = row.status
+    if status in ALREADY_ASKED.get(action, ()):
+        return job_read(row)
+    if applies(action, status):  # another actor moved it between our read and our UPDATE
+        raise Conflict(f"job {job_id} became {status} meanwhile: {action.value} it again", param="job_id")
+    raise Conflict(refusal.format(id=job_id, status=status), param="job_id")

@@ -27,6 +27,7 @@ _JOB = "/v1/jobs/{job_id}"
 ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/v1/rewards"): ANY,
     ("GET", "/v1/codes"): ANY,
+    ("GET", "/v1/lifecycle"): ANY,
     ("GET", "/v1/me"): ANY,
     ("GET", "/v1/queue"): ANY,
     ("GET", "/v1/cluster"): ANY,

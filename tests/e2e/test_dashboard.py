@@ -203,6 +203,55 @@ def test_a_job_from_the_form_is_charted_live_with_its_samples(browser_page, keye
     page.wait_for_selector("[data-panel=job] h2:has-text('charted')")
 
 
+def test_the_form_shows_the_fields_the_service_took_but_ignores(browser_page, keyed_stack, tiny_spec) -> None:
+    page = browser_page
+    log_in_as(page, keyed_stack, "alpha")
+    # TRL fields at their "off" values: accepted, and each said to change nothing.
+    submit_from_form(page, tiny_spec("ignored-fields", grpo={"push_to_hub": False, "use_vllm": False}))
+    warning = page.wait_for_selector(".submit-result .notice.warning")
+    assert "Taken, but ignored" in warning.inner_text()
+    items = page.locator(".spec-warnings li")
+    assert items.evaluate_all("items => items.map((li) => li.dataset.param)") == ["grpo.push_to_hub",
+                                                                                  "grpo.use_vllm"]
+    assert all("ignored" in text for text in items.all_inner_texts())
+    job_id = int(page.locator(".submit-result a").get_attribute("href").rsplit("/", 1)[1])
+    keyed_stack.client("alpha").http.post(f"/v1/jobs/{job_id}/cancel")  # the worker stays free
+
+
+# The actions of the job page's buttons, in page order.
+BUTTONS = "buttons => buttons.map((button) => button.dataset.action)"
+
+
+def test_the_pages_offer_what_the_service_says_applies(browser_page, keyed_stack, tiny_spec) -> None:
+    """The buttons follow each job's `actions`; the status filter and the priority classes come
+    from GET /v1/lifecycle: the page keeps no copy of either."""
+    page = browser_page
+    served = keyed_stack.client("alpha").http.get("/v1/lifecycle").json()
+    keyed_stack.admin("hold", "default")  # the job waits, so a pause is at once
+    try:
+        job_id = keyed_stack.client("alpha").submit(tiny_spec("actions", max_steps=2))["id"]
+        log_in_as(page, keyed_stack, "alpha")
+        options = page.locator("select[data-filter=status] option").evaluate_all(
+            "options => options.map((option) => option.value)")
+        assert options == ["", "active", *served["statuses"]]
+        page.goto(f"/#/jobs/{job_id}")
+        panel = page.locator("[data-panel=job]")
+        panel.locator("[data-status=queued]").wait_for()
+        assert panel.locator(".title button").evaluate_all(BUTTONS) == ["cancel", "pause", "clone"]
+        choices = panel.locator("select[data-field=priority] option").evaluate_all(
+            "options => options.map((option) => option.value)")
+        assert choices == served["priorities"]
+        panel.locator("button[data-action=pause]").click()
+        panel.locator("[data-status=paused]").wait_for()
+        assert panel.locator(".title button").evaluate_all(BUTTONS) == ["cancel", "resume", "clone"]
+        panel.locator("button[data-action=cancel]").click()
+        panel.locator("[data-status=cancelled]").wait_for()
+        assert panel.locator(".title button").evaluate_all(BUTTONS) == ["retry", "clone"]
+        assert panel.locator("select[data-field=priority]").count() == 0  # a finished job's class is settled
+    finally:
+        keyed_stack.admin("resume", "default")
+
+
 def test_a_job_is_cancelled_with_its_button(browser_page, keyed_stack, tiny_spec, screenshots) -> None:
     page = browser_page
     log_in_as(page, keyed_stack, "alpha")

@@ -63,6 +63,20 @@ export async function api(path, {method = "GET", body, text, contentType, query}
   throw error;
 }
 
+// A table the page reads once per load (api("/v1/codes"), say): the first call asks, later ones
+// share its answer; after a failure the next call asks again.
+export function fetchOnce(path) {
+  const cached = fetched.get(path);
+  if (cached) return cached;
+  const asking = api(path).catch((error) => {
+    fetched.delete(path);
+    throw error;
+  });
+  fetched.set(path, asking);
+  return asking;
+}
+const fetched = new Map();
+
 // Browsers cannot set headers on a WebSocket, and a key in its URL would land in access logs: the
 // socket is opened with a single-use ticket (valid 30 s) offered as a subprotocol instead.
 export const KEY_REVOKED_CLOSE = 4401;

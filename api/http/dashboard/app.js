@@ -5,6 +5,7 @@
 
 import {apiKey, onUnauthorized, setApiKey} from "./api.js";
 import {loadCodes} from "./codes.js";
+import {loadLifecycle} from "./lifecycle.js";
 import {el, fill} from "./dom.js";
 import * as cluster from "./cluster.js";
 import * as job from "./job.js";
@@ -56,7 +57,13 @@ async function render() {
     if (ticket !== renders) return;
   }
   if (found.page !== login) {
-    await loadCodes().catch(() => {}); // fetched once; without them a code is shown alone
+    try {
+      // Fetched once each; without the codes a code is shown alone, but the pages need the lifecycle.
+      await Promise.all([loadCodes().catch(() => {}), loadLifecycle()]);
+    } catch (error) {
+      if (error.status !== 401 && ticket === renders) showBootError(error);
+      return;
+    }
     if (ticket !== renders) return;
   }
   showWho();

@@ -1,18 +1,13 @@
 // What each code a job shows means, in words: the service's one table (GET /v1/codes), fetched
 // once per page load. Until it arrives, or if it cannot, a code is shown alone.
 
-import {api} from "./api.js";
+import {fetchOnce} from "./api.js";
 import {el} from "./dom.js";
 
 let codes = {pending_reasons: {}, error_codes: {}};
-let loading = null;
 
-export function loadCodes() {
-  loading ??= api("/v1/codes").then((body) => { codes = body; }, (error) => {
-    loading = null; // the next page asks again
-    throw error;
-  });
-  return loading;
+export async function loadCodes() {
+  codes = await fetchOnce("/v1/codes");
 }
 
 export const reasonText = (code) => (code && codes.pending_reasons[code]) || "";

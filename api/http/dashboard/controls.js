@@ -1,13 +1,10 @@
-// What the job list and the job page share: the statuses, a waiting job's place and reason, and
-// the cancel, clone and download buttons.
+// What the job list and the job page share: a waiting job's place and reason, and the buttons of
+// the actions a job offers (its `actions`: the service decides which apply in which status).
 
 import {api, download} from "./api.js";
 import {codeTerm, reasonText} from "./codes.js";
 import {el} from "./dom.js";
-
-export const STATUSES = ["queued", "dispatched", "running", "cancelling", "succeeded", "failed", "cancelled",
-  "preempted", "pausing", "paused"];
-export const FINISHED = ["succeeded", "failed", "cancelled"];
+import {offers} from "./lifecycle.js";
 
 // " #2 in queue, no_capacity": the reason's meaning shows on hover (the job page also says it in full).
 export function waitNote(job) {
@@ -37,16 +34,11 @@ export function downloadButton(jobId, step, onError) {
     step === null ? "Download model" : "Download");
 }
 
-// Pause (a waiting or running job), resume (a paused one), retry (a failed or cancelled one): each
-// one POST, whose answer redraws the job.
-const ACTIONS = [
-  {action: "pause", label: "Pause", when: ["queued", "preempted", "dispatched", "running"]},
-  {action: "resume", label: "Resume", when: ["paused"]},
-  {action: "retry", label: "Retry", when: ["failed", "cancelled"]},
-];
+// Pause, resume and retry, where the job offers them: each one POST, whose answer redraws the job.
+const LABELS = {pause: "Pause", resume: "Resume", retry: "Retry"};
 
 export function actionButtons(job, after, onError) {
-  return ACTIONS.filter(({when}) => when.includes(job.status)).map(({action, label}) => {
+  return Object.entries(LABELS).filter(([action]) => offers(job, action)).map(([action, label]) => {
     const act = async (event) => {
       event.target.disabled = true;
       try {
@@ -62,6 +54,7 @@ export function actionButtons(job, after, onError) {
 
 // Clone: the same spec queued again as a new job, whose page opens.
 export function cloneButton(job, onError) {
+  if (!offers(job, "clone")) return null;
   const clone = async (event) => {
     event.target.disabled = true;
     try {
@@ -76,7 +69,7 @@ export function cloneButton(job, onError) {
 }
 
 export function cancelButton(job, after, onError) {
-  if (FINISHED.includes(job.status) || job.status === "cancelling") return null;
+  if (!offers(job, "cancel")) return null;
   const cancel = async (event) => {
     event.target.disabled = true;
     try {

@@ -7,14 +7,14 @@ import {ChartSet} from "./charts.js";
 import {errorText, reasonText} from "./codes.js";
 import {el, fill, notice, progressBar, section, statusBadge} from "./dom.js";
 import {time} from "./format.js";
-import {actionButtons, cancelButton, cloneButton, downloadButton, FINISHED, waitNote} from "./controls.js";
+import {actionButtons, cancelButton, cloneButton, downloadButton, waitNote} from "./controls.js";
+import {isTerminal, offers, priorities} from "./lifecycle.js";
 import {followJob} from "./live.js";
 import {SamplesView} from "./samples.js";
 import {teamName} from "./session.js";
 import {CheckpointsView, EventsView} from "./timeline.js";
 
 const POLL_MS = 5000;
-const PRIORITIES = ["low", "normal", "high"];
 
 export function mount(container, {id}) {
   let alive = true;
@@ -32,7 +32,7 @@ export function mount(container, {id}) {
   function render(job) {
     latest = job;
     // A retried job is alive again: the polls that stopped when it ended start over.
-    if (!FINISHED.includes(job.status) && !polling && alive) {
+    if (!isTerminal(job.status) && !polling && alive) {
       polling = true;
       timer = setTimeout(poll, POLL_MS);
     }
@@ -99,7 +99,7 @@ export function mount(container, {id}) {
       },
       status: (current) => {
         render(current);
-        if (FINISHED.includes(current.status)) quietly(checkpoints.load());
+        if (isTerminal(current.status)) quietly(checkpoints.load());
       },
       note: (text) => liveNote.set(text),
     });
@@ -115,12 +115,11 @@ export function mount(container, {id}) {
 }
 
 function jobHeader(job, render, onError) {
-  const finished = FINISHED.includes(job.status);
   const facts = [
     ["team", teamName(job.team_id)],
     ["status", [statusBadge(job.status), waitNote(job)]],
     ["progress", progressBar(job.last_step, job.max_steps)],
-    ["priority", finished ? job.priority : prioritySelect(job, render, onError)],
+    ["priority", offers(job, "set_priority") ? prioritySelect(job, render, onError) : job.priority],
     ["pool / GPUs", `${job.pool} / ${job.gpus}`],
     ["attempt", job.attempt],
     ["worker", job.worker_id || "–"],
@@ -135,7 +134,7 @@ function jobHeader(job, render, onError) {
       cancelButton(job, render, onError),
       ...actionButtons(job, render, onError),
       cloneButton(job, onError),
-      job.status === "succeeded" ? downloadButton(job.id, null, onError) : null),
+      offers(job, "download_model") ? downloadButton(job.id, null, onError) : null),
     el("dl", {className: "facts"},
       facts.map(([name, value]) => el("div", {}, el("dt", {}, name), el("dd", {}, value)))),
     waitingNote(job),
@@ -169,7 +168,7 @@ function prioritySelect(job, render, onError) {
       onError(error);
       select.value = job.priority;
     }
-  }}, PRIORITIES.map((name) => el("option", {value: name}, name)));
+  }}, priorities().map((name) => el("option", {value: name}, name)));
   select.value = job.priority;
   return select;
 }

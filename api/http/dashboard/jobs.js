@@ -3,18 +3,22 @@
 // cancel button. The submit form sits above the list.
 
 import {api} from "./api.js";
-import {cancelButton, FINISHED, STATUSES, waitNote} from "./controls.js";
+import {cancelButton, waitNote} from "./controls.js";
 import {el, fill, jobLink, notice, progressBar, section, statusBadge, table} from "./dom.js";
 import {age, number} from "./format.js";
+import {isTerminal, statuses} from "./lifecycle.js";
 import {loadTeamNames, teamName} from "./session.js";
 import {mountSubmitForm} from "./submit.js";
 
 const REFRESH_MS = 3000;
 const PAGE_SIZE = 20;
-const FILTERS = {"": [], active: STATUSES.filter((s) => !FINISHED.includes(s)),
-  ...Object.fromEntries(STATUSES.map((s) => [s, [s]]))};
+
+// Filter name -> the statuses it lists: all, the active ones, or one status.
+const filters = () => ({"": [], active: statuses().filter((s) => !isTerminal(s)),
+  ...Object.fromEntries(statuses().map((s) => [s, [s]]))});
 
 export function mount(container) {
+  const byFilter = filters(); // the lifecycle is loaded before any page mounts
   let alive = true;
   let timer = null;
   let latest = 0; // only the newest refresh renders and schedules the next one
@@ -25,7 +29,7 @@ export function mount(container) {
   const body = el("div", {className: "job-table"});
   const firstPage = () => { cursors.length = 1; refresh(); };
   const filter = el("select", {dataset: {filter: "status"}, onchange: firstPage},
-    Object.keys(FILTERS).map((name) => el("option", {value: name}, name || "all")));
+    Object.keys(byFilter).map((name) => el("option", {value: name}, name || "all")));
   const previous = el("button", {type: "button", onclick: () => { cursors.pop(); refresh(); }}, "← Previous");
   const next = el("button", {type: "button", onclick: () => { cursors.push(nextAfter); refresh(); }},
     "Next →");
@@ -41,7 +45,7 @@ export function mount(container) {
     clearTimeout(timer);
     const ticket = ++latest;
     try {
-      const page = await api("/v1/jobs", {query: {status: FILTERS[filter.value], after: cursors.at(-1),
+      const page = await api("/v1/jobs", {query: {status: byFilter[filter.value], after: cursors.at(-1),
         limit: PAGE_SIZE, order: "desc"}});
       await loadTeamNames(page.items.map((job) => job.team_id));
       await latestRewards(page.items);

@@ -5,7 +5,8 @@ so it says only ``ok`` / ``down`` per component; why one is down (which carries 
 names and driver errors) is told to admin credentials only. It also reports the scheduler's last
 pass: with none lately it answers 200 ``degraded``, not 503, since this API still serves every
 request and taking it out of a load balancer would not bring a scheduler back; queued jobs then
-say ``no_scheduler`` (``api.scheduling.liveness``). ``/v1/codes`` says what each job code means."""
+say ``no_scheduler`` (``api.scheduling.liveness``). ``/v1/codes`` says what each job code means,
+``/v1/lifecycle`` which statuses a job has and which actions apply in each."""
 
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from api import explanations
+from api import explanations, lifecycle
 from api.http.deps import RedisDep, SettingsDep, caller_is_admin
 from api.http.error_responses import error_body
 from api.scheduling import liveness
-from api.schemas.jobs import CodesRead
+from api.schemas.jobs import CodesRead, LifecycleRead
 from api.store.db import get_engine
 from api.store.migrate import schema_problem
+from api.vocabulary import PRIORITIES
 from grpo_core.rewards import reward_catalog
 
 PROBE_TIMEOUT_S = 2.0
@@ -92,3 +94,13 @@ def list_codes() -> CodesRead:
     """What each ``pending_reason`` and ``error.code`` a job may show means, for a person: one
     table that every client shows, so none keeps its own copy."""
     return CodesRead(pending_reasons=explanations.PENDING_REASONS, error_codes=explanations.ERROR_CODES)
+
+
+@catalog.get("/lifecycle", response_model=LifecycleRead)
+def describe_lifecycle() -> LifecycleRead:
+    """Every status a job may have, which are terminal, which actions apply in which status
+    (``POST /v1/jobs/{id}/{action}`` is a 409 elsewhere) and the priority classes: what clients
+    show, read from the service's one table."""
+    actions = {action.value: list(statuses) for action, statuses in lifecycle.ACTIONS.items()}
+    return LifecycleRead(statuses=list(lifecycle.JOB_STATUSES), terminal=list(lifecycle.TERMINAL_STATUSES),
+                         actions=actions, priorities=list(PRIORITIES))
