@@ -73,6 +73,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "api.cli.monitor": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker"),
     # `grpo dev`'s account of the jobs reads the stack's own database, never the HTTP layer.
     "api.cli.dev_progress": ("api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
+    # Used by `grpo api`, `grpo scheduler` and `grpo admin`: the store's migrations, nothing else.
+    "api.cli.schema_check": ("api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
     "api.cli.calling": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
     # The worker sees the service only through the store and the shared vocabulary.
     "worker": ("api.http", "api.scheduling", "api.streaming", "api.cli", "api.main", "fastapi"),
