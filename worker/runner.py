@@ -35,7 +35,7 @@ from api.store.db import session_scope
 from api.store.dispatching import yield_preempted
 from worker.heartbeat import JobLease
 from worker.memory import gib
-from worker.outcome import Fault, Outcome
+from worker.outcome import STATUS_AFTER_STOP, Fault, Outcome, outcome_for_stop
 from worker.retrying import DatabaseUnavailable, retry_transient
 from worker.supervisor import LEASE_LOST, OUT_OF_MEMORY, STALLED, Ended, stall_limit, supervise
 
@@ -79,13 +79,9 @@ def forced_outcome(ended: Ended, settings: Settings, job: JobRead) -> Outcome:
                    f"{gib(ended.memory_limit)} ({at}); they were killed. Lower prompts_per_step, "
                    "num_generations or the prompt and completion lengths, or ask for a pool with more")
         return Outcome(JobStatus.FAILED, message, OUT_OF_MEMORY, step=ended.last_step)
-    grace = f"did not stop within {settings.cancel_grace_seconds:.0f} s; its process was killed {at}"
-    if ended.killed_for == StopRequest.CANCEL:
-        return Outcome(JobStatus.CANCELLED, f"cancelled: {grace}", step=ended.last_step)
-    if ended.killed_for == StopRequest.PAUSE:  # resumes from its last checkpoint once resumed
-        return Outcome(JobStatus.PAUSED, f"paused: {grace}", step=ended.last_step)
-    if ended.killed_for == StopRequest.PREEMPT:  # resumes from its last checkpoint
-        return Outcome(JobStatus.PREEMPTED, f"preempted: {grace}", step=ended.last_step)
+    if ended.killed_for in STATUS_AFTER_STOP:
+        grace = f"did not stop within {settings.cancel_grace_seconds:.0f} s; its process was killed {at}"
+        return outcome_for_stop(StopRequest(ended.killed_for), ended.last_step, killed=grace)
     raise ValueError(f"unknown reason to end a job's process: {ended.killed_for}")
 
 
