@@ -37,6 +37,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     **_core_layer_rules(),
     # The run's contract is read by the web app, which must start without torch.
     "grpo_core.spec": (*SERVICE, *CORE_LAYERS[1:], "torch", "transformers"),
+    # Read by the worker's supervisor, which never loads torch: the standard library only.
+    "grpo_core.run.processes": (*SERVICE, *CORE_LAYERS, "torch", "transformers"),
     "api.lifecycle": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     "api.vocabulary": ("api", "worker", *SERVICE_FRAMEWORKS),
     "api.domain_errors": ("api", "worker", "grpo_core"),

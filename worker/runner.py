@@ -21,7 +21,6 @@ requeues the job, which resumes from its checkpoint.
 from __future__ import annotations
 
 import logging
-import signal
 
 import redis
 
@@ -33,6 +32,7 @@ from api.store.attempts import finish, requeue_after_fault, stop_paused
 from api.store.clock import Backoff
 from api.store.db import session_scope
 from api.store.dispatching import yield_preempted
+from grpo_core.run.processes import signal_name
 from worker.heartbeat import JobLease
 from worker.memory import gib
 from worker.outcome import STATUS_AFTER_STOP, Fault, Outcome, outcome_for_stop
@@ -90,7 +90,7 @@ def death_fault(ended: Ended) -> Fault:
     (the OOM killer, an operator) or crashed (the worker's log has its output)."""
     data = {"pid": ended.pid, "exitcode": ended.returncode, "step": ended.last_step}
     if ended.returncode < 0:
-        name = _signal_name(-ended.returncode)
+        name = signal_name(-ended.returncode)
         data["signal"] = name
         if ended.oom_killed:
             return Fault(f"out of memory: the kernel's OOM killer ended the job's process with {name}",
@@ -98,13 +98,6 @@ def death_fault(ended: Ended) -> Fault:
         return Fault(f"the job's process was killed by {name}", data)
     return Fault(f"the job's process exited with code {ended.returncode} before reporting how the "
                  "attempt ended (the worker's log has its output)", data)
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 def record_outcome(job: JobRead, worker_id: str, settings: Settings, publish: outbox.Publish | None,
