@@ -1,7 +1,7 @@
 """Words every part of the service shares and none of them owns: priority classes, the shape of
 team and pool names, Celery task names, and a worker's heartbeat. Pure (no I/O), so the store,
 the scheduler, the worker, the HTTP layer and the CLI can all import it. Queue names belong to a
-deployment's namespace: ``api.store.redis_keys``.
+deployment's namespace: ``api.redis_keys``.
 
 The job's statuses and their transitions live in :mod:`api.lifecycle`.
 """
