@@ -64,8 +64,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
                         *SERVICE_FRAMEWORKS),
     "api.schemas": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
                     "sqlalchemy", "redis", "fastapi"),
-    "api.store": ("api.http", "api.streaming", "api.cli", "worker", "fastapi", "starlette",
-                  "api.scheduling.scheduler", "api.scheduling.cluster_views"),
+    # The store reads the cluster's state (api.cluster_state) for the scheduler, never the scheduler.
+    "api.store": ("api.http", "api.streaming", "api.cli", "worker", "fastapi", "starlette", "api.scheduling"),
+    # Plain data the store builds and the policy decides on.
+    "api.cluster_state": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     "api.scheduling.policy": ("api.store", "api.http", "api.streaming", "api.cli", "api.scheduling.scheduler",
                               "worker", *SERVICE_FRAMEWORKS),
     "api.scheduling": ("api.http", "api.streaming", "api.cli", "worker", "fastapi"),
