@@ -1,6 +1,7 @@
 """The import rules between packages (docs/architecture.md §7, and each package's docstring),
 checked on the source: every ``import`` statement counts, also the lazy ones inside functions,
-because a lazy import is still a dependency."""
+because a lazy import is still a dependency. And no two modules of ``api``, ``worker`` and
+``grpo_core`` import each other, however indirectly (:mod:`import_graph`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from import_graph import cycles, import_graph
 
 REPO = Path(__file__).resolve().parent.parent
 SERVICE_FRAMEWORKS = ("fastapi", "starlette", "celery", "redis", "sqlalchemy", "alembic", "uvicorn")
@@ -144,3 +146,38 @@ def test_a_rule_violation_is_detected(tmp_path: Path) -> None:
     names = imported_modules(source)
     assert {"api.http", "api.http.deps", "worker.tasks"} <= names
     assert any(under(n, "api.http") for n in names)
+
+
+PROJECT_PACKAGES = ("api", "worker", "grpo_core")
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    graph = import_graph(REPO, PROJECT_PACKAGES)
+    # The graph holds lazy imports: the job's process imports its body inside main().
+    assert "worker.attempt" in graph["worker.job_process"]
+    found = cycles(graph)
+    described = "\n".join("; ".join(f"{module} -> {sorted(graph[module] & set(cycle))}" for module in cycle)
+                          for cycle in found)
+    assert not found, f"import cycles (put what both sides need in a module of its own):\n{described}"
+
+
+def test_the_cycle_finder_finds_cycles(tmp_path: Path) -> None:
+    """A cycle through a lazy, a relative and a ``from pkg import module`` import; a module that
+    only imports into the cycle is not part of it; a second cycle of two packages."""
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/a.py": "from pkg import b\n",
+        "pkg/b.py": "def later():\n    from . import c\n",
+        "pkg/c.py": "import pkg.a.missing_name\n",
+        "pkg/d.py": "from .a import something\n",
+        "pkg/sub/__init__.py": "from ..e import thing\n",
+        "pkg/e.py": "from pkg.sub import inner\n",
+        "other/__init__.py": "import pkg.d\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    graph = import_graph(tmp_path, ("pkg", "other"))
+    assert graph["pkg.d"] == {"pkg.a"} and graph["pkg.c"] == {"pkg.a"} and graph["other"] == {"pkg.d"}
+    assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.c"], ["pkg.e", "pkg.sub"]]
+    assert cycles({"x": {"y"}, "y": set()}) == []
