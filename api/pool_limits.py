@@ -13,10 +13,10 @@ from __future__ import annotations
 import json
 import math
 
+from api.job_spec import JobSpec
 from api.schemas.admin import PoolLimits
 from api.settings import Settings
 from grpo_core.errors import SpecError
-from grpo_core.spec.run_spec import JobSpec
 
 
 def effective_limits(overrides: PoolLimits, settings: Settings) -> PoolLimits:

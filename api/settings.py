@@ -10,8 +10,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.redis_keys import NAMESPACE_PATTERN, RedisKeys, namespace_for
-from api.vocabulary import DEFAULT_POOL, MAX_QUEUED_JOBS, MAX_RATE_PER_SECOND, POOL_NAME_PATTERN
-from grpo_core.spec.run_spec import Priority
+from api.vocabulary import DEFAULT_POOL, MAX_QUEUED_JOBS, MAX_RATE_PER_SECOND, POOL_NAME_PATTERN, Priority
 
 # Refused as tokens: a default secret in production is worse than none at all.
 _PLACEHOLDER_TOKENS = {"changeme", "change-me", "secret", "token", "password"}
@@ -96,6 +95,10 @@ class Settings(BaseSettings):
         4, ge=1, le=64, description="Submissions and clones whose spec is parsed, checked and stored at "
         "once, each in a thread off the event loop; more wait their turn, so a flood of large specs "
         "neither stalls the loop nor takes every thread of the pool.")
+    reward_trial_slots: int = Field(
+        2, ge=1, le=16, description="Rewards dry runs (`POST /v1/rewards/run`) scored at once, each in a "
+        "thread off the event loop (a sandboxed grader runs as a process of the API's host); more wait "
+        "their turn.")
     list_spec_bytes: int = Field(
         2 * 1024 * 1024, ge=1024, description="`GET /v1/jobs?include=spec` ends a page early once its "
         "specs add up to this many bytes (as stored JSON; a page holds at least one job): a page of "

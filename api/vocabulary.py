@@ -1,5 +1,6 @@
 """Words every part of the service shares and none of them owns: priority classes, the shape of
-team and pool names, Celery task names, and a worker's heartbeat. Pure (no I/O), so the store,
+team and pool names, the default pool, the trackers' project, Celery task names, and a worker's
+heartbeat. The service owns them: the training core knows none of them. Pure (no I/O), so the store,
 the scheduler, the worker, the HTTP layer and the CLI can all import it. Queue names belong to a
 deployment's namespace: ``api.redis_keys``.
 
@@ -10,14 +11,18 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
-from grpo_core.spec.run_spec import POOL_NAME_PATTERN, Priority
-
+Priority = Literal["low", "normal", "high"]  # lowest first
+# Pool (and team) names: lower case, digits, "_" and "-", as in a URL path or a queue name.
+POOL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_\-]{0,62}$"
 PRIORITIES: tuple[str, ...] = get_args(Priority)  # lowest first
 # Team names follow the same rules as pool names: a JobSpec names a pool, an admin a team.
 NAME_PATTERN = POOL_NAME_PATTERN
 DEFAULT_POOL = "default"
+# The W&B project and MLflow experiment a job's trackers report to, unless the worker's
+# environment names one (WANDB_PROJECT, MLFLOW_EXPERIMENT_NAME).
+TRACKER_PROJECT = "grpo-service"
 MAX_QUOTA_GPUS = 1_000_000  # larger is a typo, and it keeps every sum inside a 32-bit INTEGER
 MAX_ARTIFACT_QUOTA_BYTES = 2**62  # a team's artifact byte quota: far past any disk, inside a BIGINT
 MAX_LABEL_LENGTH = 128  # an API key's label

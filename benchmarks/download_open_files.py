@@ -56,11 +56,11 @@ def finished_job(database_url: str, artifacts: Path, model: Path, weights_bytes:
     from specs import tiny_spec
 
     from api.artifact_paths import model_dir
+    from api.job_spec import JobSpec
     from api.settings import Settings
     from api.store.db import session_scope
     from api.store.jobs import create_job
     from api.store.teams import DEFAULT_TEAM, team_id_by_name
-    from grpo_core.spec.run_spec import JobSpec
 
     with session_scope(database_url) as session:
         team_id = team_id_by_name(session, DEFAULT_TEAM)

@@ -146,9 +146,9 @@ def run_side(args: argparse.Namespace) -> dict[str, Any]:
     """One run (``--side one|ddp|fsdp``), in this fresh interpreter; returns its figures."""
     import torch
 
+    from api.job_spec import JobSpec
     from grpo_core.run.launch import run_data_parallel
     from grpo_core.run.local_run import run_local
-    from grpo_core.spec.run_spec import JobSpec
 
     torch.set_num_threads(args.threads)
     one = args.side == "one"

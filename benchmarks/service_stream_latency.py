@@ -140,10 +140,10 @@ def run_subscribers(args: argparse.Namespace) -> None:
 
 
 def running_job(database_url: str) -> int:
+    from api.job_spec import JobSpec
     from api.store import attempts, jobs, teams
     from api.store.db import session_scope
     from api.store.dispatching import dispatch_job
-    from grpo_core.spec.run_spec import JobSpec
 
     with session_scope(database_url) as session:
         team_id = teams.team_id_by_name(session, teams.DEFAULT_TEAM)

@@ -1,21 +1,36 @@
-"""``grpo`` command line. Exit codes: 0 success, 1 training failed, 2 bad input."""
+"""``grpo`` command line. Exit codes: 0 success, 1 training failed, 2 bad input.
+
+``grpo train`` reads a :class:`RunSpec`: a field it does not have (a service's ``priority``) is
+refused, naming it. A caller that knows a richer spec passes its own reader (``load_spec``): the
+service's console reads its job specs, warning about the fields a local run ignores.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from grpo_core.errors import GRPOError, SpecError
+from grpo_core.errors import GRPOError, SpecError, SpecWarning
 from grpo_core.rewards.verifier_endpoint import VerifierEndpoint, parse_verifier_option
+from grpo_core.spec.run_spec import RunSpec
 from grpo_core.spec.spec_file import InvalidSpec, load_spec_file, with_changes
+
+# A spec file -> the spec to run and what to warn about; raises InvalidSpec or SpecError.
+SpecLoader = Callable[[Path], tuple[RunSpec, list[SpecWarning]]]
+
+
+def load_run_spec(path: Path) -> tuple[RunSpec, list[SpecWarning]]:
+    spec = load_spec_file(path)
+    return spec, spec.warnings()
 
 
 def _train(args: argparse.Namespace) -> int:
     from grpo_core.run.local_run import run_local
 
-    spec = load_spec_file(args.spec)
-    for warning in spec.warnings():
+    spec, warnings = args.load_spec(args.spec)
+    for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if args.max_steps is not None:
         spec = with_changes(spec, {"grpo": {"max_steps": args.max_steps}})
@@ -59,7 +74,7 @@ def _tiny_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(load_spec: SpecLoader = load_run_spec) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="grpo", description="GRPO fine-tuning: local runs and the job service."
     )
@@ -85,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a verifier service http_verifier rewards may name (repeatable; the service registers "
              "them with `grpo admin set-verifier` instead)",
     )
-    train.set_defaults(handler=_train)
+    train.set_defaults(handler=_train, load_spec=load_spec)
 
     tiny = commands.add_parser("tiny-model", help="write a tiny random-init model + tokenizer (no network)")
     tiny.add_argument("output_dir", type=Path)
@@ -99,8 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, load_spec: SpecLoader = load_run_spec) -> int:
+    args = build_parser(load_spec).parse_args(argv)
     from grpo_core.io.model_loading import quiet_library_progress_bars  # torch: only once a command runs
 
     quiet_library_progress_bars()

@@ -71,6 +71,17 @@ class NonFiniteLossError(GRPOError):
     code = "non_finite_loss"
 
 
+class RewardFailed(GRPOError):
+    """A reward raised or returned something unusable: the job's own fault. ``reward`` is its
+    metric name, so a caller (the dry run) can point at it."""
+
+    code = "reward_error"
+
+    def __init__(self, reward: str, message: str) -> None:
+        super().__init__(message)
+        self.reward = reward
+
+
 class RewardTimeout(GRPOError):
     """A reward went over its time budget (``reward_timeout_seconds``) too often to train on."""
 

@@ -29,6 +29,7 @@ from service_db import fresh_postgres_url, migrated
 from waiting import wait_until
 
 from api.cli.dev import free_port, start_redis, stop_process
+from api.job_spec import JobSpec
 from api.lifecycle import TERMINAL_STATUSES, Transition
 from api.settings import Settings, get_settings
 from api.store.attempts import claim
@@ -36,7 +37,6 @@ from api.store.db import session_scope
 from api.store.jobs import create_job, get_job, transition
 from api.store.tables import utcnow
 from api.store.teams import DEFAULT_TEAM, team_id_by_name
-from grpo_core.spec.run_spec import JobSpec
 
 REPO = Path(__file__).resolve().parents[1]
 # What a conftest takes with ``from service_stack import *``: every fixture and the report hook.

@@ -29,7 +29,8 @@ def _core_layer_rules() -> dict[str, tuple[str, ...]]:
     for index, layer in enumerate(CORE_LAYERS):
         rules[layer] = (*SERVICE, *CORE_LAYERS[index + 1:], *_LAYER_ALSO_FORBIDS.get(layer, ()))
     # The foundations every layer may use import nothing of the core but errors.
-    for foundation in ("grpo_core.errors", "grpo_core.oom", "grpo_core.json_values"):
+    foundations = ("grpo_core.errors", "grpo_core.oom", "grpo_core.json_values", "grpo_core.install_hints")
+    for foundation in foundations:
         rules[foundation] = (*SERVICE, *CORE_LAYERS)
     return rules
 
@@ -48,7 +49,12 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "api.redis_keys": ("api", "worker", "grpo_core", "fastapi", "starlette", "celery", "redis", "alembic",
                        "uvicorn"),
     "api.lifecycle": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
-    "api.vocabulary": ("api", "worker", *SERVICE_FRAMEWORKS),
+    # The service's own words: the core defines none of them, and they need nothing of it.
+    "api.vocabulary": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
+    # The service's job spec: the core's run spec plus the service's words; the web app validates
+    # with it, so like the core's spec it loads no torch.
+    "api.job_spec": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
+                     *CORE_LAYERS[1:], *SERVICE_FRAMEWORKS, "torch", "transformers"),
     "api.domain_errors": ("api", "worker", "grpo_core"),
     # Words for people, read by the HTTP layer and by the CLI (which may run far from the service).
     "api.explanations": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
@@ -66,6 +72,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
                         *SERVICE_FRAMEWORKS),
     "api.schemas": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
                     "sqlalchemy", "redis", "fastapi"),
+    # A rewards dry run: the core's rewards and the store's verifiers, called by the HTTP layer.
+    "api.reward_trials": ("api.http", "api.scheduling", "api.streaming", "api.cli", "worker", "fastapi",
+                          "starlette", "torch", "transformers"),
     # The store reads the cluster's state (api.cluster_state) for the scheduler, never the scheduler.
     "api.store": ("api.http", "api.streaming", "api.cli", "worker", "fastapi", "starlette", "api.scheduling"),
     # Plain data the store builds and the policy decides on.
@@ -83,6 +92,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "api.cli.archives": ("api", "worker", "grpo_core"),
     "api.cli.health": ("api.http", "api.streaming", "worker", "grpo_core"),
     "api.cli.monitor": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker"),
+    # A client of POST /v1/rewards/run: it reads spec files (grpo_core.spec), never runs a reward.
+    "api.cli.reward_commands": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker",
+                                "grpo_core.rewards", "torch", "transformers"),
     # `grpo dev`'s account of the jobs reads the stack's own database, never the HTTP layer.
     "api.cli.dev_progress": ("api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
     # Used by `grpo api`, `grpo scheduler` and `grpo admin`: the store's migrations, nothing else.

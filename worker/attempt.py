@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
+from api.job_spec import JobSpec
 from api.lifecycle import JobStatus
 from api.schemas.jobs import JobRead
 from api.settings import Settings
@@ -17,7 +18,6 @@ from grpo_core.errors import GRPOError, traceback_tail
 from grpo_core.io.model_loading import quiet_library_progress_bars
 from grpo_core.parallel.distributed import SINGLE
 from grpo_core.run.launch import RankDied
-from grpo_core.spec.run_spec import JobSpec
 from worker.attempt_files import AttemptFiles
 from worker.heartbeat import CAPABILITY_MISSING, missing_capabilities
 from worker.outcome import Fault, Outcome

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from api.job_spec import JobSpec
 from api.pool_limits import effective_limits, step_limit_problems
 from api.schemas.admin import PoolLimits
 from api.schemas.jobs import JobRead
@@ -21,7 +22,6 @@ from api.store.db import session_scope
 from api.store.pools import admission
 from grpo_core.errors import SpecError
 from grpo_core.run.callbacks import TrainerCallback
-from grpo_core.spec.run_spec import JobSpec
 from worker.retrying import retry_transient
 
 

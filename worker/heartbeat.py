@@ -39,7 +39,7 @@ from api.store.clock import Backoff, db_now
 from api.store.db import session_scope
 from api.vocabulary import Heartbeat
 from grpo_core.rewards.sandbox import CAPABILITY as SANDBOX
-from grpo_core.rewards.sandbox import probe_sandbox
+from grpo_core.rewards.sandbox import check_sandbox
 from grpo_core.run.processes import process_alive
 from worker.devices import device_count
 
@@ -111,9 +111,18 @@ def detect_gpus() -> dict[str, object]:
     return {"gpu_model": name, "gpu_memory_mb": int(memory) if memory.isdigit() else None}
 
 
+def probe_code_sandbox() -> str | None:
+    """The sandbox's check, with which of its protections hold in the worker's log (the optional
+    ones too, e.g. a cgroup per run, so an operator sees what a delegated cgroup would add)."""
+    check = check_sandbox()
+    if check.protections:
+        log.info("code sandbox protections %s", check.describe())
+    return check.problem
+
+
 # What this host can run besides models, each with its real check (None: it works, else why not;
 # a real check at each call, never a cached answer).
-_CAPABILITY_PROBES: dict[str, Callable[[], str | None]] = {SANDBOX: probe_sandbox}
+_CAPABILITY_PROBES: dict[str, Callable[[], str | None]] = {SANDBOX: probe_code_sandbox}
 
 
 def capability_problems() -> dict[str, str | None]:

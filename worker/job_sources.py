@@ -9,18 +9,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from api.artifact_paths import model_to_continue
+from api.job_spec import JobSpec, continued_job
 from api.settings import Settings
 from grpo_core.errors import SourceUnavailable
-from grpo_core.spec.run_spec import JobSpec, job_source, split_source
 
 
 def loadable(spec: JobSpec, settings: Settings) -> tuple[JobSpec, Path]:
     """``(spec to build from, models root)``: ``spec`` itself under the models root, or, for a
     ``job:`` source, a copy whose source is the folder it names, under the artifacts root."""
-    scheme, location = split_source(spec.model.source)
-    if scheme != "job":
+    continued = continued_job(spec.model.source)
+    if continued is None:
         return spec, Path(settings.models_root)
-    job_id, step = job_source(location)
+    job_id, step = continued
     folder = model_to_continue(settings, job_id, step)
     if folder is None:
         raise SourceUnavailable("model.source", f"{spec.model.source} no longer exists (its job's "

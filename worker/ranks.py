@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from api.job_spec import JobSpec
 from api.lifecycle import JobStatus
 from api.schemas.jobs import JobRead
 from api.settings import Settings
@@ -23,7 +24,6 @@ from grpo_core.io.model_loading import quiet_library_progress_bars
 from grpo_core.parallel.distributed import Ranks
 from grpo_core.run.callbacks import TrainerCallback
 from grpo_core.run.launch import RankFailed, check_data_parallel, launch_ranks
-from grpo_core.spec.run_spec import JobSpec
 from worker.attempt_files import AttemptFiles
 from worker.outcome import Outcome
 from worker.retrying import DatabaseUnavailable

@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from api.artifact_paths import checkpoint_dir, job_dir, model_dir
+from api.job_spec import JobSpec
 from api.lifecycle import JobStatus, StopRequest
 from api.schemas.jobs import JobRead
 from api.settings import Settings
 from api.store import bus
+from api.vocabulary import TRACKER_PROJECT
 from grpo_core.errors import GRPOError
 from grpo_core.io.model_export import export_model
 from grpo_core.io.model_loading import resolve_model_location
@@ -26,7 +28,6 @@ from grpo_core.run.callbacks import CallbackList, TrainerCallback
 from grpo_core.run.components import build_components
 from grpo_core.run.tracking import trackers
 from grpo_core.run.trainer import GRPOTrainer, TrainResult
-from grpo_core.spec.run_spec import JobSpec
 from worker.artifacts import ArtifactQuota
 from worker.attempt_files import AttemptFiles
 from worker.counted_steps import CountedSteps
@@ -77,7 +78,7 @@ def train_reporting(job: JobRead, spec: JobSpec, settings: Settings, files: Atte
         reporter = JobReporter(settings.database_url, job.id, publish, job.attempt, settings.db_retry_seconds)
         final, link = FinalMetrics(), SupervisorLink(files, job.last_step, reporter.stop_request)
         # The job's trackers write beside its checkpoints; one W&B run per job, resumed by each attempt.
-        tracked = trackers(spec, job_dir(settings, job.id), run_id=f"job-{job.id}")
+        tracked = trackers(spec, job_dir(settings, job.id), run_id=f"job-{job.id}", project=TRACKER_PROJECT)
         quota = ArtifactQuota(settings, job.id, job.team_id)
         # First: a job whose counted length is over its pool's limits ends before "started" is recorded.
         counted = CountedSteps(settings, job, spec)

@@ -5,12 +5,12 @@ job's process builds its rewards, so a changed URL or secret takes effect at the
 
 from __future__ import annotations
 
+from api.job_spec import JobSpec
 from api.settings import Settings
 from api.store.db import session_scope
 from api.store.verifiers import endpoints_for
 from grpo_core.rewards.http_verifier import verifier_names
 from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
-from grpo_core.spec.run_spec import JobSpec
 
 
 def registered_verifiers(spec: JobSpec, settings: Settings, team_id: int) -> dict[str, VerifierEndpoint]:

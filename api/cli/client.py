@@ -96,6 +96,13 @@ class ApiClient:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         return self._json(self.http.post("/v1/jobs", json=spec, headers=headers))
 
+    def run_rewards(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A dry run of rewards on samples: each reward has up to 30 s, so more than the default."""
+        return self._json(self.http.post("/v1/rewards/run", json=body, timeout=120.0))
+
+    def reward_catalog(self) -> dict[str, Any]:
+        return self._get("/v1/rewards")
+
     def job(self, job_id: int) -> dict[str, Any]:
         return self._get(f"/v1/jobs/{job_id}")
 

@@ -2,7 +2,7 @@
 and adds the service's commands: ``api``, ``scheduler``, ``worker``, ``dev``, ``admin`` (teams,
 API keys, quotas and pools, straight on the database: ``api.cli.admin``) and the HTTP client
 commands ``submit``, ``list``, ``show``, ``watch``, ``cancel``, ``events``, ``metrics``,
-``cluster``, ``queue`` (``api.cli.monitor``).
+``cluster``, ``queue`` (``api.cli.monitor``), ``rewards list|run`` (``api.cli.reward_commands``).
 
 Exit codes as ``grpo_core.cli``: 0 ok, 1 failed (``watch``, ``submit --watch``: the job failed or
 was cancelled), 2 bad input. Nothing heavy is imported until a command runs (never torch here).
@@ -21,10 +21,13 @@ from pathlib import Path
 from api.cli.admin import add_admin_commands
 from api.cli.health import add_health_command
 from api.cli.monitor import MONITOR_COMMANDS, add_monitor_commands
+from api.cli.reward_commands import add_reward_commands
 from api.cli.schema_check import schema_ready
 from grpo_core import cli as core_cli
+from grpo_core.errors import SpecWarning
+from grpo_core.spec.run_spec import RunSpec
 
-SERVICE_COMMANDS = ("api", "scheduler", "worker", "dev", "admin", "health", *MONITOR_COMMANDS)
+SERVICE_COMMANDS = ("api", "scheduler", "worker", "dev", "admin", "health", "rewards", *MONITOR_COMMANDS)
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
 
 
@@ -80,12 +83,24 @@ def _dev(args: argparse.Namespace) -> int:
     return run_dev(args.port, args.submit, args.models_root, args.data_root, watch)
 
 
+def _job_spec_to_run_here(path: Path) -> tuple[RunSpec, list[SpecWarning]]:
+    """``grpo train``'s reader here: a spec written for the service runs on this machine too, the
+    service's fields it sets (priority, pool, stall limit) told as ignored; a ``job:`` model
+    exists only in the service and is refused."""
+    from api.job_spec import JobSpec, ignored_by_local_run, refuse_job_source
+    from grpo_core.spec.spec_file import load_spec_file
+
+    spec = load_spec_file(path, JobSpec)
+    refuse_job_source(spec)
+    return spec, [*spec.warnings(), *ignored_by_local_run(spec)]
+
+
 def _subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
     return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = core_cli.build_parser()
+    parser = core_cli.build_parser(_job_spec_to_run_here)
     commands = _subcommands(parser)
     api = commands.add_parser("api", help="serve the HTTP API (uvicorn)")
     api.add_argument("--host", default=None, help="default: GRPO_API_HOST (127.0.0.1)")
@@ -109,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--api-key", default=os.environ.get("GRPO_API_KEY"))
     dev.set_defaults(handler=_dev)
     add_monitor_commands(commands)
+    add_reward_commands(commands)
     add_admin_commands(commands)
     return parser
 
@@ -118,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command not in SERVICE_COMMANDS:
-            return core_cli.main(argv)
+            return core_cli.main(argv, _job_spec_to_run_here)
         return core_cli.run_handler(args)
     except BrokenPipeError:
         # The reader went away (`grpo metrics 1 | head`): what is left to print has nowhere to

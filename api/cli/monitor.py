@@ -270,7 +270,8 @@ def _positive(text: str) -> int:
     return int(text)
 
 
-def _common_options() -> argparse.ArgumentParser:
+def common_options() -> argparse.ArgumentParser:
+    """--api-url, --api-key and --json: every client command takes them."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--api-url", default=os.environ.get("GRPO_API_URL", DEFAULT_API_URL),
                         help=f"default: GRPO_API_URL, else {DEFAULT_API_URL}")
@@ -281,7 +282,7 @@ def _common_options() -> argparse.ArgumentParser:
 
 def add_monitor_commands(commands: argparse._SubParsersAction) -> None:
     """The HTTP client commands; ``commands`` is the ``grpo`` parser's subcommands."""
-    common = _common_options()
+    common = common_options()
 
     def add(name: str, help_: str, command: Callable[[Any, argparse.Namespace], Result] | None = None,
             job_id: bool = True) -> argparse.ArgumentParser:

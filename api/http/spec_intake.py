@@ -22,8 +22,8 @@ from starlette.concurrency import run_in_threadpool
 
 from api.domain_errors import InvalidInput
 from api.http.yaml_body import YAML_MEDIA_TYPES, parse_yaml
+from api.job_spec import JobSpec
 from grpo_core.errors import SpecError
-from grpo_core.spec.run_spec import JobSpec
 from grpo_core.spec.spec_file import InvalidSpec, field_path, spec_error_reason
 
 T = TypeVar("T")
@@ -86,7 +86,7 @@ def _located(exc: ValidationError) -> list[SpecError]:
     # A JSON syntax error's location is no field, nor is a body that is no object; a field the
     # spec does not have is told as the name it probably meant (spec_error_reason).
     return [SpecError("body", err["msg"]) if err["type"] == "json_invalid" or not err["loc"]
-            else SpecError(field_path(err["loc"]), spec_error_reason(err))
+            else SpecError(field_path(err["loc"]), spec_error_reason(err, JobSpec))
             for err in exc.errors(include_url=False)]
 
 

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from api.artifact_paths import model_to_continue
 from api.domain_errors import NotFound
+from api.job_spec import JobSpec, continued_job, split_any_source
 from api.pool_limits import effective_limits, limit_problems
 from api.settings import Settings
 from api.store.jobs import get_job
@@ -28,7 +29,6 @@ from grpo_core.io.paths import resolve_under_root
 from grpo_core.rewards import check_reward_rows, model_sources, required_capabilities, validate_reward_specs
 from grpo_core.rewards.http_verifier import verifier_names
 from grpo_core.spec.prompt_rows import reward_column_names
-from grpo_core.spec.run_spec import JobSpec, job_source, split_source
 from grpo_core.spec.spec_file import InvalidSpec, field_path
 
 # NAME_MAX of every common filesystem: a longer component is refused before the OS is asked.
@@ -84,7 +84,7 @@ def _nul_characters(value: Any, loc: tuple[Any, ...] = ()) -> Iterator[SpecError
 
 
 def _check_hub_allowed(source: str | None, settings: Settings, field: str) -> SpecError | None:
-    if source is None or settings.allow_hub or split_source(source)[0] != "hf":
+    if source is None or settings.allow_hub or split_any_source(source)[0] != "hf":
         return None
     return SpecError(field, "this service does not load from the model hub (GRPO_ALLOW_HUB=false); "
                             "use a path: source")
@@ -117,7 +117,7 @@ def _check_path_source(source: str | None, root: Path, field: str,
     if source is None:
         return None
     root_name, what, exists = _SOURCES[kind or field]
-    scheme, location = split_source(source)
+    scheme, location = split_any_source(source)
     if scheme != "path":
         return None
     too_long = next((part for part in location.split("/") if len(part.encode()) > MAX_NAME_BYTES), None)
@@ -177,10 +177,10 @@ def check_capabilities(spec: JobSpec, live_workers: Callable[[], list[Heartbeat]
 def check_job_source(session: Session, spec: JobSpec, team_id: int, settings: Settings) -> None:
     """A ``job:ID[@STEP]`` model source names a job of the submitting team (admins included:
     the new job is the team's, and so is what it learns from) that has that model now."""
-    scheme, location = split_source(spec.model.source)
-    if scheme != "job":
+    continued = continued_job(spec.model.source)
+    if continued is None:
         return
-    job_id, step = job_source(location)
+    job_id, step = continued
     try:
         get_job(session, job_id, team_id)
     except NotFound:

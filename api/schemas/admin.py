@@ -16,8 +16,8 @@ from api.vocabulary import (
     MAX_QUOTA_GPUS,
     MAX_RATE_PER_SECOND,
     NAME_PATTERN,
+    Priority,
 )
-from grpo_core.spec.run_spec import Priority
 
 
 class _Body(BaseModel):

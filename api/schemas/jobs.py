@@ -9,7 +9,7 @@ from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from grpo_core.spec.run_spec import Priority
+from api.vocabulary import Priority
 
 T = TypeVar("T")
 

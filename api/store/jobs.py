@@ -13,6 +13,7 @@ from sqlalchemy import ColumnElement, Row, bindparam, insert, select, update
 from sqlalchemy.orm import Session, defer
 
 from api.domain_errors import Conflict, InvalidInput, NotFound
+from api.job_spec import JobSpec
 from api.lifecycle import (
     HOLDING_STATUSES,
     RULES,
@@ -27,7 +28,6 @@ from api.store.tables import Allocation, Job, JobEvent, utcnow
 from api.store.telemetry import add_event
 from api.vocabulary import PRIORITIES
 from grpo_core.rewards import required_capabilities
-from grpo_core.spec.run_spec import JobSpec
 
 
 def request_hash(spec: JobSpec, body: dict[str, Any] | None = None) -> str:

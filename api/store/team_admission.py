@@ -15,12 +15,12 @@ from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
 from api.domain_errors import NotFound, QueueFull
+from api.job_spec import JobSpec
 from api.lifecycle import WAITING_STATUSES
 from api.schemas.admin import TeamLimits
 from api.settings import Settings
 from api.store.tables import Job, Team
 from api.team_limits import check_priority, default_priority, effective_team_limits
-from grpo_core.spec.run_spec import JobSpec
 
 _LIMITS = select(Team.limits).where(Team.id == bindparam("team"))
 _LIMITS_LOCKED = _LIMITS.with_for_update(key_share=True)

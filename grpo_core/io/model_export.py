@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from grpo_core.io.disk_space import disk_full_reported
-from grpo_core.spec.run_spec import JobSpec, split_source
+from grpo_core.spec.run_spec import RunSpec
 
 ADAPTER_DIR = "adapter"  # with a merged LoRA model, the adapter itself
 CARD, GENERATION_CONFIG, ADAPTER_CONFIG = "README.md", "generation_config.json", "adapter_config.json"
@@ -48,7 +48,7 @@ def model_files(checkpoint: Path) -> list[Path]:
                   if p.is_file() and not _TRAINING_STATE.match(p.name) and p.name not in _GENERATED)
 
 
-def generation_config(checkpoint: Path, spec: JobSpec) -> dict[str, Any]:
+def generation_config(checkpoint: Path, spec: RunSpec) -> dict[str, Any]:
     """The base model's generation config (its special tokens) with the job's sampling: what
     the policy was trained to answer with."""
     try:
@@ -67,7 +67,7 @@ def generation_config(checkpoint: Path, spec: JobSpec) -> dict[str, Any]:
     return {**base, **sampling}
 
 
-def adapter_config(checkpoint: Path, spec: JobSpec) -> dict[str, Any] | None:
+def adapter_config(checkpoint: Path, spec: RunSpec) -> dict[str, Any] | None:
     """The checkpoint's LoRA adapter config (None without one) naming the base model by the
     spec's source. Nothing reads the field back: resuming and merging load the base from the
     spec; a user passes their own copy of the base to ``PeftModel.from_pretrained``."""
@@ -78,10 +78,11 @@ def adapter_config(checkpoint: Path, spec: JobSpec) -> dict[str, Any] | None:
     return {**config, "base_model_name_or_path": spec.model.source}
 
 
-def model_card(spec: JobSpec, step: int, metrics: dict[str, Any] | None, job_id: int | None = None) -> str:
+def model_card(spec: RunSpec, step: int, metrics: dict[str, Any] | None, job_id: int | None = None) -> str:
     """Markdown with Hugging Face's YAML header: where the model came from, how it was trained
     (the spec, inline rows abbreviated) and where training ended (the last step's metrics)."""
-    scheme, location = split_source(spec.model.source)
+    # Whichever spec validated the source: a scheme this core does not load (a service's) is named as is.
+    scheme, _, location = spec.model.source.partition(":")
     header: dict[str, Any] = {"library_name": "peft" if spec.model.lora and not spec.export.merge_lora
                               else "transformers", "tags": ["grpo", "reinforcement-learning"]}
     if scheme == "hf":
@@ -109,7 +110,7 @@ def _number(value: float) -> str:
     return str(value) if isinstance(value, int) or not math.isfinite(value) else f"{value:.6g}"
 
 
-def generated_files(checkpoint: Path, spec: JobSpec, step: int, metrics: dict[str, Any] | None,
+def generated_files(checkpoint: Path, spec: RunSpec, step: int, metrics: dict[str, Any] | None,
                     job_id: int | None = None) -> dict[str, bytes]:
     """The files the model folder gains beside :func:`model_files`, by name."""
     files = {GENERATION_CONFIG: json.dumps(generation_config(checkpoint, spec), indent=2).encode(),
@@ -120,7 +121,7 @@ def generated_files(checkpoint: Path, spec: JobSpec, step: int, metrics: dict[st
     return files
 
 
-def export_model(checkpoint: Path, out: Path, spec: JobSpec, step: int, metrics: dict[str, Any] | None,
+def export_model(checkpoint: Path, out: Path, spec: RunSpec, step: int, metrics: dict[str, Any] | None,
                  *, job_id: int | None = None, base_location: str | None = None) -> Path:
     """Write the model folder ``out`` from ``checkpoint``, whole or not at all (a temporary
     folder renamed into place, replacing an older export). With ``export.merge_lora`` the
@@ -144,7 +145,7 @@ def export_model(checkpoint: Path, out: Path, spec: JobSpec, step: int, metrics:
     return out
 
 
-def _merge_lora(checkpoint: Path, into: Path, spec: JobSpec, base_location: str | None) -> None:
+def _merge_lora(checkpoint: Path, into: Path, spec: RunSpec, base_location: str | None) -> None:
     """Base weights with the adapter folded in, saved with the tokenizer: a plain model."""
     from peft import PeftModel
     from transformers import AutoTokenizer

@@ -16,6 +16,7 @@ from typing import TypeVar
 import torch
 
 from grpo_core.errors import SourceUnavailable, SpecError
+from grpo_core.install_hints import install_hint
 from grpo_core.io.hub_loading import is_hub_location, load_from_hub
 from grpo_core.io.paths import resolve_under_root
 from grpo_core.io.source_errors import unreachable
@@ -35,11 +36,12 @@ def resolve_model_location(
 
 def resolve_source_location(source: str, models_root: Path | None, base_dir: Path | None, field: str) -> str:
     """:func:`resolve_model_location` of any field naming a model (a reward's model too)."""
-    scheme, location = split_source(source)
+    try:
+        scheme, location = split_source(source)
+    except ValueError as exc:  # a scheme of whoever built the spec (a service's), left unresolved
+        raise SpecError(field, f"{source}: {exc}") from exc
     if scheme == "hf":
         return location
-    if scheme == "job":  # the service resolves these to the job's folder first (worker.job_sources)
-        raise SpecError(field, "'job:' sources name a job of the service; use 'path:' here")
     folder = resolve_under_root(location, models_root, base_dir, field=field)
     if not folder.is_dir():
         # The service checked it at submit: missing now, it was moved or its disk is not mounted.
@@ -162,7 +164,7 @@ def _with_lora(policy: torch.nn.Module, spec: ModelSpec) -> torch.nn.Module:
         from peft import LoraConfig, get_peft_model
     except ImportError as exc:
         raise SpecError(
-            "model.lora", "LoRA needs the 'peft' package (pip install 'grpo-service[lora]')"
+            "model.lora", f"LoRA needs the 'peft' package ({install_hint('lora', 'peft')})"
         ) from exc
     lora = spec.lora
     config = LoraConfig(

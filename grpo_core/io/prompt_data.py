@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_core.errors import SourceUnavailable, SpecError
+from grpo_core.install_hints import install_hint
 from grpo_core.io.hub_loading import load_from_hub
 from grpo_core.io.paths import resolve_under_root
 from grpo_core.spec.prompt_rows import prompt_problem
@@ -87,7 +88,8 @@ def _iter_parquet(path: Path) -> Iterator[dict[str, Any]]:
     try:
         import pyarrow.parquet as pq
     except ImportError as exc:
-        raise SpecError(SOURCE, "reading .parquet files needs pyarrow ('grpo-service[data]')") from exc
+        raise SpecError(SOURCE, f"reading .parquet files needs pyarrow "
+                                f"({install_hint('data', 'pyarrow')})") from exc
     try:
         parquet = pq.ParquetFile(path)
         _check_count(parquet.metadata.num_rows, SOURCE)  # before loading it all into memory

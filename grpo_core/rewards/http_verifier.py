@@ -18,15 +18,18 @@ from grpo_core.errors import SpecError
 from grpo_core.rewards.reward_types import RewardContext, RewardDefinition, RewardFn
 from grpo_core.rewards.scoring import PartlyScored
 from grpo_core.rewards.verifier_client import VerifierClient
-from grpo_core.spec.run_spec import POOL_NAME_PATTERN, RewardSpec
+from grpo_core.spec.run_spec import RewardSpec
 
-__all__ = ["HTTP_VERIFIER", "HttpVerifierArgs", "verifier_names"]
+__all__ = ["HTTP_VERIFIER", "HttpVerifierArgs", "VERIFIER_NAME_PATTERN", "verifier_names"]
+
+# Lower case, digits, "_" and "-": a verifier's name goes into URL paths and the service's registry.
+VERIFIER_NAME_PATTERN = r"^[a-z0-9][a-z0-9_\-]{0,62}$"
 
 
 class HttpVerifierArgs(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    verifier: str = Field(..., pattern=POOL_NAME_PATTERN,
+    verifier: str = Field(..., pattern=VERIFIER_NAME_PATTERN,
                           description="Name of a verifier registered for your team or the job's pool.")
     columns: list[str] = Field(default_factory=list, max_length=32,
                                description="Dataset columns sent with each row (e.g. tests, a reference).")

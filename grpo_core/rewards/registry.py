@@ -32,6 +32,7 @@ from grpo_core.errors import SpecError
 from grpo_core.rewards.builtins import BUILTINS
 from grpo_core.rewards.code_tests import CODE_TESTS
 from grpo_core.rewards.http_verifier import HTTP_VERIFIER
+from grpo_core.rewards.python_grader import PYTHON_GRADER
 from grpo_core.rewards.reward_model import REWARD_MODEL
 from grpo_core.rewards.reward_types import BoundReward, RewardContext, RewardDefinition, RewardFn
 from grpo_core.rewards.similarity import TEXT_SIMILARITY
@@ -95,7 +96,8 @@ def _load_plugin(entry_point: Any) -> RewardDefinition:
 
 def _discover() -> _Registry:
     definitions = {definition.name: definition
-                   for definition in [*BUILTINS, CODE_TESTS, HTTP_VERIFIER, REWARD_MODEL, TEXT_SIMILARITY]}
+                   for definition in [*BUILTINS, CODE_TESTS, HTTP_VERIFIER, PYTHON_GRADER, REWARD_MODEL,
+                                      TEXT_SIMILARITY]}
     builtin_names = frozenset(definitions)
     broken: dict[str, str] = {}
     for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):

@@ -32,6 +32,5 @@ class RewardModelArgs(BaseModel):
     @field_validator("model")
     @classmethod
     def _model_source(cls, value: str) -> str:
-        if split_source(value)[0] == "job":
-            raise ValueError("a reward model comes from 'path:' or 'hf:'")
+        split_source(value)
         return value

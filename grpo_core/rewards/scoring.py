@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpo_core.errors import GRPOError, RewardTimeout, RewardUnavailable
+from grpo_core.errors import RewardFailed, RewardTimeout, RewardUnavailable
 from grpo_core.oom import out_of_memory_error
 from grpo_core.rewards.reward_types import BoundReward
 from grpo_core.rewards.shaping import shape_scores
@@ -51,6 +51,8 @@ class Scores:
     timed_out: list[str] = field(default_factory=list)  # rewards whose call went over its budget
     unavailable: dict[str, str] = field(default_factory=dict)  # reward -> why its service was unreachable
     unscored: dict[str, int] = field(default_factory=dict)  # reward -> rows its service could not score
+    # reward -> row -> why it is unscored, where the reward says (a python grader's exception)
+    problems: dict[str, dict[int, str]] = field(default_factory=dict)
 
 
 def _call_within(fn: Callable[..., Any], timeout: float | None, name: str, *args: Any, **kwargs: Any) -> Any:
@@ -91,11 +93,8 @@ def _to_score(name: str, index: int, value: Any) -> float:
     if value is None:
         return math.nan
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise GRPOError(
-            f"reward '{name}' returned {type(value).__name__} {value!r:.40} at index {index}; "
-            "expected a number or None",
-            code="reward_error",
-        )
+        raise RewardFailed(name, f"reward '{name}' returned {type(value).__name__} {value!r:.40} at index "
+                                 f"{index}; expected a number or None")
     try:
         score = float(value)
     except OverflowError:  # an int too large for a float is as unusable as inf
@@ -107,12 +106,11 @@ def _checked(name: str, values: Any, n: int) -> list[float]:
     if not isinstance(values, Sequence) and callable(getattr(values, "tolist", None)):
         values = values.tolist()  # numpy arrays and tensors from plugins; no import needed
     if isinstance(values, str | bytes) or not isinstance(values, Sequence):
-        raise GRPOError(
-            f"reward '{name}' returned {type(values).__name__}, not a list of {n} values", code="reward_error"
-        )
+        raise RewardFailed(name, f"reward '{name}' returned {type(values).__name__}, "
+                                 f"not a list of {n} values")
     if len(values) != n:
         message = f"reward '{name}' returned {len(values)} values for {n} completions"
-        raise GRPOError(message, code="reward_error")
+        raise RewardFailed(name, message)
     return [_to_score(name, index, value) for index, value in enumerate(values)]
 
 
@@ -155,12 +153,13 @@ def score_completions(
             continue
         except Exception as exc:
             # A reward that runs a model may run out of memory: the job's size, not the reward's bug.
-            raise out_of_memory_error(exc) or GRPOError(
-                f"reward '{reward.name}' raised {type(exc).__name__}: {exc}", code="reward_error"
-            ) from exc
+            raise out_of_memory_error(exc) or RewardFailed(
+                reward.name, f"reward '{reward.name}' raised {type(exc).__name__}: {exc}") from exc
         for row, score in enumerate(_checked(reward.name, values, n)):
             scores.matrix[row][j] = score
         if getattr(values, "unscored", 0):
             scores.unscored[reward.name] = values.unscored
+        if getattr(values, "problems", None):
+            scores.problems[reward.name] = dict(values.problems)
     scores.matrix = shape_scores(scores.matrix, rewards)
     return scores

@@ -1,4 +1,4 @@
-"""Everything a run needs, built from a ``JobSpec`` and checked before the first step.
+"""Everything a run needs, built from a ``RunSpec`` and checked before the first step.
 
 Order matters for the user: cheap checks first (dataset, rewards and their columns), the
 model last, so a typo in a reward name fails in milliseconds rather than after a model load.
@@ -36,7 +36,7 @@ from grpo_core.rewards import (
 )
 from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
 from grpo_core.spec.prompt_rows import reserved_in
-from grpo_core.spec.run_spec import JobSpec
+from grpo_core.spec.run_spec import RunSpec
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class RunComponents:
-    spec: JobSpec
+    spec: RunSpec
     placement: Placement
     tokenizer: PreTrainedTokenizerBase
     models: PolicyAndReference
@@ -69,7 +69,7 @@ def eos_token_ids(tokenizer: PreTrainedTokenizerBase, model: torch.nn.Module) ->
 
 
 def build_components(
-    spec: JobSpec,
+    spec: RunSpec,
     *,
     models_root: Path | None = None,
     data_root: Path | None = None,

@@ -43,7 +43,7 @@ from grpo_core.run.lifetime import die_with_parent
 from grpo_core.run.local_run import run_local
 from grpo_core.run.processes import signal_name, write_whole
 from grpo_core.run.trainer import TrainResult
-from grpo_core.spec.run_spec import JobSpec
+from grpo_core.spec.run_spec import RunSpec
 
 T = TypeVar("T")
 DEFAULT_HANG_TIMEOUT = timedelta(minutes=30)
@@ -80,7 +80,7 @@ class RankDied(GRPOError):
         super().__init__(f"rank {rank} (process {pid}) {how}")
 
 
-def check_data_parallel(spec: JobSpec, nproc: int) -> None:
+def check_data_parallel(spec: RunSpec, nproc: int) -> None:
     """Refuse, before any process starts, what k ranks cannot yet train exactly like one."""
     if spec.grpo.prompts_per_step % nproc:
         raise SpecError(
@@ -90,7 +90,7 @@ def check_data_parallel(spec: JobSpec, nproc: int) -> None:
 
 
 def run_data_parallel(
-    spec: JobSpec,
+    spec: RunSpec,
     spec_dir: Path,
     output_dir: Path,
     nproc: int,
@@ -108,7 +108,7 @@ def run_data_parallel(
     return launch_ranks(_train_rank, args, nproc, device=device, hang_timeout=hang_timeout)[0]
 
 
-def _train_rank(ranks: Ranks, spec: JobSpec, spec_dir: Path, output_dir: Path, resume: bool,
+def _train_rank(ranks: Ranks, spec: RunSpec, spec_dir: Path, output_dir: Path, resume: bool,
                 device: str | None, progress: bool, verifiers: dict[str, VerifierEndpoint] | None,
                 ) -> TrainResult:
     return run_local(spec, spec_dir, output_dir, resume, device, progress, ranks, verifiers)

@@ -1,4 +1,4 @@
-"""``grpo train``: run a JobSpec on this machine, writing JSONL records and checkpoints."""
+"""``grpo train``: run a RunSpec on this machine, writing JSONL records and checkpoints."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from grpo_core.run.callbacks import CallbackList, TrainerCallback
 from grpo_core.run.components import build_components
 from grpo_core.run.tracking import trackers
 from grpo_core.run.trainer import GRPOTrainer, TrainResult
-from grpo_core.spec.run_spec import JobSpec
+from grpo_core.spec.run_spec import RunSpec
 
 
 class JsonlRecorder(TrainerCallback):
@@ -75,7 +75,7 @@ class ProgressBar(TrainerCallback):
 
 
 def run_local(
-    spec: JobSpec,
+    spec: RunSpec,
     spec_dir: Path,
     output_dir: Path,
     resume: bool = False,

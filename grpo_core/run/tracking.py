@@ -3,14 +3,16 @@ spec sends every step's metrics, under the same names as the API's ``/metrics``,
 
 * ``tensorboard``: event files in ``<run folder>/tensorboard`` (written with ``tensorboardX``,
   which needs neither TensorFlow nor the TensorBoard server); the service serves them for download.
-* ``wandb``: a Weights & Biases run through its own client (``pip install 'grpo-service[wandb]'``),
+* ``wandb``: a Weights & Biases run through its own client (the ``[wandb]`` extra),
   offline into ``<run folder>/wandb`` unless the process has ``WANDB_API_KEY`` (and no
   ``WANDB_MODE``): a worker never blocks on a login prompt.
 * ``mlflow``: an MLflow run through its own client (``[mlflow]``), to ``MLFLOW_TRACKING_URI``
   when the process has one, else a local SQLite store, ``<run folder>/mlruns/mlflow.db``.
 
 Credentials and servers are the deployment's (the worker's environment), never a spec's: a spec
-names where to report, not an address to call. Only numbers are sent; a step's NaN (a statistic
+names where to report, not an address to call. Runs go to the W&B project and MLflow experiment
+the environment names (``WANDB_PROJECT``, ``MLFLOW_EXPERIMENT_NAME``), else to ``project``: "grpo"
+by default, the service's name when its worker builds them. Only numbers are sent; a step's NaN (a statistic
 over nothing) is left out rather than charted as a gap of zeros.
 
 A full disk under a tracker's files ends the run as ``disk_full`` naming them, as it does under a
@@ -33,11 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from grpo_core.errors import SpecError
+from grpo_core.install_hints import install_hint
 from grpo_core.io.disk_space import appended_whole, check_free_space, disk_full_reported
 from grpo_core.run.callbacks import TrainerCallback
-from grpo_core.spec.run_spec import JobSpec
+from grpo_core.spec.run_spec import RunSpec
 
 TRACKERS = ("tensorboard", "wandb", "mlflow")
+# W&B's project and MLflow's experiment when neither the caller nor the environment names one.
+DEFAULT_PROJECT = "grpo"
 _ENDINGS = ("finished", "stopped")
 _WANDB_FILES = "W&B run files"
 
@@ -90,14 +95,14 @@ def _tf_record(data: bytes) -> bytes:
 
 
 class WandbTracker(TrainerCallback):
-    def __init__(self, folder: Path, spec: JobSpec, run_id: str | None) -> None:
+    def __init__(self, folder: Path, spec: RunSpec, run_id: str | None, project: str) -> None:
         import wandb
 
         self.folder = folder
         mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
         with self._writing():
             folder.mkdir(parents=True, exist_ok=True)
-            self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "grpo-service"), name=spec.name,
+            self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", project), name=spec.name,
                                   id=run_id, resume="allow", dir=str(folder), mode=mode,
                                   config=spec.model_dump(mode="json", exclude={"dataset"}))
 
@@ -120,13 +125,13 @@ class WandbTracker(TrainerCallback):
 
 
 class MlflowTracker(TrainerCallback):
-    def __init__(self, folder: Path, spec: JobSpec) -> None:
+    def __init__(self, folder: Path, spec: RunSpec, project: str) -> None:
         import mlflow
 
         self.folder = folder
         # MLflow's own advice: a SQLite store, not the file store it now refuses by default.
         uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{folder.resolve() / 'mlflow.db'}"
-        experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME", "grpo-service")
+        experiment = os.environ.get("MLFLOW_EXPERIMENT_NAME", project)
         with self._writing():
             folder.mkdir(parents=True, exist_ok=True)
             self.client = mlflow.MlflowClient(tracking_uri=uri)
@@ -155,19 +160,21 @@ def _millis() -> int:
     return int(time.time() * 1000)
 
 
-def trackers(spec: JobSpec, folder: Path, run_id: str | None = None) -> list[TrainerCallback]:
-    """One callback per ``spec.report_to`` entry, writing under ``folder`` (the run's or job's).
-    A tracker whose client library is missing is a spec error naming the extra to install."""
+def trackers(spec: RunSpec, folder: Path, run_id: str | None = None,
+             project: str = DEFAULT_PROJECT) -> list[TrainerCallback]:
+    """One callback per ``spec.report_to`` entry, writing under ``folder`` (the run's or job's),
+    W&B and MLflow runs under ``project`` unless the environment names one. A tracker whose
+    client library is missing is a spec error naming the extra to install."""
     made: list[TrainerCallback] = []
     for name in spec.report_to:
         try:
             if name == "tensorboard":
                 made.append(TensorBoardTracker(folder / "tensorboard"))
             elif name == "wandb":
-                made.append(WandbTracker(folder / "wandb", spec, run_id))
+                made.append(WandbTracker(folder / "wandb", spec, run_id, project))
             else:
-                made.append(MlflowTracker(folder / "mlruns", spec))
+                made.append(MlflowTracker(folder / "mlruns", spec, project))
         except ImportError as exc:
             raise SpecError("report_to", f"{name} needs its client library on the worker "
-                                         f"(pip install 'grpo-service[{name}]'): {exc}") from exc
+                                         f"({install_hint(name, name)}): {exc}") from exc
     return made

@@ -1,5 +1,8 @@
-"""``JobSpec``: the one contract for HTTP, the CLI's YAML files and the worker. Every field carries
-a description: it is what ``/docs`` (the OpenAPI schema) shows a user, and a test keeps it so.
+"""``RunSpec``: what the core needs to run GRPO (the model, its prompts, the rewards, the
+hyper-parameters, checkpoints, trackers, devices), read by ``grpo train`` from a YAML file and by
+the worker. It knows nothing of the service: the service's job spec (``api.job_spec.JobSpec``)
+adds priority, pool, stall limit and ``job:`` sources on top of it. Every field carries a
+description: it is what ``/docs`` (the OpenAPI schema) shows a user, and a test keeps it so.
 
 Only shape and bounds are checked here; whether a ``path:`` exists, a reward name is known or a
 dataset has the prompt column is checked by :func:`grpo_core.run.components.build_components`, which
@@ -19,12 +22,7 @@ from grpo_core.spec.grpo_config import GRPOConfig
 from grpo_core.spec.prompt_rows import prompt_problem, reserved_in
 from grpo_core.spec.trl_fields import ignored_message
 
-SOURCE_PATTERN = re.compile(r"^(path|hf|job):(.+)$")
-# Another job's model: its final one (job:ID) or a kept checkpoint (job:ID@STEP); the service only.
-JOB_SOURCE_PATTERN = re.compile(r"^(\d{1,18})(?:@(\d{1,10}))?$")
-# Pool (and team) names: lower case, digits, "_" and "-", as in a URL path or a queue name.
-POOL_NAME_PATTERN = r"^[a-z0-9][a-z0-9_\-]{0,62}$"
-Priority = Literal["low", "normal", "high"]  # lowest first
+SOURCE_PATTERN = re.compile(r"^(path|hf):(.+)$")
 # Hub ids follow the hub's own rules: owner/name, each letters, digits, "-", "_" and ".", neither
 # starting nor ending with "." or "-", no ".." or "--", 96 characters in all; then an optional
 # @revision (a branch, tag or commit). Nothing that could be a URL, a shell word or a local path.
@@ -41,23 +39,13 @@ def split_source(source: str) -> tuple[str, str]:
     """``"path:/m"`` -> ``("path", "/m")``; raises ValueError for anything else."""
     match = SOURCE_PATTERN.match(source)
     if match is None:
-        raise ValueError("must start with 'path:', 'hf:' or (a model) 'job:'")
+        raise ValueError("must start with 'path:' or 'hf:'")
     scheme, rest = match.group(1), match.group(2).strip()
     if not rest:
         raise ValueError(f"'{scheme}:' needs a location after it")
     if scheme == "hf":
         _check_hub_id(rest)
-    if scheme == "job":
-        job_source(rest)
     return scheme, rest
-
-
-def job_source(location: str) -> tuple[int, int | None]:
-    """``"7"`` -> ``(7, None)`` (the job's final model), ``"7@40"`` -> ``(7, 40)`` (its checkpoint)."""
-    match = JOB_SOURCE_PATTERN.match(location)
-    if match is None or int(match.group(1)) < 1 or (match.group(2) is not None and int(match.group(2)) < 1):
-        raise ValueError("job: sources look like 'job:ID' (its final model) or 'job:ID@STEP' (a checkpoint)")
-    return int(match.group(1)), None if match.group(2) is None else int(match.group(2))
 
 
 def _check_hub_id(location: str) -> None:
@@ -99,8 +87,7 @@ class LoraSpec(_Strict):
 class ModelSpec(_Strict):
     """The policy to train: where it comes from and how it is loaded."""
 
-    source: str = Field(..., max_length=1024, description="path:FOLDER, hf:owner/name[@revision], or "
-                        "job:ID[@STEP]: another job of the team's final model, or its checkpoint of STEP")
+    source: str = Field(..., max_length=1024, description="path:FOLDER or hf:owner/name[@revision]")
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "float32", description="The weights' dtype once loaded. float32 weights train under bf16 autocast "
         "on a GPU (full precision on a CPU); bfloat16 and float16 weights run as they are.")
@@ -134,8 +121,8 @@ class DatasetSpec(_Strict):
     @field_validator("source")
     @classmethod
     def _known_scheme(cls, value: str | None) -> str | None:
-        if value is not None and split_source(value)[0] == "job":
-            raise ValueError("a dataset comes from 'path:' or 'hf:'; 'job:' names a model")
+        if value is not None:
+            split_source(value)
         return value
 
     @model_validator(mode="after")
@@ -234,8 +221,6 @@ class ResourcesSpec(_Strict):
 
     gpus: int = Field(1, ge=1, le=64, description="Devices the job trains on, all on one worker, as that "
                       "many data-parallel ranks; grpo.prompts_per_step must divide among them.")
-    pool: str = Field("default", pattern=POOL_NAME_PATTERN,
-                      description="The pool of workers to run on (GET /v1/cluster lists them).")
     sharding: Sharding = Field(
         "ddp",
         description=(
@@ -277,8 +262,8 @@ class ExportSpec(_Strict):
         "merged in (a plain model any loader takes), and the adapter itself under adapter/.")
 
 
-class JobSpec(_Strict):
-    """A GRPO job: the model, its prompts, the rewards that score its completions and the
+class RunSpec(_Strict):
+    """A GRPO run: the model, its prompts, the rewards that score its completions and the
     hyper-parameters (``grpo``, with TRL's GRPOConfig names)."""
 
     name: str = Field(..., min_length=1, max_length=128, description="A name for people; need not be "
@@ -303,11 +288,6 @@ class JobSpec(_Strict):
     log_completions_every: int = Field(10, ge=1, le=10_000_000, description="Steps between the sample "
                                        "completions kept (with their rewards and advantages); step 1's "
                                        "are always kept.")
-    stall_seconds: int | None = Field(
-        None, ge=1, le=7 * 24 * 3600,
-        description="In the service: end the job as `stalled` when no step finishes for this long "
-        "(its first step counts from the start, model loading included). Only lowers the service's "
-        "own limit (GRPO_STALL_SECONDS); `grpo train` ignores it.")
     reward_timeout_seconds: float = Field(
         10.0, gt=0, le=3600,
         description="Time budget of each reward call (one reward over one batch). A call over it "
@@ -321,8 +301,6 @@ class JobSpec(_Strict):
         default_factory=list, max_length=3,
         description="Experiment trackers (TRL's name) that also get every step's metrics: TensorBoard "
         "event files beside the run's checkpoints, a W&B run, an MLflow run (grpo_core.run.tracking).")
-    priority: Priority = Field("normal", description="The scheduler's class: high jobs go first and "
-                               "may preempt a job of a team over its fair share; low ones go last.")
 
     def warnings(self) -> list[SpecWarning]:
         """Fields this spec was given that change nothing: TRL fields set to a value that asks for
@@ -341,14 +319,14 @@ class JobSpec(_Strict):
         return self.grpo.steps_for(len(self.dataset.prompts))
 
     @model_validator(mode="after")
-    def _merge_needs_an_adapter(self) -> JobSpec:
+    def _merge_needs_an_adapter(self) -> RunSpec:
         if self.export.merge_lora and self.model.lora is None:
             raise _located_error(type(self).__name__, ("export", "merge_lora"), True, "merge_needs_lora",
                                  "merges a LoRA adapter, but model.lora is not set", {})
         return self
 
     @model_validator(mode="after")
-    def _gates_name_other_rewards(self) -> JobSpec:
+    def _gates_name_other_rewards(self) -> RunSpec:
         names = reward_names(self.rewards)
         for index, reward in enumerate(self.rewards):
             gate = reward.gate_by
@@ -364,7 +342,7 @@ class JobSpec(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _save_total_limit_is_checkpoint_keep_last(self) -> JobSpec:
+    def _save_total_limit_is_checkpoint_keep_last(self) -> RunSpec:
         """TRL's ``save_total_limit`` (under grpo:, where a pasted TRL config puts it) sets
         checkpoint_keep_last; both given must agree, so neither is silently ignored."""
         limit = self.grpo.save_total_limit
@@ -380,7 +358,7 @@ class JobSpec(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _whole_groups_per_rank(self) -> JobSpec:
+    def _whole_groups_per_rank(self) -> RunSpec:
         """A k-GPU job trains as k data-parallel ranks, each generating and scoring whole groups,
         so every rank must get the same number of prompts."""
         gpus, prompts = self.resources.gpus, self.grpo.prompts_per_step

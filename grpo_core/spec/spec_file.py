@@ -1,36 +1,41 @@
-"""Reading a JobSpec from YAML/JSON and turning validation failures into per-field messages."""
+"""Reading a spec from YAML/JSON and turning validation failures into per-field messages.
+
+Every function takes the spec's class: :class:`RunSpec` by default, or a spec built on it (the
+service's job spec), so its fields are checked and its unknown fields hinted alike.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import ValidationError
 
 from grpo_core.errors import SpecError
 from grpo_core.spec.field_hints import unknown_field_message
-from grpo_core.spec.run_spec import JobSpec
+from grpo_core.spec.run_spec import RunSpec
 
 MAX_SPEC_BYTES = 1024 * 1024
+SpecT = TypeVar("SpecT", bound=RunSpec)
 
 
 def field_path(loc: tuple[Any, ...]) -> str:
     return ".".join(str(part) for part in loc) or "spec"
 
 
-def validation_messages(exc: ValidationError) -> list[SpecError]:
-    """One :class:`SpecError` per invalid field, with pydantic's reason."""
-    return [SpecError(field_path(err["loc"]), spec_error_reason(err))
+def validation_messages(exc: ValidationError, spec_type: type[RunSpec] = RunSpec) -> list[SpecError]:
+    """One :class:`SpecError` per invalid field of a ``spec_type``, with pydantic's reason."""
+    return [SpecError(field_path(err["loc"]), spec_error_reason(err, spec_type))
             for err in exc.errors(include_url=False)]
 
 
-def spec_error_reason(err: Any) -> str:
-    """Pydantic's message for one error of a JobSpec (``loc`` inside the spec); a field the spec
-    does not have is told as the name it probably meant, or where that name belongs."""
+def spec_error_reason(err: Any, spec_type: type[RunSpec] = RunSpec) -> str:
+    """Pydantic's message for one error of a ``spec_type`` (``loc`` inside the spec); a field the
+    spec does not have is told as the name it probably meant, or where that name belongs."""
     if err["type"] == "extra_forbidden":
-        return unknown_field_message(JobSpec, tuple(err["loc"]))
+        return unknown_field_message(spec_type, tuple(err["loc"]))
     return err["msg"]
 
 
@@ -42,21 +47,21 @@ class InvalidSpec(Exception):  # noqa: N818 - it names the condition, like FileN
         self.errors = errors
 
 
-def parse_spec(data: Any) -> JobSpec:
+def parse_spec(data: Any, spec_type: type[SpecT] = RunSpec) -> SpecT:
     if not isinstance(data, dict):
         raise InvalidSpec([SpecError("spec", "must be a mapping of fields")])
     try:
-        return JobSpec.model_validate(data)
+        return spec_type.model_validate(data)
     except ValidationError as exc:
-        raise InvalidSpec(validation_messages(exc)) from exc
+        raise InvalidSpec(validation_messages(exc, spec_type)) from exc
 
 
-def with_changes(spec: JobSpec, changes: dict[str, Any]) -> JobSpec:
+def with_changes(spec: SpecT, changes: dict[str, Any]) -> SpecT:
     """``spec`` with ``changes`` applied and validated again; a nested mapping changes only the
     fields it names (``{"grpo": {"max_steps": 10}}``). An override (``--max-steps``, a new
     priority) goes into the spec itself so every reader sees the one value. Raises
-    :class:`InvalidSpec`."""
-    return parse_spec(_merged(spec.model_dump(), changes))
+    :class:`InvalidSpec`. The result is of ``spec``'s own class."""
+    return parse_spec(_merged(spec.model_dump(), changes), type(spec))
 
 
 def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
@@ -99,6 +104,6 @@ def read_spec_data(path: Path) -> Any:
         raise InvalidSpec([SpecError("spec", f"{path} is not valid YAML/JSON: {exc}")]) from exc
 
 
-def load_spec_file(path: Path) -> JobSpec:
-    """YAML (a superset of JSON) file → JobSpec; raises :class:`InvalidSpec`."""
-    return parse_spec(read_spec_data(path))
+def load_spec_file(path: Path, spec_type: type[SpecT] = RunSpec) -> SpecT:
+    """YAML (a superset of JSON) file → a ``spec_type``; raises :class:`InvalidSpec`."""
+    return parse_spec(read_spec_data(path), spec_type)

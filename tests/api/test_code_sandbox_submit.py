@@ -69,6 +69,14 @@ def test_accepted_once_a_real_worker_of_the_pool_checked_its_sandbox_and_adverti
     assert refused.status_code == 422 and refused.json()["error"]["param"] == "rewards.1.name"
 
 
+@needs_sandbox
+def test_a_worker_logs_which_protections_of_its_sandbox_hold(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="worker.heartbeat"):
+        assert worker_capabilities() == [CAPABILITY]
+    active = "code sandbox protections active: seccomp, no_userns, limits_on_init, minimal_mounts"
+    assert active in caplog.text
+
+
 def test_a_worker_without_bwrap_advertises_no_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
     assert worker_capabilities() == []

@@ -31,6 +31,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/v1/queue"): ANY,
     ("GET", "/v1/cluster"): ANY,
     ("GET", "/v1/jobs"): TEAM,
+    ("POST", "/v1/rewards/run"): TEAM,  # verifiers of the caller's team only (test_reward_trials.py)
     ("POST", "/v1/jobs"): TEAM,
     ("POST", "/v1/stream-tickets"): TEAM,  # a ticket stands for the caller's own key (test_hardening.py)
     ("GET", _JOB): JOB,
@@ -71,7 +72,9 @@ ROUTES: dict[tuple[str, str], str] = {
     ("DELETE", "/v1/admin/verifiers/{verifier}"): ADMIN,
 }
 # Valid bodies where a route reads one, so the team check, not validation, decides the answer.
-BODIES = {("PATCH", _JOB): {"priority": "low"}}
+BODIES = {("PATCH", _JOB): {"priority": "low"},
+          ("POST", "/v1/rewards/run"): {"rewards": [{"name": "contains", "args": {"text": "4"}}],
+                                        "samples": [{"prompt": "2+2?", "completion": "4"}]}}
 
 
 def v1_routes(settings) -> set[tuple[str, str]]:

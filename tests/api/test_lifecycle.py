@@ -77,10 +77,10 @@ def team_id(api_database_url: str) -> int:
 def job_in(api_database_url: str, team_id: int, job_spec):
     """``job_in(status, worker_id="w1")``: a new job put in ``status`` by hand; one that holds
     GPUs is held by ``worker_id`` and has an open allocation, as a dispatch leaves it."""
+    from api.job_spec import JobSpec
     from api.store.db import session_scope
     from api.store.jobs import create_job
     from api.store.tables import Allocation, Job
-    from grpo_core.spec.run_spec import JobSpec
 
     def make(status: str, worker_id: str = "w1") -> int:
         with session_scope(api_database_url) as session:

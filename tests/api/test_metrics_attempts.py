@@ -10,13 +10,13 @@ import pytest
 from specs import tiny_spec
 from sqlalchemy import select
 
+from api.job_spec import JobSpec
 from api.store.clock import Backoff, db_now
 from api.store.db import session_scope
 from api.store.jobs import create_job
 from api.store.tables import JobMetric
 from api.store.teams import DEFAULT_TEAM, team_id_by_name
 from api.store.telemetry import add_event_once, list_events, list_metrics, record_metrics
-from grpo_core.spec.run_spec import JobSpec
 
 
 @pytest.fixture

@@ -12,12 +12,12 @@ import redis
 from service_db import fresh_postgres_url, migrated
 from service_stack import settings_of
 
+from api.job_spec import JobSpec
 from api.store.bus import live_workers
 from api.store.db import session_scope
 from api.store.jobs import create_job, get_job
 from api.store.teams import DEFAULT_TEAM, team_id_by_name
 from api.store.telemetry import list_metrics
-from grpo_core.spec.run_spec import JobSpec
 
 STEPS = 3
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from grpo_core.spec.run_spec import JobSpec
+from grpo_core.spec.run_spec import RunSpec
 
 PROMPTS = [
     "Is the sum of two and three five?",
@@ -49,5 +49,5 @@ def spec_dict(model_dir: Path, **grpo: Any) -> dict[str, Any]:
     }
 
 
-def make_spec(model_dir: Path, **grpo: Any) -> JobSpec:
-    return JobSpec.model_validate(spec_dict(model_dir, **grpo))
+def make_spec(model_dir: Path, **grpo: Any) -> RunSpec:
+    return RunSpec.model_validate(spec_dict(model_dir, **grpo))

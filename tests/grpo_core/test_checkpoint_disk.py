@@ -24,13 +24,13 @@ from grpo_core.run.checkpoint import prune_checkpoints
 from grpo_core.run.components import build_components
 from grpo_core.run.local_run import run_local
 from grpo_core.run.trainer import GRPOTrainer
-from grpo_core.spec.run_spec import JobSpec
+from grpo_core.spec.run_spec import RunSpec
 
 real_save = torch.save
 
 
-def spec(model_dir: Path, max_steps: int, **top) -> JobSpec:
-    return JobSpec.model_validate({**spec_dict(model_dir, max_steps=max_steps), "checkpoint_every": 1, **top})
+def spec(model_dir: Path, max_steps: int, **top) -> RunSpec:
+    return RunSpec.model_validate({**spec_dict(model_dir, max_steps=max_steps), "checkpoint_every": 1, **top})
 
 
 def fail_writes_into(step: int, error: BaseException):

@@ -84,11 +84,11 @@ def test_delta_just_above_the_upper_clip_is_accepted(tmp_path):
 
 def test_changes_are_applied_to_the_spec_and_validated_again(tmp_path):
     spec = parse_spec(spec_dict(tmp_path, max_steps=4, learning_rate=0.5))
-    changed = with_changes(spec, {"grpo": {"max_steps": 2}, "priority": "high"})
-    assert (changed.grpo.max_steps, changed.priority) == (2, "high")
+    changed = with_changes(spec, {"grpo": {"max_steps": 2}, "checkpoint_every": 7})
+    assert (changed.grpo.max_steps, changed.checkpoint_every) == (2, 7)
     # Only the named fields change; the rest of the section is kept.
-    assert changed.grpo.learning_rate == 0.5 and changed.model_dump(exclude={"grpo", "priority"}) == (
-        spec.model_dump(exclude={"grpo", "priority"})
+    assert changed.grpo.learning_rate == 0.5 and changed.model_dump(exclude={"grpo", "checkpoint_every"}) == (
+        spec.model_dump(exclude={"grpo", "checkpoint_every"})
     )
     assert spec.grpo.max_steps == 4, "the original spec is left alone"
     with pytest.raises(InvalidSpec) as info:

@@ -19,7 +19,7 @@ from grpo_core.run.components import build_components
 from grpo_core.run.launch import check_data_parallel, run_data_parallel
 from grpo_core.run.local_run import JsonlRecorder, run_local
 from grpo_core.run.trainer import GRPOTrainer
-from grpo_core.spec.run_spec import JobSpec
+from grpo_core.spec.run_spec import RunSpec
 
 # Runs whose weights are compared across rank counts use adam_epsilon 1e-6: Adam divides a
 # gradient by its own running size, so an entry near zero moves by ~lr whatever its sign, and the
@@ -63,7 +63,7 @@ def test_two_gloo_ranks_train_exactly_like_one_process(tiny_model_dir, tmp_path,
     assert events.count("started") == 1 and events.count("finished") == 1
 
 
-def _dynamic_sampling_spec(model_dir: Path) -> JobSpec:
+def _dynamic_sampling_spec(model_dir: Path) -> RunSpec:
     """A reward that some prompts can never earn: the needle "zzz" is never sampled, so their
     groups have no variance, while "e" turns up in some completions but not all."""
     spec = spec_dict(
@@ -73,7 +73,7 @@ def _dynamic_sampling_spec(model_dir: Path) -> JobSpec:
     rows = [{"prompt": p, "needle": ["e", "zzz"][i % 2]} for i, p in enumerate(PROMPTS)]
     spec["dataset"] = {"prompts": rows}
     spec["rewards"] = [{"name": "contains", "args": {"field": "needle"}}]
-    return JobSpec.model_validate(spec)
+    return RunSpec.model_validate(spec)
 
 
 @pytest.mark.slow

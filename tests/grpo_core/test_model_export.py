@@ -16,15 +16,16 @@ import torch
 from full_disk import small_disk
 from transformers import AutoModelForCausalLM
 
+from api.job_spec import JobSpec
 from grpo_core.errors import GRPOError
 from grpo_core.io.model_export import ADAPTER_DIR, export_model, generated_files, model_card, model_files
-from grpo_core.spec.run_spec import JobSpec
+from grpo_core.spec.run_spec import RunSpec
 
 ROWS = [{"prompt": f"question {n}"} for n in range(10)]
 
 
-def spec(**fields) -> JobSpec:
-    return JobSpec.model_validate({
+def spec(spec_type: type[RunSpec] = RunSpec, **fields) -> RunSpec:
+    return spec_type.model_validate({
         "name": "card", "model": {"source": "path:tiny"}, "dataset": {"prompts": ROWS},
         "rewards": [{"name": "contains", "args": {"text": "yes"}}],
         "grpo": {"temperature": 0.5, "top_k": 20, "max_completion_length": 64}, **fields})
@@ -112,7 +113,10 @@ def test_an_adapter_names_its_base_by_the_spec_source_wherever_it_leaves_the_ser
     assert server_path in (checkpoint / "adapter_config.json").read_bytes()  # what peft writes
     for source in ("path:tiny", "hf:owner/base-model", "job:12"):
         for merge in (False, True):
-            lora = spec(model={"source": source, "lora": {"r": 4, "alpha": 8}}, export={"merge_lora": merge})
+            # job:ID is the service's (its job spec), exported after the worker loaded the folder it names.
+            spec_type = JobSpec if source.startswith("job:") else RunSpec
+            lora = spec(spec_type, model={"source": source, "lora": {"r": 4, "alpha": 8}},
+                        export={"merge_lora": merge})
             # A checkpoint's download: its model files as they are, and the generated ones.
             generated = generated_files(checkpoint, lora, 2, None)
             assert "adapter_config.json" not in {p.name for p in model_files(checkpoint)}

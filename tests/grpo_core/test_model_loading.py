@@ -10,13 +10,13 @@ from grpo_core.algorithm.logprobs import completion_logprobs
 from grpo_core.io.model_loading import load_tokenizer
 from grpo_core.run.components import build_components
 from grpo_core.run.trainer import GRPOTrainer
-from grpo_core.spec.run_spec import JobSpec
+from grpo_core.spec.run_spec import RunSpec
 
 
-def with_lora(spec: JobSpec, **lora) -> JobSpec:
+def with_lora(spec: RunSpec, **lora) -> RunSpec:
     data = spec.model_dump()
     data["model"]["lora"] = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"], **lora}
-    return JobSpec.model_validate(data)
+    return RunSpec.model_validate(data)
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2", "gpt2"])

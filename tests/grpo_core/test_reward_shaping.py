@@ -13,7 +13,7 @@ from reward_helpers import fresh_registry  # noqa: F401 - autouse fixture
 
 from grpo_core.algorithm.advantages import combine_rewards
 from grpo_core.rewards import BoundReward, RewardContext, bind_rewards, score_completions
-from grpo_core.spec.run_spec import JobSpec, RewardSpec
+from grpo_core.spec.run_spec import RewardSpec, RunSpec
 
 NAN = math.nan
 
@@ -81,7 +81,7 @@ def job(rewards: list[dict[str, Any]]) -> dict[str, Any]:
 
 def error_at(rewards: list[dict[str, Any]]) -> tuple[tuple[Any, ...], str]:
     with pytest.raises(ValidationError) as info:
-        JobSpec.model_validate(job(rewards))
+        RunSpec.model_validate(job(rewards))
     first = info.value.errors()[0]
     return first["loc"], first["msg"]
 
@@ -100,7 +100,7 @@ def test_spec_names_the_field_of_a_bad_gate_or_clip():
 
 
 def test_bound_rewards_carry_their_shaping_and_a_repeated_name_gates_by_its_suffix():
-    spec = JobSpec.model_validate(job([
+    spec = RunSpec.model_validate(job([
         {"name": "json_valid"},
         {"name": "json_valid", "args": {"require_object": True}, "clip_max": 0.5},
         {"name": "contains", "args": {"text": "{"}, "gate_by": "json_valid_2", "gate_threshold": 0.25},

@@ -21,7 +21,7 @@ from same_records import assert_same_record
 from grpo_core.errors import GRPOError
 from grpo_core.run.launch import run_data_parallel
 from grpo_core.run.local_run import run_local
-from grpo_core.spec.run_spec import JobSpec
+from grpo_core.spec.run_spec import RunSpec
 
 HANG = timedelta(seconds=120)  # a rank left waiting fails the test instead of hanging it
 
@@ -40,7 +40,7 @@ def early_eos_model_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathF
     return folder
 
 
-def job(model_dir: Path, sharding: str, **grpo) -> JobSpec:
+def job(model_dir: Path, sharding: str, **grpo) -> RunSpec:
     """Token-mean loss, batch-scaled rewards, two passes per batch and two micro-batches: every
     whole-step statistic crosses ranks. Six prompts split over 1, 2 or 3 ranks."""
     settings = dict(
@@ -58,10 +58,10 @@ def job(model_dir: Path, sharding: str, **grpo) -> JobSpec:
     data = spec_dict(model_dir, **{**settings, **grpo})
     data["checkpoint_every"] = 1
     data["resources"] = {"gpus": 2, "sharding": sharding}
-    return JobSpec.model_validate(data)
+    return RunSpec.model_validate(data)
 
 
-def train(spec: JobSpec, root: Path, name: str, ranks: int, resume: bool = False) -> Path:
+def train(spec: RunSpec, root: Path, name: str, ranks: int, resume: bool = False) -> Path:
     out = root / name
     if ranks == 1:
         run_local(spec, root, out, resume=resume, device="cpu", progress=False)
@@ -85,7 +85,7 @@ def resume_from(runs_root: Path, source: str, name: str, step: int) -> Path:
 @dataclass
 class Runs:
     root: Path
-    spec: JobSpec
+    spec: RunSpec
     one: Path  # the 1-process run
     fsdp: Path  # the same job sharded over 2 gloo ranks
 
@@ -174,13 +174,13 @@ def test_a_ddp_checkpoint_between_passes_resumes_on_the_same_ranks(runs, early_e
 
 @pytest.mark.slow
 def test_lora_trains_alike_in_one_process_under_ddp_and_under_fsdp(tiny_model_dir, tmp_path):
-    def lora_job(sharding: str) -> JobSpec:
+    def lora_job(sharding: str) -> RunSpec:
         data = spec_dict(
             tiny_model_dir, max_steps=2, prompts_per_step=2, num_iterations=2, learning_rate=3e-2
         )
         data["model"]["lora"] = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
         data["resources"] = {"gpus": 2, "sharding": sharding}
-        return JobSpec.model_validate(data)
+        return RunSpec.model_validate(data)
 
     adapters = {}
     for name, ranks in (("ddp", 1), ("ddp", 2), ("fsdp", 2)):
@@ -200,10 +200,10 @@ def test_lora_trains_alike_in_one_process_under_ddp_and_under_fsdp(tiny_model_di
 
 def test_fsdp_needs_several_gpus_and_sharding_is_ddp_or_fsdp(tiny_model_dir):
     data = spec_dict(tiny_model_dir)
-    assert JobSpec.model_validate(data).resources.sharding == "ddp"
+    assert RunSpec.model_validate(data).resources.sharding == "ddp"
     for resources in ({"sharding": "fsdp"}, {"gpus": 2, "sharding": "zero3"}):
         with pytest.raises(ValidationError) as bad:
-            JobSpec.model_validate({**data, "resources": resources})
+            RunSpec.model_validate({**data, "resources": resources})
         assert [e["loc"] for e in bad.value.errors()] == [("resources", "sharding")], resources
     with pytest.raises(ValidationError, match="needs gpus >= 2"):
-        JobSpec.model_validate({**data, "resources": {"gpus": 1, "sharding": "fsdp"}})
+        RunSpec.model_validate({**data, "resources": {"gpus": 1, "sharding": "fsdp"}})

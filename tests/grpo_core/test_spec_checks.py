@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from grpo_core.errors import SpecError
 from grpo_core.rewards import validate_reward_specs
-from grpo_core.spec.run_spec import JobSpec, RewardSpec, split_source
+from grpo_core.spec.run_spec import RewardSpec, RunSpec, split_source
 
 PROMPTS = [{"prompt": "Is it yes?", "answer": "yes"}]
 
@@ -24,7 +24,7 @@ def spec(**fields: Any) -> dict[str, Any]:
 
 def error_paths(body: dict[str, Any]) -> dict[str, str]:
     with pytest.raises(ValidationError) as info:
-        JobSpec.model_validate(body)
+        RunSpec.model_validate(body)
     return {".".join(map(str, e["loc"])): e["msg"] for e in info.value.errors()}
 
 
@@ -70,7 +70,7 @@ def test_bad_inline_rows_name_the_row_and_column(dataset: dict, path: str, words
 
 def test_chat_messages_of_the_three_roles_are_accepted() -> None:
     messages = [{"role": r, "content": "x"} for r in ("system", "user", "assistant")]
-    JobSpec.model_validate(spec(dataset={"prompts": [{"prompt": messages}]}))
+    RunSpec.model_validate(spec(dataset={"prompts": [{"prompt": messages}]}))
 
 
 @pytest.mark.parametrize("pattern", ["(", "[z-a]", "a{2,1}", "a**"])
@@ -101,5 +101,5 @@ def test_a_reward_field_missing_from_the_inline_rows_is_refused() -> None:
 
 
 def test_the_reward_budget_is_bounded_and_has_a_default() -> None:
-    assert JobSpec.model_validate(spec()).reward_timeout_seconds == 10.0
+    assert RunSpec.model_validate(spec()).reward_timeout_seconds == 10.0
     assert "reward_timeout_seconds" in error_paths(spec(reward_timeout_seconds=0))

@@ -15,14 +15,14 @@ from tensorboard_events import read_scalars
 
 from grpo_core.errors import GRPOError, SpecError
 from grpo_core.run.tracking import trackers
-from grpo_core.spec.run_spec import JobSpec
+from grpo_core.spec.run_spec import RunSpec
 
 RECORDS = [{"step": step, "reward": 0.25 * step, "rewards/contains/mean": 0.1 * step, "kl": float("nan"),
             "clip_ratio/region_mean": 0.0} for step in (1, 2, 3)]
 
 
-def spec(*report_to: str) -> JobSpec:
-    return JobSpec.model_validate({"name": "tracked", "model": {"source": "path:tiny"},
+def spec(*report_to: str) -> RunSpec:
+    return RunSpec.model_validate({"name": "tracked", "model": {"source": "path:tiny"},
                                    "dataset": {"prompts": [{"prompt": "a"}]},
                                    "rewards": [{"name": "contains", "args": {"text": "y"}}],
                                    "report_to": list(report_to)})
@@ -69,7 +69,8 @@ def test_wandb_offline_and_mlflow_local_runs_hold_the_same_metrics(tmp_path, off
                                        3: {"reward": 0.75, "rewards/contains/mean": pytest.approx(0.3),
                                            "clip_ratio/region_mean": 0.0}}
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
-    [found] = client.search_runs([client.get_experiment_by_name("grpo-service").experiment_id])
+    # The core's default experiment; the service's worker passes its own name (worker/training.py).
+    [found] = client.search_runs([client.get_experiment_by_name("grpo").experiment_id])
     assert found.info.run_name == "tracked" and found.info.status == "FINISHED"
     history = client.get_metric_history(found.info.run_id, "rewards/contains/mean")
     assert [(m.step, round(m.value, 6)) for m in history] == [(1, 0.1), (2, 0.2), (3, 0.3)]

@@ -19,11 +19,11 @@ from grpo_core.algorithm.sampling import apply_min_p, apply_repetition_penalty, 
 from grpo_core.io.model_loading import load_tokenizer
 from grpo_core.run.local_run import run_local
 from grpo_core.spec.grpo_config import GRPOConfig
-from grpo_core.spec.run_spec import JobSpec
+from grpo_core.spec.run_spec import RunSpec
 from grpo_core.spec.spec_file import InvalidSpec, parse_spec
 from grpo_core.spec.trl_fields import OFF, REFUSED
 
-# JobSpec's top-level fields that share a TRL name, and why their defaults are written differently.
+# RunSpec's top-level fields that share a TRL name, and why their defaults are written differently.
 SAME_MEANING = {"report_to": ("none", [], "TRL's 'none' and our empty list both mean: no trackers")}
 # TRL 1.16's defaults that ask for something this service does differently, so a config holding them
 # is refused rather than quietly trained otherwise; every other default of a field we do not take is
@@ -64,16 +64,16 @@ def test_every_shared_field_has_trls_default(trl_defaults: dict[str, Any]) -> No
     different = {name: (getattr(ours, name), trl_defaults[name]) for name in shared
                  if getattr(ours, name) != trl_defaults[name]}
     assert not different, f"ours vs TRL: {different}"
-    top_level = set(JobSpec.model_fields) & set(trl_defaults)
+    top_level = set(RunSpec.model_fields) & set(trl_defaults)
     assert top_level == set(SAME_MEANING)
     for name, (theirs, ours_default, _reason) in SAME_MEANING.items():
-        assert (trl_defaults[name], JobSpec.model_fields[name].get_default(call_default_factory=True)) == (
+        assert (trl_defaults[name], RunSpec.model_fields[name].get_default(call_default_factory=True)) == (
             theirs, ours_default)
 
 
 def test_every_trl_field_is_accepted_or_refused_with_advice(trl_defaults: dict[str, Any]) -> None:
     """A field a new TRL release adds fails here until it is mapped or given advice."""
-    accepted = set(GRPOConfig.model_fields) | set(JobSpec.model_fields)
+    accepted = set(GRPOConfig.model_fields) | set(RunSpec.model_fields)
     unplaced = sorted(name for name in trl_defaults if name not in accepted and name not in REFUSED)
     assert not unplaced, f"add these to grpo_core.spec.trl_fields.REFUSED or accept them: {unplaced}"
 
@@ -287,7 +287,7 @@ def test_a_run_by_epochs_trains_that_many_steps_and_decays_over_them(tiny_model_
     data = spec_dict(tiny_model_dir, max_steps=-1, num_train_epochs=1, prompts_per_step=4,
                      lr_scheduler_type="linear")
     out = tmp_path / "run"
-    result = run_local(JobSpec.model_validate(data), tmp_path, out, device="cpu", progress=False)
+    result = run_local(RunSpec.model_validate(data), tmp_path, out, device="cpu", progress=False)
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     rate = data["grpo"]["learning_rate"]
     assert result.step == 2
@@ -381,7 +381,7 @@ def test_the_exported_generation_config_samples_as_the_job_did(tmp_path) -> None
 
 def test_save_total_limit_keeps_that_many_checkpoints(tiny_model_dir, tmp_path) -> None:
     data = {**spec_dict(tiny_model_dir, max_steps=4, save_total_limit=2), "checkpoint_every": 1}
-    spec = JobSpec.model_validate(data)
+    spec = RunSpec.model_validate(data)
     assert spec.checkpoint_keep_last == 2
     out = tmp_path / "run"
     run_local(spec, tmp_path, out, device="cpu", progress=False)

@@ -10,10 +10,10 @@ import pytest
 from test_run_job import dispatch_by_hand
 
 from api.http.submission import check_submission
+from api.job_spec import JobSpec
 from api.scheduling.scheduler import celery_client
 from api.store.db import session_scope
 from api.store.telemetry import list_metrics
-from grpo_core.spec.run_spec import JobSpec
 
 pytestmark = pytest.mark.slow
 ROWS = [{"prompt": "Is it yes?", "answer": "yes"}, {"prompt": "What is 2+3?", "answer": "5"}]

@@ -15,6 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from api.job_spec import JobSpec
 from api.lifecycle import HOLDING_STATUSES, TERMINAL_STATUSES
 from api.main import create_app
 from api.store.db import session_scope
@@ -23,7 +24,6 @@ from api.store.pools import ensure_pool, set_held
 from api.store.tables import Job, JobEvent
 from api.store.teams import create_team, set_quota
 from api.store.telemetry import list_events, list_metrics
-from grpo_core.spec.run_spec import JobSpec
 
 pytestmark = pytest.mark.slow
 

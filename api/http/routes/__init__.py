@@ -7,7 +7,18 @@ from fastapi import APIRouter, Depends
 
 from api.http.deps import get_principal
 from api.http.rate_limit import enforce_rate_limit
-from api.http.routes import admin, cluster, dashboard, downloads, jobs, meta, prometheus, stream, telemetry
+from api.http.routes import (
+    admin,
+    cluster,
+    dashboard,
+    downloads,
+    jobs,
+    meta,
+    prometheus,
+    reward_trials,
+    stream,
+    telemetry,
+)
 
 
 def build_router() -> APIRouter:
@@ -20,9 +31,8 @@ def build_router() -> APIRouter:
                    responses={401: {"description": "Missing or wrong bearer token"},
                               429: {"description": "The team's reads or writes are over its rate limit; "
                                                    "retry after `Retry-After` seconds"}})
-    for module_router in (meta.catalog, jobs.router, telemetry.router, downloads.router, stream.router,
-                          cluster.router,
-                          admin.me, admin.router):
+    for module_router in (meta.catalog, reward_trials.router, jobs.router, telemetry.router, downloads.router,
+                          stream.router, cluster.router, admin.me, admin.router):
         v1.include_router(module_router)
     root.include_router(v1)
     return root

@@ -22,10 +22,10 @@ from api.http.download_pins import PINS_DIR, DownloadPins
 from api.http.error_responses import error_response
 from api.http.params import MAX_INT, JobId
 from api.http.tar_stream import TarStream, parse_range
+from api.job_spec import JobSpec
 from api.store import jobs as job_store
 from api.store import telemetry
 from grpo_core.io.model_export import generated_files, model_files
-from grpo_core.spec.run_spec import JobSpec
 
 router = APIRouter(prefix="/jobs/{job_id}", tags=["downloads"])
 _TAR = {"content": {"application/x-tar": {}}, "description": "The folder as a tar (206: the range asked)"}

@@ -33,6 +33,7 @@ from api.http.submission import (
     check_verifiers,
 )
 from api.http.views import job_for
+from api.job_spec import JobSpec
 from api.lifecycle import JOB_STATUSES, WAITING_STATUSES
 from api.scheduling import liveness
 from api.schemas.jobs import JobRead, JobUpdate, Page
@@ -43,7 +44,6 @@ from api.store.db import session_scope
 from api.store.spec_pages import StoredSpecs, job_with_spec, with_specs
 from api.store.team_admission import admit, team_limits, with_team_priority
 from api.team_limits import check_priority
-from grpo_core.spec.run_spec import JobSpec
 from grpo_core.spec.spec_file import with_changes
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,133 @@
+"""``JobSpec``: the service's job spec, the one contract for HTTP, ``grpo submit`` and the worker.
+
+It is the core's :class:`~grpo_core.spec.run_spec.RunSpec` (what a run needs) plus what only the
+service means: the scheduler's ``priority``, the ``resources.pool`` of workers to run on, a
+``stall_seconds`` limit, and ``job:ID[@STEP]`` model sources (another job's model, which the
+worker resolves to a folder, :mod:`worker.job_sources`, before the core sees it). A subclass, so
+the wire format is the one stored specs and clients already use: the same field names, in the
+same places, under the same schema names (``JobSpec``, ``ModelSpec``, ``DatasetSpec``,
+``ResourcesSpec``) in ``/openapi.json``.
+
+Only shape and bounds are checked here, as in the core; whether a ``job:`` source is the team's
+and holds a model is checked at submit (:mod:`api.http.submission`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import Field, field_validator
+
+from api.vocabulary import DEFAULT_POOL, POOL_NAME_PATTERN, Priority
+from grpo_core.errors import SpecError, SpecWarning
+from grpo_core.spec import run_spec
+from grpo_core.spec.run_spec import RunSpec, split_source
+
+JOB_SCHEME = "job"
+# Another job's model: its final one (job:ID) or a kept checkpoint (job:ID@STEP).
+JOB_SOURCE_PATTERN = re.compile(r"^(\d{1,18})(?:@(\d{1,10}))?$")
+_KNOWN_SCHEME = re.compile(r"^(path|hf|job):(.+)$")  # as the core's, plus job:
+
+
+def job_source(location: str) -> tuple[int, int | None]:
+    """``"7"`` -> ``(7, None)`` (the job's final model), ``"7@40"`` -> ``(7, 40)`` (its checkpoint)."""
+    match = JOB_SOURCE_PATTERN.match(location)
+    if match is None or int(match.group(1)) < 1 or (match.group(2) is not None and int(match.group(2)) < 1):
+        raise ValueError("job: sources look like 'job:ID' (its final model) or 'job:ID@STEP' (a checkpoint)")
+    return int(match.group(1)), None if match.group(2) is None else int(match.group(2))
+
+
+def split_any_source(source: str) -> tuple[str, str]:
+    """:func:`~grpo_core.spec.run_spec.split_source` of a source valid in a job spec, ``job:``
+    sources included: ``"job:7@40"`` -> ``("job", "7@40")``."""
+    if continued_job(source) is not None:
+        return JOB_SCHEME, source.partition(":")[2].strip()
+    return split_source(source)
+
+
+def continued_job(source: str) -> tuple[int, int | None] | None:
+    """The ``(job id, step or None)`` a ``job:`` model source names; None for a source the core
+    loads itself (``path:``, ``hf:``). Raises ValueError for a malformed ``job:`` source."""
+    scheme, _, location = source.partition(":")
+    if scheme != JOB_SCHEME:
+        return None
+    return job_source(location.strip())
+
+
+class ModelSpec(run_spec.ModelSpec):
+    """The policy to train: where it comes from (in the service, also another job's model) and
+    how it is loaded."""
+
+    source: str = Field(..., max_length=1024, description="path:FOLDER, hf:owner/name[@revision], or "
+                        "job:ID[@STEP]: another job of the team's final model, or its checkpoint of STEP")
+
+    @field_validator("source")
+    @classmethod
+    def _known_scheme(cls, value: str) -> str:
+        """Replaces the core's check (same name), which knows no ``job:``."""
+        if _KNOWN_SCHEME.match(value) is None:
+            raise ValueError("must start with 'path:', 'hf:' or (a model) 'job:'")
+        if continued_job(value) is None:
+            split_source(value)
+        return value
+
+
+class DatasetSpec(run_spec.DatasetSpec):
+    """The prompts: inline rows or a file or hub dataset (exactly one). A row's other columns reach
+    the rewards by name (an answer to check, test cases to run)."""
+
+    @field_validator("source", mode="before")
+    @classmethod
+    def _not_a_job(cls, value: object) -> object:
+        # Before the core's check, whose message would not say why another job is no dataset.
+        if isinstance(value, str) and value.partition(":")[0] == JOB_SCHEME:
+            raise ValueError("a dataset comes from 'path:' or 'hf:'; 'job:' names a model")
+        return value
+
+
+class ResourcesSpec(run_spec.ResourcesSpec):
+    """Where the job runs."""
+
+    pool: str = Field(DEFAULT_POOL, pattern=POOL_NAME_PATTERN,
+                      description="The pool of workers to run on (GET /v1/cluster lists them).")
+
+
+def _described_as_in_core(name: str) -> str | None:
+    return RunSpec.model_fields[name].description
+
+
+class JobSpec(RunSpec):
+    """A GRPO job: the model, its prompts, the rewards that score its completions and the
+    hyper-parameters (``grpo``, with TRL's GRPOConfig names), and how the service schedules it."""
+
+    model: ModelSpec = Field(..., description=_described_as_in_core("model"))
+    dataset: DatasetSpec = Field(..., description=_described_as_in_core("dataset"))
+    stall_seconds: int | None = Field(
+        None, ge=1, le=7 * 24 * 3600,
+        description="In the service: end the job as `stalled` when no step finishes for this long "
+        "(its first step counts from the start, model loading included). Only lowers the service's "
+        "own limit (GRPO_STALL_SECONDS); `grpo train` ignores it.")
+    resources: ResourcesSpec = Field(default_factory=ResourcesSpec,
+                                     description=_described_as_in_core("resources"))
+    priority: Priority = Field("normal", description="The scheduler's class: high jobs go first and "
+                               "may preempt a job of a team over its fair share; low ones go last.")
+
+
+# The service's fields, by their dotted path; a run without the service has nothing to do with them.
+SERVICE_FIELDS = ("priority", "stall_seconds", "resources.pool")
+
+
+def ignored_by_local_run(spec: JobSpec) -> list[SpecWarning]:
+    """The service's fields ``spec`` was given (in its file, not by default), which ``grpo train``
+    (no scheduler, no pools, no stall watch) ignores: told as warnings, so a spec written for the
+    service also runs on this machine."""
+    given = {*spec.model_fields_set, *(f"resources.{name}" for name in spec.resources.model_fields_set)}
+    return [SpecWarning(name, "a field of the service's job spec; grpo train ignores it")
+            for name in SERVICE_FIELDS if name in given]
+
+
+def refuse_job_source(spec: JobSpec) -> None:
+    """``grpo train`` loads ``path:`` and ``hf:`` models; another job's exists only in the service.
+    Raises :class:`SpecError`."""
+    if continued_job(spec.model.source) is not None:
+        raise SpecError("model.source", "'job:' sources name a job of the service; use 'path:' here")

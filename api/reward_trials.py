@@ -1,0 +1,89 @@
+"""A rewards dry run (``POST /v1/rewards/run``): check a spec's rewards as a submit would, then
+score a few samples with them here, without queueing a job.
+
+Runs in a thread off the event loop (the route takes one of ``GRPO_REWARD_TRIAL_SLOTS``), bounded
+in samples (:data:`api.schemas.reward_trials.MAX_SAMPLES`) and in time (each reward's call has
+the request's ``reward_timeout_seconds``, at most 30 s). Rewards run where they would in a job's
+process, minus what needs a model: ``reward_model`` is refused (loading a model per request
+would hold the API's memory). Sandboxed rewards (``python``, ``code_tests``) run in this host's
+sandbox, under its limits, exactly as on a worker; where this host has none they are refused,
+saying so, and the team tries them with ``grpo train`` or a job instead. A team's
+``http_verifier`` reaches the verifiers registered for it or the pool, as its jobs would.
+"""
+
+from __future__ import annotations
+
+from api.schemas.reward_trials import RewardTrialRead, RewardTrialRequest, SampleScoresRead
+from api.settings import Settings
+from api.store.db import session_scope
+from api.store.verifiers import endpoints_for
+from api.vocabulary import DEFAULT_POOL
+from grpo_core.errors import RewardFailed, SpecError
+from grpo_core.rewards import (
+    RewardContext,
+    bind_rewards,
+    model_sources,
+    required_capabilities,
+    validate_reward_specs,
+)
+from grpo_core.rewards.http_verifier import verifier_names
+from grpo_core.rewards.sandbox import sandbox_problem
+from grpo_core.rewards.trial import TrialSample, score_samples
+from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
+from grpo_core.spec.run_spec import RewardSpec, reward_names
+from grpo_core.spec.spec_file import InvalidSpec
+
+__all__ = ["run_trial"]
+
+
+def _refuse_what_cannot_run_here(specs: list[RewardSpec]) -> None:
+    problems = [SpecError(field, "names a model to load; a dry run scores without loading models "
+                                 "(try it with `grpo train` or in a job)")
+                for field, _ in model_sources(specs)]
+    needed = required_capabilities(specs)
+    missing = sandbox_problem() if needed else None
+    problems += [SpecError(f"rewards.{index}.name",
+                           f"'{specs[index].name}' needs the '{capability}' sandbox, and this API host has "
+                           f"none: {missing}")
+                 for index, capability in needed if missing is not None]
+    if problems:
+        raise InvalidSpec(problems)
+
+
+def _verifiers(specs: list[RewardSpec], team_id: int, pool: str,
+               settings: Settings) -> dict[str, VerifierEndpoint]:
+    named = verifier_names(specs)
+    if not named:
+        return {}
+    with session_scope(settings.database_url) as session:
+        usable = endpoints_for(session, set(named.values()), team_id, pool)
+    missing = [SpecError(f"rewards.{index}.args.verifier",
+                         f"no verifier '{name}' is registered for your team or pool '{pool}'")
+               for index, name in named.items() if name not in usable]
+    if missing:
+        raise InvalidSpec(missing)
+    return usable
+
+
+def run_trial(request: RewardTrialRequest, team_id: int, settings: Settings) -> RewardTrialRead:
+    """Each sample's scores; :class:`InvalidSpec` (a 422 naming the field) for a reward that does
+    not validate, cannot run here, or fails as it would fail a job (a grader that does not load)."""
+    specs = request.rewards
+    columns = {name for sample in request.samples for name in sample.columns}
+    try:
+        validate_reward_specs(specs, columns)
+        _refuse_what_cannot_run_here(specs)
+        context = RewardContext(timeout_seconds=request.reward_timeout_seconds,
+                                verifiers=_verifiers(specs, team_id, request.pool or DEFAULT_POOL, settings))
+        rewards = bind_rewards(specs, context, columns)
+    except SpecError as exc:
+        raise InvalidSpec([exc]) from None
+    samples = [TrialSample(sample.prompt_value(), sample.completion, sample.columns)
+               for sample in request.samples]
+    try:
+        scored = score_samples(rewards, samples)
+    except RewardFailed as exc:
+        index = reward_names(specs).index(exc.reward)
+        raise InvalidSpec([SpecError(f"rewards.{index}", exc.message)]) from None
+    return RewardTrialRead(items=[SampleScoresRead(reward=item.reward, rewards=item.rewards,
+                                                   problems=item.problems) for item in scored])

@@ -1,0 +1,187 @@
+"""``python``: a team's own grader, Python source in the spec, run in the sandbox.
+
+The source defines ``grade(sample, item) -> float | None`` as OpenAI's Python grader does:
+``sample["output_text"]`` is the completion's text (its answer, after any reasoning was parsed
+off), ``item`` the dataset row: its columns, with ``prompt`` as the dataset gave it (text or chat
+messages). A number in [0, 1] is the score; None says the row does not apply (not scored, no
+warning); anything else (a string, NaN, 1.5) or an exception leaves the row unscored and is
+counted in the step's ``reward_unscored`` warning, as a verifier's failures are.
+
+Only the standard library is available: ``args.requirements`` is refused rather than ignored. The
+source is checked when the spec is (it compiles, defines ``grade`` at top level, at most
+:data:`MAX_SOURCE_CHARS`), without running any of it: the service parses it and nothing more.
+
+One call scores all rows of the step in **one** sandboxed interpreter
+(:mod:`grpo_core.rewards.grader_harness`): starting a sandbox costs tens of milliseconds, so one
+per row would cap a step at a few dozen rows a second, where a trivial grader scores thousands
+(``benchmarks/python_grader_throughput.py``). The call's wall-clock limit is the job's
+``reward_timeout_seconds`` (less the margin to wind down); rows not reached by then are unscored.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from grpo_core.errors import GRPOError
+from grpo_core.rewards.reward_types import RewardContext, RewardDefinition, RewardFn
+from grpo_core.rewards.sandbox import CAPABILITY, Limits, SandboxUnavailable, run_python, sandbox_problem
+from grpo_core.rewards.scoring import PartlyScored
+
+__all__ = ["MAX_SOURCE_CHARS", "PYTHON_GRADER", "GradedRows", "PythonGraderArgs", "grade_rows"]
+
+MAX_SOURCE_CHARS = 65536
+_HARNESS = (Path(__file__).with_name("grader_harness.py")).read_text(encoding="utf-8")
+_HARNESS_LINE_BYTES = 512  # a result line's most: the harness cuts its messages to 300 characters
+# Columns the scorer adds for other rewards; not part of the dataset row a grader sees.
+_NOT_ROW_COLUMNS = frozenset({"raw_completions", "prompt_messages"})
+
+
+def _defines_grade(tree: ast.Module) -> bool:
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == "grade":
+            params = node.args
+            return isinstance(node, ast.FunctionDef) and (
+                len(params.posonlyargs) + len(params.args) >= 2 or params.vararg is not None)
+    return False
+
+
+def check_source(source: str) -> str:
+    """``source`` when it compiles and defines ``grade(sample, item)`` at top level, else a
+    ValueError saying what is wrong (a syntax error with its line). Parses, never runs."""
+    try:
+        tree = ast.parse(source, filename="grader.py")
+        compile(tree, "grader.py", "exec")
+    except SyntaxError as exc:
+        raise ValueError(f"does not compile: {exc.msg} (line {exc.lineno})") from None
+    except (RecursionError, MemoryError, ValueError) as exc:  # nesting too deep; a NUL byte
+        raise ValueError(f"does not compile: {type(exc).__name__}") from None
+    if not _defines_grade(tree):
+        raise ValueError("must define a function grade(sample, item) at top level (not async), "
+                         "returning a float in [0, 1] or None")
+    return source
+
+
+class PythonGraderArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str = Field(..., min_length=1, max_length=MAX_SOURCE_CHARS,
+                        description="Python source defining grade(sample, item) -> float in [0, 1] or None; "
+                                    "standard library only.")
+    requirements: list[Annotated[str, Field(max_length=200)]] | None = Field(
+        None, max_length=64,
+        description="Refused when not empty: graders run with the standard library only.")
+    timeout_seconds: float = Field(
+        60.0, gt=0, le=600,
+        description="Wall-clock limit of one call (all rows of a step) when the job sets no "
+                    "reward_timeout_seconds; the job's budget wins when it does.")
+    memory_mb: int = Field(512, ge=64, le=4096,
+                           description="Address-space limit of the grader's process, MiB.")
+    max_processes: int = Field(4, ge=1, le=64, description="Processes and threads the grader may have.")
+
+    @field_validator("source")
+    @classmethod
+    def _compiles(cls, source: str) -> str:
+        return check_source(source)
+
+    @field_validator("requirements")
+    @classmethod
+    def _no_requirements(cls, requirements: list[str] | None) -> list[str] | None:
+        if requirements:
+            raise ValueError("python graders run with the standard library only; nothing is installed "
+                             "for them: remove 'requirements' and vendor what you need into 'source'")
+        return requirements
+
+
+class GradedRows(PartlyScored):
+    """The scores (None for unscored rows) with why each unscored row is (index -> message), for
+    the dry run to show; ``unscored`` counts them for the step's warning."""
+
+    def __init__(self, values: list[float | None], problems: dict[int, str]) -> None:
+        super().__init__(values, len(problems))
+        self.problems = problems
+
+
+def _rows(completions: list[str], prompts: list[str], columns: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    messages = columns.get("prompt_messages") or [None] * len(completions)
+    row_columns = {name: values for name, values in columns.items() if name not in _NOT_ROW_COLUMNS}
+    rows = []
+    for index, text in enumerate(completions):
+        item = {name: values[index] for name, values in row_columns.items()}
+        item["prompt"] = messages[index] if messages[index] is not None else prompts[index]
+        rows.append({"sample": {"output_text": text}, "item": item})
+    return rows
+
+
+def grade_rows(source: str, rows: list[dict[str, Any]], limits: Limits) -> GradedRows:
+    """Score ``rows`` (``{"sample", "item"}`` each) with the grader in one sandboxed run.
+    A grader that does not load (an exception at import, no ``grade``) is the job's fault:
+    a GRPOError ``reward_error`` with the grader's message."""
+    payload = json.dumps({"source": source, "rows": rows}, default=str)
+    sized = replace(limits, output_bytes=4096 + _HARNESS_LINE_BYTES * len(rows))
+    outcome = run_python(_HARNESS, payload, sized)
+    values: list[float | None] = [None] * len(rows)
+    problems: dict[int, str] = {}
+    seen: set[int] = set()
+    for line in outcome.stdout.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a kill; its row is reported missing below
+        if "load_error" in record:
+            raise GRPOError(f"the python grader does not load: {record['load_error']}", code="reward_error")
+        index = record.get("i")
+        if not isinstance(index, int) or not 0 <= index < len(rows):
+            continue
+        seen.add(index)
+        if "error" in record:
+            problems[index] = str(record["error"])
+        else:
+            values[index] = record.get("value")
+    missing = _why_missing(outcome)
+    for index in range(len(rows)):
+        if index not in seen:
+            problems[index] = missing
+    return GradedRows(values, problems)
+
+
+def _why_missing(outcome: Any) -> str:
+    if outcome.timed_out:
+        return "not reached: the grader ran out of time"
+    if outcome.truncated:
+        return "not reached: the grader's output went over its limit"
+    detail = outcome.stderr.strip().splitlines()[-1:] or [f"exit status {outcome.returncode}"]
+    return f"not reached: the grader's process ended ({detail[0][:200]})"
+
+
+def _limits(args: PythonGraderArgs, wall_seconds: float) -> Limits:
+    return Limits(wall_seconds=wall_seconds, cpu_seconds=math.ceil(wall_seconds),
+                  memory_bytes=args.memory_mb * 2**20, processes=args.max_processes)
+
+
+def _build(args: PythonGraderArgs, context: RewardContext) -> RewardFn:
+    problem = sandbox_problem()
+    if problem is not None:
+        raise SandboxUnavailable(f"the python reward cannot run here: {problem}")
+    budget = context.own_budget_seconds()
+    limits = _limits(args, budget if budget is not None else args.timeout_seconds)
+
+    def python(completions: list[str], prompts: list[str], **columns: Any) -> GradedRows:
+        return grade_rows(args.source, _rows(completions, prompts, columns), limits)
+
+    return python
+
+
+PYTHON_GRADER = RewardDefinition(
+    "python",
+    "Your own grade(sample, item) -> float in [0, 1], Python source in the spec, run in a sandbox.",
+    PythonGraderArgs,
+    _build,
+    capabilities=frozenset({CAPABILITY}),
+)

@@ -1,0 +1,155 @@
+"""The ``python`` reward: a team's ``grade(sample, item)`` runs in the real sandbox, all rows of a
+call in one interpreter; its source is checked without running it; bad values and exceptions leave
+rows unscored with a reason; it shapes like any reward."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from statistics import mean
+
+import pytest
+from reward_helpers import bind_one, fresh_registry, run, spec_error  # noqa: F401
+from sandbox_guard import needs_sandbox
+from test_example_jobs import run_example
+
+from grpo_core.errors import GRPOError
+from grpo_core.rewards import RewardContext, bind_rewards, required_capabilities, score_completions
+from grpo_core.rewards.python_grader import MAX_SOURCE_CHARS, check_source
+from grpo_core.rewards.sandbox import CAPABILITY
+from grpo_core.spec.run_spec import RewardSpec
+
+pytestmark = needs_sandbox
+
+EXACT = ("def grade(sample, item):\n"
+         "    return 1.0 if sample['output_text'].strip() == item['answer'] else 0.0\n")
+
+
+def python(source: str, **args) -> RewardSpec:
+    return RewardSpec(name="python", args={"source": source, **args})
+
+
+def test_grade_sees_the_completion_and_the_dataset_row_with_its_prompt() -> None:
+    source = ("def grade(sample, item):\n"
+              "    assert set(item) == {'answer', 'level', 'prompt'}, sorted(item)\n"
+              "    bonus = 0.5 if item['prompt'].startswith('Q') else 0.0\n"
+              "    right = 0.5 if sample['output_text'] == item['answer'] else 0.0\n"
+              "    return right + bonus * item['level']\n")
+    reward = bind_one("python", source=source)
+    scores = reward.fn(["4", "5", "4"], ["Q: 2+2", "Q: 2+2", "2+2"], answer=["4", "4", "4"], level=[1, 0, 1],
+                       raw_completions=["x"] * 3, prompt_messages=[None] * 3)
+    assert list(scores) == [1.0, 0.0, 0.5]
+    assert scores.unscored == 0
+
+
+def test_chat_prompts_reach_the_grader_as_the_dataset_gave_them() -> None:
+    source = "def grade(sample, item):\n    return 1.0 if item['prompt'][-1]['role'] == 'user' else 0.0\n"
+    reward = bind_one("python", source=source)
+    messages = [[{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]]
+    assert list(reward.fn(["ok"], ["rendered text"], prompt_messages=messages)) == [1.0]
+
+
+def test_none_is_not_scored_and_bad_values_or_exceptions_are_unscored_with_a_reason() -> None:
+    source = ("import math\n"
+              "def grade(sample, item):\n"
+              "    text = sample['output_text']\n"
+              "    if text == 'none': return None\n"
+              "    if text == 'raise': return {}['missing']\n"
+              "    if text == 'exit': raise SystemExit(1)\n"
+              "    odd = {'str': 'high', 'big': 1.5, 'nan': math.nan, 'neg': -0.1, 'bool': True}\n"
+              "    return odd.get(text, 0.25)\n")
+    reward = bind_one("python", source=source)
+    texts = ["none", "raise", "exit", "str", "big", "nan", "neg", "bool", "fine"]
+    scores = run(reward, texts)
+    assert list(scores) == [None] * 8 + [0.25]
+    assert scores.unscored == 7  # None is "does not apply", not a failure
+    assert "KeyError: 'missing' (grader.py line 5)" in scores.problems[1]
+    assert "SystemExit" in scores.problems[2]
+    assert "not a number" in scores.problems[3] and "outside [0, 1]" in scores.problems[4]
+    assert "outside [0, 1]" in scores.problems[5] and "not a number" in scores.problems[7]
+
+
+def test_what_the_grader_prints_cannot_corrupt_its_results() -> None:
+    source = ("import os, sys\n"
+              "def grade(sample, item):\n"
+              "    print('{\"i\": 0, \"value\": 0.0}')\n"
+              "    os.write(1, b'{\"i\": 0, \"value\": 0.0}\\n' * 100)\n"
+              "    sys.__stdout__.write('garbage\\n')\n"
+              "    return 1.0\n")
+    scores = run(bind_one("python", source=source), ["a", "b"])
+    assert list(scores) == [1.0, 1.0] and scores.unscored == 0
+
+
+def test_a_grader_that_does_not_load_fails_the_call_with_its_error() -> None:
+    reward = bind_one("python", source="import numpy\n\ndef grade(sample, item):\n    return 1.0\n")
+    with pytest.raises(GRPOError) as info:
+        run(reward, ["a"])
+    assert info.value.code == "reward_error"
+    assert "does not load" in info.value.message and "ModuleNotFoundError" in info.value.message
+    assert "numpy" in info.value.message
+
+
+def test_rows_left_when_the_time_runs_out_are_unscored_and_the_call_returns() -> None:
+    source = ("import time\n"
+              "def grade(sample, item):\n"
+              "    if sample['output_text'] == 'slow':\n"
+              "        while True: pass\n"
+              "    return 1.0\n")
+    reward = bind_one("python", RewardContext(timeout_seconds=3.0), source=source)
+    started = time.monotonic()
+    scores = run(reward, ["fast", "fast", "slow", "fast"])
+    assert time.monotonic() - started < 3.0  # within the job's budget, margin included
+    assert list(scores) == [1.0, 1.0, None, None]
+    assert scores.problems[2] == scores.problems[3] == "not reached: the grader ran out of time"
+
+
+def test_one_sandboxed_interpreter_scores_many_rows() -> None:
+    """Thousands of rows in one call: well inside a second on one core (the benchmark has the figure)."""
+    n = 5000
+    scores = run(bind_one("python", source=EXACT), ["4"] * n, answer=["4", "5"] * (n // 2))
+    assert list(scores) == [1.0, 0.0] * (n // 2) and scores.unscored == 0
+
+
+def test_weights_clip_and_gates_shape_it_like_any_reward() -> None:
+    rewards = bind_rewards([
+        RewardSpec(name="contains", args={"text": "4"}, weight=1.0),
+        RewardSpec(name="python", args={"source": "def grade(s, i):\n    return 0.8\n"}, weight=2.0,
+                   clip_max=0.5, gate_by="contains", gate_threshold=0.5),
+    ], RewardContext())
+    scored = score_completions(rewards, ["4", "x"], ["p", "p"], {})
+    assert scored.matrix[0] == [1.0, 0.5]  # clipped to 0.5
+    assert scored.matrix[1][0] == 0.0 and scored.matrix[1][1] == 0.0  # gated: contains failed
+    assert required_capabilities([python(EXACT)]) == [(0, CAPABILITY)]
+
+
+@pytest.mark.parametrize(("args", "field", "says"), [
+    ({"source": "def grade(sample, item)\n    return 1\n"}, "source",
+     "does not compile: expected ':' (line 1)"),
+    ({"source": "def score(sample, item):\n    return 1\n"}, "source", "must define a function grade"),
+    ({"source": "def grade(sample):\n    return 1\n"}, "source", "must define a function grade"),
+    ({"source": "async def grade(s, i):\n    return 1\n"}, "source", "not async"),
+    ({"source": "x = 1\n" * (MAX_SOURCE_CHARS // 6 + 1)}, "source", str(MAX_SOURCE_CHARS)),
+    ({"source": EXACT, "requirements": ["numpy"]}, "requirements", "standard library only"),
+])
+def test_a_broken_grader_is_refused_naming_its_field_without_running(args, field, says) -> None:
+    error = spec_error([python(**args)])
+    assert error.field == f"rewards.0.args.{field}"
+    assert says in error.message
+
+
+def test_checking_the_source_never_runs_it(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    check_source(f"open({str(marker)!r}, 'w').write('x')\ndef grade(sample, item):\n    return 1.0\n")
+    assert not marker.exists()
+
+
+def test_the_example_learns_with_its_inline_grader_on_one_and_two_ranks(tiny_model_dir: Path,
+                                                                       tmp_path: Path) -> None:
+    records = run_example("python_grader.yaml", tmp_path, {"tiny-model": tiny_model_dir}, steps=36)
+    assert mean(r["rewards/python/mean"] for r in records[:5]) < 0.3
+    assert mean(r["rewards/python/mean"] for r in records[-5:]) > 0.8
+    assert all(not math.isnan(r["reward"]) for r in records)
+    ranked = run_example("python_grader.yaml", tmp_path, {}, "--nproc-per-node", "2", steps=1)
+    for name in ("reward", "reward_std", "rewards/python/mean"):
+        assert ranked[0][name] == pytest.approx(records[0][name], rel=1e-6, abs=1e-9), name
