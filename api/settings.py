@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from api.store.redis_keys import NAMESPACE_PATTERN, RedisKeys, namespace_for
+from api.redis_keys import NAMESPACE_PATTERN, RedisKeys, namespace_for
 from api.vocabulary import DEFAULT_POOL, MAX_QUEUED_JOBS, MAX_RATE_PER_SECOND, POOL_NAME_PATTERN, Priority
 
 # Refused as tokens: a default secret in production is worse than none at all.

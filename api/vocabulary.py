@@ -2,7 +2,7 @@
 team and pool names, the default pool, the trackers' project, Celery task names, and a worker's
 heartbeat. The service owns them: the training core knows none of them. Pure (no I/O), so the store,
 the scheduler, the worker, the HTTP layer and the CLI can all import it. Queue names belong to a
-deployment's namespace: ``api.store.redis_keys``.
+deployment's namespace: ``api.redis_keys``.
 
 The job's statuses and their transitions live in :mod:`api.lifecycle`.
 """

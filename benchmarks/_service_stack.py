@@ -108,7 +108,7 @@ def drop_streams(database_url: str, job_ids: Sequence[int], redis_url: str = RED
     """Delete the Redis Streams of a database's jobs (in the namespace a server on it derives)."""
     import redis
 
-    from api.store.redis_keys import RedisKeys, namespace_for
+    from api.redis_keys import RedisKeys, namespace_for
 
     keys = RedisKeys(namespace_for(database_url))
     with redis.Redis.from_url(redis_url) as client:

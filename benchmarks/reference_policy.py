@@ -16,17 +16,8 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from api.scheduling.policy import (
-    PRIORITY_ORDER,
-    ClusterState,
-    Dispatch,
-    HoldingJob,
-    Plan,
-    Preemption,
-    Team,
-    WaitingJob,
-    Worker,
-)
+from api.cluster_state import ClusterState, HoldingJob, Team, WaitingJob, Worker
+from api.scheduling.policy import PRIORITY_ORDER, Dispatch, Plan, Preemption
 
 WANTS_A_WORKER = ("lower_priority", "fair_share", "no_capacity")
 

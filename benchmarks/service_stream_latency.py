@@ -159,9 +159,9 @@ def publish_steps(database_url: str, job_id: int, steps: int, rate: float) -> di
     import redis
 
     from api.lifecycle import JobStatus
+    from api.redis_keys import RedisKeys, namespace_for
     from api.store import attempts, bus
     from api.store.db import session_scope
-    from api.store.redis_keys import RedisKeys, namespace_for
     from worker.reporting import JobReporter
 
     xadd_at: dict[int, float] = {}

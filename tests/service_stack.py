@@ -266,9 +266,9 @@ def run_in_process(task_settings, database_url: str, job_of: Callable[[int], Any
     """``run(job_id)``: dispatch, claim and run one attempt of the job in this process (the job
     process's body and the supervisor's recording of its outcome, no process started); its row
     afterwards."""
+    from worker.attempt import run_attempt
     from worker.attempt_files import AttemptFiles
     from worker.runner import record_outcome
-    from worker.training import run_attempt
 
     worker_id = "in-process-worker"
 

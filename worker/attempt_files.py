@@ -11,7 +11,6 @@ holds its own interpreter's, not its supervisor's).
 from __future__ import annotations
 
 import json
-import os
 import pickle
 from pathlib import Path
 from typing import Any
@@ -19,15 +18,10 @@ from typing import Any
 from api.lifecycle import StopRequest, stronger_stop
 from api.schemas.jobs import JobRead
 from api.settings import Settings
+from grpo_core.run.processes import write_whole
 from worker.outcome import Fault, Outcome
 
 _CALL, _OUTCOME, _PROGRESS, _STOP = "call.pkl", "outcome.pkl", "progress.json", "stop.json"
-
-
-def _write_whole(path: Path, data: bytes) -> None:
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    partial.write_bytes(data)
-    partial.replace(path)
 
 
 class AttemptFiles:
@@ -36,14 +30,14 @@ class AttemptFiles:
 
     # The supervisor's side.
     def write_call(self, job: JobRead, settings: Settings, worker_id: str) -> None:
-        _write_whole(self.folder / _CALL, pickle.dumps((job, settings, worker_id)))
+        write_whole(self.folder / _CALL, pickle.dumps((job, settings, worker_id)))
 
     def request_stop(self, reason: StopRequest) -> None:
         """``cancel``, ``pause`` or ``preempt``; a request replaces an earlier one only if it
         outranks it (:func:`api.lifecycle.stronger_stop`)."""
         current = self.stop_reason()
         if stronger_stop(current, reason) != current:
-            _write_whole(self.folder / _STOP, json.dumps({"reason": reason}).encode())
+            write_whole(self.folder / _STOP, json.dumps({"reason": reason}).encode())
 
     def read_outcome(self) -> Outcome | Fault | None:
         """None when the job's process ended without saying how (it was killed, or crashed)."""
@@ -65,10 +59,10 @@ class AttemptFiles:
         return pickle.loads((self.folder / _CALL).read_bytes())
 
     def write_outcome(self, outcome: Outcome | Fault) -> None:
-        _write_whole(self.folder / _OUTCOME, pickle.dumps(outcome))
+        write_whole(self.folder / _OUTCOME, pickle.dumps(outcome))
 
     def mark_progress(self, step: int, mark: int) -> None:
-        _write_whole(self.folder / _PROGRESS, json.dumps({"step": step, "mark": mark}).encode())
+        write_whole(self.folder / _PROGRESS, json.dumps({"step": step, "mark": mark}).encode())
 
     def stop_reason(self) -> StopRequest | None:
         try:

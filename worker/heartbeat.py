@@ -26,7 +26,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 
 import redis
 from redis.exceptions import RedisError
@@ -41,6 +40,7 @@ from api.store.db import session_scope
 from api.vocabulary import Heartbeat
 from grpo_core.rewards.sandbox import CAPABILITY as SANDBOX
 from grpo_core.rewards.sandbox import check_sandbox
+from grpo_core.run.processes import process_alive
 from worker.devices import device_count
 
 WORKER_ID_ENV = "GRPO_WORKER_ID"
@@ -81,23 +81,6 @@ def _marks(client: redis.Redis, busy_key: str) -> dict[int, dict]:
 def _pids(mark: dict) -> list[int]:
     pids = [mark.get("pid"), mark.get("job_pid")]
     return [pid for pid in pids if pid] or [os.getpid()]  # a mark without pids: trust its deadline
-
-
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` runs on this host (a zombie does not: it only awaits its parent's reaping)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:  # no procfs: ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
 def current_worker_id() -> str:

@@ -20,8 +20,8 @@ from grpo_core.run.lifetime import die_with_parent
 def main(folder: str, parent_pid: int) -> None:
     die_with_parent(parent_pid)  # first: the imports below take seconds
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s job-process %(message)s")
+    from worker.attempt import run_attempt
     from worker.attempt_files import AttemptFiles
-    from worker.training import run_attempt
 
     files = AttemptFiles(Path(folder))
     job, settings, worker_id = files.read_call()

@@ -5,6 +5,9 @@ supervisor (the Celery pool process) reads it and never loads torch.
 * :class:`Fault`: the machine's fault (a rank process killed, the database away for longer than
   the retry budget). The job is not at fault: it goes back to the queue and resumes from its
   checkpoint, up to ``GRPO_MAX_ATTEMPTS``.
+
+A stop the job was asked for ends as one status whoever ends it, the job at a step or its
+supervisor killing a process that did not stop in time: :func:`outcome_for_stop`.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.lifecycle import JobStatus
+from api.lifecycle import JobStatus, StopRequest
 
 
 @dataclass
@@ -31,3 +34,17 @@ class Fault:
     # The job's own code when the machine acted on the job's behaviour (the OOM killer): recorded
     # with the requeue, and the cause named if the attempts run out.
     code: str | None = None
+
+
+# A cancel ends the job; a pause rests it until resumed and a preemption puts it back in the
+# queue, both to resume from its last checkpoint.
+STATUS_AFTER_STOP = {StopRequest.CANCEL: JobStatus.CANCELLED, StopRequest.PAUSE: JobStatus.PAUSED,
+                     StopRequest.PREEMPT: JobStatus.PREEMPTED}
+
+
+def outcome_for_stop(stop: StopRequest, step: int, killed: str | None = None) -> Outcome:
+    """The outcome of an attempt that ended because it was asked to ``stop``: by itself at
+    ``step``, or, with ``killed`` (why and when), its process killed for not stopping in time."""
+    status = STATUS_AFTER_STOP[StopRequest(stop)]
+    message = f"{status.value}: {killed}" if killed else f"{status.value} at step {step}"
+    return Outcome(status, message, step=step)

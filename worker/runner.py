@@ -21,7 +21,6 @@ requeues the job, which resumes from its checkpoint.
 from __future__ import annotations
 
 import logging
-import signal
 
 import redis
 
@@ -33,9 +32,10 @@ from api.store.attempts import finish, requeue_after_fault, stop_paused
 from api.store.clock import Backoff
 from api.store.db import session_scope
 from api.store.dispatching import yield_preempted
+from grpo_core.run.processes import signal_name
 from worker.heartbeat import JobLease
 from worker.memory import gib
-from worker.outcome import Fault, Outcome
+from worker.outcome import STATUS_AFTER_STOP, Fault, Outcome, outcome_for_stop
 from worker.retrying import DatabaseUnavailable, retry_transient
 from worker.supervisor import LEASE_LOST, OUT_OF_MEMORY, STALLED, Ended, stall_limit, supervise
 
@@ -79,13 +79,9 @@ def forced_outcome(ended: Ended, settings: Settings, job: JobRead) -> Outcome:
                    f"{gib(ended.memory_limit)} ({at}); they were killed. Lower prompts_per_step, "
                    "num_generations or the prompt and completion lengths, or ask for a pool with more")
         return Outcome(JobStatus.FAILED, message, OUT_OF_MEMORY, step=ended.last_step)
-    grace = f"did not stop within {settings.cancel_grace_seconds:.0f} s; its process was killed {at}"
-    if ended.killed_for == StopRequest.CANCEL:
-        return Outcome(JobStatus.CANCELLED, f"cancelled: {grace}", step=ended.last_step)
-    if ended.killed_for == StopRequest.PAUSE:  # resumes from its last checkpoint once resumed
-        return Outcome(JobStatus.PAUSED, f"paused: {grace}", step=ended.last_step)
-    if ended.killed_for == StopRequest.PREEMPT:  # resumes from its last checkpoint
-        return Outcome(JobStatus.PREEMPTED, f"preempted: {grace}", step=ended.last_step)
+    if ended.killed_for in STATUS_AFTER_STOP:
+        grace = f"did not stop within {settings.cancel_grace_seconds:.0f} s; its process was killed {at}"
+        return outcome_for_stop(StopRequest(ended.killed_for), ended.last_step, killed=grace)
     raise ValueError(f"unknown reason to end a job's process: {ended.killed_for}")
 
 
@@ -94,7 +90,7 @@ def death_fault(ended: Ended) -> Fault:
     (the OOM killer, an operator) or crashed (the worker's log has its output)."""
     data = {"pid": ended.pid, "exitcode": ended.returncode, "step": ended.last_step}
     if ended.returncode < 0:
-        name = _signal_name(-ended.returncode)
+        name = signal_name(-ended.returncode)
         data["signal"] = name
         if ended.oom_killed:
             return Fault(f"out of memory: the kernel's OOM killer ended the job's process with {name}",
@@ -102,13 +98,6 @@ def death_fault(ended: Ended) -> Fault:
         return Fault(f"the job's process was killed by {name}", data)
     return Fault(f"the job's process exited with code {ended.returncode} before reporting how the "
                  "attempt ended (the worker's log has its output)", data)
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 def record_outcome(job: JobRead, worker_id: str, settings: Settings, publish: outbox.Publish | None,

@@ -1,6 +1,8 @@
 """What each process of an attempt trains: the job's components (as the only process, or as one
-rank of several), resumed from the newest checkpoint, trained to the end or to a stop; and how
-the attempt ended. Imported only where torch may load: the job's process and its rank processes.
+rank of several), resumed from the newest checkpoint, trained to the end or to a stop; and how a
+run that returned ended. Which of the two runs, and how a failure ends the attempt, is
+:mod:`worker.attempt`'s. Imported only where torch may load: the job's process and its rank
+processes.
 """
 
 from __future__ import annotations
@@ -9,35 +11,29 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from api.artifact_paths import checkpoint_dir, job_dir, model_dir
 from api.job_spec import JobSpec
 from api.lifecycle import JobStatus, StopRequest
 from api.schemas.jobs import JobRead
 from api.settings import Settings
 from api.store import bus
-from api.store.jobs import capabilities_needed
 from api.vocabulary import TRACKER_PROJECT
-from grpo_core.errors import GRPOError, traceback_tail
+from grpo_core.errors import GRPOError
 from grpo_core.io.model_export import export_model
-from grpo_core.io.model_loading import quiet_library_progress_bars, resolve_model_location
+from grpo_core.io.model_loading import resolve_model_location
 from grpo_core.io.paths import folder_bytes
 from grpo_core.oom import out_of_memory_error
 from grpo_core.parallel.distributed import SINGLE, Ranks
 from grpo_core.run.callbacks import CallbackList, TrainerCallback
 from grpo_core.run.components import build_components
-from grpo_core.run.launch import RankDied
 from grpo_core.run.tracking import trackers
 from grpo_core.run.trainer import GRPOTrainer, TrainResult
 from worker.artifacts import ArtifactQuota
 from worker.attempt_files import AttemptFiles
 from worker.counted_steps import CountedSteps
-from worker.heartbeat import CAPABILITY_MISSING, missing_capabilities
 from worker.job_sources import loadable
-from worker.outcome import Fault, Outcome
+from worker.outcome import Outcome, outcome_for_stop
 from worker.reporting import JobReporter
-from worker.retrying import DATABASE_UNAVAILABLE, DatabaseUnavailable
 from worker.verifiers import registered_verifiers
 
 
@@ -70,41 +66,6 @@ class SupervisorLink(TrainerCallback):
         if reason is not None:
             self.files.request_stop(reason)  # so the attempt's ending names why it stopped
         return reason is not None
-
-
-def run_attempt(job: JobRead, settings: Settings, worker_id: str, files: AttemptFiles) -> Outcome | Fault:
-    """Train ``job`` and say how the attempt ended. Every failure of the job's own becomes an
-    Outcome with a stable code; a machine fault (a rank process that died, the database away
-    longer than the retry budget, a capability the job's rewards need that this worker lacks,
-    such as the code_tests sandbox) becomes a Fault."""
-    from worker.ranks import train_on_ranks  # it imports this module
-
-    quiet_library_progress_bars()
-    try:
-        spec = JobSpec.model_validate(job.spec)
-        missing = missing_capabilities(capabilities_needed(spec))
-        if missing:  # the machine's fault, found before the model loads: another worker can run it
-            why = "; ".join(f"{capability}: {problem}" for capability, problem in missing.items())
-            return Fault(f"this worker cannot offer what the job's rewards need ({why})",
-                         {"error_code": CAPABILITY_MISSING, "missing": sorted(missing)}, CAPABILITY_MISSING)
-        if len(job.devices or ()) > 1:
-            return train_on_ranks(job, spec, settings, files)
-        return train_reporting(job, spec, settings, files, SINGLE)
-    except RankDied as exc:
-        data = {"rank": exc.rank, "pid": exc.pid, "exitcode": exc.exitcode, "signal": exc.signal_name}
-        return Fault(exc.message, data)
-    except DatabaseUnavailable as exc:  # the infrastructure's fault: resume once it is back
-        return Fault(str(exc), {"error_code": DATABASE_UNAVAILABLE}, DATABASE_UNAVAILABLE)
-    except ValidationError as exc:
-        return failure("invalid_spec", f"stored spec no longer validates: {exc}")
-    except GRPOError as exc:
-        return failure(exc.code, exc.message)
-    except Exception as exc:  # noqa: BLE001 - any crash must still end the job with a record
-        return failure("internal_error", f"{type(exc).__name__}: {exc}")
-
-
-def failure(code: str, message: str) -> Outcome:
-    return Outcome(JobStatus.FAILED, message, code, traceback_tail())
 
 
 def train_reporting(job: JobRead, spec: JobSpec, settings: Settings, files: AttemptFiles,
@@ -184,11 +145,7 @@ def train_job(job: JobRead, spec: JobSpec, settings: Settings, callbacks: Traine
 
 
 def ending(result: TrainResult, stop_reason: StopRequest | None) -> Outcome:
-    """How a run that returned ended: stopped for a cancel or a preemption, or finished."""
-    if result.stopped and stop_reason == StopRequest.CANCEL:  # a cancel wins over a preemption
-        return Outcome(JobStatus.CANCELLED, f"cancelled at step {result.step}", step=result.step)
-    if result.stopped and stop_reason == StopRequest.PAUSE:
-        return Outcome(JobStatus.PAUSED, f"paused at step {result.step}", step=result.step)
-    if result.stopped and stop_reason == StopRequest.PREEMPT:
-        return Outcome(JobStatus.PREEMPTED, f"preempted at step {result.step}", step=result.step)
+    """How a run that returned ended: stopped for a cancel, a pause or a preemption, or finished."""
+    if result.stopped and stop_reason is not None:
+        return outcome_for_stop(stop_reason, result.step)
     return Outcome(JobStatus.SUCCEEDED, f"finished at step {result.step}", step=result.step)

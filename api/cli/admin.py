@@ -197,7 +197,7 @@ def _handler(command: Command) -> Callable[[argparse.Namespace], int]:
     def handler(args: argparse.Namespace) -> int:
         from sqlalchemy.exc import SQLAlchemyError
 
-        from api.cli.main import schema_ready
+        from api.cli.schema_check import schema_ready
         from api.domain_errors import ServiceError
         from api.settings import get_settings
         from api.store.db import session_scope

@@ -22,6 +22,7 @@ from api.cli.admin import add_admin_commands
 from api.cli.health import add_health_command
 from api.cli.monitor import MONITOR_COMMANDS, add_monitor_commands
 from api.cli.reward_commands import add_reward_commands
+from api.cli.schema_check import schema_ready
 from grpo_core import cli as core_cli
 from grpo_core.errors import SpecWarning
 from grpo_core.spec.run_spec import RunSpec
@@ -40,17 +41,6 @@ def _api(args: argparse.Namespace) -> int:
     uvicorn.run("api.main:create_app", factory=True, host=args.host or settings.api_host,
                 port=args.port or settings.api_port, log_level="info")
     return 0
-
-
-def schema_ready(settings) -> None:
-    """Migrate a database behind the code (or refuse, with the command): a fresh deployment's
-    first command works, and an old schema never meets new code."""
-    from api.store.migrate import SchemaBehind, ensure_schema
-
-    try:
-        ensure_schema(settings.database_url, settings.auto_migrate)
-    except SchemaBehind as exc:
-        raise SystemExit(f"error: {exc} (GRPO_AUTO_MIGRATE=false)") from None
 
 
 def _scheduler(args: argparse.Namespace) -> int:

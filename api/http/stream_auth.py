@@ -11,7 +11,7 @@ A ticket may also come as ``?ticket=`` for clients that can do neither; the acce
 redacts it (``api.http.access_log``).
 
 Redis holds a ticket's record under the hash of the ticket, never the ticket itself, named
-through the deployment's :class:`~api.store.redis_keys.RedisKeys`, and the record names its
+through the deployment's :class:`~api.redis_keys.RedisKeys`, and the record names its
 namespace too: stacks sharing one Redis never redeem each other's tickets. A record grants
 nothing by itself: a key's ticket is worth what the key is worth when it is redeemed, and a
 ticket with no key behind it (issued to the operator token) makes an admin only where the same

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from api.cluster_state import HoldingJob
 from api.scheduling import policy
 from api.scheduling.liveness import NO_SCHEDULER
 from api.schemas.jobs import UtcDatetime
@@ -104,7 +105,7 @@ def cluster_view(state: SchedulingState, heartbeats: list[Heartbeat],
                  fair_share: dict[tuple[int, str], float], scope: int | None) -> ClusterView:
     """``scope``: the caller's team id, or None for an admin."""
     cluster = state.cluster
-    on_worker: dict[str, list[policy.HoldingJob]] = {}
+    on_worker: dict[str, list[HoldingJob]] = {}
     for job in cluster.holding:
         if job.worker_id:
             on_worker.setdefault(job.worker_id, []).append(job)
@@ -158,7 +159,7 @@ def queue_view(snapshot: dict[str, Any] | None, scheduler_pass_at: str | None, s
                      waiting=dict(sorted(waiting.items())), items=mine)
 
 
-def _worker_view(beat: Heartbeat, holders: list[policy.HoldingJob], scope: int | None) -> WorkerView:
+def _worker_view(beat: Heartbeat, holders: list[HoldingJob], scope: int | None) -> WorkerView:
     """Each device of the worker and the job on it: SQL's holders first (by the devices recorded
     with their dispatch), then jobs only the heartbeat reports (an admin sees their ids; their
     team is not known here)."""

@@ -1,9 +1,9 @@
 """The scheduling policy: a pure function from the cluster's state to the scheduler's decisions.
 
-No I/O, no clock, no randomness: :func:`plan` sees a :class:`ClusterState` snapshot (built by
-``api.scheduling.scheduler`` from SQL and worker heartbeats) and returns a :class:`Plan`, so every rule
-below is unit-tested on hand-built states (``tests/api/test_policy.py``) and timed by
-``benchmarks/scheduler_decision.py``.
+No I/O, no clock, no randomness: :func:`plan` sees a :class:`api.cluster_state.ClusterState`
+snapshot (built by ``api.scheduling.scheduler`` from SQL and worker heartbeats) and returns a
+:class:`Plan`, so every rule below is unit-tested on hand-built states
+(``tests/api/test_policy.py``) and timed by ``benchmarks/scheduler_decision.py``.
 
 The rules, per pool (pools are independent):
 
@@ -23,7 +23,7 @@ The rules, per pool (pools are independent):
   ``(gpus the team holds in the pool + its recent usage) / weight``; every job placed in the
   order adds its GPUs to its team's count, so teams take turns in proportion to their weights
   (progressive filling). Recent usage is the team's GPU count averaged over the past with a
-  half-life (:func:`decayed_usage`), so a team that just had the pool for hours waits behind
+  half-life (:func:`api.cluster_state.decayed_usage`), so a team that just had the pool for hours waits behind
   one that did not. Ties go to the older job (lower id).
 * A job requeued after a fault waits out its backoff (``WaitingJob.backoff``) before anything
   else is considered for it; it keeps its place in the order meanwhile.
@@ -46,12 +46,12 @@ The rules, per pool (pools are independent):
 from __future__ import annotations
 
 import heapq
-import math
 from bisect import bisect_left, insort
 from collections import defaultdict, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from api.cluster_state import ClusterState, HoldingJob, WaitingJob, Worker
 from api.vocabulary import PRIORITIES
 
 PRIORITY_ORDER = tuple(reversed(PRIORITIES))  # most urgent first
@@ -69,59 +69,6 @@ PENDING_REASONS = (
     "fair_share",  # free devices that fit went to a job ahead in the same class (another team's turn)
     "no_capacity",  # no worker that is large enough has that many devices free
 )
-
-
-@dataclass(frozen=True)
-class Worker:
-    worker_id: str
-    pool: str
-    gpus: int  # devices 0..gpus-1
-    busy: tuple[int, ...] = ()  # devices it reports in use by jobs SQL no longer gives it
-    capabilities: frozenset[str] = frozenset()  # what its jobs may use besides devices
-
-
-@dataclass(frozen=True)
-class WaitingJob:
-    id: int
-    team_id: int
-    pool: str
-    gpus: int
-    priority: str  # one of PRIORITY_ORDER
-    backoff: bool = False  # requeued after a fault, its backoff not over yet: not dispatched
-    requires: frozenset[str] = frozenset()  # capabilities its worker must advertise (its rewards')
-
-
-@dataclass(frozen=True)
-class HoldingJob:
-    """A job holding its GPUs (dispatched, running or cancelling) on ``worker_id``."""
-
-    id: int
-    team_id: int
-    pool: str
-    gpus: int
-    priority: str
-    worker_id: str | None
-    status: str  # dispatched | running | cancelling
-    since: float  # when it was dispatched (epoch seconds): newest is preempted first
-    preempt_requested: bool = False
-    devices: tuple[int, ...] = ()  # its indices on the worker; none recorded: the whole worker
-
-
-@dataclass(frozen=True)
-class Team:
-    id: int
-    weight: float  # > 0
-    quotas: dict[str, int] = field(default_factory=dict)  # pool -> max GPUs held at once; absent: none
-
-
-@dataclass(frozen=True)
-class ClusterState:
-    workers: tuple[Worker, ...]
-    waiting: tuple[WaitingJob, ...]  # any order; plan() orders them
-    holding: tuple[HoldingJob, ...]
-    teams: dict[int, Team]  # a job whose team is missing here counts as weight 1, no quota
-    held_pools: frozenset[str] = frozenset()
-    recent_usage: dict[tuple[int, str], float] = field(default_factory=dict)  # (team, pool) -> GPUs
 
 
 @dataclass(frozen=True)
@@ -144,35 +91,6 @@ class Plan:
     pending: dict[int, str] = field(default_factory=dict)  # job id -> a PENDING_REASONS entry
     position: dict[int, int] = field(default_factory=dict)  # job id -> 1-based place in its pool
     fair_share: dict[tuple[int, str], float] = field(default_factory=dict)  # (team, pool) -> GPUs
-
-
-@dataclass(frozen=True)
-class Interval:
-    """GPUs a team held in a pool from ``start`` to ``end`` (None: still holding)."""
-
-    team_id: int
-    pool: str
-    gpus: int
-    start: float
-    end: float | None
-
-
-def decayed_usage(
-    intervals: Iterable[Interval], now: float, half_life: float
-) -> dict[tuple[int, str], float]:
-    """Each (team, pool)'s GPU count averaged over the past with weight ``2**(-age/half_life)``,
-    normalised so that holding ``g`` GPUs forever reads ``g``: ``ln2/H * integral of
-    gpus(t) * 2**(-(now-t)/H) dt``. Closed form per interval, so it is exact at any tick rate."""
-    rate = math.log(2) / half_life
-    usage: dict[tuple[int, str], float] = {}
-    for item in intervals:
-        end = now if item.end is None else min(item.end, now)
-        start = min(item.start, end)
-        # integral over [start, end] of exp(-rate (now - t)) dt, times rate
-        share = math.exp(-rate * (now - end)) - math.exp(-rate * (now - start))
-        key = (item.team_id, item.pool)
-        usage[key] = usage.get(key, 0.0) + item.gpus * share
-    return usage
 
 
 # Reasons that mean "no worker has enough free devices now": the only ones preemption can help.

@@ -7,7 +7,7 @@ only to the worker whose GPUs the plan gave it. Capacity is what live workers ad
 (``api.store.bus.live_workers``); pools are registered, and their largest worker recorded, from the
 same heartbeats, which is what a submission is checked against.
 
-One leader per namespace (``api.store.redis_keys``) at a time: a Redis lock (``SET NX PX``,
+One leader per namespace (``api.redis_keys``) at a time: a Redis lock (``SET NX PX``,
 renewed and released by compare-and-set), so it works whatever the SQL database is. Two leaders
 overlapping for a moment still cannot both dispatch a job: the ``queued -> dispatched``
 transition is guarded. This module never imports the worker's task modules; it sends by name.

@@ -1,5 +1,5 @@
 """The live side of the service, in Redis: each job's stream of messages and worker heartbeats.
-Every key is named by :class:`api.store.redis_keys.RedisKeys` (the deployment's namespace).
+Every key is named by :class:`api.redis_keys.RedisKeys` (the deployment's namespace).
 
 Job stream (``keys.job_stream``): entries ``{"type": metrics|event|samples|status, "data": <json>}``,
 capped with ``MAXLEN ~``. Readers never rely on it for history (SQL has that); it only carries
@@ -32,9 +32,9 @@ import redis
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from api.redis_keys import RedisKeys
 from api.settings import Settings
 from api.store import outbox
-from api.store.redis_keys import RedisKeys
 from api.vocabulary import Heartbeat
 
 log = logging.getLogger(__name__)

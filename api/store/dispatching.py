@@ -1,5 +1,6 @@
-"""The scheduler's side of the store: the cluster's state as :mod:`api.scheduling.policy` sees it, and the
-writes that carry out a plan (dispatch to a worker, ask a job to yield, pending reasons).
+"""The scheduler's side of the store: the cluster's state (:mod:`api.cluster_state`) that the
+scheduling policy decides on, and the writes that carry out a plan (dispatch to a worker, ask a
+job to yield, pending reasons).
 
 Reads select only the columns the policy needs (never a job's spec): a tick reads every waiting
 and holding job, and 10,000 of them must stay cheap.
@@ -13,8 +14,8 @@ from datetime import datetime, timedelta
 from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
+from api import cluster_state
 from api.lifecycle import HOLDING_STATUSES, WAITING_STATUSES, JobStatus, Transition
-from api.scheduling import policy
 from api.schemas.jobs import as_utc
 from api.store.clock import db_now
 from api.store.jobs import transition
@@ -42,14 +43,14 @@ class WaitingInfo:
 
 @dataclass
 class SchedulingState:
-    cluster: policy.ClusterState
+    cluster: cluster_state.ClusterState
     pools: dict[str, tuple[bool, int | None]]  # name -> (held, max_worker_gpus)
     team_names: dict[int, str]
     waiting_info: dict[int, WaitingInfo] = field(default_factory=dict)
 
 
-def schedulable_workers(heartbeats: list[Heartbeat], holding: list[policy.HoldingJob],
-                        ) -> list[policy.Worker]:
+def schedulable_workers(heartbeats: list[Heartbeat], holding: list[cluster_state.HoldingJob],
+                        ) -> list[cluster_state.Worker]:
     """Live workers as the policy sees them. Devices a worker reports in use by a job SQL no
     longer gives it (its lease was lost; the child is stopping) stay busy until it reports them
     free; the devices of jobs SQL does give it are counted from SQL (they may not have started)."""
@@ -58,8 +59,8 @@ def schedulable_workers(heartbeats: list[Heartbeat], holding: list[policy.Holdin
     for beat in heartbeats:
         busy = {device for job_id, devices in beat.jobs.items() if (job_id, beat.worker_id) not in assigned
                 for device in devices}
-        workers.append(policy.Worker(beat.worker_id, beat.pool, beat.gpus, tuple(sorted(busy)),
-                                     frozenset(beat.capabilities)))
+        workers.append(cluster_state.Worker(beat.worker_id, beat.pool, beat.gpus, tuple(sorted(busy)),
+                                            frozenset(beat.capabilities)))
     return workers
 
 
@@ -80,12 +81,12 @@ def load_state(session: Session, heartbeats: list[Heartbeat], now: datetime, hal
         backing_off = retry_at is not None and as_utc(retry_at) > now
         key = tuple(required or ())
         requires = requirements.setdefault(key, frozenset(key))
-        waiting.append(policy.WaitingJob(job_id, team_id, pool, gpus, priority, backing_off, requires))
+        waiting.append(cluster_state.WaitingJob(job_id, team_id, pool, gpus, priority, backing_off, requires))
         info[job_id] = WaitingInfo(name, reason)
     holding = [
-        policy.HoldingJob(row.id, row.team_id, row.pool, row.gpus, row.priority, row.worker_id, row.status,
-                          epoch(row.dispatched_at) if row.dispatched_at else 0.0, bool(row.preempt_requested),
-                          tuple(row.devices or ()))
+        cluster_state.HoldingJob(row.id, row.team_id, row.pool, row.gpus, row.priority, row.worker_id,
+                                 row.status, epoch(row.dispatched_at) if row.dispatched_at else 0.0,
+                                 bool(row.preempt_requested), tuple(row.devices or ()))
         for row in conn.execute(
             select(c.id, c.team_id, c.pool, c.gpus, c.priority, c.worker_id, c.status, c.dispatched_at,
                    c.preempt_requested, c.devices).where(c.status.in_(HOLDING_STATUSES))
@@ -94,25 +95,25 @@ def load_state(session: Session, heartbeats: list[Heartbeat], now: datetime, hal
     quotas = quotas_by_team(session)
     teams, names = {}, {}
     for team_id, name, weight in session.execute(select(Team.id, Team.name, Team.weight)):
-        teams[team_id] = policy.Team(team_id, weight, quotas.get(team_id, {}))
+        teams[team_id] = cluster_state.Team(team_id, weight, quotas.get(team_id, {}))
         names[team_id] = name
     pools = {name: (bool(held), most) for name, held, most in
              session.execute(select(Pool.name, Pool.held, Pool.max_worker_gpus))}
     horizon = now - timedelta(seconds=USAGE_HORIZON_HALF_LIVES * half_life)
     recent = or_(Allocation.ended_at.is_(None), Allocation.ended_at > horizon)
     intervals = [
-        policy.Interval(row.team_id, row.pool, row.gpus, epoch(row.started_at),
-                        epoch(row.ended_at) if row.ended_at else None)
+        cluster_state.Interval(row.team_id, row.pool, row.gpus, epoch(row.started_at),
+                               epoch(row.ended_at) if row.ended_at else None)
         for row in session.execute(
             select(Allocation.team_id, Allocation.pool, Allocation.gpus, Allocation.started_at,
                    Allocation.ended_at).where(recent)
         )
     ]
-    cluster = policy.ClusterState(
+    cluster = cluster_state.ClusterState(
         workers=tuple(schedulable_workers(heartbeats, holding)), waiting=tuple(waiting),
         holding=tuple(holding), teams=teams,
         held_pools=frozenset(name for name, (held, _) in pools.items() if held),
-        recent_usage=policy.decayed_usage(intervals, now.timestamp(), half_life),
+        recent_usage=cluster_state.decayed_usage(intervals, now.timestamp(), half_life),
     )
     return SchedulingState(cluster, pools, names, info)
 

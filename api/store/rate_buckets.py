@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from api.rate_limits import Bucket, charge_tokens, take_tokens
-from api.store.redis_keys import RedisKeys
+from api.redis_keys import RedisKeys
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.store.redis_keys import RedisKeys
+from api.redis_keys import RedisKeys
 from api.streaming.catch_up import catch_up
 from api.streaming.config import StreamConfig
 from api.streaming.cursor import Cursor, StreamId, format_id

@@ -9,9 +9,6 @@ top-level foundations and this package.
 """
 
 from grpo_core.rewards.registry import (
-    BoundReward,
-    RewardContext,
-    RewardDefinition,
     available_rewards,
     bind_rewards,
     check_reward_rows,
@@ -20,6 +17,7 @@ from grpo_core.rewards.registry import (
     reward_catalog,
     validate_reward_specs,
 )
+from grpo_core.rewards.reward_types import BoundReward, RewardContext, RewardDefinition
 from grpo_core.rewards.scoring import RESERVED_COLUMNS, Scores, score_completions
 
 __all__ = [

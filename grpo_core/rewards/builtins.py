@@ -11,7 +11,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from grpo_core.errors import RewardTimeout, SpecError
 from grpo_core.rewards.answers import parse_number, reference_number
-from grpo_core.rewards.registry import RewardContext, RewardDefinition, RewardFn
+from grpo_core.rewards.columns import aligned_column
+from grpo_core.rewards.reward_types import RewardContext, RewardDefinition, RewardFn
 
 __all__ = ["BUILTINS", "parse_number"]
 
@@ -54,15 +55,6 @@ def _answer_field() -> Any:
     return Field("answer", min_length=1, max_length=128, description="Dataset column with the reference.")
 
 
-def _column(columns: dict[str, Any], name: str, n: int) -> Sequence[Any]:
-    """The column aligned with the completions; bind_rewards checked it exists, this guards the call."""
-    if name not in columns:
-        raise ValueError(f"dataset column '{name}' was not passed to the reward")
-    if len(columns[name]) != n:
-        raise ValueError(f"column '{name}' has {len(columns[name])} values for {n} completions")
-    return columns[name]
-
-
 class NumericMatchArgs(_Args):
     field: str = _answer_field()
     rel_tol: float = Field(1e-6, ge=0.0, le=1.0, description="Relative tolerance of math.isclose.")
@@ -77,7 +69,7 @@ class NumericMatchArgs(_Args):
 )
 def _build_numeric(args: NumericMatchArgs, context: RewardContext) -> RewardFn:
     def numeric_match(completions: list[str], prompts: list[str], **columns: Any) -> list[float | None]:
-        refs = _column(columns, args.field, len(completions))
+        refs = aligned_column(columns, args.field, len(completions))
         scores: list[float | None] = []
         for completion, ref in zip(completions, map(reference_number, refs), strict=True):
             pred = None if ref is None else parse_number(completion)
@@ -102,7 +94,7 @@ def _build_exact(args: ExactMatchArgs, context: RewardContext) -> RewardFn:
         return text if args.case_sensitive else text.casefold()
 
     def exact_match(completions: list[str], prompts: list[str], **columns: Any) -> list[float | None]:
-        refs = _column(columns, args.field, len(completions))
+        refs = aligned_column(columns, args.field, len(completions))
         pairs = zip(completions, refs, strict=True)
         return [None if ref is None else float(norm(text) == norm(str(ref))) for text, ref in pairs]
 
@@ -196,7 +188,7 @@ def _build_contains(args: ContainsArgs, context: RewardContext) -> RewardFn:
 
     def contains(completions: list[str], prompts: list[str], **columns: Any) -> list[float | None]:
         n = len(completions)
-        needles = [args.text] * n if args.field is None else _column(columns, args.field, n)
+        needles = [args.text] * n if args.field is None else aligned_column(columns, args.field, n)
         # An empty needle is in every text and would reward anything: treat it as no reference.
         return [
             None if needle is None or str(needle) == "" else float(fold(str(needle)) in fold(text))

@@ -39,8 +39,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from grpo_core.rewards.builtins import _column
-from grpo_core.rewards.registry import RewardContext, RewardDefinition, RewardFn
+from grpo_core.rewards.columns import aligned_column
+from grpo_core.rewards.reward_types import RewardContext, RewardDefinition, RewardFn
 from grpo_core.rewards.sandbox import (
     CAPABILITY,
     Limits,
@@ -152,7 +152,7 @@ def _build(args: CodeTestsArgs, context: RewardContext) -> RewardFn:
 
     def code_tests(completions: list[str], prompts: list[str], **columns: Any) -> list[float | None]:
         deadline = time.monotonic() + (budget if budget is not None else math.inf)
-        values = _column(columns, args.field, len(completions))
+        values = aligned_column(columns, args.field, len(completions))
         cases = [parse_cases(value, args.field, row) for row, value in enumerate(values)]
         codes = [extract_code(text, args.block) for text in completions]
         with ThreadPoolExecutor(max_workers=args.parallel, thread_name_prefix="code-tests") as pool:

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from grpo_core.errors import SpecError
-from grpo_core.rewards.registry import RewardContext, RewardDefinition, RewardFn
+from grpo_core.rewards.reward_types import RewardContext, RewardDefinition, RewardFn
 from grpo_core.rewards.scoring import PartlyScored
 from grpo_core.rewards.verifier_client import VerifierClient
 from grpo_core.spec.run_spec import RewardSpec

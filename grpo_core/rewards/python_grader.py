@@ -30,7 +30,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from grpo_core.errors import GRPOError
-from grpo_core.rewards.registry import RewardContext, RewardDefinition, RewardFn
+from grpo_core.rewards.reward_types import RewardContext, RewardDefinition, RewardFn
 from grpo_core.rewards.sandbox import CAPABILITY, Limits, SandboxUnavailable, run_python, sandbox_problem
 from grpo_core.rewards.scoring import PartlyScored
 

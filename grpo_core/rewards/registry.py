@@ -1,8 +1,10 @@
 """Which reward functions exist, and how a job's ``rewards:`` list becomes callables.
 
-Built-ins live in :mod:`grpo_core.rewards.builtins`. Plugins are installed packages that declare
-an entry point in the ``grpo.rewards`` group; the entry point's name is the reward's name and it
-loads to either a :class:`RewardDefinition` or a plain function
+Built-ins live in :mod:`grpo_core.rewards.builtins` and the modules named after them; the types
+they share are in :mod:`grpo_core.rewards.reward_types`, so this catalog imports them one way.
+Plugins are installed packages that declare an entry point in the ``grpo.rewards`` group; the
+entry point's name is the reward's name and it loads to either a :class:`RewardDefinition` or a
+plain function
 ``(completions, prompts, **columns) -> list[float | None]`` (which then takes no ``args``).
 
 Name clashes are resolved without a warning, because neither side is wrong: a built-in always wins
@@ -19,24 +21,25 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from grpo_core.errors import SpecError
-from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
+from grpo_core.rewards.builtins import BUILTINS
+from grpo_core.rewards.code_tests import CODE_TESTS
+from grpo_core.rewards.http_verifier import HTTP_VERIFIER
+from grpo_core.rewards.python_grader import PYTHON_GRADER
+from grpo_core.rewards.reward_model import REWARD_MODEL
+from grpo_core.rewards.reward_types import BoundReward, RewardContext, RewardDefinition, RewardFn
+from grpo_core.rewards.similarity import TEXT_SIMILARITY
 from grpo_core.spec.run_spec import RewardSpec, reward_names
 
 __all__ = [
     "ENTRY_POINT_GROUP",
-    "BoundReward",
-    "RewardContext",
-    "RewardDefinition",
-    "RewardFn",
     "available_rewards",
     "bind_rewards",
     "check_reward_rows",
@@ -48,89 +51,6 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "grpo.rewards"
 logger = logging.getLogger(__name__)
-
-# Called as fn(completions, prompts, **columns); one value per completion, None = not applicable.
-RewardFn = Callable[..., list[float | None]]
-
-
-@dataclass
-class RewardContext:
-    """What a reward may need from the run besides its args: the tokenizer (``length_target``
-    counts tokens) and the budget of one call in seconds (``regex_match`` stops matching when it is
-    spent; :func:`grpo_core.rewards.score_completions` stops waiting for any reward then), and
-    the verifier services this run may call, by registered name (``http_verifier``).
-    ``reward_model`` loads its model from ``models_root`` (the service's) or, without one, relative
-    to ``base_dir`` (the spec's folder), onto this rank's ``device`` in the job's ``dtype``."""
-
-    tokenizer: Any | None = None
-    timeout_seconds: float | None = None
-    verifiers: Mapping[str, VerifierEndpoint] = field(default_factory=dict)
-    models_root: Path | None = None
-    base_dir: Path | None = None
-    device: Any | None = None  # a torch.device; None: the CPU (this module stays torch-free)
-    dtype: str = "float32"
-
-    def own_budget_seconds(self) -> float | None:
-        """What a reward that stops itself (``code_tests``, ``http_verifier``) may spend of its
-        budget: the rest is the margin to wind down (kill its sandboxes, drop its connections) and
-        return before :func:`grpo_core.rewards.score_completions` stops waiting, which would count
-        a timeout instead of the rows it did score. A tenth of the budget, at least half a second,
-        but never more than half of it (measured: 0.2 s of a 2 s budget was too little on a loaded
-        2-core machine)."""
-        if self.timeout_seconds is None:
-            return None
-        budget = self.timeout_seconds
-        return max(budget / 2, budget - max(0.1 * budget, 0.5))
-
-
-def _no_columns(args: BaseModel) -> list[str]:
-    return []
-
-
-def _no_sources(args: BaseModel) -> dict[str, str]:
-    return {}
-
-
-@dataclass(frozen=True)
-class RewardDefinition:
-    """A named reward: its args model, how to build the function, and the columns it reads.
-
-    ``args_model`` should forbid extra fields and give every field bounds and a description, since
-    its JSON schema is the public catalog. ``build`` may raise :class:`SpecError` with ``field``
-    relative to the args (``"pattern"``) or ``ValueError``; :func:`bind_rewards` adds the
-    ``rewards.N.args`` prefix. ``required_columns`` lets a missing dataset column be reported
-    before training instead of at the first scored batch. ``capabilities`` are what a worker must
-    advertise to run it (``code_sandbox``); the service refuses a spec no worker of its pool can run.
-    ``check_rows`` checks the values of the columns it reads (``code_tests``' test cases), raising
-    ``ValueError`` naming the row, so bad data is refused at submit or before a model loads.
-    ``model_sources`` maps args fields that name a model (``path:``/``hf:``) to it, so the service
-    checks them at submit like ``model.source``.
-    """
-
-    name: str
-    description: str
-    args_model: type[BaseModel]
-    build: Callable[[Any, RewardContext], RewardFn]
-    required_columns: Callable[[Any], list[str]] = _no_columns
-    model_sources: Callable[[Any], dict[str, str]] = _no_sources
-    capabilities: frozenset[str] = frozenset()
-    check_rows: Callable[[Any, list[dict[str, Any]]], None] | None = None
-
-
-@dataclass
-class BoundReward:
-    """A reward ready to score; ``name`` is unique within a job and used as the metric name."""
-
-    name: str
-    weight: float
-    fn: RewardFn
-    columns: list[str] = field(default_factory=list)
-    timeout_seconds: float | None = None  # budget of one call; None: unbounded (tests, tools)
-    clip_min: float | None = None
-    clip_max: float | None = None
-    gate_by: str | None = None  # another reward's name; see grpo_core.rewards.shaping
-    gate_threshold: float = 0.0
-
 
 class _NoArgs(BaseModel):
     """Args of a plugin given as a plain function: it has no way to receive any."""
@@ -175,14 +95,6 @@ def _load_plugin(entry_point: Any) -> RewardDefinition:
 
 
 def _discover() -> _Registry:
-    # Imported here because these modules import this one for RewardDefinition.
-    from grpo_core.rewards.builtins import BUILTINS
-    from grpo_core.rewards.code_tests import CODE_TESTS
-    from grpo_core.rewards.http_verifier import HTTP_VERIFIER
-    from grpo_core.rewards.python_grader import PYTHON_GRADER
-    from grpo_core.rewards.reward_model import REWARD_MODEL
-    from grpo_core.rewards.similarity import TEXT_SIMILARITY
-
     definitions = {definition.name: definition
                    for definition in [*BUILTINS, CODE_TESTS, HTTP_VERIFIER, PYTHON_GRADER, REWARD_MODEL,
                                       TEXT_SIMILARITY]}

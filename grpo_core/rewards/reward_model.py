@@ -4,42 +4,16 @@ models do. The model is loaded once, when the job binds its rewards, onto the jo
 in eval mode with no gradients; its forward passes run in batches of ``batch_size``.
 
 This module is torch-free (the API validates args and serves the catalog from it); loading and
-scoring are in :mod:`grpo_core.rewards.reward_model_scoring`.
+scoring are in :mod:`grpo_core.rewards.reward_model_scoring`; the args both read are in
+:mod:`grpo_core.rewards.reward_model_args`.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from grpo_core.rewards.reward_model_args import RewardModelArgs
+from grpo_core.rewards.reward_types import RewardContext, RewardDefinition, RewardFn
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from grpo_core.rewards.registry import RewardContext, RewardDefinition, RewardFn
-from grpo_core.spec.run_spec import split_source
-
-__all__ = ["REWARD_MODEL", "RewardModelArgs"]
-
-
-class RewardModelArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    model: str = Field(..., min_length=1, max_length=1024, description=(
-        "path:NAME (a Hugging Face folder of a *ForSequenceClassification model under the models "
-        "root; relative to the spec's folder in `grpo train`) or hf:owner/name[@revision] where the "
-        "hub is allowed."))
-    batch_size: int = Field(8, ge=1, le=1024, description="Texts per forward pass.")
-    max_length: int = Field(1024, ge=8, le=131_072, description=(
-        "Most tokens of prompt + completion scored; longer texts lose their beginning, since the "
-        "score is read at the last token."))
-    logit_index: int = Field(0, ge=0, le=1023, description=(
-        "Which output logit is the reward (below the model's num_labels)."))
-    completion: Literal["answer", "raw"] = Field("answer", description=(
-        "Score the answer (reasoning stripped, as other rewards see it) or the raw completion."))
-
-    @field_validator("model")
-    @classmethod
-    def _model_source(cls, value: str) -> str:
-        split_source(value)
-        return value
+__all__ = ["REWARD_MODEL"]
 
 
 def _build(args: RewardModelArgs, context: RewardContext) -> RewardFn:

@@ -17,8 +17,8 @@ import torch
 
 from grpo_core.errors import SpecError
 from grpo_core.io.model_loading import DTYPES, load_pretrained, load_tokenizer, resolve_source_location
-from grpo_core.rewards.registry import RewardContext
-from grpo_core.rewards.reward_model import RewardModelArgs
+from grpo_core.rewards.reward_model_args import RewardModelArgs
+from grpo_core.rewards.reward_types import RewardContext
 
 __all__ = ["RewardModelScorer", "load_scorer", "reward_texts"]
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from grpo_core.errors import RewardFailed, RewardTimeout, RewardUnavailable
 from grpo_core.oom import out_of_memory_error
-from grpo_core.rewards.registry import BoundReward
+from grpo_core.rewards.reward_types import BoundReward
 from grpo_core.rewards.shaping import shape_scores
 from grpo_core.spec.prompt_rows import RESERVED_COLUMNS
 

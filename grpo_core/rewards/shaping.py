@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from grpo_core.rewards.registry import BoundReward
+from grpo_core.rewards.reward_types import BoundReward
 
 __all__ = ["shape_scores"]
 

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from grpo_core.rewards.builtins import _column
-from grpo_core.rewards.registry import RewardContext, RewardDefinition, RewardFn
+from grpo_core.rewards.columns import aligned_column
+from grpo_core.rewards.reward_types import RewardContext, RewardDefinition, RewardFn
 
 __all__ = ["TEXT_SIMILARITY", "similarity_metric"]
 
@@ -61,7 +61,7 @@ def _build(args: TextSimilarityArgs, context: RewardContext) -> RewardFn:
     score = similarity_metric(args.metric)
 
     def text_similarity(completions: list[str], prompts: list[str], **columns: Any) -> list[float | None]:
-        refs = _column(columns, args.reference_field, len(completions))
+        refs = aligned_column(columns, args.reference_field, len(completions))
         return [None if r is None else score(text, r)
                 for text, r in zip(completions, map(_references, refs), strict=True)]
 

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpo_core.rewards.registry import BoundReward
+from grpo_core.rewards.reward_types import BoundReward
 from grpo_core.rewards.scoring import score_completions
 
 __all__ = ["SampleScores", "TrialSample", "prompt_text", "score_samples", "weighted_total"]

@@ -43,6 +43,7 @@ from grpo_core.io.paths import folder_bytes
 from grpo_core.io.prompt_data import PromptSampler
 from grpo_core.parallel.distributed import SINGLE, Ranks
 from grpo_core.parallel.sharding import is_sharded
+from grpo_core.run.processes import process_alive
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -160,15 +161,8 @@ def sweep_stale_tmp_folders(root: Path) -> list[Path]:
 
 
 def _writer_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
+    # This process writes nothing while it sweeps: its own folders are stale too.
+    return pid != os.getpid() and process_alive(pid)
 
 
 def estimate_checkpoint_bytes(models: PolicyAndReference, optimizer: torch.optim.Optimizer,

@@ -41,6 +41,7 @@ from grpo_core.parallel.placement import pick_device
 from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
 from grpo_core.run.lifetime import die_with_parent
 from grpo_core.run.local_run import run_local
+from grpo_core.run.processes import signal_name, write_whole
 from grpo_core.run.trainer import TrainResult
 from grpo_core.spec.run_spec import RunSpec
 
@@ -74,7 +75,7 @@ class RankDied(GRPOError):
 
     def __init__(self, rank: int, exitcode: int, pid: int) -> None:
         self.rank, self.exitcode, self.pid = rank, exitcode, pid
-        self.signal_name = _signal_name(-exitcode) if exitcode < 0 else None
+        self.signal_name = signal_name(-exitcode) if exitcode < 0 else None
         how = f"was killed by {self.signal_name}" if self.signal_name else f"exited with code {exitcode}"
         super().__init__(f"rank {rank} (process {pid}) {how}")
 
@@ -191,7 +192,7 @@ def rank_process(folder: str, parent_pid: int) -> None:
             torch.cuda.set_device(comm_device)
         dist.init_process_group("nccl" if cuda else "gloo", timeout=hang_timeout)
         value = entry(Ranks(dist.get_rank(), dist.get_world_size(), comm_device), *args)
-        _write_whole(path / _value_file(rank), pickle.dumps(value))
+        write_whole(path / _value_file(rank), pickle.dumps(value))
     except Exception as exc:
         # Before the group goes: destroying it breaks the other ranks' collectives, and their
         # reports of that must come later than this one, the cause.
@@ -212,14 +213,7 @@ def _write_report(folder: Path, rank: int, exc: Exception) -> None:
         "traceback": traceback_tail(),
         "time": time.time(),
     }
-    _write_whole(folder / f"rank-{rank}.json", json.dumps(report).encode())
-
-
-def _write_whole(path: Path, data: bytes) -> None:
-    """Written under another name, then renamed: the launcher never reads half a file."""
-    partial = path.with_name(f".{path.name}")
-    partial.write_bytes(data)
-    partial.rename(path)
+    write_whole(folder / f"rank-{rank}.json", json.dumps(report).encode())
 
 
 def _rank_error(exc: Any, folder: Path) -> GRPOError:
@@ -234,13 +228,6 @@ def _rank_error(exc: Any, folder: Path) -> GRPOError:
         return RankDied(rank, failure.exitcode, failure.pid)
     first = min(reports.values(), key=lambda r: r["time"])
     return RankFailed(first["rank"], first["type"], first["message"], first["traceback"], first["code"])
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 def _current_handlers() -> dict[signal.Signals, Any]:

@@ -12,20 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from api.scheduling.policy import (
-    PENDING_REASONS,
-    ClusterState,
-    Dispatch,
-    HoldingJob,
-    Interval,
-    Plan,
-    Preemption,
-    Team,
-    WaitingJob,
-    Worker,
-    decayed_usage,
-    plan,
-)
+from api.cluster_state import ClusterState, HoldingJob, Interval, Team, WaitingJob, Worker, decayed_usage
+from api.scheduling.policy import PENDING_REASONS, Dispatch, Plan, Preemption, plan
 
 # benchmarks/ is not a package: load the reference by its path.
 _REFERENCE_FILE = Path(__file__).resolve().parents[2] / "benchmarks" / "reference_policy.py"

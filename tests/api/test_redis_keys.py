@@ -1,4 +1,4 @@
-"""Key naming (``api.store.redis_keys``): every key and queue of a deployment under its namespace,
+"""Key naming (``api.redis_keys``): every key and queue of a deployment under its namespace,
 the namespace derived from the database URL unless set, and no two deployments' names shared."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from api.redis_keys import RedisKeys, namespace_for
 from api.settings import Settings
-from api.store.redis_keys import RedisKeys, namespace_for
 
 POSTGRES = "postgresql+psycopg://grpo:secret@db.internal:5432/grpo"
 

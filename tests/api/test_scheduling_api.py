@@ -180,18 +180,20 @@ def test_a_retried_telemetry_write_is_reported_as_a_duplicate(api, api_server, j
 
 def test_a_packed_worker_shows_each_device_and_its_job_and_keeps_unknown_jobs_devices_busy() -> None:
     """Pure: heartbeats and SQL's holders as the scheduler reads them, no server."""
+    from api import cluster_state
     from api.scheduling import policy
     from api.scheduling.cluster_views import cluster_view
     from api.store.dispatching import SchedulingState, schedulable_workers
 
     # SQL gives w1 job 10 (team 1) on device 0 and job 11 (team 2) on device 2, dispatched but not
     # started; the worker's children run 10 and job 12, whose lease was lost, on device 3.
-    holding = [policy.HoldingJob(10, 1, "a", 1, "normal", "w1", "running", 0.0, devices=(0,)),
-               policy.HoldingJob(11, 2, "a", 1, "normal", "w1", "dispatched", 0.0, devices=(2,))]
+    holding = [cluster_state.HoldingJob(10, 1, "a", 1, "normal", "w1", "running", 0.0, devices=(0,)),
+               cluster_state.HoldingJob(11, 2, "a", 1, "normal", "w1", "dispatched", 0.0, devices=(2,))]
     beat = Heartbeat(worker_id="w1", pool="a", gpus=4, jobs={10: [0], 12: [3]})
     [worker] = schedulable_workers([beat], holding)
-    assert worker == policy.Worker("w1", "a", 4, busy=(3,))  # 10's and 11's devices come from SQL
-    state = policy.ClusterState((worker,), (policy.WaitingJob(20, 1, "a", 1, "normal"),), tuple(holding), {})
+    assert worker == cluster_state.Worker("w1", "a", 4, busy=(3,))  # 10's and 11's devices come from SQL
+    waiting = (cluster_state.WaitingJob(20, 1, "a", 1, "normal"),)
+    state = cluster_state.ClusterState((worker,), waiting, tuple(holding), {})
     assert policy.plan(state).dispatch == [policy.Dispatch(20, "w1", (1,))]
 
     scheduling = SchedulingState(state, {"a": (False, 4)}, {1: "alpha", 2: "beta"})

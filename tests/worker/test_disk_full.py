@@ -24,9 +24,9 @@ def test_a_full_disk_at_a_checkpoint_fails_the_job_as_disk_full_and_cleans_up(
     task_settings, submit, tiny_spec, job_of, database_url, monkeypatch, tmp_path
 ):
     from api.artifact_paths import checkpoint_dir
+    from worker.attempt import run_attempt
     from worker.attempt_files import AttemptFiles
     from worker.runner import record_outcome
-    from worker.training import run_attempt
 
     job_id = submit(tiny_spec(max_steps=3, checkpoint_every=1))
     with session_scope(database_url) as session:

@@ -31,7 +31,7 @@ def without_bwrap(monkeypatch: pytest.MonkeyPatch):
 
 def test_a_code_tests_job_on_a_worker_without_the_sandbox_goes_back_to_the_queue(
         submit, tiny_spec, task_settings, database_url, job_of, tmp_path, monkeypatch, without_bwrap):
-    import worker.training
+    import worker.attempt
     from worker.attempt_files import AttemptFiles
     from worker.heartbeat import CAPABILITY_MISSING
     from worker.outcome import Fault
@@ -40,13 +40,13 @@ def test_a_code_tests_job_on_a_worker_without_the_sandbox_goes_back_to_the_queue
     def must_not_train(*args, **kwargs):
         raise AssertionError("the model was loaded on a worker that cannot score the job")
 
-    monkeypatch.setattr(worker.training, "train_reporting", must_not_train)
+    monkeypatch.setattr(worker.attempt, "train_reporting", must_not_train)
     job_id = submit(tiny_spec(dataset={"prompts": CODE_ROWS}, rewards=[{"name": "code_tests"}]))
     with session_scope(database_url) as session:
         assert transition(session, job_id, via=Transition.DISPATCH,
                           values={"dispatched_at": utcnow(), "worker_id": WORKER})
         job = claim(session, job_id, WORKER)
-    fault = worker.training.run_attempt(job, task_settings, WORKER, AttemptFiles(tmp_path))
+    fault = worker.attempt.run_attempt(job, task_settings, WORKER, AttemptFiles(tmp_path))
     assert isinstance(fault, Fault) and fault.code == CAPABILITY_MISSING, fault
     assert CAPABILITY in fault.message and "bwrap" in fault.message
     assert fault.data["missing"] == [CAPABILITY]
@@ -57,16 +57,16 @@ def test_a_code_tests_job_on_a_worker_without_the_sandbox_goes_back_to_the_queue
 
 
 def _reaches_training(submit, spec, database_url, task_settings, tmp_path, monkeypatch) -> bool:
-    import worker.training
+    import worker.attempt
     from worker.attempt_files import AttemptFiles
 
     trained = []
-    monkeypatch.setattr(worker.training, "train_reporting", lambda *args: trained.append(args) or "trained")
+    monkeypatch.setattr(worker.attempt, "train_reporting", lambda *args: trained.append(args) or "trained")
     job_id = submit(spec)
     with session_scope(database_url) as session:
         assert transition(session, job_id, via=Transition.DISPATCH, values={"dispatched_at": utcnow()})
         job = claim(session, job_id, WORKER)
-    return worker.training.run_attempt(job, task_settings, WORKER, AttemptFiles(tmp_path)) == "trained"
+    return worker.attempt.run_attempt(job, task_settings, WORKER, AttemptFiles(tmp_path)) == "trained"
 
 
 def test_a_job_that_needs_nothing_is_not_held_up_by_a_missing_sandbox(

@@ -21,9 +21,9 @@ CATASTROPHIC = [{"name": "regex_match", "args": {"pattern": "(?s)(.|.)*(?!)"}}]
 def test_rewards_over_budget_step_after_step_fail_the_job_as_reward_timeout(
     task_settings, submit, tiny_spec, job_of, database_url, tmp_path
 ):
+    from worker.attempt import run_attempt
     from worker.attempt_files import AttemptFiles
     from worker.runner import record_outcome
-    from worker.training import run_attempt
 
     job_id = submit(tiny_spec(max_steps=10, rewards=CATASTROPHIC, reward_timeout_seconds=600,
                               grpo={"max_completion_length": 48}))

@@ -20,11 +20,11 @@ from sqlalchemy import func, select
 
 from api.cli.dev import free_port
 from api.lifecycle import JobStatus
+from api.redis_keys import RedisKeys
 from api.scheduling.scheduler import LeaderLock, Scheduler
 from api.store import bus
 from api.store.attempts import claim, finish, requeue_expired
 from api.store.db import session_scope
-from api.store.redis_keys import RedisKeys
 from api.store.tables import JobEvent
 from api.vocabulary import Heartbeat
 

@@ -41,9 +41,9 @@ ROWS = [{"prompt": "Say yes.", "answer": "yes"}, {"prompt": "Say no.", "answer":
 
 def test_a_job_scores_through_its_registered_verifier(task_settings, submit, tiny_spec, job_of, database_url,
                                                       tmp_path):
+    from worker.attempt import run_attempt
     from worker.attempt_files import AttemptFiles
     from worker.runner import record_outcome
-    from worker.training import run_attempt
 
     with verifier_server() as server:
         register(database_url, "scoring-grader", server.url)
@@ -93,9 +93,9 @@ def test_a_verifier_that_stays_down_fails_the_job_as_reward_unavailable(
 
 def test_a_verifier_deleted_after_the_submit_fails_the_job_as_invalid_spec(task_settings, submit, tiny_spec,
                                                                             job_of, database_url, tmp_path):
+    from worker.attempt import run_attempt
     from worker.attempt_files import AttemptFiles
     from worker.runner import record_outcome
-    from worker.training import run_attempt
 
     register(database_url, "short-lived", "http://127.0.0.1:9/score")
     job_id = submit(tiny_spec(rewards=verifier_rewards("short-lived"), dataset={"prompts": ROWS}))

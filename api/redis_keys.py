@@ -7,6 +7,8 @@ of the database URL (:func:`namespace_for`): the processes of one stack share a 
 they agree on it without setup, and stacks on different databases never collide.
 
 Pure (no I/O): nothing else spells a key, so a key can only be named through :class:`RedisKeys`.
+Outside the store, since it names keys and stores nothing: the settings build it and must not
+import the store.
 """
 
 from __future__ import annotations

@@ -1,0 +1,48 @@
+"""Small facts about processes and files that the launcher (:mod:`grpo_core.run.launch`), the
+checkpoint sweep and the service's worker all need, kept in one copy so they cannot drift:
+whether a pid still runs (a zombie does not), a signal's name, and a file written whole.
+
+Standard library only: the worker's supervisor imports it and never loads torch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+__all__ = ["process_alive", "signal_name", "write_whole"]
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs on this host (a zombie does not: it only awaits its parent's reaping)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no procfs: ask the kernel, which cannot tell a zombie apart
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # someone else's process: alive
+            return True
+        return True
+    # The state letter follows the command name in parentheses, which may itself hold spaces.
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def signal_name(number: int) -> str:
+    """``SIGKILL`` for 9; a number no signal has is named as such."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def write_whole(path: Path, data: bytes) -> None:
+    """Written under another name, then renamed: a reader, in this process or another, never
+    reads half a file. The temporary name holds the pid, so two writers never share one."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_bytes(data)
+    partial.replace(path)

@@ -1,0 +1,62 @@
+"""The body of a job's process: train the claimed job in this process or, for a job that holds
+k > 1 devices, on k ranks, and turn how that ended into the attempt's :class:`Outcome` or
+:class:`Fault`. It sits above :mod:`worker.training` and :mod:`worker.ranks` (which runs the
+training on each rank), so neither of those needs the other's caller. Imported only where torch
+may load: the job's process.
+"""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from api.job_spec import JobSpec
+from api.lifecycle import JobStatus
+from api.schemas.jobs import JobRead
+from api.settings import Settings
+from api.store.jobs import capabilities_needed
+from grpo_core.errors import GRPOError, traceback_tail
+from grpo_core.io.model_loading import quiet_library_progress_bars
+from grpo_core.parallel.distributed import SINGLE
+from grpo_core.run.launch import RankDied
+from worker.attempt_files import AttemptFiles
+from worker.heartbeat import CAPABILITY_MISSING, missing_capabilities
+from worker.outcome import Fault, Outcome
+from worker.ranks import train_on_ranks
+from worker.retrying import DATABASE_UNAVAILABLE, DatabaseUnavailable
+from worker.training import train_reporting
+
+__all__ = ["failure", "run_attempt"]
+
+
+def run_attempt(job: JobRead, settings: Settings, worker_id: str, files: AttemptFiles) -> Outcome | Fault:
+    """Train ``job`` and say how the attempt ended. Every failure of the job's own becomes an
+    Outcome with a stable code; a machine fault (a rank process that died, the database away
+    longer than the retry budget, a capability the job's rewards need that this worker lacks,
+    such as the code_tests sandbox) becomes a Fault."""
+    quiet_library_progress_bars()
+    try:
+        spec = JobSpec.model_validate(job.spec)
+        missing = missing_capabilities(capabilities_needed(spec))
+        if missing:  # the machine's fault, found before the model loads: another worker can run it
+            why = "; ".join(f"{capability}: {problem}" for capability, problem in missing.items())
+            return Fault(f"this worker cannot offer what the job's rewards need ({why})",
+                         {"error_code": CAPABILITY_MISSING, "missing": sorted(missing)}, CAPABILITY_MISSING)
+        if len(job.devices or ()) > 1:
+            return train_on_ranks(job, spec, settings, files)
+        return train_reporting(job, spec, settings, files, SINGLE)
+    except RankDied as exc:
+        data = {"rank": exc.rank, "pid": exc.pid, "exitcode": exc.exitcode, "signal": exc.signal_name}
+        return Fault(exc.message, data)
+    except DatabaseUnavailable as exc:  # the infrastructure's fault: resume once it is back
+        return Fault(str(exc), {"error_code": DATABASE_UNAVAILABLE}, DATABASE_UNAVAILABLE)
+    except ValidationError as exc:
+        return failure("invalid_spec", f"stored spec no longer validates: {exc}")
+    except GRPOError as exc:
+        return failure(exc.code, exc.message)
+    except Exception as exc:  # noqa: BLE001 - any crash must still end the job with a record
+        return failure("internal_error", f"{type(exc).__name__}: {exc}")
+
+
+def failure(code: str, message: str) -> Outcome:
+    """The job's own failure, with the traceback of the exception being handled."""
+    return Outcome(JobStatus.FAILED, message, code, traceback_tail())
