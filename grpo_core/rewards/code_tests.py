@@ -183,4 +183,6 @@ CODE_TESTS = RewardDefinition(
     required_columns=lambda args: [args.field],
     capabilities=frozenset({CAPABILITY}),
     check_rows=_check_rows,
+    # Each of `parallel` runs at once may hold every process's address space and its full /tmp.
+    sandbox_bytes=lambda args: args.parallel * _limits(args).cgroup_memory_bytes,
 )
