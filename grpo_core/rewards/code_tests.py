@@ -24,7 +24,8 @@ to start) and the service refuses such a spec unless a worker of its pool advert
 
 The limits are per process (no cgroup is assumed to be available), so the most memory one call
 can hold is ``parallel`` x ``max_processes`` x ``memory_mb`` (plus 16 MiB of /tmp per run): 8 GiB
-with the defaults, and what a worker's host must be able to spare for a job with this reward.
+with the defaults, and what a worker's host must be able to spare for a job with this reward
+(``sandbox_bytes``, which the service caps per pool).
 """
 
 from __future__ import annotations
