@@ -4,8 +4,9 @@ and for a run whose length is only known once its dataset is loaded (``max_steps
 or hub dataset), its step limits again on the worker.
 
 Every spec field is bounded on its own; these bound what the fields multiply to (tokens a step
-holds in memory, checkpoints a run writes, rows a spec carries), which is what a careless or
-hostile spec uses to take a shared worker's memory or disk from every other team.
+holds in memory, checkpoints a run writes, rows a spec carries, memory its rewards' sandboxes
+hold), which is what a careless or hostile spec uses to take a shared worker's memory or disk
+from every other team.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from api.job_spec import JobSpec
 from api.schemas.admin import PoolLimits
 from api.settings import Settings
 from grpo_core.errors import SpecError
+from grpo_core.rewards import available_rewards, sandbox_footprints
+
+MIB = 2**20
+# The args that size a reward's sandboxes, named in a refusal where the reward has them.
+SANDBOX_SIZING_ARGS = ("memory_mb", "max_processes", "parallel")
 
 
 def effective_limits(overrides: PoolLimits, settings: Settings) -> PoolLimits:
@@ -25,7 +31,8 @@ def effective_limits(overrides: PoolLimits, settings: Settings) -> PoolLimits:
     defaults = PoolLimits(max_tokens_per_step=settings.pool_max_tokens_per_step,
                           max_steps=settings.pool_max_steps,
                           max_checkpoints_per_job=settings.pool_max_checkpoints_per_job,
-                          max_inline_dataset_bytes=settings.pool_max_inline_dataset_bytes)
+                          max_inline_dataset_bytes=settings.pool_max_inline_dataset_bytes,
+                          max_sandbox_memory_bytes=settings.pool_max_sandbox_memory_bytes)
     return defaults.model_copy(update=overrides.model_dump(exclude_none=True))
 
 
@@ -59,7 +66,31 @@ def limit_problems(spec: JobSpec, limits: PoolLimits) -> list[SpecError]:
             problems.append(SpecError("dataset.prompts", (
                 f"{size:,} bytes of inline rows; {pool} allows at most {limits.max_inline_dataset_bytes:,}: "
                 "put the rows in a dataset file under the data root")))
+    if limits.max_sandbox_memory_bytes is not None:
+        problems += sandbox_problems(spec, limits.max_sandbox_memory_bytes)
     return problems
+
+
+def sandbox_problems(spec: JobSpec, limit: int) -> list[SpecError]:
+    """The job's sandbox memory over ``limit``: its rewards are called one after another, so its
+    largest reward's footprint, held by every rank at once (all on one host)."""
+    footprints = sandbox_footprints(spec.rewards)
+    if not footprints:
+        return []
+    index, largest = max(footprints, key=lambda footprint: footprint[1])
+    ranks = spec.resources.gpus
+    if largest * ranks <= limit:
+        return []
+    name = spec.rewards[index].name
+    fields = available_rewards()[name].args_model.model_fields
+    knobs = " or ".join(arg for arg in SANDBOX_SIZING_ARGS if arg in fields) or "its args"
+    held = f"{largest / MIB:,.0f} MiB at once"
+    if ranks > 1:
+        held += f" on each of {ranks} ranks (resources.gpus): {largest * ranks / MIB:,.0f} MiB"
+        knobs += " or resources.gpus"
+    return [SpecError(f"rewards.{index}.args", (
+        f"{name}'s sandboxes may hold {held}; pool '{spec.resources.pool}' allows at most "
+        f"{limit / MIB:,.0f} MiB ({limit:,} bytes): lower {knobs}"))]
 
 
 def step_limit_problems(spec: JobSpec, steps: int, limits: PoolLimits) -> list[SpecError]:

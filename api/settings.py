@@ -135,6 +135,11 @@ class Settings(BaseSettings):
         1_000, ge=1, description="Most checkpoints a job may write (max_steps / checkpoint_every).")
     pool_max_inline_dataset_bytes: int = Field(
         8 * 1024 * 1024, ge=1, description="Most bytes (as JSON) of a spec's inline dataset rows.")
+    # 80 GiB admits code_tests' defaults (4 × (8 × 256 + 16) MiB ≈ 8.1 GiB a rank) on a whole
+    # 8-GPU host and refuses what no host spares (one rank of 16 × 8 × 1 GiB is 128 GiB).
+    pool_max_sandbox_memory_bytes: int = Field(
+        80 * 2**30, ge=1, description="Most memory the sandboxes of a job's rewards may hold at once: its "
+        "largest reward's parallel × (max_processes × memory_mb + 16 MiB of /tmp), times resources.gpus.")
     pool_job_memory_fraction: float = Field(
         0.9, gt=0, le=1, description="Without a pool's job_memory_bytes, a job may use this fraction of "
         "its worker's memory times its share of the worker's devices; beyond it the job's processes are "

@@ -55,7 +55,7 @@ def _set_quota(session: Any, args: argparse.Namespace) -> Any:
 
 
 LIMIT_FLAGS = ("max_tokens_per_step", "max_steps", "max_checkpoints_per_job", "max_inline_dataset_bytes",
-               "job_memory_bytes")
+               "max_sandbox_memory_bytes", "job_memory_bytes")
 
 
 def _limit(text: str) -> int | None:

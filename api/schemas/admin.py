@@ -118,6 +118,10 @@ class PoolLimits(_Body):
     max_checkpoints_per_job: int | None = Field(None, ge=1, le=10_000_000,
                                                 description="max_steps / checkpoint_every, rounded up")
     max_inline_dataset_bytes: int | None = Field(None, ge=1, le=2**40, description="dataset.prompts as JSON")
+    max_sandbox_memory_bytes: int | None = Field(
+        None, ge=1, le=2**50, description="Memory the sandboxes of a job's rewards (code_tests, python) may "
+        "hold at once: the largest reward's memory_mb × max_processes (+ 16 MiB of /tmp) × parallel, "
+        "on each of resources.gpus ranks")
     job_memory_bytes: int | None = Field(
         None, ge=64 * 2**20, le=2**50, description="Memory a job's processes may use together; beyond it "
         "they are killed and the job fails `out_of_memory` (default: a share of the worker's memory)")

@@ -15,6 +15,7 @@ from grpo_core.rewards.registry import (
     model_sources,
     required_capabilities,
     reward_catalog,
+    sandbox_footprints,
     validate_reward_specs,
 )
 from grpo_core.rewards.reward_types import BoundReward, RewardContext, RewardDefinition
@@ -32,6 +33,7 @@ __all__ = [
     "model_sources",
     "required_capabilities",
     "reward_catalog",
+    "sandbox_footprints",
     "score_completions",
     "validate_reward_specs",
 ]

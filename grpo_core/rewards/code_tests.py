@@ -24,7 +24,8 @@ to start) and the service refuses such a spec unless a worker of its pool advert
 
 The limits are per process (no cgroup is assumed to be available), so the most memory one call
 can hold is ``parallel`` x ``max_processes`` x ``memory_mb`` (plus 16 MiB of /tmp per run): 8 GiB
-with the defaults, and what a worker's host must be able to spare for a job with this reward.
+with the defaults, and what a worker's host must be able to spare for a job with this reward
+(``sandbox_bytes``, which the service caps per pool).
 """
 
 from __future__ import annotations
@@ -183,4 +184,6 @@ CODE_TESTS = RewardDefinition(
     required_columns=lambda args: [args.field],
     capabilities=frozenset({CAPABILITY}),
     check_rows=_check_rows,
+    # Each of `parallel` runs at once may hold every process's address space and its full /tmp.
+    sandbox_bytes=lambda args: args.parallel * _limits(args).cgroup_memory_bytes,
 )

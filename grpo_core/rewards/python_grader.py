@@ -184,4 +184,6 @@ PYTHON_GRADER = RewardDefinition(
     PythonGraderArgs,
     _build,
     capabilities=frozenset({CAPABILITY}),
+    # One interpreter per call: every process's address space and its full /tmp (time is no factor).
+    sandbox_bytes=lambda args: _limits(args, args.timeout_seconds).cgroup_memory_bytes,
 )

@@ -46,6 +46,7 @@ __all__ = [
     "model_sources",
     "required_capabilities",
     "reward_catalog",
+    "sandbox_footprints",
     "validate_reward_specs",
 ]
 
@@ -226,6 +227,14 @@ def model_sources(specs: list[RewardSpec]) -> list[tuple[str, str]]:
     sources."""
     return [(f"rewards.{index}.args.{name}", source) for index, definition, args in _validated(specs)
             for name, source in definition.model_sources(args).items()]
+
+
+def sandbox_footprints(specs: list[RewardSpec]) -> list[tuple[int, int]]:
+    """``(index, bytes)`` for each reward of ``specs`` that runs sandboxes: the most memory they
+    can hold at once during one call (rewards with invalid args are left to
+    :func:`validate_reward_specs`)."""
+    return [(index, footprint) for index, definition, args in _validated(specs)
+            if (footprint := definition.sandbox_bytes(args))]
 
 
 def _build(definition: RewardDefinition, args: BaseModel, context: RewardContext, index: int) -> RewardFn:

@@ -61,6 +61,10 @@ def _no_sources(args: BaseModel) -> dict[str, str]:
     return {}
 
 
+def _no_sandbox(args: BaseModel) -> int:
+    return 0
+
+
 @dataclass(frozen=True)
 class RewardDefinition:
     """A named reward: its args model, how to build the function, and the columns it reads.
@@ -74,7 +78,8 @@ class RewardDefinition:
     ``check_rows`` checks the values of the columns it reads (``code_tests``' test cases), raising
     ``ValueError`` naming the row, so bad data is refused at submit or before a model loads.
     ``model_sources`` maps args fields that name a model (``path:``/``hf:``) to it, so the service
-    checks them at submit like ``model.source``.
+    checks them at submit like ``model.source``. ``sandbox_bytes`` is the most memory the sandboxes
+    of one call can hold at once (0: it runs none), so the service can cap it per pool.
     """
 
     name: str
@@ -85,6 +90,7 @@ class RewardDefinition:
     model_sources: Callable[[Any], dict[str, str]] = _no_sources
     capabilities: frozenset[str] = frozenset()
     check_rows: Callable[[Any, list[dict[str, Any]]], None] | None = None
+    sandbox_bytes: Callable[[Any], int] = _no_sandbox
 
 
 @dataclass

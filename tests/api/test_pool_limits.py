@@ -6,11 +6,18 @@ Lists of jobs are summaries (a spec may be a megabyte of inline rows)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Iterator
 
 import pytest
 
+from api.store import bus
+from api.vocabulary import Heartbeat
+from grpo_core.rewards.sandbox import CAPABILITY
+
 LIMITS = ("max_tokens_per_step", "max_steps", "max_checkpoints_per_job", "max_inline_dataset_bytes",
-          "job_memory_bytes")
+          "max_sandbox_memory_bytes", "job_memory_bytes")
+CODE_ROWS = [{"prompt": "Read n and print 2n.", "tests": [{"input": "2", "output": "4"}]}]
+GRADER = {"name": "python", "args": {"source": "def grade(sample, item):\n    return 1.0\n"}}
 
 
 @pytest.fixture
@@ -23,6 +30,18 @@ def own_pool(admin) -> str:
     name = f"limited-{uuid.uuid4().hex[:8]}"
     assert admin.post("/v1/admin/pools", json={"name": name}).status_code == 201
     return name
+
+
+@pytest.fixture
+def sandboxed_pool(api_server, own_pool) -> Iterator[str]:
+    """``own_pool`` with a live worker that advertises the sandbox: without one, submit refuses a
+    code_tests or python job before any limit is looked at."""
+    settings, worker_id = api_server.settings, f"sandboxed-{uuid.uuid4().hex[:6]}"
+    with bus.connect(settings) as client:
+        bus.advertise_worker(client, settings.redis_keys,
+                             Heartbeat(worker_id=worker_id, pool=own_pool, capabilities=[CAPABILITY]), 60)
+        yield own_pool
+        client.delete(settings.redis_keys.worker(worker_id))
 
 
 def refusal(response, field: str) -> str:
@@ -115,3 +134,54 @@ def test_a_run_by_epochs_over_inline_rows_is_held_to_the_step_limit_at_submit(ad
     # A file's prompts are counted (and the limit checked) by the worker.
     from_file = {**by_epochs, "dataset": {"source": "path:prompts.jsonl"}}
     assert alpha.post("/v1/jobs", json=from_file).status_code == 201
+
+
+def sandbox_job(job_spec: Callable, pool: str, rewards: list[dict], gpus: int = 1, **grpo) -> dict:
+    return job_spec(resources={"pool": pool, "gpus": gpus}, dataset={"prompts": CODE_ROWS * 8},
+                    rewards=rewards, grpo=grpo)
+
+
+def code_tests(**args) -> dict:
+    return {"name": "code_tests", "args": args}
+
+
+def test_the_default_sandbox_limit_admits_the_rewards_defaults_on_a_whole_host_not_their_extremes(
+        alpha, sandboxed_pool, job_spec) -> None:
+    before = count_jobs(alpha)
+    huge = code_tests(parallel=16, max_processes=64, memory_mb=1024)  # 16 × (64 GiB + 16 MiB) at once
+    message = refusal(alpha.post("/v1/jobs", json=sandbox_job(job_spec, sandboxed_pool, [GRADER, huge])),
+                      "rewards.1.args")
+    assert message == (f"rewards.1.args: code_tests's sandboxes may hold 1,048,832 MiB at once; pool "
+                       f"'{sandboxed_pool}' allows at most 81,920 MiB (85,899,345,920 bytes): lower "
+                       "memory_mb or max_processes or parallel")
+    assert count_jobs(alpha) == before
+    # Both rewards' defaults on 8 ranks: 8 × 4 × (8 × 256 + 16) MiB = 66,048 MiB.
+    whole_host = sandbox_job(job_spec, sandboxed_pool, [GRADER, code_tests()], gpus=8, prompts_per_step=8)
+    accepted = alpha.post("/v1/jobs", json=whole_host)
+    assert accepted.status_code == 201, accepted.text
+
+
+def test_a_pools_sandbox_limit_bounds_the_largest_reward_on_every_rank(admin, alpha, sandboxed_pool,
+                                                                       job_spec) -> None:
+    url = f"/v1/admin/pools/{sandboxed_pool}/limits"
+    limits = admin.put(url, json={"max_sandbox_memory_bytes": 4 * 2**30})
+    assert limits.status_code == 200 and limits.json()["limits"]["max_sandbox_memory_bytes"] == 4 * 2**30
+
+    def submit(rewards: list[dict], gpus: int = 1):
+        return alpha.post("/v1/jobs", json=sandbox_job(job_spec, sandboxed_pool, rewards, gpus))
+
+    # The python reward's defaults: one interpreter of 4 × 512 MiB + 16 MiB of /tmp = 2,064 MiB.
+    assert submit([GRADER]).status_code == 201
+    message = refusal(submit([GRADER], gpus=2), "rewards.0.args")
+    assert "2,064 MiB at once on each of 2 ranks (resources.gpus): 4,128 MiB" in message
+    assert message.endswith("at most 4,096 MiB (4,294,967,296 bytes): lower memory_mb or max_processes or "
+                            "resources.gpus")
+    assert "8,256 MiB at once;" in refusal(submit([GRADER, code_tests()]), "rewards.1.args")
+    # Rewards are called one after another: the largest counts, not the sum (2,064 + 528 MiB).
+    assert submit([GRADER, code_tests(parallel=1, max_processes=2)]).status_code == 201
+    # A rewards list without sandboxes is not held to it.
+    plain = job_spec(resources={"pool": sandboxed_pool, "gpus": 2})
+    assert alpha.post("/v1/jobs", json=plain).status_code == 201
+
+    admin.put(url, json={"max_sandbox_memory_bytes": None})
+    assert submit([GRADER, code_tests()], gpus=2).status_code == 201  # 16,512 MiB: the default admits it

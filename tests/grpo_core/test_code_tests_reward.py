@@ -15,7 +15,13 @@ from sandbox_guard import needs_sandbox
 
 from grpo_core.cli import main
 from grpo_core.errors import SpecError
-from grpo_core.rewards import RewardContext, check_reward_rows, required_capabilities, score_completions
+from grpo_core.rewards import (
+    RewardContext,
+    check_reward_rows,
+    required_capabilities,
+    sandbox_footprints,
+    score_completions,
+)
 from grpo_core.rewards.code_tests import extract_code
 from grpo_core.rewards.sandbox import SandboxUnavailable, sandbox_problem
 from grpo_core.spec.run_spec import RewardSpec
@@ -91,6 +97,14 @@ def test_it_needs_the_code_sandbox_capability() -> None:
     specs = [RewardSpec(name="contains", args={"text": "x"}), RewardSpec(name="code_tests"),
              RewardSpec(name="no_such_reward")]
     assert required_capabilities(specs) == [(1, "code_sandbox")]
+
+
+def test_its_sandbox_footprint_is_parallel_runs_each_with_all_its_processes_and_tmp() -> None:
+    mib = 2**20
+    specs = [RewardSpec(name="contains", args={"text": "x"}), RewardSpec(name="code_tests"),
+             RewardSpec(name="code_tests", args={"parallel": 16, "max_processes": 2, "memory_mb": 64}),
+             RewardSpec(name="code_tests", args={"parallel": 0})]  # invalid: validation reports it
+    assert sandbox_footprints(specs) == [(1, 4 * (8 * 256 + 16) * mib), (2, 16 * (2 * 64 + 16) * mib)]
 
 
 def test_a_batch_of_32_completions_runs_within_the_budget_and_a_slow_one_times_out_alone() -> None:

@@ -15,7 +15,13 @@ from sandbox_guard import needs_sandbox
 from test_example_jobs import run_example
 
 from grpo_core.errors import GRPOError
-from grpo_core.rewards import RewardContext, bind_rewards, required_capabilities, score_completions
+from grpo_core.rewards import (
+    RewardContext,
+    bind_rewards,
+    required_capabilities,
+    sandbox_footprints,
+    score_completions,
+)
 from grpo_core.rewards.python_grader import MAX_SOURCE_CHARS, check_source
 from grpo_core.rewards.sandbox import CAPABILITY
 from grpo_core.spec.run_spec import RewardSpec
@@ -121,6 +127,13 @@ def test_weights_clip_and_gates_shape_it_like_any_reward() -> None:
     assert scored.matrix[0] == [1.0, 0.5]  # clipped to 0.5
     assert scored.matrix[1][0] == 0.0 and scored.matrix[1][1] == 0.0  # gated: contains failed
     assert required_capabilities([python(EXACT)]) == [(0, CAPABILITY)]
+
+
+def test_its_sandbox_footprint_is_one_interpreters_processes_and_tmp() -> None:
+    mib = 2**20
+    specs = [python(EXACT), RewardSpec(name="contains", args={"text": "x"}),
+             python(EXACT, memory_mb=64, max_processes=1)]
+    assert sandbox_footprints(specs) == [(0, (4 * 512 + 16) * mib), (2, (64 + 16) * mib)]
 
 
 @pytest.mark.parametrize(("args", "field", "says"), [
