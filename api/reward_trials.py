@@ -68,7 +68,7 @@ def _verifiers(specs: list[RewardSpec], team_id: int, pool: str,
 def run_trial(request: RewardTrialRequest, team_id: int, settings: Settings) -> RewardTrialRead:
     """Each sample's scores; :class:`InvalidSpec` (a 422 naming the field) for a reward that does
     not validate, cannot run here, or fails as it would fail a job (a grader that does not load)."""
-    specs = request.rewards
+    specs = request.rewards or []
     columns = {name for sample in request.samples for name in sample.columns}
     try:
         validate_reward_specs(specs, columns)

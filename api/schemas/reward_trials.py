@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from grpo_core.spec.run_spec import RewardSpec
 
 MAX_SAMPLES = 64
+MAX_REWARDS = 16
+MAX_SPEC_CHARS = 1024 * 1024
+MAX_TRIAL_SECONDS = 30.0  # a dry run answers within a request's time
 MAX_TEXT_CHARS = 32768
 
 
@@ -40,15 +43,27 @@ class TrialSampleIn(BaseModel):
 
 
 class RewardTrialRequest(BaseModel):
+    """The rewards to try: a ``rewards`` list, or a whole ``spec`` as text (JSON or YAML, as the
+    dashboard's form holds it) of which ``rewards:`` and ``reward_timeout_seconds`` are used."""
+
     model_config = ConfigDict(extra="forbid")
 
-    rewards: list[RewardSpec] = Field(min_length=1, max_length=16,
-                                      description="As in a spec's `rewards:`; checked as at submit")
+    rewards: list[RewardSpec] | None = Field(None, min_length=1, max_length=MAX_REWARDS,
+                                             description="As in a spec's `rewards:`; checked as at submit")
+    spec: str | None = Field(None, max_length=MAX_SPEC_CHARS,
+                             description="Instead of `rewards`: a spec's text (JSON or YAML); its "
+                                         "`rewards:` and `reward_timeout_seconds` are used")
     samples: list[TrialSampleIn] = Field(min_length=1, max_length=MAX_SAMPLES)
-    reward_timeout_seconds: float = Field(10.0, gt=0, le=30,
+    reward_timeout_seconds: float = Field(10.0, gt=0, le=MAX_TRIAL_SECONDS,
                                           description="Budget of each reward's call, as in a spec")
     pool: str | None = Field(None, max_length=64, description="Whose verifiers `http_verifier` may "
                              "name, as a job in that pool could (default: the default pool)")
+
+    @model_validator(mode="after")
+    def _one_source_of_rewards(self) -> RewardTrialRequest:
+        if (self.rewards is None) == (self.spec is None):
+            raise ValueError("give either `rewards` (a list) or `spec` (a spec's text), not both or neither")
+        return self
 
 
 class SampleScoresRead(BaseModel):

@@ -166,3 +166,24 @@ def test_grpo_rewards_run_tries_the_example_spec_on_a_samples_file(capsys, tmp_p
     assert "rewards.0.args.source" in capsys.readouterr().err
     assert main(["rewards", "run", str(EXAMPLE), "--samples", str(tmp_path / "none.jsonl"), *target]) == 2
     assert "--samples: cannot read" in capsys.readouterr().err
+
+
+@needs_sandbox
+def test_a_spec_as_text_lends_its_rewards_and_budget_and_is_named_where_it_is_wrong(member) -> None:
+    """The dashboard sends its form's text as it is (JSON or YAML)."""
+    samples = [sample("yes", answer="yes"), sample("no", answer="yes")]
+    response = member.post("/v1/rewards/run", json={"spec": EXAMPLE.read_text(), "samples": samples})
+    assert response.status_code == 200, response.text
+    assert [item["rewards"]["python"] for item in response.json()["items"]] == [1.0, 0.0]
+    as_json = json.dumps({"name": "x", "rewards": [{"name": "contains", "args": {"text": "yes"}}]})
+    assert member.post("/v1/rewards/run", json={"spec": as_json, "samples": samples}).json()["items"][0][
+        "reward"] == 1.0
+    broken_grader = "rewards:\n  - {name: python, args: {source: 'def grade(:'}}\n"
+    for text, param in ((broken_grader, "rewards.0.args.source"),
+                        ("rewards:\n  - {weight: 2}\n", "rewards.0.name"),
+                        ("name: no-rewards\n", "spec"), ("rewards: [unclosed\n", "spec")):
+        refused = member.post("/v1/rewards/run", json={"spec": text, "samples": samples})
+        assert refused.status_code == 422 and refused.json()["error"]["param"] == param, refused.text
+    both = member.post("/v1/rewards/run", json={"spec": as_json, "rewards": [{"name": "contains"}],
+                                                "samples": samples})
+    assert both.status_code == 422 and "not both" in both.json()["error"]["message"]

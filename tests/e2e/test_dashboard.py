@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import json
 import tarfile
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from sandbox_guard import needs_sandbox
 from waiting import wait_until
 
 from grpo_core.rewards import reward_catalog
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 pytestmark = pytest.mark.slow
 
@@ -72,7 +76,7 @@ def submit_from_form(page: Any, spec: dict[str, Any] | str) -> Any:
     page.goto("/#/jobs")
     form = page.locator("[data-panel=submit]")
     if form.get_attribute("open") is None:
-        form.locator("summary").click()
+        form.locator(":scope > summary").click()
     page.fill("textarea[name=spec]", spec if isinstance(spec, str) else json.dumps(spec, indent=2))
     page.click(".submit-form button[type=submit]")
     return page.wait_for_selector(".submit-result .notice")
@@ -132,7 +136,7 @@ def test_the_forms_reward_picker_offers_every_catalog_reward_with_its_args(brows
     page = browser_page
     log_in_as(page, keyed_stack, "alpha")
     page.goto("/#/jobs")
-    page.locator("[data-panel=submit] summary").click()
+    page.locator("[data-panel=submit] > summary").click()
     names = reward_catalog()  # what the stack serves: the same registry
     page.wait_for_selector("select[name=reward] option[value=reward_model]", state="attached")
     offered = page.locator("select[name=reward] option").evaluate_all("os => os.map((o) => o.value)")
@@ -216,6 +220,34 @@ def test_the_form_shows_the_fields_the_service_took_but_ignores(browser_page, ke
     assert all("ignored" in text for text in items.all_inner_texts())
     job_id = int(page.locator(".submit-result a").get_attribute("href").rsplit("/", 1)[1])
     keyed_stack.client("alpha").http.post(f"/v1/jobs/{job_id}/cancel")  # the worker stays free
+
+
+@needs_sandbox
+def test_the_forms_rewards_are_tried_on_samples_without_a_job(browser_page, keyed_stack, screenshots) -> None:
+    """The example's inline grader, pasted as YAML, scores the samples in the real sandbox; a
+    broken one is refused naming its field; no job is queued either way."""
+    page = browser_page
+    log_in_as(page, keyed_stack, "alpha")
+    before = [job["id"] for job in keyed_stack.client("alpha").list_jobs()["items"]]
+    page.goto("/#/jobs")
+    page.locator("[data-panel=submit] > summary").click()
+    page.fill("textarea[name=spec]", (EXAMPLES / "python_grader.yaml").read_text())
+    page.locator(".reward-trial summary").click()
+    page.fill("textarea[name=samples]", "\n".join(json.dumps(sample) for sample in [
+        {"prompt": "Is it good?", "completion": "yes indeed", "answer": "yes"},
+        {"prompt": "Is it good?", "completion": "why not", "answer": "yes"},
+        {"prompt": "Is it good?", "completion": "no", "columns": {"answer": "yes"}}]))
+    page.click(".reward-trial button")
+    scores = page.wait_for_selector(".trial-result table")
+    rows = [row.split("\t") for row in scores.inner_text().splitlines()[1:]]
+    assert [(row[2], row[3]) for row in rows] == [("1", "1"), ("0.5", "0.5"), ("0", "0")], rows
+    screenshots(page, "reward-trial")
+
+    page.fill("textarea[name=spec]", "rewards:\n  - {name: python, args: {source: 'def grade(:'}}\n")
+    page.click(".reward-trial button")
+    refused = page.wait_for_selector(".trial-result .notice.error")
+    assert "rewards.0.args.source" in refused.inner_text() and "does not compile" in refused.inner_text()
+    assert [job["id"] for job in keyed_stack.client("alpha").list_jobs()["items"]] == before
 
 
 # The actions of the job page's buttons, in page order.

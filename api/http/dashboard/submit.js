@@ -7,6 +7,7 @@
 import {api} from "./api.js";
 import {el, fill, jobLink} from "./dom.js";
 import {mountRewardPicker} from "./reward_picker.js";
+import {mountRewardTrial} from "./reward_trial.js";
 
 export const TEMPLATE = {
   name: "tiny-say-yes",
@@ -51,6 +52,7 @@ export function mountSubmitForm(container, onSubmitted) {
   container.append(el("details", {className: "panel", dataset: {panel: "submit"}},
     el("summary", {}, "Submit a job"), form));
   mountRewardPicker(rewards, spec);
+  mountRewardTrial(form, spec, errorList);
 
   async function submit() {
     fill(result);

@@ -3,14 +3,22 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
+import yaml
 from fastapi import APIRouter, Request
+from pydantic import Field, TypeAdapter, ValidationError
 
 from api.http.deps import PrincipalDep, SettingsDep
 from api.http.spec_intake import SpecIntake
+from api.http.yaml_body import parse_yaml
 from api.reward_trials import run_trial
-from api.schemas.reward_trials import RewardTrialRead, RewardTrialRequest
+from api.schemas.reward_trials import MAX_REWARDS, MAX_TRIAL_SECONDS, RewardTrialRead, RewardTrialRequest
+from grpo_core.errors import SpecError
+from grpo_core.spec.run_spec import RewardSpec
+from grpo_core.spec.spec_file import InvalidSpec, field_path
+
+_REWARDS = TypeAdapter(Annotated[list[RewardSpec], Field(min_length=1, max_length=MAX_REWARDS)])
 
 router = APIRouter(prefix="/rewards", tags=["rewards"])
 
@@ -29,4 +37,32 @@ async def run_rewards(body: RewardTrialRequest, request: Request, principal: Pri
                       settings: SettingsDep) -> RewardTrialRead:
     """Each sample's scores, in sample order, as a training step would compute them from the same
     rewards: each reward after its clip and gate, and their weighted sum. Nothing is queued."""
-    return await _slots(request.app.state).run(run_trial, body, principal.team_id, settings)
+    return await _slots(request.app.state).run(_trial, body, principal.team_id, settings)
+
+
+def _trial(body: RewardTrialRequest, team_id: int, settings: Any) -> RewardTrialRead:
+    """In the slot's thread: a spec's text parsed (YAML costs CPU), then the dry run."""
+    if body.spec is not None:
+        body = body.model_copy(update={**rewards_of_spec(body.spec), "spec": None})
+    return run_trial(body, team_id, settings)
+
+
+def rewards_of_spec(text: str) -> dict[str, Any]:
+    """``rewards`` (validated, errors named ``rewards.N...`` as at submit) and, when the spec sets
+    one, ``reward_timeout_seconds`` (a dry run's own limit of 30 s caps it) from a spec's text."""
+    try:
+        data = parse_yaml(text.encode("utf-8"))
+    except (yaml.YAMLError, ValueError) as exc:
+        raise InvalidSpec([SpecError("spec", f"not valid JSON or YAML: {exc}")]) from None
+    if not isinstance(data, dict) or not isinstance(data.get("rewards"), list) or not data["rewards"]:
+        raise InvalidSpec([SpecError("spec", "has no `rewards:` list to try")])
+    try:
+        rewards = _REWARDS.validate_python(data["rewards"])
+    except ValidationError as exc:
+        raise InvalidSpec([SpecError(field_path(("rewards", *err["loc"])), err["msg"])
+                           for err in exc.errors(include_url=False)]) from None
+    found: dict[str, Any] = {"rewards": rewards}
+    timeout = data.get("reward_timeout_seconds")
+    if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
+        found["reward_timeout_seconds"] = min(float(timeout), MAX_TRIAL_SECONDS)
+    return found
