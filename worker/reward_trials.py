@@ -49,6 +49,9 @@ class RewardTrialResponder:
     def start(self) -> None:
         self._thread.start()
 
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
     def stop(self) -> None:
         """Stops taking requests; one being scored finishes in its daemon thread (the process
         may exit first: the API then answers 503 at the request's deadline)."""
