@@ -1,14 +1,22 @@
 """A rewards dry run (``POST /v1/rewards/run``): check a spec's rewards as a submit would, then
-score a few samples with them here, without queueing a job.
+score a few samples with them, without queueing a job.
 
-Runs in a thread off the event loop (the route takes one of ``GRPO_REWARD_TRIAL_SLOTS``), bounded
-in samples (:data:`api.schemas.reward_trials.MAX_SAMPLES`) and in time (each reward's call has
-the request's ``reward_timeout_seconds``, at most 30 s). Rewards run where they would in a job's
-process, minus what needs a model: ``reward_model`` is refused (loading a model per request
-would hold the API's memory). Sandboxed rewards (``python``, ``code_tests``) run in this host's
-sandbox, under its limits, exactly as on a worker; where this host has none they are refused,
-saying so, and the team tries them with ``grpo train`` or a job instead. A team's
-``http_verifier`` reaches the verifiers registered for it or the pool, as its jobs would.
+Bounded in samples (:data:`api.schemas.reward_trials.MAX_SAMPLES`) and in time (each reward's call
+has the request's ``reward_timeout_seconds``, at most 30 s). Rewards run where they would in a
+job's process, minus what needs a model: ``reward_model`` is refused (loading a model per request
+would hold the host's memory). A team's ``http_verifier`` reaches the verifiers registered for it
+or the pool, as its jobs would.
+
+Where it runs (:func:`runs_on_a_worker`, ``GRPO_REWARD_TRIAL_HOST``): rewards that need no sandbox
+run in the API, in a thread off the event loop (the route takes one of
+``GRPO_REWARD_TRIAL_SLOTS``). Sandboxed ones (``python``, ``code_tests``) run where the sandbox
+is: the API host's own when it has one (``auto``), else (or always, with ``workers``) a worker of
+the request's pool that advertises ``code_sandbox``, to which the API relays the checked request
+(:mod:`api.http.reward_trial_relay`, :mod:`worker.reward_trials`). The API checks
+(:func:`check_trial`) before it scores or relays, so a bad reward is a 422 without a round trip;
+the worker runs all of :func:`run_trial` again, checks included (what it pops from Redis is
+trusted no more than a client), and the binding and scoring (:func:`score_trial`) are the same
+code on either host.
 """
 
 from __future__ import annotations

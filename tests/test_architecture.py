@@ -77,7 +77,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
                           "starlette", "torch", "transformers"),
     # The messages of a dry run the API relays to a worker: plain data both sides read.
     "api.reward_trial_messages": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli",
-                                  "api.reward_trials", "worker", *SERVICE_FRAMEWORKS, "torch", "transformers"),
+                                  "api.reward_trials", "worker", *SERVICE_FRAMEWORKS, "torch",
+                                  "transformers"),
     # The store reads the cluster's state (api.cluster_state) for the scheduler, never the scheduler.
     "api.store": ("api.http", "api.streaming", "api.cli", "worker", "fastapi", "starlette", "api.scheduling"),
     # Plain data the store builds and the policy decides on.
