@@ -47,3 +47,14 @@ class RateLimited(ServiceError):  # noqa: N818
     def __init__(self, message: str, *, retry_after: float, param: str | None = None) -> None:
         super().__init__(message, param=param)
         self.retry_after = retry_after
+
+
+class Unavailable(ServiceError):  # noqa: N818
+    """Something the request needs is missing for now (no capable worker answered): the client may
+    try again after ``retry_after`` seconds."""
+
+    code = "unavailable"
+
+    def __init__(self, message: str, *, retry_after: float, param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.retry_after = retry_after

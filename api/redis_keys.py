@@ -102,6 +102,15 @@ class RedisKeys:
         """A service-wide counter (``api.store.bus.COUNTERS``)."""
         return f"{self._prefix}stats:{name}"
 
+    def reward_trials(self, pool: str) -> str:
+        """The rewards dry runs waiting for a sandbox-capable worker of ``pool`` (a list the API
+        pushes onto and those workers pop, ``api.reward_trial_relay``)."""
+        return f"{self._prefix}reward-trials:{pool}"
+
+    def reward_trial_reply(self, request_id: str) -> str:
+        """Where a worker answers one dry run; the API waits on it, and it expires soon after."""
+        return f"{self._prefix}reward-trial-reply:{request_id}"
+
     def worker_queue(self, worker_id: str) -> str:
         """The Celery queue (a Redis list of that name) only this worker consumes: the scheduler
         places a job on one worker, so the broker must not hand it to another of the pool."""

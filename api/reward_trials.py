@@ -1,14 +1,22 @@
 """A rewards dry run (``POST /v1/rewards/run``): check a spec's rewards as a submit would, then
-score a few samples with them here, without queueing a job.
+score a few samples with them, without queueing a job.
 
-Runs in a thread off the event loop (the route takes one of ``GRPO_REWARD_TRIAL_SLOTS``), bounded
-in samples (:data:`api.schemas.reward_trials.MAX_SAMPLES`) and in time (each reward's call has
-the request's ``reward_timeout_seconds``, at most 30 s). Rewards run where they would in a job's
-process, minus what needs a model: ``reward_model`` is refused (loading a model per request
-would hold the API's memory). Sandboxed rewards (``python``, ``code_tests``) run in this host's
-sandbox, under its limits, exactly as on a worker; where this host has none they are refused,
-saying so, and the team tries them with ``grpo train`` or a job instead. A team's
-``http_verifier`` reaches the verifiers registered for it or the pool, as its jobs would.
+Bounded in samples (:data:`api.schemas.reward_trials.MAX_SAMPLES`) and in time (each reward's call
+has the request's ``reward_timeout_seconds``, at most 30 s). Rewards run where they would in a
+job's process, minus what needs a model: ``reward_model`` is refused (loading a model per request
+would hold the host's memory). A team's ``http_verifier`` reaches the verifiers registered for it
+or the pool, as its jobs would.
+
+Where it runs (:func:`runs_on_a_worker`, ``GRPO_REWARD_TRIAL_HOST``): rewards that need no sandbox
+run in the API, in a thread off the event loop (the route takes one of
+``GRPO_REWARD_TRIAL_SLOTS``). Sandboxed ones (``python``, ``code_tests``) run where the sandbox
+is: the API host's own when it has one (``auto``), else (or always, with ``workers``) a worker of
+the request's pool that advertises ``code_sandbox``, to which the API relays the checked request
+(:mod:`api.http.reward_trial_relay`, :mod:`worker.reward_trials`). The API checks
+(:func:`check_trial`) before it scores or relays, so a bad reward is a 422 without a round trip;
+the worker runs all of :func:`run_trial` again, checks included (what it pops from Redis is
+trusted no more than a client), and the binding and scoring (:func:`score_trial`) are the same
+code on either host.
 """
 
 from __future__ import annotations
@@ -33,19 +41,34 @@ from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
 from grpo_core.spec.run_spec import RewardSpec, reward_names
 from grpo_core.spec.spec_file import InvalidSpec
 
-__all__ = ["run_trial"]
+__all__ = ["check_trial", "run_trial", "runs_on_a_worker", "score_trial"]
 
 
-def _refuse_what_cannot_run_here(specs: list[RewardSpec]) -> None:
+def runs_on_a_worker(request: RewardTrialRequest, settings: Settings) -> bool:
+    """Whether the request goes to a sandbox-capable worker of its pool (``GRPO_REWARD_TRIAL_HOST``):
+    only when a reward runs in the code sandbox (``python``, ``code_tests``), and then always with
+    ``workers``, else (``auto``) when this host has no sandbox of its own. The rest is cheap and
+    trusted, and runs here."""
+    if not required_capabilities(request.rewards or []):
+        return False
+    return settings.reward_trial_host == "workers" or sandbox_problem() is not None
+
+
+def _refuse_models(specs: list[RewardSpec]) -> None:
     problems = [SpecError(field, "names a model to load; a dry run scores without loading models "
                                  "(try it with `grpo train` or in a job)")
                 for field, _ in model_sources(specs)]
+    if problems:
+        raise InvalidSpec(problems)
+
+
+def _refuse_without_sandbox(specs: list[RewardSpec]) -> None:
     needed = required_capabilities(specs)
     missing = sandbox_problem() if needed else None
-    problems += [SpecError(f"rewards.{index}.name",
-                           f"'{specs[index].name}' needs the '{capability}' sandbox, and this API host has "
-                           f"none: {missing}")
-                 for index, capability in needed if missing is not None]
+    problems = [SpecError(f"rewards.{index}.name",
+                          f"'{specs[index].name}' needs the '{capability}' sandbox, and this host has "
+                          f"none: {missing}")
+                for index, capability in needed if missing is not None]
     if problems:
         raise InvalidSpec(problems)
 
@@ -65,16 +88,31 @@ def _verifiers(specs: list[RewardSpec], team_id: int, pool: str,
     return usable
 
 
-def run_trial(request: RewardTrialRequest, team_id: int, settings: Settings) -> RewardTrialRead:
-    """Each sample's scores; :class:`InvalidSpec` (a 422 naming the field) for a reward that does
-    not validate, cannot run here, or fails as it would fail a job (a grader that does not load)."""
+def _columns(request: RewardTrialRequest) -> set[str]:
+    return {name for sample in request.samples for name in sample.columns}
+
+
+def check_trial(request: RewardTrialRequest, team_id: int,
+                settings: Settings) -> dict[str, VerifierEndpoint]:
+    """What a submit would refuse, and models: :class:`InvalidSpec` naming each field. The
+    verifiers the team's ``http_verifier`` rewards may reach, when they all are registered."""
     specs = request.rewards or []
-    columns = {name for sample in request.samples for name in sample.columns}
     try:
-        validate_reward_specs(specs, columns)
-        _refuse_what_cannot_run_here(specs)
-        context = RewardContext(timeout_seconds=request.reward_timeout_seconds,
-                                verifiers=_verifiers(specs, team_id, request.pool or DEFAULT_POOL, settings))
+        validate_reward_specs(specs, _columns(request))
+    except SpecError as exc:
+        raise InvalidSpec([exc]) from None
+    _refuse_models(specs)
+    return _verifiers(specs, team_id, request.pool or DEFAULT_POOL, settings)
+
+
+def score_trial(request: RewardTrialRequest, verifiers: dict[str, VerifierEndpoint]) -> RewardTrialRead:
+    """Bind the (checked) rewards here and score the samples; a sandboxed reward needs this
+    host's sandbox. :class:`InvalidSpec` for one that fails as it would fail a job."""
+    specs = request.rewards or []
+    columns = _columns(request)
+    _refuse_without_sandbox(specs)
+    try:
+        context = RewardContext(timeout_seconds=request.reward_timeout_seconds, verifiers=verifiers)
         rewards = bind_rewards(specs, context, columns)
     except SpecError as exc:
         raise InvalidSpec([exc]) from None
@@ -87,3 +125,11 @@ def run_trial(request: RewardTrialRequest, team_id: int, settings: Settings) -> 
         raise InvalidSpec([SpecError(f"rewards.{index}", exc.message)]) from None
     return RewardTrialRead(items=[SampleScoresRead(reward=item.reward, rewards=item.rewards,
                                                    problems=item.problems) for item in scored])
+
+
+def run_trial(request: RewardTrialRequest, team_id: int, settings: Settings) -> RewardTrialRead:
+    """Each sample's scores, scored here; :class:`InvalidSpec` (a 422 naming the field) for a
+    reward that does not validate, cannot run here, or fails as it would fail a job (a grader
+    that does not load). A worker runs the whole of it again for a request the API relayed:
+    what it reads from Redis is checked as if it came from a client."""
+    return score_trial(request, check_trial(request, team_id, settings))

@@ -97,8 +97,13 @@ class Settings(BaseSettings):
         "neither stalls the loop nor takes every thread of the pool.")
     reward_trial_slots: int = Field(
         2, ge=1, le=16, description="Rewards dry runs (`POST /v1/rewards/run`) scored at once, each in a "
-        "thread off the event loop (a sandboxed grader runs as a process of the API's host); more wait "
-        "their turn.")
+        "thread off the event loop; more wait their turn. A sandboxed grader scored in the API "
+        "(`GRPO_REWARD_TRIAL_HOST`) runs as a process of its host.")
+    reward_trial_host: Literal["auto", "workers"] = Field(
+        "auto", description="Where a rewards dry run's sandboxed rewards (`python`, `code_tests`) run: "
+        "`auto`: in the API host's own sandbox when it has one, else on a worker of the request's pool "
+        "that advertises `code_sandbox`; `workers`: always on such a worker. Rewards that need no "
+        "sandbox always run in the API.")
     list_spec_bytes: int = Field(
         2 * 1024 * 1024, ge=1024, description="`GET /v1/jobs?include=spec` ends a page early once its "
         "specs add up to this many bytes (as stored JSON; a page holds at least one job): a page of "

@@ -140,10 +140,12 @@ class Processes:
     def scheduler(self, **env: str) -> subprocess.Popen:
         return self.start(["-m", "api.cli.main", "scheduler"], "scheduler", **env)
 
-    def api(self, token: str) -> str:
-        """``grpo api`` with ``token`` as the operator's key, on a free port; its URL once ready."""
+    def api(self, token: str, **env: str) -> str:
+        """``grpo api`` with ``token`` as the operator's key (and ``env`` over the module's), on a
+        free port; its URL once ready."""
         port = free_port()
-        process = self.start(["-m", "api.cli.main", "api", "--port", str(port)], "api", GRPO_API_TOKEN=token)
+        process = self.start(["-m", "api.cli.main", "api", "--port", str(port)], "api", GRPO_API_TOKEN=token,
+                             **env)
         url = f"http://127.0.0.1:{port}"
 
         def ready() -> bool:

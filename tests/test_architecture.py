@@ -75,6 +75,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # A rewards dry run: the core's rewards and the store's verifiers, called by the HTTP layer.
     "api.reward_trials": ("api.http", "api.scheduling", "api.streaming", "api.cli", "worker", "fastapi",
                           "starlette", "torch", "transformers"),
+    # The messages of a dry run the API relays to a worker: plain data both sides read.
+    "api.reward_trial_messages": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli",
+                                  "api.reward_trials", "worker", *SERVICE_FRAMEWORKS, "torch",
+                                  "transformers"),
     # The store reads the cluster's state (api.cluster_state) for the scheduler, never the scheduler.
     "api.store": ("api.http", "api.streaming", "api.cli", "worker", "fastapi", "starlette", "api.scheduling"),
     # Plain data the store builds and the policy decides on.

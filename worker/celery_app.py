@@ -23,8 +23,10 @@ import logging
 from celery import Celery, signals
 
 from api.settings import Settings, get_settings
+from grpo_core.rewards.sandbox import CAPABILITY as SANDBOX
 from worker.devices import device_count
 from worker.heartbeat import WorkerHeartbeat, current_worker_id
+from worker.reward_trials import RewardTrialResponder
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,7 @@ def create_celery(settings: Settings) -> Celery:
 
 app = create_celery(get_settings())
 _heartbeat: WorkerHeartbeat | None = None
+_reward_trials: RewardTrialResponder | None = None
 
 
 @signals.worker_init.connect
@@ -85,10 +88,13 @@ def _consume_own_queue(sender: object, instance: object, **_: object) -> None:
 @signals.worker_ready.connect
 def _start_heartbeat(**_: object) -> None:
     """Advertise capacity only once the consumer is ready: the scheduler dispatches on it."""
-    global _heartbeat
+    global _heartbeat, _reward_trials
     settings = get_settings()
-    _heartbeat = WorkerHeartbeat(settings, current_worker_id())
-    _heartbeat.start()
+    heartbeat = _heartbeat = WorkerHeartbeat(settings, current_worker_id())
+    heartbeat.start()
+    # Rewards dry runs the API relays, answered while the heartbeat advertises the sandbox.
+    _reward_trials = RewardTrialResponder(settings, lambda: SANDBOX in heartbeat.static.capabilities)
+    _reward_trials.start()
     log.info("worker %s serves pool %s in namespace %s", current_worker_id(), settings.pool,
              settings.namespace)
 
@@ -96,6 +102,8 @@ def _start_heartbeat(**_: object) -> None:
 @signals.worker_shutting_down.connect
 def _stop_heartbeat(**_: object) -> None:
     """Withdraw at the start of a (warm) shutdown so no new job is dispatched to a leaving worker."""
+    if _reward_trials is not None:
+        _reward_trials.stop()
     if _heartbeat is not None:
         _heartbeat.stop()
 

@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.domain_errors import RateLimited, ServiceError
+from api.domain_errors import RateLimited, ServiceError, Unavailable
 from api.outages import OUTAGES, backend_down
 from grpo_core.errors import SpecError
 from grpo_core.spec.spec_file import InvalidSpec, field_path
@@ -70,8 +70,8 @@ async def _service_error(_conn: HTTPConnection, exc: ServiceError) -> JSONRespon
     return error_response(STATUS_BY_CODE.get(exc.code, 400), exc.code, exc.message, exc.param)
 
 
-async def _rate_limited(_conn: HTTPConnection, exc: RateLimited) -> JSONResponse:
-    response = error_response(429, exc.code, exc.message, exc.param)
+async def _retry_later(_conn: HTTPConnection, exc: RateLimited | Unavailable) -> JSONResponse:
+    response = error_response(STATUS_BY_CODE[exc.code], exc.code, exc.message, exc.param)
     response.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
     return response
 
@@ -121,7 +121,8 @@ def install_error_handlers(app: FastAPI) -> None:
     """On a WebSocket not yet accepted, Starlette sends the returned response as the handshake's
     HTTP answer (the denial-response extension), so a client sees the same 401/404/422."""
     app.add_exception_handler(ServiceError, _service_error)
-    app.add_exception_handler(RateLimited, _rate_limited)
+    app.add_exception_handler(RateLimited, _retry_later)
+    app.add_exception_handler(Unavailable, _retry_later)
     app.add_exception_handler(InvalidSpec, _invalid_spec)
     app.add_exception_handler(SpecError, _spec_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

@@ -29,6 +29,7 @@ from grpo_core.io.paths import resolve_under_root
 from grpo_core.rewards import check_reward_rows, model_sources, required_capabilities, validate_reward_specs
 from grpo_core.rewards.http_verifier import verifier_names
 from grpo_core.spec.prompt_rows import reward_column_names
+from grpo_core.spec.run_spec import RewardSpec
 from grpo_core.spec.spec_file import InvalidSpec, field_path
 
 # NAME_MAX of every common filesystem: a longer component is refused before the OS is asked.
@@ -160,18 +161,21 @@ def check_capabilities(spec: JobSpec, live_workers: Callable[[], list[Heartbeat]
     """Raise :class:`InvalidSpec` when a reward needs what a worker must advertise (``code_tests``:
     a working sandbox) and no live worker of the job's pool advertises it: such a job could only
     fail. ``live_workers`` is called only when some reward needs a capability."""
-    needed = required_capabilities(spec.rewards)
-    if not needed:
+    if not required_capabilities(spec.rewards):
         return
-    pool = spec.resources.pool
-    offered = {capability for beat in live_workers() if beat.pool == pool for capability in beat.capabilities}
-    problems = [SpecError(f"rewards.{index}.name", (
-        f"'{spec.rewards[index].name}' needs a worker that advertises '{capability}', and no live worker "
+    if problems := capability_problems(spec.rewards, spec.resources.pool, live_workers()):
+        raise InvalidSpec(problems)
+
+
+def capability_problems(rewards: list[RewardSpec], pool: str, live: list[Heartbeat]) -> list[SpecError]:
+    """``rewards.N.name`` for each reward needing a capability no worker of ``pool`` among
+    ``live`` advertises (a job's rewards at submit, a relayed dry run's)."""
+    offered = {capability for beat in live if beat.pool == pool for capability in beat.capabilities}
+    return [SpecError(f"rewards.{index}.name", (
+        f"'{rewards[index].name}' needs a worker that advertises '{capability}', and no live worker "
         f"of pool '{pool}' does (a worker advertises it when its check at start passes; GET /v1/cluster "
         "lists each worker's capabilities)"))
-        for index, capability in needed if capability not in offered]
-    if problems:
-        raise InvalidSpec(problems)
+        for index, capability in required_capabilities(rewards) if capability not in offered]
 
 
 def check_job_source(session: Session, spec: JobSpec, team_id: int, settings: Settings) -> None:

@@ -1,5 +1,6 @@
 """``POST /v1/rewards/run``: score a few samples with a spec's rewards, without a job
-(:mod:`api.reward_trials`). The scoring runs off the event loop, a bounded number at a time."""
+(:mod:`api.reward_trials`). The scoring runs off the event loop, a bounded number at a time; sandboxed
+rewards may be relayed to a worker (:mod:`api.http.reward_trial_relay`), waited on without a thread."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import yaml
 from fastapi import APIRouter, Request
 from pydantic import Field, TypeAdapter, ValidationError
 
-from api.http.deps import PrincipalDep, SettingsDep
+from api.http.deps import PrincipalDep, RedisDep, SettingsDep
+from api.http.reward_trial_relay import ask_a_worker
 from api.http.spec_intake import SpecIntake
 from api.http.yaml_body import parse_yaml
-from api.reward_trials import run_trial
+from api.reward_trials import check_trial, runs_on_a_worker, score_trial
 from api.schemas.reward_trials import MAX_REWARDS, MAX_TRIAL_SECONDS, RewardTrialRead, RewardTrialRequest
 from grpo_core.errors import SpecError
 from grpo_core.spec.run_spec import RewardSpec
@@ -32,19 +34,30 @@ def _slots(state: Any) -> SpecIntake:
 
 @router.post("/run", response_model=RewardTrialRead, responses={
     422: {"description": "A reward does not validate (as at submit), cannot run here, or fails as it would "
-                         "fail a job (a grader that does not load): `param` names it"}})
+                         "fail a job (a grader that does not load): `param` names it; or it needs the code "
+                         "sandbox and no live worker of the pool advertises one"},
+    503: {"description": "`unavailable`: no sandbox-capable worker of the pool answered in time "
+                         "(Retry-After says when to try again)"}})
 async def run_rewards(body: RewardTrialRequest, request: Request, principal: PrincipalDep,
-                      settings: SettingsDep) -> RewardTrialRead:
+                      settings: SettingsDep, redis: RedisDep) -> RewardTrialRead:
     """Each sample's scores, in sample order, as a training step would compute them from the same
-    rewards: each reward after its clip and gate, and their weighted sum. Nothing is queued."""
-    return await _slots(request.app.state).run(_trial, body, principal.team_id, settings)
+    rewards: each reward after its clip and gate, and their weighted sum. Nothing is queued.
+    Sandboxed rewards run where a sandbox is (``GRPO_REWARD_TRIAL_HOST``)."""
+    done = await _slots(request.app.state).run(_trial, body, principal.team_id, settings)
+    if isinstance(done, RewardTrialRead):
+        return done
+    return await ask_a_worker(redis, settings, done, principal.team_id)
 
 
-def _trial(body: RewardTrialRequest, team_id: int, settings: Any) -> RewardTrialRead:
-    """In the slot's thread: a spec's text parsed (YAML costs CPU), then the dry run."""
+def _trial(body: RewardTrialRequest, team_id: int, settings: Any) -> RewardTrialRead | RewardTrialRequest:
+    """In the slot's thread: a spec's text parsed (YAML costs CPU) and the rewards checked, then
+    the dry run here, or the checked request to relay to a worker (waited on off the thread)."""
     if body.spec is not None:
         body = body.model_copy(update={**rewards_of_spec(body.spec), "spec": None})
-    return run_trial(body, team_id, settings)
+    verifiers = check_trial(body, team_id, settings)
+    if runs_on_a_worker(body, settings):
+        return body
+    return score_trial(body, verifiers)
 
 
 def rewards_of_spec(text: str) -> dict[str, Any]:
