@@ -172,6 +172,12 @@ class ApiClient:
     def cluster(self) -> dict[str, Any]:
         return self._get("/v1/cluster")
 
+    def usage(self, since: str | None = None, until: str | None = None, days: int | None = None,
+              ) -> dict[str, Any]:
+        """``GET /v1/usage``: GPU-seconds per team and pool; the API picks the default window."""
+        params = {"since": since, "until": until, "days": days}
+        return self._get("/v1/usage", {name: value for name, value in params.items() if value is not None})
+
     def queue(self, pool: str | None = None) -> dict[str, Any]:
         return self._get("/v1/queue", {"pool": pool} if pool else None)
 

@@ -138,3 +138,43 @@ def test_a_bad_window_is_a_422_naming_its_parameter(client_for, team_keys, param
     response = client_for(team_keys.alpha).get("/v1/usage", params=params)
     assert response.status_code == 422, response.text
     assert response.json()["error"]["param"] == param
+
+
+# ---- grpo usage ----
+
+def grpo(capsys, server, key: str, *argv: str) -> tuple[int, str, str]:
+    from api.cli.main import main
+
+    capsys.readouterr()
+    code = main(["usage", *argv, "--api-url", server.http_url, "--api-key", key])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_grpo_usage_prints_the_apis_rows_as_a_table(capsys, api_server, client_for, team_keys,
+                                                     api_rows) -> None:
+    import json
+
+    window_args = ("--since", "2021-03-01T00:00:00Z", "--until", "2021-03-02T00:00:00Z")
+    code, out, _ = grpo(capsys, api_server, team_keys.alpha, *window_args)
+    assert code == 0
+    assert out.splitlines() == [
+        "GPU use from 2021-03-01 00:00:00 to 2021-03-02 00:00:00 UTC",
+        "TEAM   POOL     GPU-HOURS  GPU-SECONDS",
+        "alpha  default          2         7200",
+        "alpha  gpu-b          0.5         1800",
+    ]
+    code, out, _ = grpo(capsys, api_server, team_keys.alpha, *window_args, "--json")
+    answer = client_for(team_keys.alpha).get("/v1/usage", params={"since": "2021-03-01T00:00:00Z",
+                                                                   "until": "2021-03-02T00:00:00Z"}).json()
+    assert code == 0 and json.loads(out) == answer
+    code, out, _ = grpo(capsys, api_server, team_keys.beta, "--days", "1", "--until", "2021-02-01T00:00:00Z")
+    assert code == 0 and out.splitlines()[1] == "no GPU use in this window"
+
+
+def test_grpo_usage_refuses_a_bad_window(capsys, api_server, team_keys) -> None:
+    code, _, err = grpo(capsys, api_server, team_keys.alpha, "--days", "400")
+    assert code == 2 and "days" in err
+    with pytest.raises(SystemExit) as refused:  # argparse: --days and --since exclude each other
+        grpo(capsys, api_server, team_keys.alpha, "--days", "3", "--since", "2021-03-01T00:00:00Z")
+    assert refused.value.code == 2
