@@ -1,9 +1,9 @@
 """A small HTTP/WebSocket client of the service, used by ``grpo``'s service commands (``submit``,
 ``list``, ``watch``, ``metrics``, ``cluster``, ...: ``api.cli.monitor``).
 
-It speaks only the public API (``/v1/jobs...``, ``/v1/cluster``, ``/v1/queue`` and the WebSocket
-``/v1/jobs/{id}/stream?after=N``), so it works against a remote deployment exactly as against
-``grpo dev``. Listings that the API pages (``next_after``) are read to the end here.
+It speaks only the public API (``/v1/jobs...``, ``/v1/cluster``, ``/v1/queue``, ``/v1/usage`` and
+the WebSocket ``/v1/jobs/{id}/stream?after=N``), so it works against a remote deployment exactly as
+against ``grpo dev``. Listings that the API pages (``next_after``) are read to the end here.
 """
 
 from __future__ import annotations
