@@ -99,6 +99,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # A client of POST /v1/rewards/run: it reads spec files (grpo_core.spec), never runs a reward.
     "api.cli.reward_commands": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker",
                                 "grpo_core.rewards", "torch", "transformers"),
+    # A client of GET /v1/usage: it prints what the API counted and touches no database.
+    "api.cli.usage_command": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker",
+                              "grpo_core"),
     # `grpo dev`'s account of the jobs reads the stack's own database, never the HTTP layer.
     "api.cli.dev_progress": ("api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
     # Used by `grpo api`, `grpo scheduler` and `grpo admin`: the store's migrations, nothing else.

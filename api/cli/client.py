@@ -1,9 +1,9 @@
 """A small HTTP/WebSocket client of the service, used by ``grpo``'s service commands (``submit``,
 ``list``, ``watch``, ``metrics``, ``cluster``, ...: ``api.cli.monitor``).
 
-It speaks only the public API (``/v1/jobs...``, ``/v1/cluster``, ``/v1/queue`` and the WebSocket
-``/v1/jobs/{id}/stream?after=N``), so it works against a remote deployment exactly as against
-``grpo dev``. Listings that the API pages (``next_after``) are read to the end here.
+It speaks only the public API (``/v1/jobs...``, ``/v1/cluster``, ``/v1/queue``, ``/v1/usage`` and
+the WebSocket ``/v1/jobs/{id}/stream?after=N``), so it works against a remote deployment exactly as
+against ``grpo dev``. Listings that the API pages (``next_after``) are read to the end here.
 """
 
 from __future__ import annotations
@@ -171,6 +171,12 @@ class ApiClient:
 
     def cluster(self) -> dict[str, Any]:
         return self._get("/v1/cluster")
+
+    def usage(self, since: str | None = None, until: str | None = None, days: int | None = None,
+              ) -> dict[str, Any]:
+        """``GET /v1/usage``: GPU-seconds per team and pool; the API picks the default window."""
+        params = {"since": since, "until": until, "days": days}
+        return self._get("/v1/usage", {name: value for name, value in params.items() if value is not None})
 
     def queue(self, pool: str | None = None) -> dict[str, Any]:
         return self._get("/v1/queue", {"pool": pool} if pool else None)

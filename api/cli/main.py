@@ -2,7 +2,8 @@
 and adds the service's commands: ``api``, ``scheduler``, ``worker``, ``dev``, ``admin`` (teams,
 API keys, quotas and pools, straight on the database: ``api.cli.admin``) and the HTTP client
 commands ``submit``, ``list``, ``show``, ``watch``, ``cancel``, ``events``, ``metrics``,
-``cluster``, ``queue`` (``api.cli.monitor``), ``rewards list|run`` (``api.cli.reward_commands``).
+``cluster``, ``queue`` (``api.cli.monitor``), ``usage`` (``api.cli.usage_command``), ``rewards list|run``
+(``api.cli.reward_commands``).
 
 Exit codes as ``grpo_core.cli``: 0 ok, 1 failed (``watch``, ``submit --watch``: the job failed or
 was cancelled), 2 bad input. Nothing heavy is imported until a command runs (never torch here).
@@ -23,11 +24,13 @@ from api.cli.health import add_health_command
 from api.cli.monitor import MONITOR_COMMANDS, add_monitor_commands
 from api.cli.reward_commands import add_reward_commands
 from api.cli.schema_check import schema_ready
+from api.cli.usage_command import USAGE_COMMAND, add_usage_command
 from grpo_core import cli as core_cli
 from grpo_core.errors import SpecWarning
 from grpo_core.spec.run_spec import RunSpec
 
-SERVICE_COMMANDS = ("api", "scheduler", "worker", "dev", "admin", "health", "rewards", *MONITOR_COMMANDS)
+SERVICE_COMMANDS = ("api", "scheduler", "worker", "dev", "admin", "health", "rewards", USAGE_COMMAND,
+                    *MONITOR_COMMANDS)
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
 
 
@@ -124,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--api-key", default=os.environ.get("GRPO_API_KEY"))
     dev.set_defaults(handler=_dev)
     add_monitor_commands(commands)
+    add_usage_command(commands)
     add_reward_commands(commands)
     add_admin_commands(commands)
     return parser

@@ -32,6 +32,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/v1/queue"): ANY,
     ("GET", "/v1/cluster"): ANY,
     ("GET", "/v1/jobs"): TEAM,
+    ("GET", "/v1/usage"): TEAM,  # GPU-seconds of the caller's team only (test_usage.py)
     ("POST", "/v1/rewards/run"): TEAM,  # verifiers of the caller's team only (test_reward_trials.py)
     ("POST", "/v1/jobs"): TEAM,
     ("POST", "/v1/stream-tickets"): TEAM,  # a ticket stands for the caller's own key (test_hardening.py)

@@ -7,6 +7,7 @@ under the run's temp folder; their paths are logged."""
 from __future__ import annotations
 
 import json
+import math
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -333,6 +334,31 @@ def test_the_cluster_page_shows_the_worker_and_the_queue(browser_page, keyed_sta
     finally:
         keyed_stack.admin("resume", "default")
     keyed_stack.client("alpha").http.post(f"/v1/jobs/{waiting}/cancel")
+
+
+def test_the_cluster_page_shows_each_teams_gpu_hours_after_a_job_ran(browser_page, keyed_stack, tiny_spec,
+                                                                      screenshots) -> None:
+    page = browser_page
+    alpha = keyed_stack.client("alpha")
+    ran = alpha.submit(tiny_spec("used-gpus", max_steps=2))["id"]
+    assert wait_finished(keyed_stack, ran)["status"] == "succeeded"
+    log_in_as(page, keyed_stack, "alpha")
+    page.goto("/#/cluster")
+    assert page.locator("[data-panel=usage] h2").inner_text() == "GPU-hours (last 7 days)"
+    row = page.locator("[data-panel=usage] tr[data-team=alpha][data-pool=default]")
+    row.wait_for()
+
+    def page_matches_api() -> bool:  # the page refreshes every few seconds; another job may run meanwhile
+        [item] = [i for i in alpha.usage(days=7)["items"] if (i["team"], i["pool"]) == ("alpha", "default")]
+        seconds = row.locator("td").nth(3).inner_text()
+        return item["gpu_seconds"] > 0 and seconds == str(math.floor(item["gpu_seconds"] + 0.5))  # Math.round
+
+    wait_until(page_matches_api, 20, "the page's GPU-seconds to be the API's")
+    screenshots(page, "cluster-usage")
+    log_in_as(page, keyed_stack, "beta")  # a member sees its own team's GPU-hours only
+    page.goto("/#/cluster")
+    page.locator("[data-panel=usage] table").wait_for()
+    assert page.locator("[data-panel=usage] tr[data-team=alpha]").count() == 0
 
 
 def test_a_waiting_job_says_why_in_words_until_it_stops_waiting(browser_page, keyed_stack, tiny_spec,

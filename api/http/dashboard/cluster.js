@@ -1,6 +1,7 @@
 // #/cluster: pools and their live workers (GPU model and memory, running job), each team's GPUs
-// against its quota and fair share, the running jobs, and the queue in the scheduler's order
-// with why each job waits. A member's key sees its own team's jobs only (the API scopes them).
+// against its quota and fair share, each team's GPU-hours per pool over the last 7 days, the
+// running jobs, and the queue in the scheduler's order with why each job waits. A member's key
+// sees its own team's jobs and GPU-hours only (the API scopes them).
 
 import {api} from "./api.js";
 import {reasonText} from "./codes.js";
@@ -9,6 +10,7 @@ import {age, megabytes, number} from "./format.js";
 import {rememberTeams} from "./session.js";
 
 const REFRESH_MS = 3000;
+const USAGE_DAYS = 7;
 
 export function mount(container) {
   let alive = true;
@@ -19,12 +21,14 @@ export function mount(container) {
 
   async function refresh() {
     try {
-      const [cluster, queue] = await Promise.all([api("/v1/cluster"), api("/v1/queue")]);
+      const [cluster, queue, usage] = await Promise.all(
+        [api("/v1/cluster"), api("/v1/queue"), api(`/v1/usage?days=${USAGE_DAYS}`)]);
       if (!alive) return;
       rememberTeams(cluster.teams);
       fill(body,
         section("pools", "Pools and workers", cluster.pools.map(poolView)),
         section("teams", "Teams", teamsTable(cluster.teams)),
+        section("usage", `GPU-hours (last ${USAGE_DAYS} days)`, usageTable(usage)),
         section("running", "Running", runningTable(cluster.running)),
         section("queue", "Queue", queueView(queue)));
       errors.set("");
@@ -82,6 +86,17 @@ function teamsTable(teams) {
         + "(the fair-share half-life): the scheduler weighs it with the GPUs held now"},
     {title: "waiting", className: "num", cell: (r) => r.usage.waiting},
   ], rows, {empty: "No team uses a pool yet."});
+}
+
+// GPUs x hours held in the window, summed over every stretch a job of the team held them.
+function usageTable(usage) {
+  return table([
+    {title: "team", cell: (u) => u.team},
+    {title: "pool", cell: (u) => u.pool},
+    {title: "GPU-hours", className: "num", cell: (u) => number(u.gpu_hours, 3)},
+    {title: "GPU-seconds", className: "num", cell: (u) => String(Math.round(u.gpu_seconds))},
+  ], usage.items, {empty: "No GPU use in this window that this key may see.",
+    rowProps: (u) => ({dataset: {team: u.team, pool: u.pool}})});
 }
 
 function runningTable(running) {
