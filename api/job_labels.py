@@ -21,6 +21,12 @@ MAX_SEARCH_CHARS = 200  # a list's ``q``: longer than any name (128) or useful p
 _CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
 
 
+def unset(value: object) -> bool:
+    """No tags, no description: left out of a dumped spec, so that a spec without them dumps (and
+    hashes, for idempotency keys) as it did before they existed."""
+    return value is None or value == []
+
+
 def _distinct(tags: list[str]) -> list[str]:
     # A tag given twice is one tag; the first place it was given is kept.
     return list(dict.fromkeys(tags))

@@ -19,7 +19,7 @@ import re
 
 from pydantic import Field, field_validator
 
-from api.job_labels import DESCRIPTION_DESCRIPTION, TAGS_DESCRIPTION, Description, Tags
+from api.job_labels import DESCRIPTION_DESCRIPTION, TAGS_DESCRIPTION, Description, Tags, unset
 from api.vocabulary import DEFAULT_POOL, POOL_NAME_PATTERN, Priority
 from grpo_core.errors import SpecError, SpecWarning
 from grpo_core.spec import run_spec
@@ -113,8 +113,8 @@ class JobSpec(RunSpec):
                                      description=_described_as_in_core("resources"))
     priority: Priority = Field("normal", description="The scheduler's class: high jobs go first and "
                                "may preempt a job of a team over its fair share; low ones go last.")
-    tags: Tags = Field(default_factory=list, description=TAGS_DESCRIPTION)
-    description: Description = Field(None, description=DESCRIPTION_DESCRIPTION)
+    tags: Tags = Field(default_factory=list, description=TAGS_DESCRIPTION, exclude_if=unset)
+    description: Description = Field(None, description=DESCRIPTION_DESCRIPTION, exclude_if=unset)
 
 
 # The service's fields, by their dotted path; a run without the service has nothing to do with them.

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import Select, delete, exists, insert, or_, select, update
 from sqlalchemy.orm import Session
 
+from api.job_labels import unset
 from api.store.tables import Job, JobTag
 
 
@@ -32,7 +33,10 @@ def set_labels(session: Session, job_id: int, changes: dict[str, Any]) -> None:
         return
     spec = session.scalar(select(Job.spec).where(Job.id == job_id))
     columns = {name: changes[name] for name in ("tags", "description") if name in changes}
-    session.execute(update(Job).where(Job.id == job_id).values(**columns, spec={**spec, **changes})
+    # The stored spec as JobSpec would dump it: no tags or no description is no field.
+    merged = {**spec, **changes}
+    spec = {name: value for name, value in merged.items() if name not in changes or not unset(value)}
+    session.execute(update(Job).where(Job.id == job_id).values(**columns, spec=spec)
                     .execution_options(synchronize_session=False))
     if "tags" in changes:
         session.execute(delete(JobTag).where(JobTag.job_id == job_id))
