@@ -2,7 +2,8 @@
 
 It is the core's :class:`~grpo_core.spec.run_spec.RunSpec` (what a run needs) plus what only the
 service means: the scheduler's ``priority``, the ``resources.pool`` of workers to run on, a
-``stall_seconds`` limit, and ``job:ID[@STEP]`` model sources (another job's model, which the
+``stall_seconds`` limit, ``tags`` and a ``description`` to find the job by
+(:mod:`api.job_labels`), and ``job:ID[@STEP]`` model sources (another job's model, which the
 worker resolves to a folder, :mod:`worker.job_sources`, before the core sees it). A subclass, so
 the wire format is the one stored specs and clients already use: the same field names, in the
 same places, under the same schema names (``JobSpec``, ``ModelSpec``, ``DatasetSpec``,
@@ -18,6 +19,7 @@ import re
 
 from pydantic import Field, field_validator
 
+from api.job_labels import DESCRIPTION_DESCRIPTION, TAGS_DESCRIPTION, Description, Tags, unset
 from api.vocabulary import DEFAULT_POOL, POOL_NAME_PATTERN, Priority
 from grpo_core.errors import SpecError, SpecWarning
 from grpo_core.spec import run_spec
@@ -111,10 +113,12 @@ class JobSpec(RunSpec):
                                      description=_described_as_in_core("resources"))
     priority: Priority = Field("normal", description="The scheduler's class: high jobs go first and "
                                "may preempt a job of a team over its fair share; low ones go last.")
+    tags: Tags = Field(default_factory=list, description=TAGS_DESCRIPTION, exclude_if=unset)
+    description: Description = Field(None, description=DESCRIPTION_DESCRIPTION, exclude_if=unset)
 
 
 # The service's fields, by their dotted path; a run without the service has nothing to do with them.
-SERVICE_FIELDS = ("priority", "stall_seconds", "resources.pool")
+SERVICE_FIELDS = ("priority", "stall_seconds", "resources.pool", "tags", "description")
 
 
 def ignored_by_local_run(spec: JobSpec) -> list[SpecWarning]:

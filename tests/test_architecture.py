@@ -55,6 +55,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # with it, so like the core's spec it loads no torch.
     "api.job_spec": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
                      *CORE_LAYERS[1:], *SERVICE_FRAMEWORKS, "torch", "transformers"),
+    # A job's tags and description: the spec, the PATCH body and the list's filter share them.
+    "api.job_labels": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     "api.domain_errors": ("api", "worker", "grpo_core"),
     # Words for people, read by the HTTP layer and by the CLI (which may run far from the service).
     "api.explanations": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),

@@ -107,10 +107,13 @@ class ApiClient:
         return self._get(f"/v1/jobs/{job_id}")
 
     def list_jobs(self, statuses: Iterable[str] = (), limit: int | None = None,
-                  newest_first: bool = True) -> dict[str, Any]:
+                  newest_first: bool = True, tags: Iterable[str] = (),
+                  search: str | None = None) -> dict[str, Any]:
         """The key's jobs (an admin's: everyone's), newest first unless told otherwise, only
-        those in ``statuses`` if any, at most ``limit`` (None: all)."""
-        params = {"status": list(statuses), "order": "desc" if newest_first else "asc"}
+        those in ``statuses`` if any, with every one of ``tags``, and holding ``search`` in their
+        name or description (ignoring case), at most ``limit`` (None: all)."""
+        params = {"status": list(statuses), "order": "desc" if newest_first else "asc", "tag": list(tags),
+                  **({"q": search} if search else {})}
         return self._pages("/v1/jobs", params, "after", JOBS_PAGE, limit)
 
     def team_name(self, team_id: int) -> str | None:

@@ -123,7 +123,9 @@ def _list(client: Any, args: argparse.Namespace) -> Result:
     from api.cli.term_view import jobs_table
 
     statuses = [status for value in args.status or [] for status in value]
-    page = client.list_jobs(statuses, None if args.all else args.limit, newest_first=not args.oldest_first)
+    tags = [tag for value in args.tag or [] for tag in value]
+    page = client.list_jobs(statuses, None if args.all else args.limit, newest_first=not args.oldest_first,
+                            tags=tags, search=args.search)
     text = _lines(jobs_table(page["items"], _width()), "no jobs")
     if page["next_after"] is not None:
         which = "oldest" if args.oldest_first else "newest"
@@ -306,6 +308,10 @@ def add_monitor_commands(commands: argparse._SubParsersAction) -> None:
     jobs.add_argument("--oldest-first", action="store_true", help="in submission order instead")
     jobs.add_argument("--status", type=_names, action="extend", nargs="+", metavar="S",
                       help="only jobs in these statuses (several, repeated or comma-separated)")
+    jobs.add_argument("--tag", type=_names, action="extend", nargs="+", metavar="T",
+                      help="only jobs with all these tags (several, repeated or comma-separated)")
+    jobs.add_argument("--search", default=None, metavar="TEXT",
+                      help="only jobs whose name or description holds TEXT (ignoring case)")
     jobs.add_argument("--limit", type=_positive, default=50, metavar="N", help="at most N jobs (default 50)")
     jobs.add_argument("--all", action="store_true", help="every job, however many")
     add("show", "one job: status, progress, placement, times, error", _show)

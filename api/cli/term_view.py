@@ -248,8 +248,10 @@ def _legend(reasons: Sequence[str | None], width: int | None = None) -> list[str
 def jobs_table(jobs: Sequence[dict[str, Any]], width: int | None = None) -> list[str]:
     # A job by epochs over a file dataset has no step count until its worker counted the prompts.
     rows = [[job["id"], job["name"], job["status"], f"{job['last_step']}/{job['max_steps'] or '?'}",
-             job["pool"], job["gpus"], job["priority"], when(job["created_at"]), _waits(job)] for job in jobs]
-    headers = ["ID", "NAME", "STATUS", "STEP", "POOL", "GPUS", "PRIORITY", "CREATED", "WAITS"]
+             job["pool"], job["gpus"], job["priority"], when(job["created_at"]), _waits(job),
+             # last: the widest, and the first cut on a narrow terminal; a server from before tags has none
+             ",".join(job.get("tags") or []) or "-"] for job in jobs]
+    headers = ["ID", "NAME", "STATUS", "STEP", "POOL", "GPUS", "PRIORITY", "CREATED", "WAITS", "TAGS"]
     return table(headers, rows, width)
 
 

@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 from pathlib import PurePath
 from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field, model_validator
 
+from api.job_labels import DESCRIPTION_DESCRIPTION, TAGS_DESCRIPTION, Description, Tags
 from api.lifecycle import actions_for
 from api.vocabulary import Priority
 
@@ -39,6 +40,8 @@ class SpecWarningRead(BaseModel):
 class JobRead(BaseModel):
     id: int
     name: str
+    tags: list[str] = Field(default_factory=list, description="Its tags, in the order given")
+    description: str | None = None
     team_id: int
     status: str
     priority: str
@@ -104,10 +107,30 @@ def member_event_data(data: dict[str, Any]) -> dict[str, Any]:
 
 
 class JobUpdate(BaseModel):
-    """``PATCH /v1/jobs/{id}``: what may change while a job waits or runs."""
+    """``PATCH /v1/jobs/{id}``: the fields given change, the others stay. ``priority`` only while
+    the job waits or runs; ``tags`` and ``description`` in any status. Each changes the job's
+    stored spec too, so a read, the spec and a clone all say the same."""
 
     model_config = ConfigDict(extra="forbid")
-    priority: Priority
+    priority: Priority | None = Field(None, description="The new priority class")
+    tags: Tags | None = Field(None, description="The job's tags, replacing all it had. " + TAGS_DESCRIPTION)
+    description: Description = Field(None, description="The new description (null clears it). "
+                                     + DESCRIPTION_DESCRIPTION)
+
+    @model_validator(mode="after")
+    def _changes_something(self) -> JobUpdate:
+        if not self.model_fields_set:
+            raise ValueError("give priority, tags or description")
+        if "priority" in self.model_fields_set and self.priority is None:
+            raise ValueError("priority cannot be null")
+        if "tags" in self.model_fields_set and self.tags is None:
+            raise ValueError("tags cannot be null: [] removes them all")
+        return self
+
+    def label_changes(self) -> dict[str, Any]:
+        """The tags and description given, by name (an explicit null description included)."""
+        given = self.model_fields_set
+        return {name: getattr(self, name) for name in ("tags", "description") if name in given}
 
 
 class EventRead(BaseModel):

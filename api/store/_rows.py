@@ -25,6 +25,8 @@ def job_read(job: Job | Row[Any], *, traceback: bool = False, spec: bool = True)
     return JobRead(
         id=job.id,
         name=job.name,
+        tags=job.tags or [],
+        description=job.description,
         team_id=job.team_id,
         status=job.status,
         priority=job.priority,

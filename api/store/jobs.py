@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import ColumnElement, Row, bindparam, insert, select, update
@@ -28,6 +28,7 @@ from api.lifecycle import (
 from api.schemas.jobs import JobRead, SpecWarningRead
 from api.store import outbox
 from api.store._rows import insert_returning, job_read
+from api.store.job_labels import add_tags, matching
 from api.store.tables import Allocation, Job, JobEvent, utcnow
 from api.store.telemetry import add_event
 from api.vocabulary import PRIORITIES
@@ -83,6 +84,8 @@ def create_job(
         "idempotency_key": idempotency_key,
         "request_hash": digest,
         "created_at": now,
+        "tags": spec.tags,
+        "description": spec.description,
     }
     # NULL keys never conflict, so only a keyed insert needs the arbiter.
     arbiter = ("team_id", "idempotency_key") if idempotency_key is not None else ()
@@ -99,6 +102,7 @@ def create_job(
                 "data": {"field": warning.field}} for warning in spec.warnings()]
     session.execute(_INSERT_EVENT, [{**fields, "job_id": row.id, "ts": now}
                                     for fields in ({**_QUEUED, "data": event}, *ignored)])
+    add_tags(session, row.id, spec.tags)
     return _with_warnings(job_read(row), spec), True
 
 
@@ -133,9 +137,13 @@ def list_jobs(
     newest_first: bool = False,
     traceback: bool = False,
     with_spec: bool = False,
+    tags: Sequence[str] = (),
+    search: str | None = None,
 ) -> list[JobRead]:
     """Jobs by id, oldest first, or newest first; ``after`` is the cursor in that order (the last
-    id seen; 0: from the start), so new submissions never shift a page being read.
+    id seen; 0: from the start), so new submissions never shift a page being read. Only jobs with
+    every one of ``tags`` and, with ``search``, holding it in their name or description
+    (:func:`api.store.job_labels.matching`), as filters of the same query: the cursor holds.
     ``traceback`` as in :func:`get_job`; summaries unless ``with_spec`` (the spec is not even read)."""
     if newest_first:
         query = select(Job).order_by(Job.id.desc()).limit(limit)
@@ -147,6 +155,7 @@ def list_jobs(
         query = query.where(Job.team_id == team_id)
     if statuses:
         query = query.where(Job.status.in_(list(statuses)))
+    query = matching(query, tags, search)
     if not with_spec:
         query = query.options(defer(Job.spec, raiseload=True))
     return [job_read(job, traceback=traceback, spec=with_spec) for job in session.scalars(query)]

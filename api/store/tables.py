@@ -198,6 +198,21 @@ class Job(Base):
     error_traceback: Mapped[str | None] = mapped_column(Text)
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     request_hash: Mapped[str | None] = mapped_column(String(64))
+    # The spec's tags in their order, for reads (null: none); ``job_tags`` holds the same tags, one a
+    # row, for the list's filter. Both are written together (api.store.job_labels), as is the spec.
+    tags: Mapped[list[Any] | None] = mapped_column(JSON)
+    description: Mapped[str | None] = mapped_column(Text)
+
+
+class JobTag(Base):
+    """One tag of a job, for ``GET /v1/jobs?tag=``: an indexed equality on every database, where a
+    JSON column would need a dialect's JSON operators or a fragile LIKE over its text."""
+
+    __tablename__ = "job_tags"
+    __table_args__ = (Index("ix_job_tags_tag_job_id", "tag", "job_id"),)
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    tag: Mapped[str] = mapped_column(String(64), primary_key=True)
 
 
 class JobEvent(Base):

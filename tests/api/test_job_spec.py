@@ -91,3 +91,12 @@ def test_grpo_train_of_the_service_console_refuses_another_jobs_model(tmp_path) 
     args = build_parser().parse_args(["train", str(path), "--output-dir", str(tmp_path / "out")])
     with pytest.raises(SpecError, match="model.source: 'job:' sources name a job of the service"):
         args.load_spec(path)
+
+
+def test_grpo_train_ignores_a_service_specs_tags_and_description_with_a_warning(tmp_path) -> None:
+    path = _service_spec_file(tmp_path, leave_out=("priority", "stall_seconds"), tags=["exp/v2"],
+                              description="for the service's lists")
+    args = build_parser().parse_args(["train", str(path), "--output-dir", str(tmp_path / "out")])
+    spec, warnings = args.load_spec(path)
+    assert isinstance(spec, RunSpec) and spec.tags == ["exp/v2"]
+    assert [w.field for w in warnings] == ["resources.pool", "tags", "description"]

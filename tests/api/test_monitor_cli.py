@@ -71,7 +71,7 @@ def test_list_and_show_print_tables_and_the_apis_json(grpo, alpha, worker, job_s
     code, out, err = grpo("list")
     lines = out.splitlines()
     assert code == 0 and err == "" and lines[0].split() == ["ID", "NAME", "STATUS", "STEP", "POOL", "GPUS",
-                                                            "PRIORITY", "CREATED", "WAITS"]
+                                                            "PRIORITY", "CREATED", "WAITS", "TAGS"]
     assert any(line.split()[:4] == [str(second["id"]), second["name"], "running", "0/20"] for line in lines)
     running = grpo.json("list", "--status", "running,dispatched")
     assert second["id"] in [job["id"] for job in running["items"]]

@@ -433,3 +433,48 @@ def test_the_api_reference_renders_with_nothing_from_outside(browser_page, keyed
     page.wait_for_selector(".swagger-ui .info .title:has-text('GRPO job service')")
     page.wait_for_selector(".opblock-summary-path:has-text('/v1/jobs/{job_id}/model')")
     assert fetched and all(url.startswith(keyed_stack.url) for url in fetched), fetched
+
+
+# The ids of the jobs list's rows, in page order; whether it shows n rows.
+ROW_IDS = "rows => rows.map((row) => Number(row.dataset.jobId))"
+SHOWS_ROWS = "n => document.querySelectorAll('[data-panel=jobs] tr[data-job-id]').length === n"
+
+
+def test_the_jobs_list_filters_by_tags_and_text(browser_page, keyed_stack, tiny_spec) -> None:
+    """The tags and search boxes narrow the list as GET /v1/jobs?tag=&q= does, with the status
+    filter; a job's tags show in its row, and clicking one lists the jobs with that tag."""
+    page = browser_page
+    client = keyed_stack.client("alpha")
+    keyed_stack.admin("hold", "default")  # the jobs wait: nothing to run, and none ends by itself
+    ids: list[int] = []
+    try:
+        for name, tags, description in (("filter-ui-sweep-a", ["ui-filter", "lr"], None),
+                                        ("filter-other", ["ui-filter"], "Part of the UI-SWEEP"),
+                                        ("filter-ui-sweep-b", ["ui-filter", "lr"], None),
+                                        ("filter-plain", ["ui-filter"], None)):
+            ids.append(client.submit(tiny_spec(name, max_steps=2, tags=tags, description=description))["id"])
+        client.cancel(ids[0])
+        log_in_as(page, keyed_stack, "alpha")
+        rows = page.locator("[data-panel=jobs] tr[data-job-id]")
+        page.fill("input[data-filter=tag]", "ui-filter, lr")
+        page.wait_for_function(SHOWS_ROWS, arg=2)
+        assert rows.evaluate_all(ROW_IDS) == [ids[2], ids[0]]
+        assert row_of(page, ids[2]).locator("[data-tag]").evaluate_all(
+            "tags => tags.map((tag) => tag.dataset.tag)") == ["ui-filter", "lr"]
+        page.select_option("select[data-filter=status]", "active")
+        page.wait_for_function(SHOWS_ROWS, arg=1)
+        assert rows.evaluate_all(ROW_IDS) == [ids[2]]
+        page.select_option("select[data-filter=status]", "")
+        page.fill("input[data-filter=tag]", "")
+        page.fill("input[data-filter=q]", "ui-sweep")  # the names of two, the description of the third
+        page.wait_for_function(SHOWS_ROWS, arg=3)
+        assert rows.evaluate_all(ROW_IDS) == ids[2::-1]
+        page.fill("input[data-filter=q]", "")
+        row_of(page, ids[1]).locator("[data-tag=ui-filter]").click()  # one tag's jobs, from a row
+        page.wait_for_function("() => document.querySelector('input[data-filter=tag]').value === 'ui-filter'")
+        page.wait_for_function(SHOWS_ROWS, arg=4)
+        assert rows.evaluate_all(ROW_IDS) == ids[::-1]
+    finally:
+        for job_id in ids[1:]:
+            client.cancel(job_id)
+        keyed_stack.admin("resume", "default")

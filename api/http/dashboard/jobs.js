@@ -1,5 +1,5 @@
 // #/jobs: the caller's jobs (the API scopes them to the key), newest first, filtered by status,
-// paged by cursor, refreshed every few seconds; each with its progress, latest reward and a
+// tags (all of them) and a text in the name or description, paged by cursor, refreshed every few seconds; each with its progress, latest reward and a
 // cancel button. The submit form sits above the list.
 
 import {api} from "./api.js";
@@ -12,6 +12,10 @@ import {mountSubmitForm} from "./submit.js";
 
 const REFRESH_MS = 3000;
 const PAGE_SIZE = 20;
+const TYPING_MS = 300; // a filter typed in is applied once the typing pauses, not at each key
+
+// "a, b c" -> ["a", "b", "c"]: tags hold no comma or space, so either separates them.
+const tagsOf = (text) => text.split(/[\s,]+/).filter(Boolean);
 
 // Filter name -> the statuses it lists: all, the active ones, or one status.
 const filters = () => ({"": [], active: statuses().filter((s) => !isTerminal(s)),
@@ -30,6 +34,12 @@ export function mount(container) {
   const firstPage = () => { cursors.length = 1; refresh(); };
   const filter = el("select", {dataset: {filter: "status"}, onchange: firstPage},
     Object.keys(byFilter).map((name) => el("option", {value: name}, name || "all")));
+  let typing = null;
+  const typed = () => { clearTimeout(typing); typing = setTimeout(firstPage, TYPING_MS); };
+  const tagFilter = el("input", {type: "search", dataset: {filter: "tag"}, placeholder: "tag, tag…",
+    title: "Only jobs with all these tags", oninput: typed});
+  const search = el("input", {type: "search", dataset: {filter: "q"}, placeholder: "name or description",
+    maxLength: 200, title: "Only jobs whose name or description holds this text", oninput: typed});
   const previous = el("button", {type: "button", onclick: () => { cursors.pop(); refresh(); }}, "← Previous");
   const next = el("button", {type: "button", onclick: () => { cursors.push(nextAfter); refresh(); }},
     "Next →");
@@ -37,7 +47,8 @@ export function mount(container) {
   const form = el("div");
   mountSubmitForm(form, () => refresh());
   container.append(form, section("jobs", "Jobs", el("div", {className: "toolbar"},
-    el("label", {}, "Status ", filter), previous, next), errors.node, body));
+    el("label", {}, "Status ", filter), el("label", {}, "Tags ", tagFilter), el("label", {}, "Search ", search),
+    previous, next), errors.node, body));
 
   const current = (ticket) => alive && ticket === latest;
 
@@ -45,8 +56,8 @@ export function mount(container) {
     clearTimeout(timer);
     const ticket = ++latest;
     try {
-      const page = await api("/v1/jobs", {query: {status: byFilter[filter.value], after: cursors.at(-1),
-        limit: PAGE_SIZE, order: "desc"}});
+      const page = await api("/v1/jobs", {query: {status: byFilter[filter.value], tag: tagsOf(tagFilter.value),
+        q: search.value.trim() || null, after: cursors.at(-1), limit: PAGE_SIZE, order: "desc"}});
       await loadTeamNames(page.items.map((job) => job.team_id));
       await latestRewards(page.items);
       if (!current(ticket)) return;
@@ -80,6 +91,9 @@ export function mount(container) {
     return table([
       {title: "id", cell: (job) => jobLink(job.id)},
       {title: "name", cell: (job) => jobLink(job.id, job.name)},
+      {title: "tags", cell: (job) => (job.tags || []).map((tag) =>
+        el("button", {type: "button", className: "badge tag", dataset: {tag}, title: "List the jobs with this tag",
+          onclick: () => { tagFilter.value = tag; firstPage(); }}, tag))},
       {title: "team", cell: (job) => teamName(job.team_id)},
       {title: "status", cell: (job) => [statusBadge(job.status), waitNote(job)]},
       {title: "progress", cell: (job) => progressBar(job.last_step, job.max_steps)},
@@ -93,5 +107,6 @@ export function mount(container) {
   return () => {
     alive = false;
     clearTimeout(timer);
+    clearTimeout(typing);
   };
 }

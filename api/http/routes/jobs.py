@@ -10,8 +10,8 @@ the responses that carry specs (:func:`_json_off_loop`)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, Literal, NamedTuple
 
 from fastapi import APIRouter, Header, Query, Request, status
 from redis.exceptions import RedisError
@@ -33,6 +33,7 @@ from api.http.submission import (
     check_verifiers,
 )
 from api.http.views import job_for
+from api.job_labels import MAX_SEARCH_CHARS, MAX_TAGS, Tag
 from api.job_spec import JobSpec
 from api.lifecycle import JOB_STATUSES, WAITING_STATUSES
 from api.scheduling import liveness
@@ -41,6 +42,7 @@ from api.settings import Settings
 from api.store import bus
 from api.store import jobs as job_store
 from api.store.db import session_scope
+from api.store.job_labels import set_labels
 from api.store.spec_pages import StoredSpecs, job_with_spec, with_specs
 from api.store.team_admission import admit, team_limits, with_team_priority
 from api.team_limits import check_priority
@@ -135,14 +137,20 @@ async def list_jobs(
     include: Annotated[Literal["spec"] | None, Query(description=(
         "`spec`: each job's spec too; the page then ends early once its specs add up to "
         "`GRPO_LIST_SPEC_BYTES` (2 MiB by default, at least one job a page): follow `next_after`"))] = None,
+    tag: Annotated[list[Tag] | None, Query(max_length=MAX_TAGS, description=(
+        "Only jobs with this tag; repeated, only jobs with all of them"))] = None,
+    q: Annotated[str | None, Query(min_length=1, max_length=MAX_SEARCH_CHARS, description=(
+        "Only jobs whose name or description holds this text, ignoring case"))] = None,
 ) -> Any:
     """Jobs in id order (``order=desc``: newest first), optionally only those in the given
-    statuses (repeat ``status=``); ``after`` continues in that order. A waiting job carries its
+    statuses (repeat ``status=``), with all the given tags (repeat ``tag=``) and holding ``q`` in
+    their name or description; ``after`` continues in that order. A waiting job carries its
     ``pending_reason`` and ``queue_position``. Summaries: ``spec`` is null unless ``include=spec``
     (``GET /v1/jobs/{id}`` always has it). A page may hold fewer than ``limit`` jobs while
     ``next_after`` is set (with ``include=spec``, when the specs reached the page's byte budget);
     ``next_after`` null is the only end."""
-    items, specs, more = await run_in_threadpool(_page, session, principal, settings, status_in, after,
+    filters = JobFilters(status_in, tag or (), q)
+    items, specs, more = await run_in_threadpool(_page, session, principal, settings, filters, after,
                                                  limit, order == "desc", include == "spec")
     page = [job_for(principal, job) for job in await with_queue_positions(redis, settings, items)]
     next_after = page[-1].id if more else None
@@ -151,13 +159,21 @@ async def list_jobs(
     return await _with_specs_answer(request, page_json, page, specs, next_after)
 
 
-def _page(session: SessionDep, principal: Principal, settings: Settings, statuses: list[str] | None,
+class JobFilters(NamedTuple):
+    """What a list asks of its jobs: statuses (any of them), tags (all of them), a text."""
+
+    statuses: list[str] | None
+    tags: Sequence[str]
+    search: str | None
+
+
+def _page(session: SessionDep, principal: Principal, settings: Settings, filters: JobFilters,
           after: int, limit: int, newest_first: bool, with_spec: bool
           ) -> tuple[list[JobRead], StoredSpecs, bool]:
     """Up to ``limit`` jobs, their specs' JSON if asked (as many as the byte budget allows), and
     whether more jobs follow."""
-    items = job_store.list_jobs(session, principal.scope, statuses, after, limit + 1, newest_first,
-                                principal.is_admin)
+    items = job_store.list_jobs(session, principal.scope, filters.statuses, after, limit + 1, newest_first,
+                                principal.is_admin, tags=filters.tags, search=filters.search)
     more, items = len(items) > limit, items[:limit]
     specs: StoredSpecs = {}
     if with_spec:
@@ -185,16 +201,24 @@ async def get_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, s
 
 
 @router.patch("/{job_id}", response_model=JobRead,
-              responses={**_ERRORS, 409: {"description": "The job already finished"},
-                         422: {"description": "Not a priority class" + _PRIORITY}})
+              responses={**_ERRORS, 409: {"description": "A priority for a job that already finished"},
+                         422: {"description": "Not a priority class, or a bad tag (`param` `tags.N`) or "
+                                              "description; none of the three given" + _PRIORITY}})
 def update_job(job_id: JobId, update: JobUpdate, session: SessionDep, principal: PrincipalDep,
                settings: SettingsDep) -> JobRead:
     """Change a job's ``priority`` while it waits (its place in the queue moves at the
-    scheduler's next pass) or runs (which decides whether it may be preempted). A member may
-    choose up to the team's ``max_priority``; an admin any class."""
-    job = job_store.set_priority(session, job_id, update.priority, principal.scope)
-    if not principal.is_admin:  # after the write, so another team's job is a 404 first; a refusal rolls back
-        check_priority(update.priority, str(team_limits(session, job.team_id, settings).max_priority))
+    scheduler's next pass) or runs (which decides whether it may be preempted); its ``tags``
+    (all of them, replaced) and ``description`` in any status. A member may choose a priority up
+    to the team's ``max_priority``; an admin any class. Each change is made to the job's stored
+    spec too (a clone carries it). One transaction: a refused part changes nothing."""
+    job = job_store.get_job(session, job_id, principal.scope)  # another team's job is a 404 first
+    if update.priority is not None:
+        job = job_store.set_priority(session, job_id, update.priority, principal.scope)
+        if not principal.is_admin:  # after the write; a refusal rolls back
+            check_priority(update.priority, str(team_limits(session, job.team_id, settings).max_priority))
+    if changes := update.label_changes():
+        set_labels(session, job_id, changes)
+        job = job_store.get_job(session, job_id)
     return job_for(principal, job)
 
 
