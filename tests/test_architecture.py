@@ -96,6 +96,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "api.cli.term_view": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
     "api.cli.printable": ("api", "worker", "grpo_core"),  # string handling only
     "api.cli.archives": ("api", "worker", "grpo_core"),
+    "api.cli.field_setting": ("api", "worker", "grpo_core"),  # pure: --set text into plain data
     "api.cli.health": ("api.http", "api.streaming", "worker", "grpo_core"),
     "api.cli.monitor": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker"),
     # A client of POST /v1/rewards/run: it reads spec files (grpo_core.spec), never runs a reward.

@@ -22,6 +22,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from api.cli.calling import BadArgument, Result, call_api
+from api.cli.field_setting import FieldSettingError, parse_setting, with_settings
 from api.cli.printable import printable
 from api.lifecycle import TERMINAL_STATUSES, Action, JobStatus
 
@@ -44,12 +45,18 @@ def _lines(lines: list[str], empty: str) -> str:
     return "\n".join(lines) if lines else empty
 
 
-def read_spec(path: Path) -> dict:
+def read_spec(path: Path, settings: list[str] | None = None) -> dict:
     """Validated here for per-field messages at once; the raw mapping is sent, so the server
-    applies its own defaults."""
+    applies its own defaults. ``settings`` (``--set PATH=VALUE``) change it first."""
+    from grpo_core.errors import SpecError
     from grpo_core.spec.spec_file import parse_spec, read_spec_data
 
     data = read_spec_data(path)
+    if settings and isinstance(data, dict):  # anything else is refused by parse_spec
+        try:
+            data = with_settings(data, settings)
+        except FieldSettingError as exc:
+            raise SpecError("--set", str(exc)) from None
     parse_spec(data)  # raises InvalidSpec: exit 2 with one line per field
     return data
 
@@ -115,7 +122,7 @@ def follow(client: Any, job: dict[str, Any], as_json: bool) -> Result:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    spec = read_spec(args.spec)
+    spec = read_spec(args.spec, args.set)
     return submit_spec(args.api_url, args.api_key, spec, args.watch, args.idempotency_key, args.json)
 
 
@@ -137,6 +144,11 @@ def _show(client: Any, args: argparse.Namespace) -> Result:
     from api.cli.term_view import job_details
 
     job = client.job(args.job_id)
+    if args.spec:  # asked for the spec alone, to read or reuse: the job's status is not the answer
+        import yaml
+
+        text = yaml.safe_dump(job["spec"], sort_keys=False, allow_unicode=True)
+        return Result(job["spec"], text.rstrip("\n"))
     # exit 1, as `grpo watch` does for a job that ended without succeeding
     failed = job["status"] in TERMINAL_STATUSES and job["status"] != JobStatus.SUCCEEDED
     return Result(job, "\n".join(job_details(job, _width(), client.team_name(job["team_id"]))), int(failed))
@@ -176,11 +188,20 @@ def _action(action: str) -> Callable[[Any, argparse.Namespace], Result]:
 
 
 def _clone(client: Any, args: argparse.Namespace) -> Result:
+    from grpo_core.spec.spec_file import merged_fields, read_spec_data
+
     changes = None
     if args.changes is not None:
-        from grpo_core.spec.spec_file import read_spec_data
-
         changes = read_spec_data(args.changes)  # the server validates the changed spec
+    if args.set:
+        if not isinstance(changes, dict | None):
+            raise BadArgument(f"--changes: {args.changes} is not a mapping of fields")
+        # A list item (rewards.0.weight) is set within the job's list: the whole changed spec is sent.
+        spec = merged_fields(client.job(args.job_id)["spec"], changes or {})
+        try:
+            changes = with_settings(spec, args.set)
+        except FieldSettingError as exc:
+            raise BadArgument(f"--set {exc}") from None
     job = client.clone(args.job_id, changes)
     if not args.json:
         print_spec_warnings(job)
@@ -264,6 +285,15 @@ def _empty_folder(text: str) -> Path:
     return path
 
 
+def _setting(text: str) -> str:
+    """``--set PATH=VALUE``, its form checked at once; applied once the spec is read."""
+    try:
+        parse_setting(text)
+    except FieldSettingError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _names(text: str) -> list[str]:
     """``a,b`` → ``["a", "b"]`` (for options that may be repeated too)."""
     return [name.strip() for name in text.split(",") if name.strip()]
@@ -303,6 +333,7 @@ def add_monitor_commands(commands: argparse._SubParsersAction) -> None:
     submit.add_argument("--watch", action="store_true",
                         help="follow the job until it ends (exit 0: succeeded)")
     submit.add_argument("--idempotency-key", default=None)
+    _add_set_option(submit)
     submit.set_defaults(handler=_submit)
     jobs = add("list", "jobs, newest first", _list, job_id=False)
     jobs.add_argument("--oldest-first", action="store_true", help="in submission order instead")
@@ -314,7 +345,8 @@ def add_monitor_commands(commands: argparse._SubParsersAction) -> None:
                       help="only jobs whose name or description holds TEXT (ignoring case)")
     jobs.add_argument("--limit", type=_positive, default=50, metavar="N", help="at most N jobs (default 50)")
     jobs.add_argument("--all", action="store_true", help="every job, however many")
-    add("show", "one job: status, progress, placement, times, error", _show)
+    show = add("show", "one job: status, progress, placement, times, error", _show)
+    show.add_argument("--spec", action="store_true", help="only the job's spec, as YAML (exit 0)")
     add("watch", "follow a job live until it ends (exit 0: succeeded)", _watch)
     add("cancel", "cancel a job (a running one stops at its next step, with a checkpoint)", _cancel)
     add("pause", "pause a job: it checkpoints, frees its GPUs and waits to be resumed", _action(Action.PAUSE))
@@ -325,6 +357,7 @@ def add_monitor_commands(commands: argparse._SubParsersAction) -> None:
     clone = add("clone", "submit a copy of a job's spec, changed by a file of fields if given", _clone)
     clone.add_argument("--changes", type=Path, default=None, metavar="FILE",
                        help="fields to change, nested as in a spec (grpo: {max_steps: 10})")
+    _add_set_option(clone)
     add("events", "a job's lifecycle events", _events)
     metrics = add("metrics", "a job's metrics, every step", _metrics)
     metrics.add_argument("--csv", action="store_true", help="CSV: a header step,<names...>, one row per step")
@@ -340,3 +373,9 @@ def add_monitor_commands(commands: argparse._SubParsersAction) -> None:
         job_id=False)
     queue = add("queue", "waiting jobs in the scheduler's order, with why each waits", _queue, job_id=False)
     queue.add_argument("--pool", default=None, help="only this pool")
+
+
+def _add_set_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", type=_setting, action="append", default=[], metavar="PATH=VALUE",
+                        help="change one field (grpo.learning_rate=2e-6, rewards.0.weight=2), after "
+                        "any --changes; repeatable. VALUE is YAML; 2e-6 is a number")

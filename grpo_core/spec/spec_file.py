@@ -61,14 +61,16 @@ def with_changes(spec: SpecT, changes: dict[str, Any]) -> SpecT:
     fields it names (``{"grpo": {"max_steps": 10}}``). An override (``--max-steps``, a new
     priority) goes into the spec itself so every reader sees the one value. Raises
     :class:`InvalidSpec`. The result is of ``spec``'s own class."""
-    return parse_spec(_merged(spec.model_dump(), changes), type(spec))
+    return parse_spec(merged_fields(spec.model_dump(), changes), type(spec))
 
 
-def _merged(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+def merged_fields(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """Plain data: ``base`` with ``changes`` over it, nested mappings merged field by field (a
+    list or a scalar in ``changes`` replaces the whole value)."""
     merged = dict(base)
     for key, value in changes.items():
         nested = isinstance(value, dict) and isinstance(base.get(key), dict)
-        merged[key] = _merged(base[key], value) if nested else value
+        merged[key] = merged_fields(base[key], value) if nested else value
     return merged
 
 

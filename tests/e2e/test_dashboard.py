@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from dashboard_pages import log_in, log_in_as, submit_from_form, submitted_job_id
 from sandbox_guard import needs_sandbox
 from waiting import wait_until
 
@@ -58,34 +59,6 @@ WORDS_SPLIT = """(selector) => {
 def codes(stack: Any) -> dict[str, dict[str, str]]:
     """What the service says each code means (``GET /v1/codes``)."""
     return stack.client("alpha").http.get("/v1/codes").json()
-
-
-def log_in(page: Any, key: str) -> None:
-    page.goto("/#/login")
-    page.fill("input[name=key]", key)
-    page.click("form.login button[type=submit]")
-
-
-def log_in_as(page: Any, stack: Any, team: str) -> None:
-    log_in(page, stack.keys[team])
-    page.wait_for_selector(f'#who .team[data-team="{team}"]')
-    page.wait_for_selector("[data-panel=jobs] table")
-
-
-def submit_from_form(page: Any, spec: dict[str, Any] | str) -> Any:
-    """Fill the form (JSON, or any text) and submit it; the result box, once it says something."""
-    page.goto("/#/jobs")
-    form = page.locator("[data-panel=submit]")
-    if form.get_attribute("open") is None:
-        form.locator(":scope > summary").click()
-    page.fill("textarea[name=spec]", spec if isinstance(spec, str) else json.dumps(spec, indent=2))
-    page.click(".submit-form button[type=submit]")
-    return page.wait_for_selector(".submit-result .notice")
-
-
-def submitted_job_id(page: Any, spec: dict[str, Any] | str) -> int:
-    result = submit_from_form(page, spec)
-    return int(result.query_selector("a").get_attribute("href").rsplit("/", 1)[1])
 
 
 def row_of(page: Any, job_id: int) -> Any:
@@ -202,10 +175,10 @@ def test_a_job_from_the_form_is_charted_live_with_its_samples(browser_page, keye
         with tarfile.open(download.path()) as tar:
             assert any(n.endswith("/model.safetensors") for n in tar.getnames()), tar.getnames()
 
-    page.click("[data-panel=job] button[data-action=clone]")  # the same spec again, as a new job
-    wait_until(lambda: page.evaluate("() => location.hash") not in ("", f"#/jobs/{job_id}"), 20,
-               "the clone's page to open")
-    page.wait_for_selector("[data-panel=job] h2:has-text('charted')")
+    page.click("[data-panel=job] button[data-action=clone]")  # the same spec, renamed, in the form
+    page.click(".submit-form button[type=submit]")
+    page.click(".submit-result .notice a")
+    page.wait_for_selector("[data-panel=job] h2:has-text('charted-clone')")
 
 
 def test_the_form_shows_the_fields_the_service_took_but_ignores(browser_page, keyed_stack, tiny_spec) -> None:

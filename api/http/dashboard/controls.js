@@ -5,6 +5,7 @@ import {api, download} from "./api.js";
 import {codeTerm, reasonText} from "./codes.js";
 import {el} from "./dom.js";
 import {offers} from "./lifecycle.js";
+import {openSubmitFormWith} from "./submit.js";
 
 // " #2 in queue, no_capacity": the reason's meaning shows on hover (the job page also says it in full).
 export function waitNote(job) {
@@ -52,19 +53,12 @@ export function actionButtons(job, after, onError) {
   });
 }
 
-// Clone: the same spec queued again as a new job, whose page opens.
-export function cloneButton(job, onError) {
-  if (!offers(job, "clone")) return null;
-  const clone = async (event) => {
-    event.target.disabled = true;
-    try {
-      const created = await api(`/v1/jobs/${job.id}/clone`, {method: "POST"});
-      location.hash = `#/jobs/${created.id}`;
-    } catch (error) {
-      onError(error);
-      event.target.disabled = false;
-    }
-  };
+// Clone: the submit form opens with this job's spec, renamed, to edit before it is queued. As
+// JSON, like the form's template, so the form's "Add reward" works on it too.
+export function cloneButton(job) {
+  if (!offers(job, "clone") || !job.spec) return null;
+  const renamed = {...job.spec, name: `${job.spec.name}-clone`};
+  const clone = () => openSubmitFormWith(JSON.stringify(renamed, null, 2));
   return el("button", {type: "button", dataset: {action: "clone"}, onclick: clone}, "Clone");
 }
 

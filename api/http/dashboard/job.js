@@ -1,6 +1,6 @@
-// #/jobs/42: one job — its state and controls, live training charts, sample completions, events
-// and checkpoints. History comes from REST, then the WebSocket keeps everything current; the
-// job itself is re-read every few seconds too (its queue position changes without an event).
+// #/jobs/42: one job — its state and controls, its spec (YAML), live training charts, sample
+// completions, events and checkpoints. History comes from REST, then the WebSocket keeps everything
+// current; the job itself is re-read every few seconds too (its queue position changes without an event).
 
 import {api} from "./api.js";
 import {ChartSet} from "./charts.js";
@@ -13,6 +13,7 @@ import {followJob} from "./live.js";
 import {SamplesView} from "./samples.js";
 import {teamName} from "./session.js";
 import {CheckpointsView, EventsView} from "./timeline.js";
+import {yamlText} from "./yaml_text.js";
 
 const POLL_MS = 5000;
 
@@ -30,6 +31,8 @@ export function mount(container, {id}) {
   let latest = null;
   let polling = false;
   function render(job) {
+    // The stream's status messages may carry no spec; the one read over REST stays (Clone needs it).
+    if (!job.spec && latest) job = {...job, spec: latest.spec};
     latest = job;
     // A retried job is alive again: the polls that stopped when it ended start over.
     if (!isTerminal(job.status) && !polling && alive) {
@@ -73,7 +76,8 @@ export function mount(container, {id}) {
     const samplesBox = el("div");
     const eventsBox = el("div");
     const checkpointsBox = el("div");
-    container.append(section("charts", "Training (x: optimizer step)", liveNote.node, chartBox),
+    container.append(specPanel(job.spec),
+      section("charts", "Training (x: optimizer step)", liveNote.node, chartBox),
       el("div", {className: "columns"}, section("samples", "Sample completions", samplesBox),
         section("events", "Events", eventsBox)),
       section("checkpoints", "Checkpoints", checkpointsBox));
@@ -133,13 +137,21 @@ function jobHeader(job, render, onError) {
       el("h2", {}, job.name, " ", el("span", {className: "muted"}, `#${job.id}`)),
       cancelButton(job, render, onError),
       ...actionButtons(job, render, onError),
-      cloneButton(job, onError),
+      cloneButton(job),
       offers(job, "download_model") ? downloadButton(job.id, null, onError) : null),
     el("dl", {className: "facts"},
       facts.map(([name, value]) => el("div", {}, el("dt", {}, name), el("dd", {}, value)))),
     waitingNote(job),
     failureNote(job.error),
   ];
+}
+
+// The spec as submitted (with the service's defaults), folded away until asked for: it never
+// changes, so it is drawn once, not with each poll.
+function specPanel(spec) {
+  if (!spec) return null;
+  return el("details", {className: "panel", dataset: {panel: "spec"}}, el("summary", {}, "Spec"),
+    el("pre", {className: "spec-yaml"}, yamlText(spec)));
 }
 
 // Why a waiting job waits, in full: across the page, not squeezed into a fact's cell.

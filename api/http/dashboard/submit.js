@@ -2,7 +2,7 @@
 // else goes as YAML, which the service parses (the page bundles no YAML library). Prefilled with
 // a template to edit: model and data sources are `path:` names under the deployment's roots, so
 // they differ from one to the next. The service's 422 lists every invalid field; each is shown
-// with its path in the spec.
+// with its path in the spec. A job's Clone opens it filled with that job's spec.
 
 import {api} from "./api.js";
 import {el, fill, jobLink} from "./dom.js";
@@ -26,6 +26,15 @@ function templateText() {
   return JSON.stringify(TEMPLATE, null, 2);
 }
 
+// A spec handed over to the next form mounted (a job's Clone): it opens with that text to edit,
+// and nothing is queued until its Submit.
+let draft = null;
+
+export function openSubmitFormWith(text) {
+  draft = text;
+  location.hash = "#/jobs";
+}
+
 // JSON when it is JSON; text that looks like JSON but does not parse is a typo to point out
 // here, anything else is YAML for the service to read.
 function parseSpec(text) {
@@ -39,7 +48,9 @@ function parseSpec(text) {
 
 export function mountSubmitForm(container, onSubmitted) {
   const spec = el("textarea", {name: "spec", rows: 18, cols: 80, spellcheck: "false"});
-  spec.value = templateText();
+  const handed = draft;
+  draft = null;
+  spec.value = handed ?? templateText();
   const result = el("div", {className: "submit-result", role: "status"});
   const rewards = el("div");
   const button = el("button", {type: "submit"}, "Submit");
@@ -49,8 +60,9 @@ export function mountSubmitForm(container, onSubmitted) {
   }}, spec, rewards, el("div", {className: "toolbar"}, button,
     el("button", {type: "button", onclick: () => { spec.value = templateText(); fill(result); }},
       "Reset to template")), result);
-  container.append(el("details", {className: "panel", dataset: {panel: "submit"}},
+  container.append(el("details", {className: "panel", dataset: {panel: "submit"}, open: handed !== null},
     el("summary", {}, "Submit a job"), form));
+  if (handed !== null) spec.focus();
   mountRewardPicker(rewards, spec);
   mountRewardTrial(form, spec, errorList);
 
