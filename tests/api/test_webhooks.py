@@ -199,3 +199,33 @@ def test_a_slow_receiver_slows_neither_the_api_nor_other_jobs(api_server, alpha,
             stop.set()
             thread.join(timeout=10)
     assert not thread.is_alive()
+
+
+def test_the_scheduler_process_sends_them(api_server, alpha, worker, job_spec, tmp_path) -> None:
+    """``grpo scheduler`` runs the sender beside its loop, and stops both on SIGTERM."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    settings = api_server.settings
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+           "GRPO_DATABASE_URL": settings.database_url, "GRPO_REDIS_URL": settings.redis_url,
+           "GRPO_WEBHOOK_POLL_SECONDS": "0.1"}
+    log = tmp_path / "scheduler.log"
+    with webhook_receiver() as receiver, log.open("w") as out:
+        register(alpha, receiver.url)
+        process = subprocess.Popen([sys.executable, "-m", "api.cli.main", "scheduler"], env=env,
+                                   stdout=out, stderr=subprocess.STDOUT)
+        try:
+            finished_job(alpha, worker, job_spec)
+            wait_until(lambda: receiver.seen, 60, "the scheduler process to send the delivery",
+                       details=log.read_text)
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=30) == 0, log.read_text()
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert json.loads(receiver.seen[0].body)["type"] == "job.succeeded"
