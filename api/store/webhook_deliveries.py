@@ -64,15 +64,18 @@ def record_attempt(session: Session, delivery: DueDelivery, *, status_code: int 
     ``max_attempts``, then ``failed``. The status written; None when another sender took the
     delivery again meanwhile (its lease ran out), whose result is the one that counts."""
     now = db_now(session)
-    values: dict[str, object] = {"last_status_code": status_code,
-                                 "last_error": error[:MAX_ERROR_CHARS] if error else None}
+    changes: dict[str, object] = {"last_status_code": status_code,
+                                  "last_error": error[:MAX_ERROR_CHARS] if error else None}
     if status_code is not None and 200 <= status_code < 300:
-        values.update(status="delivered", delivered_at=now, last_error=None)
+        outcome = "delivered"
+        changes["delivered_at"] = now
     elif delivery.attempt >= max_attempts:
-        values["status"] = "failed"
+        outcome = "failed"
     else:
+        outcome = "pending"
         wait = backoff.delay(delivery.attempt) * random.uniform(0.75, 1.25)  # noqa: S311 - not a secret
-        values.update(status="pending", next_attempt_at=now + timedelta(seconds=wait))
+        changes["next_attempt_at"] = now + timedelta(seconds=wait)
+    changes["status"] = outcome
     moved = session.execute(update(_D).where(_D.c.id == delivery.id, _D.c.status == "pending",
-                                             _D.c.attempts == delivery.attempt).values(**values))
-    return str(values["status"]) if moved.rowcount == 1 else None
+                                             _D.c.attempts == delivery.attempt).values(**changes))
+    return outcome if moved.rowcount == 1 else None
