@@ -155,11 +155,34 @@ class Settings(BaseSettings):
         60.0, gt=0, description="The most a spec's `reward_timeout_seconds` (each reward call's time "
         "budget) may ask for; a larger one is refused at submit.")
 
+    # Webhooks (``POST /v1/webhooks``), sent by the scheduler process (api.scheduling.webhook_sender).
+    webhook_allowed_hosts: str = Field(
+        "", description="Comma-separated hosts a webhook URL may name (exactly, case-insensitive); "
+        "empty: any host. Checked when a webhook is registered.")
+    webhook_timeout_seconds: float = Field(
+        5.0, gt=0, le=60, description="One webhook request's limit; a slower receiver's delivery is "
+        "retried later. Redirects are never followed.")
+    webhook_max_attempts: int = Field(
+        8, ge=1, le=50, description="A webhook delivery not answered 2xx after this many attempts is "
+        "marked `failed`.")
+    webhook_retry_seconds: float = Field(
+        600.0, ge=0, description="Wait before a failed webhook delivery's second attempt, doubled per "
+        "attempt (with jitter): 8 attempts span about a day.")
+    webhook_retry_max_seconds: float = Field(
+        43_200.0, ge=0, description="The longest wait between two attempts of a webhook delivery.")
+    webhook_poll_seconds: float = Field(
+        1.0, gt=0, description="How often the scheduler process looks for webhook deliveries due.")
+
     @model_validator(mode="after")
     def _derive_namespace(self) -> Settings:
         if self.namespace is None:
             self.namespace = namespace_for(self.database_url)
         return self
+
+    @property
+    def webhook_hosts(self) -> frozenset[str]:
+        """``webhook_allowed_hosts`` as a set of lower-case names (empty: any host)."""
+        return frozenset(h.strip().lower() for h in self.webhook_allowed_hosts.split(",") if h.strip())
 
     @property
     def redis_keys(self) -> RedisKeys:

@@ -58,6 +58,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # A job's tags and description: the spec, the PATCH body and the list's filter share them.
     "api.job_labels": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     "api.domain_errors": ("api", "worker", "grpo_core"),
+    # How a webhook is signed: the standard library only, so receivers can copy it.
+    "api.webhook_signing": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     # Words for people, read by the HTTP layer and by the CLI (which may run far from the service).
     "api.explanations": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     "api.artifact_paths": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
@@ -88,6 +90,11 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "api.scheduling.policy": ("api.store", "api.http", "api.streaming", "api.cli", "api.scheduling.scheduler",
                               "worker", *SERVICE_FRAMEWORKS),
     "api.scheduling": ("api.http", "api.streaming", "api.cli", "worker", "fastapi"),
+    # The webhook sender shares the scheduler's process, not its code: the store, settings, signing
+    # and an HTTP client; no Redis, no Celery (a stack without a scheduler leader still notifies).
+    "api.scheduling.webhook_sender": ("api.http", "api.streaming", "api.cli", "worker", "fastapi",
+                                      "api.scheduling.scheduler", "api.scheduling.policy", "celery",
+                                      "redis"),
     "api.streaming": ("api.http", "api.scheduling", "api.cli", "worker"),
     "api.http": ("api.cli", "worker", "celery"),
     "api.main": ("api.cli", "worker", "celery"),

@@ -47,6 +47,7 @@ def _api(args: argparse.Namespace) -> int:
 
 
 def _scheduler(args: argparse.Namespace) -> int:
+    from api.scheduling import webhook_sender
     from api.scheduling.scheduler import Scheduler
     from api.settings import get_settings
 
@@ -55,7 +56,10 @@ def _scheduler(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     schema_ready(get_settings())
+    # In this process, off the API's request path, beside the scheduling loop.
+    sender = webhook_sender.start(get_settings(), stop)
     Scheduler(get_settings()).run(stop)
+    sender.join(timeout=get_settings().webhook_timeout_seconds + 5)
     return 0
 
 

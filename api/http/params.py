@@ -16,6 +16,7 @@ MAX_NAME_LENGTH = 64  # team and pool names; the pattern also refuses NUL and ot
 
 JobId = Annotated[int, Path(ge=1, le=MAX_BIGINT, description="A job's id")]
 KeyId = Annotated[int, Path(ge=1, le=MAX_BIGINT, description="An API key's id")]
+WebhookId = Annotated[int, Path(ge=1, le=MAX_BIGINT, description="A webhook's id")]
 TeamName = Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN)]
 PoolName = Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN)]
 VerifierName = Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN)]

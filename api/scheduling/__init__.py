@@ -1,5 +1,6 @@
 """Placing jobs on GPUs: the pure decision (``policy``), the scheduler process that carries it
-out each tick (``scheduler``) and the pure views of the cluster and the queue (``cluster_views``).
+out each tick (``scheduler``), the pure views of the cluster and the queue (``cluster_views``), and
+the webhook sender that runs beside the scheduler in its process (``webhook_sender``).
 
 May import: ``api.store``, ``api.vocabulary``, ``api.lifecycle``, ``api.settings``,
 ``api.domain_errors``, ``api.schemas``. ``policy`` and ``cluster_views`` import no I/O library.

@@ -20,6 +20,7 @@ from api.lifecycle import (
     HOLDING_STATUSES,
     RESTING_STATUSES,
     RULES,
+    TERMINAL_STATUSES,
     WAITING_STATUSES,
     Action,
     Transition,
@@ -31,6 +32,7 @@ from api.store._rows import insert_returning, job_read
 from api.store.job_labels import add_tags, matching
 from api.store.tables import Allocation, Job, JobEvent, utcnow
 from api.store.telemetry import add_event
+from api.store.webhooks import enqueue_job_event
 from api.vocabulary import PRIORITIES
 from grpo_core.rewards import required_capabilities
 
@@ -198,7 +200,8 @@ def transition(
     is not held by that worker. A move opens the job's allocation on dispatch and closes it
     when the job stops holding GPUs, releases a job that goes back to the queue or pauses from
     its worker (``worker_id``, ``devices``, ``preempt_requested``), records the rule's event,
-    and stages a ``status`` message for the job's stream (:mod:`api.store.outbox`)."""
+    stages a ``status`` message for the job's stream (:mod:`api.store.outbox`) and, for a final
+    status, the team's webhook deliveries (:mod:`api.store.webhooks`)."""
     via = Transition(via)
     rule = RULES[via]
     if values and "status" in values:
@@ -229,6 +232,8 @@ def transition(
     if job.error is not None:
         status["error"] = {"code": job.error.code, "message": job.error.message}
     outbox.stage(session, job_id, "status", status)
+    if job.status in TERMINAL_STATUSES:  # the team's webhooks hear of it once this commits
+        enqueue_job_event(session, job, f"job.{job.status}")
     return job
 
 

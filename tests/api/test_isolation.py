@@ -36,6 +36,12 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/v1/rewards/run"): TEAM,  # verifiers of the caller's team only (test_reward_trials.py)
     ("POST", "/v1/jobs"): TEAM,
     ("POST", "/v1/stream-tickets"): TEAM,  # a ticket stands for the caller's own key (test_hardening.py)
+    # The caller's team's webhooks; another team's is a 404 on each {webhook_id} route (test_webhooks.py).
+    ("POST", "/v1/webhooks"): TEAM,
+    ("GET", "/v1/webhooks"): TEAM,
+    ("GET", "/v1/webhooks/{webhook_id}"): TEAM,
+    ("DELETE", "/v1/webhooks/{webhook_id}"): TEAM,
+    ("GET", "/v1/webhooks/{webhook_id}/deliveries"): TEAM,
     ("GET", _JOB): JOB,
     ("PATCH", _JOB): JOB,
     ("POST", f"{_JOB}/cancel"): JOB,
@@ -118,7 +124,8 @@ def alpha_job(client_for, team_keys, job_spec, api_server) -> int:
 
 def status_of(server, client_for, key: str | None, method: str, path: str, job_id: int) -> int:
     """The status a call answers with; for a WebSocket, the handshake's (101: accepted)."""
-    url = path.format(job_id=job_id, team="alpha", pool="default", key_id=1, step=1, verifier="grader")
+    url = path.format(job_id=job_id, team="alpha", pool="default", key_id=1, step=1, verifier="grader",
+                      webhook_id=1)
     if method != WS:
         return client_for(key).request(method, url, json=BODIES.get((method, path), {})).status_code
     headers = {"Authorization": f"Bearer {key}"} if key is not None else {}

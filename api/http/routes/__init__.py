@@ -19,6 +19,7 @@ from api.http.routes import (
     stream,
     telemetry,
     usage,
+    webhooks,
 )
 
 
@@ -33,7 +34,8 @@ def build_router() -> APIRouter:
                               429: {"description": "The team's reads or writes are over its rate limit; "
                                                    "retry after `Retry-After` seconds"}})
     for module_router in (meta.catalog, reward_trials.router, jobs.router, telemetry.router, downloads.router,
-                          stream.router, cluster.router, usage.router, admin.me, admin.router):
+                          stream.router, cluster.router, usage.router, webhooks.router, admin.me,
+                          admin.router):
         v1.include_router(module_router)
     root.include_router(v1)
     return root

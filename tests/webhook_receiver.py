@@ -1,0 +1,84 @@
+"""A webhook receiver for tests: a threaded ``http.server`` on a local port that records every
+request (headers and exact body bytes) and answers 204, unless a test scripted what the next
+requests get: another status, or a hang of some seconds first. Imported by name (tests/ is on
+sys.path), like ``verifier_server``."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Received:
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Receiver:
+    port: int
+    script: list[tuple[str, Any]] = field(default_factory=list)  # ("status", 500) or ("hang", seconds)
+    seen: list[Received] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def url(self) -> str:
+        return receiver_url(self.port)
+
+    def next_action(self) -> tuple[str, Any]:
+        with self.lock:
+            return self.script.pop(0) if self.script else ("status", 204)
+
+
+def receiver_url(port: int) -> str:
+    return f"http://127.0.0.1:{port}/hooks"
+
+
+def free_port() -> int:
+    """A local port nothing listens on (bound and released): a receiver that is down."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _handler(state: Receiver) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:  # quiet test output
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            with state.lock:
+                state.seen.append(Received(dict(self.headers), body))
+            kind, value = state.next_action()
+            if kind == "hang":
+                time.sleep(value)
+                value = 200
+            self.send_response(value)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    return Handler
+
+
+@contextmanager
+def webhook_receiver(port: int = 0) -> Iterator[Receiver]:
+    """A receiver listening on ``port`` (0: one the OS picks) until the block ends."""
+    state = Receiver(port)
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(state))  # it sets SO_REUSEADDR
+    httpd.daemon_threads = True
+    state.port = httpd.server_address[1]
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
