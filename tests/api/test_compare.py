@@ -133,3 +133,62 @@ def test_another_teams_job_is_not_found(client_for, team_keys, job_spec) -> None
     assert response.json()["error"]["param"] == "ids"
     assert str(theirs) in response.json()["error"]["message"]
     assert client_for(team_keys.admin).get(COMPARE, params={"ids": f"{mine},{theirs}"}).status_code == 200
+
+
+# ---- grpo compare ----
+
+def grpo_compare(capsys, server, key: str, *argv: str) -> tuple[int, str, str]:
+    from api.cli.main import main
+
+    capsys.readouterr()
+    code = main(["compare", *argv, "--api-url", server.http_url, "--api-key", key])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_grpo_compare_prints_a_table_per_metric_and_the_spec_differences(capsys, api, api_server, api_token,
+                                                                         two_jobs) -> None:
+    import json
+
+    first, second = two_jobs
+    code, out, _ = grpo_compare(capsys, api_server, api_token, str(first), str(second),
+                                "--metric", "reward", "--metric", "eval_reward")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "reward:"
+    assert [line.split() for line in lines[1:4]] == [["JOB", "NAME", "LAST", "MIN", "MAX", "STEPS"],
+                                                     [str(first), "first", "0.03", "0.01", "0.03", "3"],
+                                                     [str(second), "second", "0.5", "0.01", "0.5", "3"]]
+    eval_at = lines.index("eval_reward:")
+    assert lines[eval_at + 2].split() == [str(first), "first", "-", "-", "-", "-"]
+    assert lines[eval_at + 3].split() == [str(second), "second", "0.75", "0.75", "0.75", "3"]
+    diff_at = lines.index("spec differences:")
+    rate_row = next(line for line in lines[diff_at:] if line.startswith("grpo.learning_rate"))
+    assert rate_row.split() == ["grpo.learning_rate", "0.001", "0.0005"]
+    code, out, _ = grpo_compare(capsys, api_server, api_token, str(first), str(second), "--json")
+    answer = api.get(COMPARE, params={"ids": f"{first},{second}"}).json()
+    assert code == 0 and json.loads(out) == answer
+
+
+def test_grpo_compare_refuses_one_job_and_another_teams(capsys, api_server, api_token, team_keys, client_for,
+                                                        job_spec, two_jobs) -> None:
+    code, _, err = grpo_compare(capsys, api_server, api_token, str(two_jobs[0]))
+    assert code == 2 and "ids" in err
+    theirs = client_for(team_keys.beta).post("/v1/jobs", json=job_spec(name="theirs")).json()["id"]
+    code, _, err = grpo_compare(capsys, api_server, team_keys.alpha, str(two_jobs[0]), str(theirs))
+    assert code == 2 and str(theirs) in err
+
+
+def test_comparison_lines_draw_a_sparkline_per_job_on_a_terminal() -> None:
+    from api.cli.compare_command import comparison_lines
+    from api.cli.term_view import sparkline
+
+    view = {"jobs": [{"id": 1, "name": "a", "status": "succeeded"},
+                     {"id": 2, "name": "b", "status": "failed"}],
+            "metrics": {"reward": {"1": [[1, 0.0], [2, 0.5], [3, 1.0]], "2": [[1, 1.0], [2, 1.0]]}},
+            "metric_names": ["reward"], "spec_diff": []}
+    lines = comparison_lines(view, sparklines=True, width=80)
+    assert lines[1].split() == ["JOB", "NAME", "LAST", "MIN", "MAX", "STEPS", "SERIES"]
+    assert lines[2].endswith(sparkline([0.0, 0.5, 1.0])) and lines[3].endswith(sparkline([1.0, 1.0]))
+    assert sparkline([0.0, 0.5, 1.0])[0] == "▁" and sparkline([0.0, 0.5, 1.0])[-1] == "█"
+    assert lines[-1] == "the specs do not differ"
