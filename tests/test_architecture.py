@@ -60,6 +60,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "api.domain_errors": ("api", "worker", "grpo_core"),
     # How a webhook is signed: the standard library only, so receivers can copy it.
     "api.webhook_signing": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
+    # Pure: where stored specs differ, for the compare route and its unit tests.
+    "api.spec_diff": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     # Words for people, read by the HTTP layer and by the CLI (which may run far from the service).
     "api.explanations": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     "api.artifact_paths": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
@@ -112,6 +114,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # A client of GET /v1/usage: it prints what the API counted and touches no database.
     "api.cli.usage_command": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker",
                               "grpo_core"),
+    # A client of GET /v1/jobs/compare: it prints what the API compared and touches no database.
+    "api.cli.compare_command": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker",
+                                "grpo_core"),
     # `grpo dev`'s account of the jobs reads the stack's own database, never the HTTP layer.
     "api.cli.dev_progress": ("api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
     # Used by `grpo api`, `grpo scheduler` and `grpo admin`: the store's migrations, nothing else.

@@ -172,6 +172,14 @@ class ApiClient:
             time.sleep(min(2**attempt, 10) * 0.5)
         raise ApiError(0, f"{path}: the download broke off {attempts} times")
 
+    def compare(self, job_ids: Iterable[int], metrics: Iterable[str] = ()) -> dict[str, Any]:
+        """``GET /v1/jobs/compare``: the jobs' metric series (the API's default: reward) and where
+        their specs differ."""
+        params = {"ids": ",".join(map(str, job_ids))}
+        if metrics:
+            params["metrics"] = ",".join(metrics)
+        return self._get("/v1/jobs/compare", params)
+
     def cluster(self) -> dict[str, Any]:
         return self._get("/v1/cluster")
 

@@ -2,8 +2,8 @@
 and adds the service's commands: ``api``, ``scheduler``, ``worker``, ``dev``, ``admin`` (teams,
 API keys, quotas and pools, straight on the database: ``api.cli.admin``) and the HTTP client
 commands ``submit``, ``list``, ``show``, ``watch``, ``cancel``, ``events``, ``metrics``,
-``cluster``, ``queue`` (``api.cli.monitor``), ``usage`` (``api.cli.usage_command``), ``rewards list|run``
-(``api.cli.reward_commands``).
+``cluster``, ``queue`` (``api.cli.monitor``), ``usage`` (``api.cli.usage_command``), ``compare``
+(``api.cli.compare_command``), ``rewards list|run`` (``api.cli.reward_commands``).
 
 Exit codes as ``grpo_core.cli``: 0 ok, 1 failed (``watch``, ``submit --watch``: the job failed or
 was cancelled), 2 bad input. Nothing heavy is imported until a command runs (never torch here).
@@ -20,6 +20,7 @@ import threading
 from pathlib import Path
 
 from api.cli.admin import add_admin_commands
+from api.cli.compare_command import COMPARE_COMMAND, add_compare_command
 from api.cli.health import add_health_command
 from api.cli.monitor import MONITOR_COMMANDS, add_monitor_commands
 from api.cli.reward_commands import add_reward_commands
@@ -30,7 +31,7 @@ from grpo_core.errors import SpecWarning
 from grpo_core.spec.run_spec import RunSpec
 
 SERVICE_COMMANDS = ("api", "scheduler", "worker", "dev", "admin", "health", "rewards", USAGE_COMMAND,
-                    *MONITOR_COMMANDS)
+                    COMPARE_COMMAND, *MONITOR_COMMANDS)
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
 
 
@@ -132,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev.set_defaults(handler=_dev)
     add_monitor_commands(commands)
     add_usage_command(commands)
+    add_compare_command(commands)
     add_reward_commands(commands)
     add_admin_commands(commands)
     return parser

@@ -32,6 +32,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/v1/queue"): ANY,
     ("GET", "/v1/cluster"): ANY,
     ("GET", "/v1/jobs"): TEAM,
+    ("GET", "/v1/jobs/compare"): JOB,  # every id must be the caller's: alpha's job and its twin here
     ("GET", "/v1/usage"): TEAM,  # GPU-seconds of the caller's team only (test_usage.py)
     ("POST", "/v1/rewards/run"): TEAM,  # verifiers of the caller's team only (test_reward_trials.py)
     ("POST", "/v1/jobs"): TEAM,
@@ -83,6 +84,8 @@ ROUTES: dict[tuple[str, str], str] = {
 BODIES = {("PATCH", _JOB): {"priority": "low"},
           ("POST", "/v1/rewards/run"): {"rewards": [{"name": "contains", "args": {"text": "4"}}],
                                         "samples": [{"prompt": "2+2?", "completion": "4"}]}}
+# Query strings where a route needs one; formatted as the path is (twin_id: a second job of alpha).
+QUERIES = {("GET", "/v1/jobs/compare"): "?ids={job_id},{twin_id}"}
 
 
 def v1_routes(settings) -> set[tuple[str, str]]:
@@ -122,10 +125,20 @@ def alpha_job(client_for, team_keys, job_spec, api_server) -> int:
     return job_id
 
 
-def status_of(server, client_for, key: str | None, method: str, path: str, job_id: int) -> int:
+@pytest.fixture
+def alpha_twin(client_for, team_keys, job_spec) -> int:
+    """A second job of team alpha, for the routes that read several jobs at once."""
+    response = client_for(team_keys.alpha).post("/v1/jobs", json=job_spec(name="alpha-twin"))
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+def status_of(server, client_for, key: str | None, method: str, path: str, job_id: int,
+              twin_id: int = 0) -> int:
     """The status a call answers with; for a WebSocket, the handshake's (101: accepted)."""
-    url = path.format(job_id=job_id, team="alpha", pool="default", key_id=1, step=1, verifier="grader",
-                      webhook_id=1)
+    url = (path + QUERIES.get((method, path), "")).format(
+        job_id=job_id, twin_id=twin_id, team="alpha", pool="default", key_id=1, step=1, verifier="grader",
+        webhook_id=1)
     if method != WS:
         return client_for(key).request(method, url, json=BODIES.get((method, path), {})).status_code
     headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
@@ -154,9 +167,9 @@ def test_every_v1_route_is_classified(api_server) -> None:
     assert {("GET", _JOB), (WS, f"{_JOB}/stream"), ("GET", "/v1/admin/teams")} <= served
 
 
-def test_no_key_is_401_everywhere(api_server, client_for, present, alpha_job) -> None:
+def test_no_key_is_401_everywhere(api_server, client_for, present, alpha_job, alpha_twin) -> None:
     check(present, (ANY, TEAM, JOB, ADMIN), 401,
-          lambda m, p: status_of(api_server, client_for, None, m, p, alpha_job))
+          lambda m, p: status_of(api_server, client_for, None, m, p, alpha_job, alpha_twin))
 
 
 def test_a_member_key_is_403_on_every_admin_route(api_server, client_for, team_keys, present,
@@ -166,18 +179,21 @@ def test_a_member_key_is_403_on_every_admin_route(api_server, client_for, team_k
 
 
 def test_another_teams_job_is_404_on_every_job_route(api_server, client_for, team_keys, present, alpha_job,
+                                                     alpha_twin,
                                                      api) -> None:
     other = team_keys.beta
-    check(present, (JOB,), 404, lambda m, p: status_of(api_server, client_for, other, m, p, alpha_job))
+    check(present, (JOB,), 404,
+          lambda m, p: status_of(api_server, client_for, other, m, p, alpha_job, alpha_twin))
     after = api.get(f"/v1/jobs/{alpha_job}").json()
     assert (after["status"], after["priority"]) == ("queued", "normal")  # no cancel, no PATCH got through
 
 
-def test_the_owner_and_admins_see_the_job(api_server, client_for, team_keys, present, alpha_job) -> None:
+def test_the_owner_and_admins_see_the_job(api_server, client_for, team_keys, present, alpha_job,
+                                          alpha_twin) -> None:
     readers = {route: kind for route, kind in present.items() if route[0] in ("GET", WS)}
     for key in (team_keys.alpha, team_keys.admin):
         check(readers, (JOB,), 200,
-              lambda m, p, key=key: status_of(api_server, client_for, key, m, p, alpha_job))
+              lambda m, p, key=key: status_of(api_server, client_for, key, m, p, alpha_job, alpha_twin))
 
 
 def test_team_routes_are_scoped_to_the_callers_team(client_for, team_keys, alpha_job, job_spec) -> None:

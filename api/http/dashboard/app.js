@@ -1,4 +1,4 @@
-// The dashboard's shell: hash routes (#/jobs, #/jobs/42, #/cluster, #/login), the header with
+// The dashboard's shell: hash routes (#/jobs, #/jobs/42, #/compare?ids=1,2, #/cluster, #/login), the header with
 // the signed-in team and a logout, and mounting one page at a time. A page is
 // `mount(container, params) -> cleanup`; its container is dropped when the route changes, so a
 // late answer meant for an old page lands in a detached node, never on the new one.
@@ -8,6 +8,7 @@ import {loadCodes} from "./codes.js";
 import {loadLifecycle} from "./lifecycle.js";
 import {el, fill} from "./dom.js";
 import * as cluster from "./cluster.js";
+import * as compare from "./compare.js";
 import * as job from "./job.js";
 import * as jobs from "./jobs.js";
 import * as login from "./login.js";
@@ -17,6 +18,7 @@ const ROUTES = [
   [/^#\/login$/, login],
   [/^#\/jobs$/, jobs],
   [/^#\/jobs\/(\d+)$/, job, (match) => ({id: Number(match[1])})],
+  [/^#\/compare\?ids=(\d+(?:,\d+)*)$/, compare, (match) => ({ids: match[1].split(",").map(Number)})],
   [/^#\/cluster$/, cluster],
 ];
 const main = document.querySelector("main");

@@ -127,3 +127,14 @@ export class ChartSet {
     for (const {div} of this.charts || []) Plotly.purge(div);
   }
 }
+
+// One chart of whole series drawn at once (the compare page: a line per job), styled and
+// step-ticked like the job page's. series: [{name, points: [[step, value], ...]}].
+export async function plotSeries(div, title, series) {
+  const lastStep = Math.max(1, ...series.flatMap(({points}) => points.map(([step]) => step)));
+  const traces = series.map(({name, points}) => ({name, type: "scatter", mode: "lines+markers",
+    marker: {size: 4}, x: points.map(([step]) => step), y: points.map(([, y]) => y)}));
+  const layout = {...LAYOUT, height: 360, title: {text: title, font: {size: 13}}, showlegend: true,
+    xaxis: stepAxis(stepTick(lastStep))};
+  await Plotly.react(div, traces, layout, CONFIG);
+}

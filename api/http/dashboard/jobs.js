@@ -1,6 +1,7 @@
 // #/jobs: the caller's jobs (the API scopes them to the key), newest first, filtered by status,
 // tags (all of them) and a text in the name or description, paged by cursor, refreshed every few seconds; each with its progress, latest reward and a
-// cancel button. The submit form sits above the list.
+// cancel button, and a box to tick it for comparing (2 to 10 ticked open #/compare). The submit
+// form sits above the list.
 
 import {api} from "./api.js";
 import {cancelButton, waitNote} from "./controls.js";
@@ -13,6 +14,8 @@ import {mountSubmitForm} from "./submit.js";
 const REFRESH_MS = 3000;
 const PAGE_SIZE = 20;
 const TYPING_MS = 300; // a filter typed in is applied once the typing pauses, not at each key
+const COMPARE_MIN = 2; // GET /v1/jobs/compare takes 2 to 10 jobs
+const COMPARE_MAX = 10;
 
 // "a, b c" -> ["a", "b", "c"]: tags hold no comma or space, so either separates them.
 const tagsOf = (text) => text.split(/[\s,]+/).filter(Boolean);
@@ -43,12 +46,26 @@ export function mount(container) {
   const previous = el("button", {type: "button", onclick: () => { cursors.pop(); refresh(); }}, "← Previous");
   const next = el("button", {type: "button", onclick: () => { cursors.push(nextAfter); refresh(); }},
     "Next →");
+  const ticked = new Set(); // job ids to compare; kept across refreshes, pages and filters
+  const compare = el("button", {type: "button", dataset: {compare: "jobs"},
+    onclick: () => { location.hash = `#/compare?ids=${[...ticked].join(",")}`; }});
+  const showTicked = () => {
+    fill(compare, `Compare (${ticked.size})`);
+    compare.disabled = ticked.size < COMPARE_MIN || ticked.size > COMPARE_MAX;
+    compare.title = `Tick ${COMPARE_MIN} to ${COMPARE_MAX} jobs to compare their metrics and specs`;
+  };
+  const tick = (job, on) => {
+    if (on) ticked.add(job.id);
+    else ticked.delete(job.id);
+    showTicked();
+  };
+  showTicked();
 
   const form = el("div");
   mountSubmitForm(form, () => refresh());
   container.append(form, section("jobs", "Jobs", el("div", {className: "toolbar"},
     el("label", {}, "Status ", filter), el("label", {}, "Tags ", tagFilter), el("label", {}, "Search ", search),
-    previous, next), errors.node, body));
+    previous, next, compare), errors.node, body));
 
   const current = (ticket) => alive && ticket === latest;
 
@@ -89,6 +106,8 @@ export function mount(container) {
 
   function jobTable(items) {
     return table([
+      {title: "", cell: (job) => el("input", {type: "checkbox", checked: ticked.has(job.id), title: "Tick to compare",
+        dataset: {compareJob: job.id}, onchange: (event) => tick(job, event.target.checked)})},
       {title: "id", cell: (job) => jobLink(job.id)},
       {title: "name", cell: (job) => jobLink(job.id, job.name)},
       {title: "tags", cell: (job) => (job.tags || []).map((tag) =>

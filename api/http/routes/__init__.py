@@ -10,6 +10,7 @@ from api.http.rate_limit import enforce_rate_limit
 from api.http.routes import (
     admin,
     cluster,
+    compare,
     dashboard,
     downloads,
     jobs,
@@ -33,9 +34,10 @@ def build_router() -> APIRouter:
                    responses={401: {"description": "Missing or wrong bearer token"},
                               429: {"description": "The team's reads or writes are over its rate limit; "
                                                    "retry after `Retry-After` seconds"}})
-    for module_router in (meta.catalog, reward_trials.router, jobs.router, telemetry.router, downloads.router,
-                          stream.router, cluster.router, usage.router, webhooks.router, admin.me,
-                          admin.router):
+    # compare before jobs: `/jobs/{job_id}` would take `compare` for an id (and refuse it).
+    for module_router in (meta.catalog, reward_trials.router, compare.router, jobs.router,
+                          telemetry.router, downloads.router, stream.router, cluster.router, usage.router,
+                          webhooks.router, admin.me, admin.router):
         v1.include_router(module_router)
     root.include_router(v1)
     return root

@@ -1,0 +1,67 @@
+// #/compare?ids=1,2: jobs side by side (GET /v1/jobs/compare). One metric at a time, picked from
+// those any of the jobs recorded, drawn as a line per job; then the spec fields whose values
+// differ between them (a field a spec lacks shows as "–").
+
+import {api} from "./api.js";
+import {plotSeries} from "./charts.js";
+import {el, fill, jobLink, notice, section, statusBadge, table} from "./dom.js";
+
+const DEFAULT_METRIC = "reward";
+
+export function mount(container, {ids}) {
+  let alive = true;
+  let latest = 0; // only the newest answer is drawn when the picker changes quickly
+  const errors = notice();
+  const picker = el("select", {dataset: {metricPicker: "metric"}, onchange: () => load(picker.value)});
+  const chart = el("div", {className: "chart", dataset: {chart: "compare"}});
+  const jobsBox = el("div");
+  const diffBox = el("div");
+  container.append(
+    section("compare", `Compare ${ids.length} jobs`, jobsBox,
+      el("div", {className: "toolbar"}, el("label", {}, "Metric ", picker)), errors.node, chart),
+    section("spec-diff", "Spec differences", diffBox));
+
+  async function load(metric) {
+    const ticket = ++latest;
+    try {
+      const view = await api("/v1/jobs/compare", {query: {ids: ids.join(","), metrics: metric}});
+      if (!alive || ticket !== latest) return;
+      errors.set("");
+      fill(picker, [...new Set([metric, ...view.metric_names])].sort()
+        .map((name) => el("option", {value: name}, name)));
+      picker.value = metric;
+      fill(jobsBox, jobsTable(view.jobs));
+      fill(diffBox, diffTable(view.jobs, view.spec_diff));
+      const byJob = view.metrics[metric] || {};
+      await plotSeries(chart, metric,
+        view.jobs.map((job) => ({name: `#${job.id} ${job.name}`, points: byJob[job.id] || []})));
+    } catch (error) {
+      if (alive && ticket === latest) errors.set(`Could not compare jobs ${ids.join(", ")}: ${error.message}`);
+    }
+  }
+
+  load(DEFAULT_METRIC);
+  return () => {
+    alive = false;
+    Plotly.purge(chart);
+  };
+}
+
+function jobsTable(jobs) {
+  return table([
+    {title: "id", cell: (job) => jobLink(job.id)},
+    {title: "name", cell: (job) => jobLink(job.id, job.name)},
+    {title: "status", cell: (job) => statusBadge(job.status)},
+  ], jobs, {rowProps: (job) => ({dataset: {jobId: job.id}})});
+}
+
+// A value as the spec would write it; a field this job's spec lacks reads "–".
+const shown = (value) => (value === null || value === undefined ? "–"
+  : typeof value === "string" ? value : JSON.stringify(value));
+
+function diffTable(jobs, differences) {
+  return table([
+    {title: "field", cell: (row) => el("code", {}, row.field)},
+    ...jobs.map((job) => ({title: `#${job.id} ${job.name}`, cell: (row) => shown(row.values[job.id])})),
+  ], differences, {empty: "The specs do not differ.", rowProps: (row) => ({dataset: {field: row.field}})});
+}
