@@ -11,11 +11,16 @@ from typing import Any
 
 import pytest
 from core_specs import PROMPTS, spec_dict
+from run_records import records
+from same_records import assert_same_record
+from test_distributed import COMPARABLE_ADAM, HANG
 from test_trainer import comparable, run
 
 from grpo_core.algorithm.eval_metrics import EVAL_SPLIT, EvalRow, pass_at_k
 from grpo_core.algorithm.evaluation import EvalInputs, evaluate, rank_batches
 from grpo_core.run.components import build_components
+from grpo_core.run.launch import run_data_parallel
+from grpo_core.run.local_run import run_local
 from grpo_core.spec.run_spec import RunSpec
 
 EVAL_PROMPTS = ["hello world", "the answer is", "two plus two", "let me think", "first then"]
@@ -125,6 +130,25 @@ def test_a_resumed_run_evaluates_each_eval_point_exactly_once(tiny_model_dir, tm
     assert sorted(eval_records(resumed)) == [2, 4, 5]
     assert [comparable(r) for r in resumed] == [comparable(r) for r in full.records]
     assert {**part.samples, **rest.samples} == full.samples
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_evaluate_exactly_like_one_process(tiny_model_dir, tmp_path) -> None:
+    # Five eval prompts: rank 0 takes three, rank 1 two, and with 1 prompt a batch rank 1 has an
+    # empty last batch.
+    spec = eval_spec(tiny_model_dir, max_steps=2, eval_steps=1, eval_on_start=True, prompts_per_step=2,
+                     num_generations=2, eval_num_generations=2, eval_temperature=1.0, **COMPARABLE_ADAM)
+    run_local(spec, tmp_path, tmp_path / "one", device="cpu", progress=False)
+    run_data_parallel(spec, tmp_path, tmp_path / "two", 2, device="cpu", progress=False, hang_timeout=HANG)
+    one, two = records(tmp_path / "one", "metrics"), records(tmp_path / "two", "metrics")
+    assert sorted(eval_records(two)) == [0, 1, 2]
+    for step, record in eval_records(one).items():
+        evaluated = {k: v for k, v in record.items() if k.startswith("eval_")}
+        assert_same_record(evaluated, {k: eval_records(two)[step][k] for k in evaluated}, f"step {step}")
+    eval_samples = [[row for row in records(tmp_path / name, "samples") if row.get("split") == EVAL_SPLIT]
+                    for name in ("one", "two")]
+    assert len(eval_samples[1]) == 3 * 2 * len(EVAL_PROMPTS)
+    assert [row["completion"] for row in eval_samples[0]] == [row["completion"] for row in eval_samples[1]]
 
 
 def _row(prompt: int, reward: float) -> EvalRow:
