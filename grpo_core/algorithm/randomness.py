@@ -69,3 +69,17 @@ def token_uniforms(keys: torch.Tensor, position: int) -> torch.Tensor:
     the top 53 bits of the mixed word, so every value is an exact multiple of 2^-53."""
     bits = absorb(keys, position)
     return _shift_right(bits, 11).double() * 2.0**-53
+
+
+# Folded in before an eval key's step, so no eval row shares a key with a training row.
+_EVAL_DOMAIN = int.from_bytes(b"eval", "big")
+
+
+def eval_row_keys(seed: int, step: int, prompt_indices: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """``prompt_indices (B,)`` eval-set rows → ``(B·G,)`` row keys of the eval at ``step``, a
+    function of ``(seed, "eval", step, prompt index, generation index)`` only: the same on any
+    number of ranks, in any batch, and after a resume."""
+    state = torch.full_like(prompt_indices, seed_key(seed), dtype=torch.long)
+    prompts = absorb(absorb(absorb(state, _EVAL_DOMAIN), step), prompt_indices)
+    generations = torch.arange(num_generations, dtype=torch.long, device=prompt_indices.device)
+    return absorb(prompts.repeat_interleave(num_generations), generations.repeat(prompt_indices.numel()))

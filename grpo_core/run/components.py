@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -54,6 +54,7 @@ class RunComponents:
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
     eos_ids: torch.Tensor
+    eval_prompts: PromptSet | None = None  # the eval_dataset's, when the spec evaluates
 
     @property
     def device(self) -> torch.device:
@@ -92,10 +93,15 @@ def build_components(
     if clash:
         raise SpecError("dataset", f"column names {clash} are reserved for the reward function arguments")
     validate_reward_specs(spec.rewards, columns)  # cheap; binding may load a reward model
+    eval_rows = _eval_rows(spec, data_root=data_root, base_dir=base_dir)
     location = resolve_model_location(spec.model, models_root, base_dir)
     tokenizer = load_tokenizer(location)
     check_reward_rows(spec.rewards, rows)
     prompts = PromptSet(rows, [render_prompt(row["prompt"], tokenizer) for row in rows])
+    eval_prompts = None
+    if eval_rows is not None:
+        check_reward_rows(spec.rewards, eval_rows)
+        eval_prompts = PromptSet(eval_rows, [render_prompt(row["prompt"], tokenizer) for row in eval_rows])
     placement = place(device, spec.model.dtype, ranks)
     context = RewardContext(tokenizer=tokenizer, timeout_seconds=spec.reward_timeout_seconds,
                             models_root=reward_models_root or models_root, base_dir=base_dir,
@@ -131,4 +137,22 @@ def build_components(
         optimizer=optimizer,
         scheduler=build_scheduler(optimizer, spec.grpo),
         eos_ids=torch.tensor(eos, device=placement.device),
+        eval_prompts=eval_prompts,
     )
+
+
+def _eval_rows(
+    spec: RunSpec, *, data_root: Path | None, base_dir: Path | None
+) -> list[dict[str, Any]] | None:
+    """The eval_dataset's rows when the spec evaluates (none otherwise: an unused eval_dataset is
+    not loaded), checked as the dataset's are: no reserved column, the columns the rewards read."""
+    if spec.eval_dataset is None or spec.grpo.eval_strategy == "no":
+        return None
+    rows = load_rows(spec.eval_dataset, data_root=data_root, base_dir=base_dir)
+    columns = columns_of(rows)
+    clash = reserved_in(columns)
+    if clash:
+        raise SpecError("eval_dataset", f"column names {clash} are reserved for the reward function "
+                        "arguments")
+    validate_reward_specs(spec.rewards, columns)
+    return rows

@@ -13,7 +13,10 @@ Credentials and servers are the deployment's (the worker's environment), never a
 names where to report, not an address to call. Runs go to the W&B project and MLflow experiment
 the environment names (``WANDB_PROJECT``, ``MLFLOW_EXPERIMENT_NAME``), else to ``project``: "grpo"
 by default, the service's name when its worker builds them. Only numbers are sent; a step's NaN (a statistic
-over nothing) is left out rather than charted as a gap of zeros.
+over nothing) is left out rather than charted as a gap of zeros. Eval metrics go under TRL's
+``eval/`` names (``eval_reward`` is ``eval/reward``, as transformers' tracker callbacks rewrite
+TRL's ``eval_`` keys), and ``eval_pass@k`` is ``eval/pass_at_k``: MLflow refuses ``@`` in a name
+and TensorBoard would turn it into ``_``.
 
 A full disk under a tracker's files ends the run as ``disk_full`` naming them, as it does under a
 checkpoint: the run resumes from its checkpoint once there is room. MLflow's SQLite store rolls
@@ -47,8 +50,18 @@ _ENDINGS = ("finished", "stopped")
 _WANDB_FILES = "W&B run files"
 
 
+_EVAL_PREFIX = "eval_"
+
+
+def tracker_name(name: str) -> str:
+    """A metric's name in a tracker: the API's, but an eval metric's ``eval_`` is ``eval/`` and
+    ``@`` is spelt out, the one character of a metric name some tracker refuses."""
+    name = name.replace("@", "_at_")
+    return "eval/" + name.removeprefix(_EVAL_PREFIX) if name.startswith(_EVAL_PREFIX) else name
+
+
 def scalars(record: dict[str, Any]) -> dict[str, float]:
-    return {name: float(value) for name, value in record.items()
+    return {tracker_name(name): float(value) for name, value in record.items()
             if name != "step" and isinstance(value, int | float) and not isinstance(value, bool)
             and math.isfinite(value)}
 

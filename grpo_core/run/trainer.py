@@ -1,5 +1,5 @@
 """The training loop: generate a round → score → advantages → ``round_steps · num_iterations``
-optimizer steps on it (one, by default).
+optimizer steps on it (one, by default); at each eval point, an evaluation on the eval prompts.
 
 It reports only through callbacks and writes nothing but checkpoints, so the same loop serves
 ``grpo train`` (JSONL files) and the service's worker (SQL + Redis).
@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpo_core.algorithm.evaluation import EvalInputs, EvalResult, evaluate
 from grpo_core.algorithm.experience import Experience, make_experience
 from grpo_core.algorithm.metrics import experience_metrics, peak_memory_mb, sample_rows, tokens_in
 from grpo_core.algorithm.update import optimizer_step
@@ -61,6 +62,9 @@ class GRPOTrainer:
         self.ranks = components.placement.ranks
         self.reward_timeout_streak = 0  # consecutive steps with a reward call over its budget
         self.reward_unavailable_streak = 0  # consecutive steps with a reward service unreachable
+        # Optimizer steps between evaluations; None: the run does not evaluate.
+        evaluates = components.eval_prompts is not None
+        self.eval_interval = self.config.eval_interval_for(self.max_steps) if evaluates else None
 
     @property
     def max_steps(self) -> int:
@@ -93,6 +97,27 @@ class GRPOTrainer:
             placement=c.placement,
         )
 
+    def is_eval_step(self, step: int) -> bool:
+        """Whether ``step`` is an eval point: step 0 with eval_on_start, every eval_interval-th step,
+        and the final step."""
+        if self.eval_interval is None:
+            return False
+        if step == 0:
+            return self.config.eval_on_start
+        return step % self.eval_interval == 0 or step == self.max_steps
+
+    def evaluate(self, step: int) -> EvalResult:
+        """Evaluate the current policy as eval point ``step``; its metrics include timing/eval
+        (the slowest rank's)."""
+        c = self.components
+        if c.eval_prompts is None:
+            raise ValueError("this run has no eval prompts: its spec sets no eval_dataset")
+        started = time.perf_counter()
+        result = evaluate(EvalInputs(c.models.policy, c.tokenizer, c.eval_prompts, c.rewards, c.eos_ids,
+                                     self.config, c.spec.reasoning, c.placement), step)
+        result.metrics["timing/eval"] = self.ranks.max([time.perf_counter() - started])[0]
+        return result
+
     def resume(self, path: Path | None = None) -> bool:
         """Continue from ``path`` or the newest checkpoint; False when there is none. Temporary
         folders left by a writer that was killed mid-checkpoint are removed first."""
@@ -121,6 +146,11 @@ class GRPOTrainer:
     def train(self) -> TrainResult:
         if self.state.step == 0:
             self.callbacks.on_event("started", "training started", {"max_steps": self.max_steps})
+            if self.is_eval_step(0):
+                # Step 0 is never checkpointed: a run stopped before step 1 evaluates it again.
+                result = self.evaluate(0)
+                self.callbacks.on_step({"step": 0, **result.metrics})
+                self.callbacks.on_samples(0, result.samples)
         while self.state.step < self.max_steps:
             if self.ranks.any(self.callbacks.should_stop()):
                 path = self._checkpoint()
@@ -170,10 +200,19 @@ class GRPOTrainer:
                 "tokens_per_second": (step_tokens / step_time) if first_pass else 0.0,
             }
         )
+        # The step's evaluation runs after its update and before its checkpoint, so a run resumed
+        # from that checkpoint neither repeats it nor skips it.
+        samples = []
+        if self.is_eval_step(self.state.step):
+            evaluation = self.evaluate(self.state.step)
+            record.update(evaluation.metrics)
+            samples = evaluation.samples
         self.callbacks.on_step(record)
         if self.state.step % self.components.spec.log_completions_every == 0 or self.state.step == 1:
-            rows = sample_rows(exp, self.reward_names, self.state.step, self.ranks)
-            self.callbacks.on_samples(self.state.step, rows)
+            samples = sample_rows(exp, self.reward_names, self.state.step, self.ranks) + samples
+        if samples:
+            # One call per step: a step's samples are stored once (training's first, then eval's).
+            self.callbacks.on_samples(self.state.step, samples)
         if self.state.step % self.components.spec.checkpoint_every == 0:
             self._checkpoint()
 

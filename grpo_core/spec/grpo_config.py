@@ -31,6 +31,8 @@ from grpo_core.spec.trl_fields import is_off, refusal, refused_among
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo"]
 ScaleRewards = Literal["group", "batch", "none"]
 # transformers' schedule names (``get_scheduler``), with their meaning (grpo_core.algorithm.optim).
+# TRL's "epoch" is refused: runs are counted in optimizer steps (:meth:`GRPOConfig._steps_only`).
+EvalStrategy = Literal["no", "steps"]
 LRSchedulerType = Literal["linear", "cosine", "constant", "constant_with_warmup"]
 # The name of lr_scheduler_type before it took TRL's name; specs stored then still carry it.
 LEGACY_LR_SCHEDULER = "lr_scheduler"
@@ -114,6 +116,24 @@ class GRPOConfig(BaseModel):
     save_total_limit: int | None = Field(
         None, ge=1, le=1_000_000, description="TRL's name for checkpoint_keep_last (top level): how many "
         "checkpoints are kept. Giving both with different values is an error.")
+
+    # --- evaluation during training (TRL's eval_strategy, eval_steps, eval_on_start) ---------
+    eval_strategy: EvalStrategy = Field(
+        "no", description="When the policy is evaluated on the spec's eval_dataset: no (never), or steps "
+        "(every eval_steps optimizer steps, and always at the final step).")
+    eval_steps: float | None = Field(
+        None, gt=0, le=10_000_000, description="With eval_strategy steps: optimizer steps between "
+        "evaluations, a whole number, or below 1 the fraction of the total steps (rounded up), as in TRL.")
+    eval_on_start: bool = Field(False, description="Also evaluate the untrained policy, as step 0.")
+    eval_num_generations: int = Field(
+        1, ge=1, le=1024, description="k: completions generated per eval prompt; eval_pass@k counts a prompt "
+        "as passed when any of its k reaches eval_pass_threshold. TRL's num_generations_eval.")
+    eval_temperature: float = Field(
+        0.0, ge=0.0, le=10.0, description="Sampling temperature of the eval completions; 0 is greedy (the "
+        "most likely token each time). Sampling uses top_p, top_k and min_p as training does.")
+    eval_pass_threshold: float = Field(
+        1.0, ge=-1e6, le=1e6, description="An eval completion passes when its reward (the weighted sum) "
+        "is at least this; a prompt passes when one of its completions does (eval_pass@k).")
 
     # TRL fields dropped because their value asks for nothing (grpo_core.spec.trl_fields.OFF), with
     # that value: the submit and `grpo train` warn about each. Not part of the config itself.
@@ -222,6 +242,30 @@ class GRPOConfig(BaseModel):
         if value >= 1 and value != int(value):
             raise ValueError("must be a whole number of steps, or below 1 for a fraction of the total steps")
         return value
+
+    @field_validator("eval_strategy", mode="before")
+    @classmethod
+    def _steps_only(cls, value: Any) -> Any:
+        if value == "epoch":
+            raise ValueError("'epoch' is not supported: use 'steps' with eval_steps (a fraction below 1 "
+                             "of the run's steps works too)")
+        return value
+
+    @field_validator("eval_steps")
+    @classmethod
+    def _whole_eval_steps_or_a_ratio(cls, value: float | None) -> float | None:
+        if value is not None and value >= 1 and value != int(value):
+            raise ValueError("must be a whole number of steps, or below 1 for a fraction of the total steps")
+        return value
+
+    def eval_interval_for(self, total_steps: int) -> int | None:
+        """Optimizer steps between evaluations in a run of ``total_steps`` (None: no evaluation);
+        a fraction is rounded up, as transformers' Trainer does."""
+        if self.eval_strategy == "no" or self.eval_steps is None:
+            return None
+        if self.eval_steps >= 1:
+            return int(self.eval_steps)
+        return max(1, math.ceil(total_steps * self.eval_steps))
 
     @field_validator("max_steps")
     @classmethod

@@ -270,6 +270,9 @@ class RunSpec(_Strict):
                       "unique.")
     model: ModelSpec = Field(..., description="The policy to train.")
     dataset: DatasetSpec = Field(..., description="The prompts.")
+    eval_dataset: DatasetSpec | None = Field(
+        None, description="Prompts the policy is evaluated on during training (grpo.eval_strategy), with the "
+        "same shapes and sources as dataset and the columns the rewards read; null: no evaluation.")
     rewards: list[RewardSpec] = Field(..., min_length=1, max_length=32, description="The rewards; each "
                                       "completion's reward is their clipped, gated and weighted sum.")
     grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="Hyper-parameters, with TRL "
@@ -305,8 +308,13 @@ class RunSpec(_Strict):
     def warnings(self) -> list[SpecWarning]:
         """Fields this spec was given that change nothing: TRL fields set to a value that asks for
         nothing (``push_to_hub: false``), dropped while parsing. A stored spec has none."""
-        return [SpecWarning(f"grpo.{name}", ignored_message(name, value))
-                for name, value in self.grpo.ignored_trl_fields.items()]
+        found = [SpecWarning(f"grpo.{name}", ignored_message(name, value))
+                 for name, value in self.grpo.ignored_trl_fields.items()]
+        if self.eval_dataset is not None and self.grpo.eval_strategy == "no":
+            # TRL too keeps an eval_dataset unused while eval_strategy is "no", its default.
+            found.append(SpecWarning("eval_dataset", "not used: grpo.eval_strategy is 'no'; set it to "
+                                     "'steps' with grpo.eval_steps to evaluate during training"))
+        return found
 
     def known_steps(self) -> int | None:
         """The run's optimizer steps when the spec alone tells them: ``grpo.max_steps``, or with
@@ -317,6 +325,19 @@ class RunSpec(_Strict):
         if self.dataset.prompts is None:
             return None
         return self.grpo.steps_for(len(self.dataset.prompts))
+
+    @model_validator(mode="after")
+    def _evaluation_has_prompts_and_a_cadence(self) -> RunSpec:
+        if self.grpo.eval_strategy != "steps":
+            return self
+        if self.eval_dataset is None:
+            raise _located_error(type(self).__name__, ("eval_dataset",), None, "eval_without_dataset",
+                                 "grpo.eval_strategy 'steps' evaluates on eval_dataset: give one", {})
+        if self.grpo.eval_steps is None:
+            raise _located_error(type(self).__name__, ("grpo", "eval_steps"), None, "eval_without_steps",
+                                 "grpo.eval_strategy 'steps' needs eval_steps: the optimizer steps between "
+                                 "evaluations (or below 1, a fraction of the run)", {})
+        return self
 
     @model_validator(mode="after")
     def _merge_needs_an_adapter(self) -> RunSpec:

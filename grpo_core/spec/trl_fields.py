@@ -27,7 +27,9 @@ _MANAGED_OUTPUT = ("the service manages where a job writes and logs: every step'
                    "(GET /v1/jobs/{id}/metrics, the dashboard); add trackers with the top-level report_to")
 _HUB = ("the service keeps the final model (download it from GET /v1/jobs/{id}/model) and does not "
         "push to the Hugging Face Hub")
-_NO_EVAL = "there is no evaluation loop; watch the training metrics or evaluate the final model yourself"
+_EVAL = ("evaluation is grpo.eval_strategy (no | steps), eval_steps, eval_on_start, eval_num_generations, "
+         "eval_temperature and eval_pass_threshold, on the top-level eval_dataset")
+_NO_BEST_MODEL = "the final model is the last step's; eval metrics show which checkpoint did best"
 _PLACEMENT = ("the worker places the job: set resources.gpus and resources.sharding (ddp | fsdp); "
               "ranks are launched for you")
 _DATA_LOADING = "prompts are drawn by the core's own seeded sampler (dataset.shuffle, grpo.seed)"
@@ -61,7 +63,8 @@ REFUSED: dict[str, str] = {
                                "job's weights set model.source to job:ID or job:ID@STEP"),
     "ignore_data_skip": "a resumed job continues the exact data order from its checkpoint",
     "restore_callback_states_from_checkpoint": "a resumed job restores all of its state from its checkpoint",
-    **dict.fromkeys(("load_best_model_at_end", "metric_for_best_model", "greater_is_better"), _NO_EVAL),
+    **dict.fromkeys(("load_best_model_at_end", "metric_for_best_model", "greater_is_better"),
+                    _NO_BEST_MODEL),
     # outputs and logging
     **dict.fromkeys(("output_dir", "logging_dir", "overwrite_output_dir", "logging_strategy", "logging_steps",
                      "logging_first_step", "log_on_each_node", "logging_nan_inf_filter", "log_level",
@@ -76,10 +79,10 @@ REFUSED: dict[str, str] = {
     **dict.fromkeys(("push_to_hub", "hub_token", "hub_private_repo", "hub_model_id", "hub_strategy",
                      "hub_always_push", "hub_revision", "log_completions_hub_repo"), _HUB),
     # evaluation
-    **dict.fromkeys(("eval_strategy", "eval_steps", "eval_delay", "per_device_eval_batch_size",
-                     "prediction_loss_only", "eval_on_start", "eval_do_concat_batches",
-                     "eval_use_gather_object", "eval_accumulation_steps", "include_for_metrics",
-                     "batch_eval_metrics", "do_eval", "do_predict", "num_generations_eval"), _NO_EVAL),
+    **dict.fromkeys(("eval_delay", "per_device_eval_batch_size", "prediction_loss_only",
+                     "eval_do_concat_batches", "eval_use_gather_object", "eval_accumulation_steps",
+                     "include_for_metrics", "batch_eval_metrics", "do_eval", "do_predict"), _EVAL),
+    "num_generations_eval": "use grpo.eval_num_generations (its default here is 1, not num_generations)",
     "do_train": "a job always trains; leave it out",
     # devices and distribution
     **dict.fromkeys(("use_cpu", "local_rank", "ddp_find_unused_parameters", "ddp_bucket_cap_mb",
@@ -143,8 +146,9 @@ REFUSED: dict[str, str] = {
 # rank timeout is the operator's).
 _SWITCHED_OFF = "leaves a feature off"
 _UNSET = "leaves the option unset"
-_UNUSED_HERE = ("is only read while a feature is on that this service does not have (evaluation, the hub, "
-                "vLLM, DeepSpeed, Neuron, trackio, images, TRL's other loss types, adaptive entropy)")
+_UNUSED_HERE = ("is only read while a feature is on that this service does not have (TRL's eval batching "
+                "and delay, the hub, vLLM, DeepSpeed, Neuron, trackio, images, TRL's other loss types, "
+                "adaptive entropy)")
 _ALREADY_SO = "asks for what this service does anyway"
 _OFF_GROUPS: dict[str, dict[str, Any]] = {
     _SWITCHED_OFF: {
@@ -152,7 +156,7 @@ _OFF_GROUPS: dict[str, dict[str, Any]] = {
                          "cast_lm_head_to_fp32", "save_on_each_node", "enable_jit_checkpoint",
                          "restore_callback_states_from_checkpoint", "load_best_model_at_end",
                          "logging_first_step", "log_completions", "log_unique_prompts", "push_to_hub",
-                         "hub_always_push", "eval_on_start", "prediction_loss_only", "eval_use_gather_object",
+                         "hub_always_push", "prediction_loss_only", "eval_use_gather_object",
                          "batch_eval_metrics", "do_eval", "do_predict", "do_train", "use_cpu",
                          "torch_compile", "use_liger_kernel", "full_determinism",
                          "use_transformers_continuous_batching", "use_transformers_paged",
@@ -160,7 +164,6 @@ _OFF_GROUPS: dict[str, dict[str, Any]] = {
                          "dataloader_persistent_workers"), False),
         "skip_memory_metrics": True,
         "include_num_input_tokens_seen": "no",
-        "eval_strategy": "no",
         "report_to": "none",  # under grpo:; the trackers are the top-level report_to
         "debug": "",
         "label_smoothing_factor": 0.0,
@@ -173,7 +176,7 @@ _OFF_GROUPS: dict[str, dict[str, Any]] = {
                          "gradient_checkpointing_kwargs", "torch_compile_backend", "torch_compile_mode",
                          "liger_kernel_config", "neftune_noise_alpha", "torch_empty_cache_steps",
                          "disable_tqdm", "run_name", "trackio_space_id", "trackio_bucket_id",
-                         "trackio_static_space_id", "eval_steps", "eval_accumulation_steps", "hub_token",
+                         "trackio_static_space_id", "eval_accumulation_steps", "hub_token",
                          "hub_private_repo", "hub_model_id", "hub_revision", "metric_for_best_model",
                          "greater_is_better", "accelerator_config", "parallelism_config",
                          "dataloader_prefetch_factor", "dataloader_multiprocessing_context", "label_names",

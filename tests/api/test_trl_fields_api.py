@@ -27,6 +27,17 @@ def test_accepted_trl_fields_are_stored_with_the_spec(api, job_spec) -> None:
     assert job["spec"]["checkpoint_keep_last"] == 2
 
 
+def test_trls_eval_fields_are_taken_with_an_eval_dataset(api, job_spec) -> None:
+    trl = {"eval_strategy": "steps", "eval_steps": 0.5, "eval_on_start": True}
+    eval_dataset = {"prompts": [{"prompt": "Say yes."}]}
+    job = api.post("/v1/jobs", json=job_spec(grpo=trl, eval_dataset=eval_dataset)).json()
+    assert {k: job["spec"]["grpo"][k] for k in trl} == trl
+    assert job["spec"]["eval_dataset"]["prompts"] == eval_dataset["prompts"]
+    missing = api.post("/v1/jobs", json=job_spec(grpo=trl))
+    assert missing.status_code == 422, missing.text
+    assert missing.json()["error"]["param"] == "eval_dataset"
+
+
 def test_a_run_by_epochs_shows_its_step_count_once_known(api, job_spec) -> None:
     inline = api.post("/v1/jobs", json=job_spec(max_steps=-1, grpo={"num_train_epochs": 2})).json()
     # tests/specs.py's 4 inline prompts, 2 a step: 2 steps an epoch

@@ -19,6 +19,7 @@ from grpo_core.spec.run_spec import RunSpec
 
 RECORDS = [{"step": step, "reward": 0.25 * step, "rewards/contains/mean": 0.1 * step, "kl": float("nan"),
             "clip_ratio/region_mean": 0.0} for step in (1, 2, 3)]
+RECORDS[1] |= {"eval_reward": 0.5, "eval_pass@k": 0.75}  # an eval point, under TRL's eval/ names
 
 
 def spec(*report_to: str) -> RunSpec:
@@ -54,6 +55,7 @@ def test_tensorboard_gets_every_finite_number_of_every_step(tmp_path) -> None:
     assert scalars["reward"] == {1: 0.25, 2: 0.5, 3: 0.75}
     assert scalars["rewards/contains/mean"] == pytest.approx({1: 0.1, 2: 0.2, 3: 0.3})
     assert "kl" not in scalars and "step" not in scalars  # a NaN is no point on a chart
+    assert (scalars["eval/reward"], scalars["eval/pass_at_k"]) == ({2: 0.5}, {2: 0.75})
 
 
 @pytest.mark.slow
@@ -65,7 +67,8 @@ def test_wandb_offline_and_mlflow_local_runs_hold_the_same_metrics(tmp_path, off
     assert wandb_history(run_file) == {1: {"reward": 0.25, "rewards/contains/mean": 0.1,
                                            "clip_ratio/region_mean": 0.0},
                                        2: {"reward": 0.5, "rewards/contains/mean": 0.2,
-                                           "clip_ratio/region_mean": 0.0},
+                                           "clip_ratio/region_mean": 0.0, "eval/reward": 0.5,
+                                           "eval/pass_at_k": 0.75},
                                        3: {"reward": 0.75, "rewards/contains/mean": pytest.approx(0.3),
                                            "clip_ratio/region_mean": 0.0}}
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}")
@@ -75,6 +78,8 @@ def test_wandb_offline_and_mlflow_local_runs_hold_the_same_metrics(tmp_path, off
     history = client.get_metric_history(found.info.run_id, "rewards/contains/mean")
     assert [(m.step, round(m.value, 6)) for m in history] == [(1, 0.1), (2, 0.2), (3, 0.3)]
     assert client.get_metric_history(found.info.run_id, "kl") == []
+    [pass_at_k] = client.get_metric_history(found.info.run_id, "eval/pass_at_k")
+    assert (pass_at_k.step, pass_at_k.value) == (2, 0.75)
 
 
 def wandb_records(path):
