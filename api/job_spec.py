@@ -104,7 +104,8 @@ class JobSpec(RunSpec):
 
     model: ModelSpec = Field(..., description=_described_as_in_core("model"))
     dataset: DatasetSpec = Field(..., description=_described_as_in_core("dataset"))
-    eval_dataset: DatasetSpec | None = Field(None, description=_described_as_in_core("eval_dataset"))
+    eval_dataset: DatasetSpec | None = Field(None, exclude_if=lambda value: value is None,
+                                             description=_described_as_in_core("eval_dataset"))
     stall_seconds: int | None = Field(
         None, ge=1, le=7 * 24 * 3600,
         description="In the service: end the job as `stalled` when no step finishes for this long "

@@ -11,6 +11,7 @@ reaches the trainer.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import (
@@ -36,6 +37,11 @@ EvalStrategy = Literal["no", "steps"]
 LRSchedulerType = Literal["linear", "cosine", "constant", "constant_with_warmup"]
 # The name of lr_scheduler_type before it took TRL's name; specs stored then still carry it.
 LEGACY_LR_SCHEDULER = "lr_scheduler"
+
+
+def _is(default: object) -> Callable[[object], bool]:
+    """``exclude_if`` for a field added after specs were stored: true at its default."""
+    return lambda value: value is default or (value == default and type(value) is type(default))
 
 
 class GRPOConfig(BaseModel):
@@ -118,21 +124,29 @@ class GRPOConfig(BaseModel):
         "checkpoints are kept. Giving both with different values is an error.")
 
     # --- evaluation during training (TRL's eval_strategy, eval_steps, eval_on_start) ---------
+    # Each is left out of a dumped spec at its default (exclude_if): a spec without evaluation dumps
+    # as it did before these fields existed, so stored specs and idempotency keys stay the same.
     eval_strategy: EvalStrategy = Field(
-        "no", description="When the policy is evaluated on the spec's eval_dataset: no (never), or steps "
+        "no", exclude_if=_is("no"),
+        description="When the policy is evaluated on the spec's eval_dataset: no (never), or steps "
         "(every eval_steps optimizer steps, and always at the final step).")
     eval_steps: float | None = Field(
-        None, gt=0, le=10_000_000, description="With eval_strategy steps: optimizer steps between "
+        None, exclude_if=_is(None), gt=0, le=10_000_000,
+        description="With eval_strategy steps: optimizer steps between "
         "evaluations, a whole number, or below 1 the fraction of the total steps (rounded up), as in TRL.")
-    eval_on_start: bool = Field(False, description="Also evaluate the untrained policy, as step 0.")
+    eval_on_start: bool = Field(False, exclude_if=_is(False),
+                                description="Also evaluate the untrained policy, as step 0.")
     eval_num_generations: int = Field(
-        1, ge=1, le=1024, description="k: completions generated per eval prompt; eval_pass@k counts a prompt "
+        1, exclude_if=_is(1), ge=1, le=1024,
+        description="k: completions generated per eval prompt; eval_pass@k counts a prompt "
         "as passed when any of its k reaches eval_pass_threshold. TRL's num_generations_eval.")
     eval_temperature: float = Field(
-        0.0, ge=0.0, le=10.0, description="Sampling temperature of the eval completions; 0 is greedy (the "
+        0.0, exclude_if=_is(0.0), ge=0.0, le=10.0,
+        description="Sampling temperature of the eval completions; 0 is greedy (the "
         "most likely token each time). Sampling uses top_p, top_k and min_p as training does.")
     eval_pass_threshold: float = Field(
-        1.0, ge=-1e6, le=1e6, description="An eval completion passes when its reward (the weighted sum) "
+        1.0, exclude_if=_is(1.0), ge=-1e6, le=1e6,
+        description="An eval completion passes when its reward (the weighted sum) "
         "is at least this; a prompt passes when one of its completions does (eval_pass@k).")
 
     # TRL fields dropped because their value asks for nothing (grpo_core.spec.trl_fields.OFF), with

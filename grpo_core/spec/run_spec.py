@@ -271,7 +271,8 @@ class RunSpec(_Strict):
     model: ModelSpec = Field(..., description="The policy to train.")
     dataset: DatasetSpec = Field(..., description="The prompts.")
     eval_dataset: DatasetSpec | None = Field(
-        None, description="Prompts the policy is evaluated on during training (grpo.eval_strategy), with the "
+        None, exclude_if=lambda value: value is None,  # as the grpo section's eval fields: see there
+        description="Prompts the policy is evaluated on during training (grpo.eval_strategy), with the "
         "same shapes and sources as dataset and the columns the rewards read; null: no evaluation.")
     rewards: list[RewardSpec] = Field(..., min_length=1, max_length=32, description="The rewards; each "
                                       "completion's reward is their clipped, gated and weighted sum.")
