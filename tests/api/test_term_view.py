@@ -145,9 +145,10 @@ JOB = {"id": 4, "name": "run", "team_id": 2, "status": "queued", "priority": "hi
 
 
 def test_job_views() -> None:
-    assert tv.jobs_table([JOB]) == [
-        "ID  NAME  STATUS  STEP  POOL     GPUS  PRIORITY  CREATED              WAITS",
-        " 4  run   queued  0/10  default     1  high      2024-05-01 12:00:00  #2 no_workers"]
+    assert tv.jobs_table([JOB, {**JOB, "id": 5, "tags": ["exp-1", "ab"]}]) == [
+        "ID  NAME  STATUS  STEP  POOL     GPUS  PRIORITY  CREATED              WAITS          TAGS",
+        " 4  run   queued  0/10  default     1  high      2024-05-01 12:00:00  #2 no_workers  -",
+        " 5  run   queued  0/10  default     1  high      2024-05-01 12:00:00  #2 no_workers  exp-1,ab"]
     failed = {**JOB, "status": "failed", "attempt": 1, "worker_id": "w1", "last_step": 5,
               "queue_position": None, "pending_reason": None, "finished_at": "2024-05-01T12:05:00Z",
               "error": {"code": "non_finite_loss", "message": "loss is nan"}}
