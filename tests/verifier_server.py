@@ -12,8 +12,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from local_http import serving
 
 
 @dataclass
@@ -103,16 +105,8 @@ def _handler(server: VerifierServer) -> type[BaseHTTPRequestHandler]:
 @contextmanager
 def verifier_server() -> Iterator[VerifierServer]:
     state = VerifierServer()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
-    httpd.daemon_threads = True
-    state.port = httpd.server_address[1]
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(_handler(state)) as state.port:
         yield state
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 def closed_port_url() -> str:

@@ -11,8 +11,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from local_http import serving
 
 
 @dataclass(frozen=True)
@@ -72,13 +74,5 @@ def _handler(state: Receiver) -> type[BaseHTTPRequestHandler]:
 def webhook_receiver(port: int = 0) -> Iterator[Receiver]:
     """A receiver listening on ``port`` (0: one the OS picks) until the block ends."""
     state = Receiver(port)
-    httpd = ThreadingHTTPServer(("127.0.0.1", port), _handler(state))  # it sets SO_REUSEADDR
-    httpd.daemon_threads = True
-    state.port = httpd.server_address[1]
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(_handler(state), port) as state.port:
         yield state
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
