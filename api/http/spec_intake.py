@@ -54,11 +54,17 @@ class SpecIntake:
             self._slots.release()
 
 
-def intake(state: Any) -> SpecIntake:
-    found = getattr(state, "spec_intake", None)
+def slots_on(state: Any, name: str, slots: int) -> SpecIntake:
+    """The app's (``app.state``) slots called ``name``, made with ``slots`` on first use."""
+    found = getattr(state, name, None)
     if found is None:
-        found = state.spec_intake = SpecIntake(state.settings.spec_validation_slots)
+        found = SpecIntake(slots)
+        setattr(state, name, found)
     return found
+
+
+def intake(state: Any) -> SpecIntake:
+    return slots_on(state, "spec_intake", state.settings.spec_validation_slots)
 
 
 def media_type(content_type: str | None) -> str:

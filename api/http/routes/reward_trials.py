@@ -12,7 +12,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from api.http.deps import PrincipalDep, RedisDep, SettingsDep
 from api.http.reward_trial_relay import ask_a_worker
-from api.http.spec_intake import SpecIntake
+from api.http.spec_intake import SpecIntake, slots_on
 from api.http.yaml_body import parse_yaml
 from api.reward_trials import check_trial, runs_on_a_worker, score_trial
 from api.schemas.reward_trials import MAX_REWARDS, MAX_TRIAL_SECONDS, RewardTrialRead, RewardTrialRequest
@@ -26,10 +26,7 @@ router = APIRouter(prefix="/rewards", tags=["rewards"])
 
 
 def _slots(state: Any) -> SpecIntake:
-    found = getattr(state, "reward_trials", None)
-    if found is None:
-        found = state.reward_trials = SpecIntake(state.settings.reward_trial_slots)
-    return found
+    return slots_on(state, "reward_trials", state.settings.reward_trial_slots)
 
 
 @router.post("/run", response_model=RewardTrialRead, responses={
