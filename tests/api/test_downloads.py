@@ -154,7 +154,10 @@ def open_files_under(root: Path) -> list[str]:
 
 
 def pinned_links(root: Path) -> list[Path]:
-    return [p for p in (root / PINS_DIR).rglob("*") if p.is_file() and not p.name.endswith(".lock")]
+    # os.walk, not rglob: a download's folder can be removed while it is being listed, and walk
+    # skips a folder gone under it where rglob raises FileNotFoundError.
+    return [Path(folder, name) for folder, _, names in os.walk(root / PINS_DIR) for name in names
+            if not name.endswith(".lock")]
 
 
 def hashes_by_name(body: bytes, prefix: str) -> dict[str, str]:
