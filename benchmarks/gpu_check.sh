@@ -15,6 +15,10 @@
 #   f. the same tiny job through the data-parallel launcher (elastic launch, NCCL) on one rank
 #   g. benchmarks/multi_gpu.py: 1 process vs one launched rank under ddp and under fsdp (FSDP2 on
 #      a 1-device mesh: its code paths and cost on CUDA; the memory saving needs k >= 2 GPUs)
+#   h. evaluation during training on CUDA (issue 25): examples/tiny.yaml with an eval_dataset,
+#      eval on start and every 20 steps, k=4 sampled eval completions, in fp32 and bf16 weights;
+#      the eval points, eval_reward and pass@k per point, timing/eval against the step time, and
+#      the same bf16 run twice giving the same eval metrics (keyed randomness on CUDA)
 #
 # Each stage is bounded by `timeout` and by an overall deadline (GPU_CHECK_BUDGET seconds); a stage
 # that fails does not stop the later ones. Everything is teed to $OUT/gpu_check.log; the summary
@@ -25,7 +29,8 @@
 # go, default /tmp/site), GPU_CHECK_BUDGET (default 420 s),
 # GPU_CHECK_CPU=1 (no CUDA here: run stages c and e on the CPU with few steps, to test the script),
 # GPU_CHECK_CAP_SCALE (default 1: multiplies each stage's time cap, for slow CPU runs),
-# GPU_CHECK_STAGES (default "abcdefg": the stages to run), REDIS_FROM_PATH=1 (use a redis-server
+# GPU_CHECK_STAGES (default "abcdefgh": the stages to run), GPU_CHECK_G_REPEATS (default 1: runs of
+# each side in stage g, ABBA order), REDIS_FROM_PATH=1 (use a redis-server
 # already on PATH instead of the carried one).
 #
 # What it carries is not in git (.whl/ and .devkit/ are ignored through .git/info/exclude). To
@@ -46,7 +51,7 @@ REPO=$PWD
 PY=${PY:-python3}
 OUT=${OUT:-/tmp/gpu_check_out}
 BUDGET=${GPU_CHECK_BUDGET:-420}
-STAGES=${GPU_CHECK_STAGES:-abcdefg}
+STAGES=${GPU_CHECK_STAGES:-abcdefgh}
 CPU_MODE=${GPU_CHECK_CPU:-0}
 SITE=${GPU_CHECK_SITE:-/tmp/site}
 mkdir -p "$OUT"
@@ -346,6 +351,67 @@ if __name__ == "__main__":  # the launcher's rank processes are spawned: they re
     main()
 EOF
 
+cat > "$WORK/eval_cuda.py" <<'EOF'
+# eval_cuda.py WORK DEVICE STEPS: examples/tiny.yaml with evaluation on (eval_on_start, every
+# STEPS/3 steps, k=4 sampled completions a prompt) in fp32 and bf16 weights, the bf16 run twice.
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import yaml
+
+from grpo_core.run.local_run import run_local
+from grpo_core.spec.spec_file import load_spec_file
+
+work, device, steps = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+base = yaml.safe_load(Path("examples/tiny.yaml").read_text())
+held_out = ["Is water wet?", "Answer the question briefly.", "What is 4+4?", "Is it raining?",
+            "good morning", "Think about the number nine.", "five six seven", "Is the sun hot?"]
+
+
+def eval_values(record: dict) -> str:
+    return json.dumps({k: v for k, v in record.items() if k.startswith("eval_")}, sort_keys=True)
+
+
+def run(dtype: str, label: str) -> dict[int, dict]:
+    spec = dict(base, name=f"gpu-eval-{label}", checkpoint_every=1_000_000, log_completions_every=1_000_000)
+    spec["model"] = dict(base["model"], source="path:" + str(Path("examples/tiny-model").resolve()), dtype=dtype)
+    spec["eval_dataset"] = {"prompts": [{"prompt": p} for p in held_out]}
+    spec["grpo"] = dict(base["grpo"], max_steps=steps, eval_strategy="steps", eval_steps=max(1, steps // 3),
+                        eval_on_start=True, eval_num_generations=4, eval_temperature=1.0)
+    path = work / f"eval-{label}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    out = work / f"eval-run-{label}"
+    run_local(load_spec_file(path), work, out, device=device, progress=False)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    evals = {r["step"]: r for r in records if "eval_reward" in r}
+    train = [r["step_time"] for r in records[1:] if isinstance(r.get("step_time"), (int, float))]
+    timing = [r["timing/eval"] for r in evals.values() if isinstance(r.get("timing/eval"), (int, float))]
+    points = ", ".join(f"{s}: {r['eval_reward']:.3f}/{r['eval_pass@k']:.2f}" for s, r in sorted(evals.items()))
+    print(f"  {label}: eval points (step: eval_reward/pass@k) {points}")
+    print(f"  {label}: mean step {1000 * statistics.fmean(train or [0.0]):.1f} ms, mean timing/eval "
+          f"{1000 * statistics.fmean(timing or [0.0]):.1f} ms ({len(timing)} evals)")
+    return evals
+
+
+figures, first = [], {}
+for dtype, label in (("float32", "fp32"), ("bfloat16", "bf16"), ("bfloat16", "bf16-again")):
+    evals = run(dtype, label)
+    if label == "bf16-again":
+        same = first.keys() == evals.keys() and all(eval_values(first[s]) == eval_values(evals[s]) for s in first)
+        figures.append(f"bf16 rerun identical eval metrics: {same}")
+        if not same:
+            print("FIGURES: " + "; ".join(figures))
+            sys.exit("!! the same bf16 run gave different eval metrics")
+    else:
+        first = evals
+        seen = sorted(evals)
+        figures.append(f"{label} eval at steps {seen}, eval_reward {evals[seen[0]]['eval_reward']:.3f}"
+                       f"->{evals[seen[-1]]['eval_reward']:.3f}")
+print("FIGURES: " + "; ".join(figures))
+EOF
+
 # --- the redis-server the service's `dev` starts ------------------------------------------
 
 # Unpacks .devkit/debs (redis-server, redis-tools and every library they link, glibc and its
@@ -623,10 +689,27 @@ main() {
             local shape_g=(--hidden-size 512 --num-layers 8 --steps 10 --warmup 2)
             [[ $device == cpu ]] && shape_g=(--steps 3 --warmup 1)
             bounded "$(stage_limit 200)" "$PY" benchmarks/multi_gpu.py --device "$device" --nproc 1 \
-                --sharding ddp,fsdp "${shape_g[@]}" --budget "$(( $(stage_limit 200) - 15 ))" \
+                --sharding ddp,fsdp "${shape_g[@]}" --repeats "${GPU_CHECK_G_REPEATS:-1}" --budget "$(( $(stage_limit 200) - 15 ))" \
                 --json-out "$OUT/g_multi_gpu.json" 2>&1 | tee "$log"
             rc=${PIPESTATUS[0]}
             record g "multi_gpu.py ddp,fsdp ($device)" "$( ((rc == 0)) && echo ok || echo failed)" \
+                $(( $(date +%s) - t )) "$(figures "$log" || true)$( ((rc != 0)) && echo " (rc $rc)")"
+        fi
+    fi
+
+    if wants h; then
+        hr "h. evaluation during training on $device (fp32, bf16, bf16 again)"
+        t=$(date +%s)
+        if (( cuda == 0 )) && [[ $device == cuda ]]; then
+            record h "eval during training" skipped 0 "no CUDA"
+        else
+            ensure_tiny_model
+            log=$WORK/h.txt
+            local steps_h=60
+            [[ $device == cpu ]] && steps_h=3
+            bounded "$(stage_limit 150)" "$PY" "$WORK/eval_cuda.py" "$WORK" "$device" "$steps_h" 2>&1 | tee "$log"
+            rc=${PIPESTATUS[0]}
+            record h "eval during training ($device)" "$( ((rc == 0)) && echo ok || echo failed)" \
                 $(( $(date +%s) - t )) "$(figures "$log" || true)$( ((rc != 0)) && echo " (rc $rc)")"
         fi
     fi
