@@ -543,6 +543,9 @@ main() {
         "$PY" -c "import trl, datasets" 2>/dev/null || ignore=(--ignore=tests/grpo_core/test_trl_parity.py)
         echo "${ignore[*]:-(trl and datasets importable: nothing ignored)}"
         log=$WORK/b.txt
+        # The core's tests use neither database nor Redis: name placeholders so the suite's conftest
+        # starts no throwaway Postgres (there is no postgres user on the GPU image) nor Redis.
+        GRPO_TEST_DATABASE_URL=sqlite:///$WORK/unused.db GRPO_TEST_REDIS_URL=redis://127.0.0.1:1 \
         bounded "$(stage_limit 150)" "$PY" -m pytest -q -p no:cacheprovider -m gpu tests/grpo_core "${ignore[@]}" \
             -rs 2>&1 | tee "$log"
         rc=${PIPESTATUS[0]}
