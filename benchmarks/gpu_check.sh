@@ -541,6 +541,8 @@ main() {
         # TRL and datasets are test-only references, absent on the GPU image: that module then
         # cannot even be collected, and its tests are not CUDA tests.
         "$PY" -c "import trl, datasets" 2>/dev/null || ignore=(--ignore=tests/grpo_core/test_trl_parity.py)
+        # rapidfuzz (text_similarity's optional library) is not on the GPU image either.
+        "$PY" -c "import rapidfuzz" 2>/dev/null || ignore+=(--ignore=tests/grpo_core/test_text_similarity_reward.py)
         echo "${ignore[*]:-(trl and datasets importable: nothing ignored)}"
         log=$WORK/b.txt
         # The core's tests use neither database nor Redis: name placeholders so the suite's conftest
