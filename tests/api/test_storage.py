@@ -292,3 +292,20 @@ def test_a_full_local_disk_is_storage_unavailable_and_leaves_nothing(tmp_path: P
         disk.free()
         assert [i.key for i in store.list()] == ["kept"]
         assert b"".join(store.open_read("kept")) == b"before"
+
+
+@pytest.mark.parametrize(("status", "code", "expected"), [
+    (503, "SlowDown", StorageUnavailable), (500, "InternalError", StorageUnavailable),
+    (502, "BadGateway", StorageUnavailable), (400, "RequestTimeout", StorageUnavailable),
+    (404, "NoSuchKey", ObjectNotFound), (404, "404", ObjectNotFound), (416, "InvalidRange", InvalidRange),
+    (404, "NoSuchBucket", StorageError), (403, "AccessDenied", StorageError),
+])
+def test_s3_answers_are_told_apart_by_status_and_code(status: int, code: str, expected: type) -> None:
+    """The answers a live server would give only under load or misconfiguration."""
+    from botocore.exceptions import ClientError
+
+    from api.storage.s3_errors import translated_client_error
+
+    answer = {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}
+    error = ClientError(answer, "GetObject")
+    assert type(translated_client_error(error, "k")) is expected
