@@ -10,6 +10,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.redis_keys import NAMESPACE_PATTERN, RedisKeys, namespace_for
+from api.storage.locations import parse_location
 from api.vocabulary import DEFAULT_POOL, MAX_QUEUED_JOBS, MAX_RATE_PER_SECOND, POOL_NAME_PATTERN, Priority
 
 # Refused as tokens: a default secret in production is worse than none at all.
@@ -31,6 +32,10 @@ class Settings(BaseSettings):
     models_root: Path = Field(Path("./models"), description="`path:NAME` model sources resolve under this.")
     data_root: Path = Field(Path("./data"), description="`path:NAME` dataset sources resolve under this.")
     artifacts_root: Path = Field(Path("./artifacts"), description="Checkpoints are written under this.")
+    storage_url: str | None = Field(
+        None, description="Where artifacts and uploaded files are stored: `s3://BUCKET/PREFIX` (an "
+        "S3-compatible bucket; endpoint, region and credentials from the standard `AWS_*` variables) or "
+        "a local folder (a path or `file:///path`); unset: the folder `GRPO_ARTIFACTS_ROOT`.")
     # The JobSpec's pool pattern: a worker must serve a pool that a job can name.
     pool: str = Field(DEFAULT_POOL, pattern=POOL_NAME_PATTERN,
                       description="The GPU pool this worker serves.")
@@ -178,6 +183,18 @@ class Settings(BaseSettings):
         if self.namespace is None:
             self.namespace = namespace_for(self.database_url)
         return self
+
+    @field_validator("storage_url")
+    @classmethod
+    def _storage_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_location(value)  # a typo fails when the settings load, not at the first upload
+        return value
+
+    @property
+    def storage_location(self) -> str:
+        """What :func:`api.storage.open_store` opens: ``storage_url``, else the artifacts folder."""
+        return self.storage_url or str(self.artifacts_root)
 
     @property
     def webhook_hosts(self) -> frozenset[str]:

@@ -79,3 +79,13 @@ def tiny_spec():
     """``tiny_spec(name="tiny", *, max_steps=4, pool=None, **fields) -> dict``: a valid JobSpec
     body for the tiny model, a few seconds of CPU training (see ``tests/specs.py``)."""
     return _tiny_spec
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 server as a process of its own on a free port, with an empty bucket, for the
+    whole session (:mod:`storage_server`); give each test a prefix of its own."""
+    from storage_server import s3_server as serving
+
+    with serving() as server:
+        yield server

@@ -122,6 +122,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # Used by `grpo api`, `grpo scheduler` and `grpo admin`: the store's migrations, nothing else.
     "api.cli.schema_check": ("api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
     "api.cli.calling": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
+    # Object storage, shared by the web process and the worker: no framework, no torch, nothing of
+    # the service; it takes a URL, not the settings (they pull sqlalchemy in through redis_keys).
+    "api.storage": ("api.settings", "api.store", "api.http", "api.scheduling", "api.streaming", "api.cli",
+                    "worker", "grpo_core", *SERVICE_FRAMEWORKS, "torch", "transformers"),
     # The worker sees the service only through the store and the shared vocabulary.
     "worker": ("api.http", "api.scheduling", "api.streaming", "api.cli", "api.main", "fastapi"),
 }
