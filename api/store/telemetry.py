@@ -14,7 +14,8 @@ from api.schemas.jobs import CheckpointRead, EventRead, MetricRead, SamplesRead
 from api.store import outbox
 from api.store._rows import dialect_insert, insert_ignoring_duplicates
 from api.store.tables import Checkpoint, JobEvent, JobMetric, JobSample, utcnow
-from api.store.webhooks import enqueue_eval_event, eval_metrics_of
+from api.store.webhooks import enqueue_eval_event
+from grpo_core.spec.grpo_config import eval_metrics_of
 
 
 def add_event(

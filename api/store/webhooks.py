@@ -95,16 +95,7 @@ def enqueue_job_event(session: Session, job: JobRead, event: str) -> int:
                     lambda occurred_at: job_event_payload(event, job, occurred_at))
 
 
-# Names of a step record's eval metrics (eval_reward, eval_pass@k, eval_rewards/{fn}/mean, ...)
-# and the eval's own timing: what a job.eval delivery carries.
-EVAL_PREFIX, EVAL_TIMING = "eval_", "timing/eval"
 EVAL_EVENT = "job.eval"
-
-
-def eval_metrics_of(record: dict[str, Any]) -> dict[str, Any]:
-    """The eval metrics of a step's record; empty for a step that was not an eval point."""
-    return {name: value for name, value in record.items()
-            if name.startswith(EVAL_PREFIX) or name == EVAL_TIMING}
 
 
 def enqueue_eval_event(session: Session, job_id: int, step: int, metrics: dict[str, Any]) -> int:
