@@ -86,8 +86,9 @@ def eval_tokens_per_point(spec: JobSpec, eval_prompts: int) -> int:
 
 
 def eval_limit_problems(spec: JobSpec, eval_prompts: int, limits: PoolLimits) -> list[SpecError]:
-    """An eval point of ``eval_prompts`` prompts over the per-step token bound, on the eval rows:
-    at submit for inline rows; a file or hub eval set is counted only where it is loaded."""
+    """An eval point of ``eval_prompts`` prompts over the per-step token bound, on the eval rows.
+    Checked at submit for inline rows; a file or hub eval set is not checked yet: only the worker
+    counts its prompts, and its step-count check (``worker.counted_steps``) is not given them."""
     tokens = eval_tokens_per_point(spec, eval_prompts)
     if limits.max_tokens_per_step is None or tokens <= limits.max_tokens_per_step:
         return []
