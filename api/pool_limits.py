@@ -7,6 +7,12 @@ Every spec field is bounded on its own; these bound what the fields multiply to 
 holds in memory, checkpoints a run writes, rows a spec carries, memory its rewards' sandboxes
 hold), which is what a careless or hostile spec uses to take a shared worker's memory or disk
 from every other team.
+
+Evaluation (``eval_dataset``) is counted too. An eval point generates ``eval_num_generations``
+completions for every eval prompt on top of its step's training: its tokens are held to the same
+per-step bound as a generation round's, so no eval set makes one step cost more than the pool's
+largest training batch (and no eval batch, a part of that pass, holds more). Its inline rows
+count with the training rows against the inline bytes: both are stored in the one spec.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from grpo_core.rewards import available_rewards, sandbox_footprints
 MIB = 2**20
 # The args that size a reward's sandboxes, named in a refusal where the reward has them.
 SANDBOX_SIZING_ARGS = ("memory_mb", "max_processes", "parallel")
+EVAL_ROWS_FIELD = "eval_dataset.prompts"
 
 
 def effective_limits(overrides: PoolLimits, settings: Settings) -> PoolLimits:
@@ -60,15 +67,62 @@ def limit_problems(spec: JobSpec, limits: PoolLimits) -> list[SpecError]:
     steps = spec.known_steps()
     if steps is not None:
         problems += step_limit_problems(spec, steps, limits)
-    if spec.dataset.prompts is not None and limits.max_inline_dataset_bytes is not None:
-        size = len(json.dumps(spec.dataset.prompts, separators=(",", ":")).encode())
-        if size > limits.max_inline_dataset_bytes:
-            problems.append(SpecError("dataset.prompts", (
-                f"{size:,} bytes of inline rows; {pool} allows at most {limits.max_inline_dataset_bytes:,}: "
-                "put the rows in a dataset file under the data root")))
+    evaluation = spec.eval_dataset if spec.grpo.eval_strategy != "no" else None  # unused otherwise
+    if evaluation is not None and evaluation.prompts is not None:
+        problems += eval_limit_problems(spec, len(evaluation.prompts), limits)
+    if limits.max_inline_dataset_bytes is not None:
+        problems += inline_bytes_problems(spec, limits.max_inline_dataset_bytes)
     if limits.max_sandbox_memory_bytes is not None:
         problems += sandbox_problems(spec, limits.max_sandbox_memory_bytes)
     return problems
+
+
+def eval_tokens_per_point(spec: JobSpec, eval_prompts: int) -> int:
+    """Tokens one eval point generates: every eval prompt's ``eval_num_generations`` sequences,
+    counted as a round's are, prompt and completion (the prompt is held while its completion is
+    generated)."""
+    grpo = spec.grpo
+    return eval_prompts * grpo.eval_num_generations * (grpo.max_prompt_length + grpo.max_completion_length)
+
+
+def eval_limit_problems(spec: JobSpec, eval_prompts: int, limits: PoolLimits) -> list[SpecError]:
+    """An eval point of ``eval_prompts`` prompts over the per-step token bound, on the eval rows.
+    Checked at submit for inline rows; a file or hub eval set is not checked yet: only the worker
+    counts its prompts, and its step-count check (``worker.counted_steps``) is not given them."""
+    tokens = eval_tokens_per_point(spec, eval_prompts)
+    if limits.max_tokens_per_step is None or tokens <= limits.max_tokens_per_step:
+        return []
+    grpo = spec.grpo
+    sequence = grpo.max_prompt_length + grpo.max_completion_length
+    return [SpecError(EVAL_ROWS_FIELD, (
+        f"{eval_prompts:,} eval prompts × grpo.eval_num_generations {grpo.eval_num_generations} × "
+        f"(max_prompt_length + max_completion_length) {sequence:,} "
+        f"= {tokens:,} tokens per eval point; pool '{spec.resources.pool}' allows at most "
+        f"{limits.max_tokens_per_step:,} per step: use fewer eval prompts or lower one of them"))]
+
+
+def inline_bytes_problems(spec: JobSpec, limit: int) -> list[SpecError]:
+    """Inline rows over ``limit`` bytes (as JSON). The training and eval rows count together: the
+    limit bounds what one spec carries into the jobs table and every reader of it, and counting
+    each alone would let a spec carry twice the limit. The eval rows are named when they are what
+    takes the total over."""
+    pool, problems = f"pool '{spec.resources.pool}'", []
+    train = _json_bytes(spec.dataset.prompts)
+    held_out = _json_bytes(spec.eval_dataset.prompts if spec.eval_dataset is not None else None)
+    advice = "put the rows in a dataset file under the data root"
+    if train > limit:
+        problems.append(SpecError("dataset.prompts", f"{train:,} bytes of inline rows; {pool} allows at most "
+                                                     f"{limit:,}: {advice}"))
+    if held_out and train + held_out > limit:
+        with_train = f", {train + held_out:,} with dataset.prompts' {train:,}" if train else ""
+        problems.append(SpecError(EVAL_ROWS_FIELD, (
+            f"{held_out:,} bytes of inline eval rows{with_train}; {pool} allows at most {limit:,} for the "
+            f"two together: {advice}")))
+    return problems
+
+
+def _json_bytes(rows: list[dict] | None) -> int:
+    return 0 if rows is None else len(json.dumps(rows, separators=(",", ":")).encode())
 
 
 def sandbox_problems(spec: JobSpec, limit: int) -> list[SpecError]:

@@ -139,12 +139,14 @@ class Settings(BaseSettings):
     # job can take a worker's memory or disk from the others.
     pool_max_tokens_per_step: int = Field(
         8 * 1024 * 1024, ge=1, description="Most prompts_per_step × num_generations × "
-        "(max_prompt_length + max_completion_length) a job of a pool may ask for.")
+        "(max_prompt_length + max_completion_length) a job of a pool may ask for; an eval point's "
+        "inline eval prompts × eval_num_generations × the same lengths too.")
     pool_max_steps: int = Field(1_000_000, ge=1, description="Most grpo.max_steps a pool's job may ask for.")
     pool_max_checkpoints_per_job: int = Field(
         1_000, ge=1, description="Most checkpoints a job may write (max_steps / checkpoint_every).")
     pool_max_inline_dataset_bytes: int = Field(
-        8 * 1024 * 1024, ge=1, description="Most bytes (as JSON) of a spec's inline dataset rows.")
+        8 * 1024 * 1024, ge=1, description="Most bytes (as JSON) of a spec's inline dataset rows, "
+        "its dataset's and eval_dataset's together.")
     # 80 GiB admits code_tests' defaults (4 × (8 × 256 + 16) MiB ≈ 8.1 GiB a rank) on a whole
     # 8-GPU host and refuses what no host spares (one rank of 16 × 8 × 1 GiB is 128 GiB).
     pool_max_sandbox_memory_bytes: int = Field(

@@ -1,7 +1,8 @@
 """What a JobSpec must satisfy before the service accepts it, beyond its own shape (which
 pydantic checks while parsing the body: hub ids, inline rows, regexes that compile): ``path:``
-sources stay inside the configured roots and exist, ``hf:`` sources only where the hub is allowed,
-every reward is a known one with valid args and finds the inline rows' columns it reads, its time
+sources stay inside the configured roots and exist, ``hf:`` sources only where the hub is allowed
+(``eval_dataset``'s as ``dataset``'s), every reward is a known one with valid args and finds the
+inline rows' columns it reads (the eval rows' too: the same rewards score them), its time
 budget is within the service's cap, and the pool exists with a worker big enough for the job. All
 of it is checked before anything is written, so a rejected request leaves no row behind.
 Torch-free, like everything the web process imports.
@@ -29,7 +30,7 @@ from grpo_core.io.paths import resolve_under_root
 from grpo_core.rewards import check_reward_rows, model_sources, required_capabilities, validate_reward_specs
 from grpo_core.rewards.http_verifier import verifier_names
 from grpo_core.spec.prompt_rows import reward_column_names
-from grpo_core.spec.run_spec import RewardSpec
+from grpo_core.spec.run_spec import DatasetSpec, RewardSpec
 from grpo_core.spec.spec_file import InvalidSpec, field_path
 
 # NAME_MAX of every common filesystem: a longer component is refused before the OS is asked.
@@ -38,34 +39,57 @@ MAX_NAME_BYTES = 255
 
 def check_submission(spec: JobSpec, settings: Settings) -> None:
     """Raise :class:`InvalidSpec` listing every problem found (a NUL anywhere, ``model.source``,
-    ``dataset.source``, ``rewards.N.name``, ``rewards.N.args.FIELD``)."""
+    ``dataset.source``, ``eval_dataset.source``, ``rewards.N.name``, ``rewards.N.args.FIELD``)."""
     problems: list[SpecError | None] = list(_nul_characters(spec.model_dump(mode="json")))
     # A reward's model (reward_model's args.model) is checked like model.source.
     reward_models = model_sources(spec.rewards)
+    datasets = _datasets(spec)
     if not problems:  # a path with a NUL cannot even be looked at
         problems += [
             _check_path_source(spec.model.source, settings.models_root, "model.source"),
-            _check_path_source(spec.dataset.source, settings.data_root, "dataset.source"),
+            *(_check_path_source(dataset.source, settings.data_root, f"{field}.source", "dataset.source")
+              for field, dataset in datasets),
             *(_check_path_source(source, settings.models_root, field, "model.source")
               for field, source in reward_models),
         ]
     problems += [
         _check_hub_allowed(spec.model.source, settings, "model.source"),
-        _check_hub_allowed(spec.dataset.source, settings, "dataset.source"),
+        *(_check_hub_allowed(dataset.source, settings, f"{field}.source") for field, dataset in datasets),
         *(_check_hub_allowed(source, settings, field) for field, source in reward_models),
         _check_reward_budget(spec, settings),
     ]
-    inline = spec.dataset.prompts
-    try:
-        columns = None if inline is None else reward_column_names(inline, spec.dataset.prompt_field)
-        validate_reward_specs(spec.rewards, columns)
-        if inline is not None:
-            check_reward_rows(spec.rewards, inline)
-    except SpecError as exc:
-        problems.append(exc)
+    problems.append(_reward_rows_problem(spec.rewards, spec.dataset))
+    if problems[-1] is None and spec.eval_dataset is not None:
+        # The eval rows are scored by the same rewards: a column they lack would fail the first
+        # eval point. Named on the rows, since the rewards suit the training rows.
+        eval_problem = _reward_rows_problem(spec.rewards, spec.eval_dataset)
+        if eval_problem is not None:
+            problems.append(SpecError("eval_dataset.prompts", f"{eval_problem.field}: {eval_problem.reason}"))
     errors = [problem for problem in problems if problem is not None]
     if errors:
         raise InvalidSpec(errors)
+
+
+def _datasets(spec: JobSpec) -> list[tuple[str, DatasetSpec]]:
+    """The spec's prompt sets by field: the training prompts and, when given, the eval prompts,
+    which the worker loads from the same kinds of source and scores with the same rewards."""
+    found = [("dataset", spec.dataset)]
+    if spec.eval_dataset is not None:
+        found.append(("eval_dataset", spec.eval_dataset))
+    return found
+
+
+def _reward_rows_problem(rewards: list[RewardSpec], dataset: DatasetSpec) -> SpecError | None:
+    """The rewards' args, and with inline rows the columns the rewards read and their values."""
+    inline = dataset.prompts
+    try:
+        columns = None if inline is None else reward_column_names(inline, dataset.prompt_field)
+        validate_reward_specs(rewards, columns)
+        if inline is not None:
+            check_reward_rows(rewards, inline)
+    except SpecError as exc:
+        return exc
+    return None
 
 
 def _nul_characters(value: Any, loc: tuple[Any, ...] = ()) -> Iterator[SpecError]:

@@ -113,11 +113,13 @@ class PoolLimits(_Body):
 
     max_tokens_per_step: int | None = Field(
         None, ge=1, le=2**53, description="prompts_per_step × num_generations × (max_prompt_length + "
-        "max_completion_length)")
+        "max_completion_length); an eval point's inline eval prompts × eval_num_generations × the same "
+        "lengths too")
     max_steps: int | None = Field(None, ge=1, le=10_000_000)
     max_checkpoints_per_job: int | None = Field(None, ge=1, le=10_000_000,
                                                 description="max_steps / checkpoint_every, rounded up")
-    max_inline_dataset_bytes: int | None = Field(None, ge=1, le=2**40, description="dataset.prompts as JSON")
+    max_inline_dataset_bytes: int | None = Field(
+        None, ge=1, le=2**40, description="dataset.prompts and eval_dataset.prompts together, as JSON")
     max_sandbox_memory_bytes: int | None = Field(
         None, ge=1, le=2**50, description="Memory the sandboxes of a job's rewards (code_tests, python) may "
         "hold at once: the largest reward's memory_mb × max_processes (+ 16 MiB of /tmp) × parallel, "

@@ -15,10 +15,9 @@ from api.schemas.jobs import UtcDatetime
 from api.vocabulary import NAME_PATTERN
 from grpo_core.rewards.verifier_endpoint import MAX_URL_LENGTH, check_verifier_url
 
-# A job reaching each final status. ``job.eval`` (an evaluation's results) is left out until
-# evaluation lands in the service: a name accepted here would promise deliveries nothing sends.
-WEBHOOK_EVENTS = ("job.succeeded", "job.failed", "job.cancelled")
-WebhookEvent = Literal["job.succeeded", "job.failed", "job.cancelled"]
+# A job reaching each final status, and ``job.eval``: an eval point's metrics recorded.
+WEBHOOK_EVENTS = ("job.succeeded", "job.failed", "job.cancelled", "job.eval")
+WebhookEvent = Literal["job.succeeded", "job.failed", "job.cancelled", "job.eval"]
 DeliveryStatus = Literal["pending", "delivered", "failed"]
 
 

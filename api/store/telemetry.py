@@ -14,6 +14,8 @@ from api.schemas.jobs import CheckpointRead, EventRead, MetricRead, SamplesRead
 from api.store import outbox
 from api.store._rows import dialect_insert, insert_ignoring_duplicates
 from api.store.tables import Checkpoint, JobEvent, JobMetric, JobSample, utcnow
+from api.store.webhooks import enqueue_eval_event
+from grpo_core.spec.grpo_config import eval_metrics_of
 
 
 def add_event(
@@ -52,7 +54,9 @@ def record_metrics(session: Session, job_id: int, record: dict[str, Any], attemp
     again (a retry) changes nothing; a later attempt, which trained the step again after resuming
     from an older checkpoint, replaces it, so SQL holds the step the model took. True when the
     row was written. Staged for the stream too, also on a retry (readers drop a step they have),
-    since the first try may have committed without publishing."""
+    since the first try may have committed without publishing. An eval point's row, when written,
+    leaves its ``job.eval`` webhook deliveries in the same transaction: a retry that wrote nothing
+    sends none again, and a later attempt's re-evaluated step is sent with its new figures."""
     outbox.stage(session, job_id, "metrics", record)
     table = JobMetric.__table__
     values = {"job_id": job_id, "step": int(record["step"]), "attempt": attempt, "payload": record,
@@ -65,7 +69,11 @@ def record_metrics(session: Session, job_id: int, record: dict[str, Any], attemp
         where=func.coalesce(table.c.attempt, 0) < stmt.excluded.attempt,
     )
     # RETURNING, not rowcount: psycopg reports -1 for a Core INSERT run through the ORM session.
-    return session.execute(stmt.returning(table.c.id)).first() is not None
+    written = session.execute(stmt.returning(table.c.id)).first() is not None
+    evaluated = eval_metrics_of(record)
+    if written and evaluated:
+        enqueue_eval_event(session, job_id, values["step"], evaluated)
+    return written
 
 
 def record_samples(session: Session, job_id: int, step: int, rows: list[dict[str, Any]]) -> bool:

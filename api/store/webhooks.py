@@ -1,12 +1,15 @@
 """Per-team webhooks: the registry behind ``/v1/webhooks`` and the outbox a job's final
 transition fills (:func:`enqueue_job_event`, called by :func:`api.store.jobs.transition` in the
 transaction that moves the job, so a committed ending always has its deliveries and a rolled-back
-one has none). Sending them is :mod:`api.store.webhook_deliveries` and the scheduler process's
-sender. Every read is scoped like jobs: ``team_id=None`` is an admin's view of every team; another
-team's webhook is not found."""
+one has none), as does an eval point's metric row (:func:`enqueue_eval_event`, called by
+:func:`api.store.telemetry.record_metrics` in the transaction that writes the row). Sending
+them is :mod:`api.store.webhook_deliveries` and the scheduler process's sender. Every read is
+scoped like jobs: ``team_id=None`` is an admin's view of every team; another team's webhook is
+not found."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import delete, select
@@ -16,7 +19,7 @@ from api.domain_errors import NotFound
 from api.schemas.jobs import JobRead
 from api.schemas.webhooks import DeliveryRead, WebhookCreated, WebhookRead
 from api.store.clock import db_now
-from api.store.tables import Webhook, WebhookDelivery, utcnow
+from api.store.tables import Job, Webhook, WebhookDelivery, utcnow
 from api.webhook_signing import new_secret
 
 
@@ -88,13 +91,36 @@ def job_event_payload(event: str, job: JobRead, occurred_at: str) -> dict[str, A
 def enqueue_job_event(session: Session, job: JobRead, event: str) -> int:
     """One pending delivery of ``event`` per webhook of the job's team that wants it, due now;
     how many. In the caller's transaction: this is the outbox."""
-    hooks = session.execute(select(Webhook.id, Webhook.events).where(Webhook.team_id == job.team_id)).all()
+    return _enqueue(session, job.team_id, job.id, event,
+                    lambda occurred_at: job_event_payload(event, job, occurred_at))
+
+
+EVAL_EVENT = "job.eval"
+
+
+def enqueue_eval_event(session: Session, job_id: int, step: int, metrics: dict[str, Any]) -> int:
+    """A ``job.eval`` delivery per webhook of the job's team that wants it: the eval point's step
+    and ``metrics``. In the caller's transaction, the one that writes the step's metric row."""
+    job = session.execute(select(Job.team_id, Job.name).where(Job.id == job_id)).one()
+
+    def payload(occurred_at: str) -> dict[str, Any]:
+        summary = {"id": job_id, "name": job.name, "team_id": job.team_id}
+        return {"type": EVAL_EVENT, "created_at": occurred_at,
+                "data": {"job": summary, "step": step, "metrics": metrics}}
+
+    return _enqueue(session, job.team_id, job_id, EVAL_EVENT, payload)
+
+
+def _enqueue(session: Session, team_id: int, job_id: int, event: str,
+             payload: Callable[[str], dict[str, Any]]) -> int:
+    """The pending deliveries of ``event``, due now, with ``payload(now)``; how many."""
+    hooks = session.execute(select(Webhook.id, Webhook.events).where(Webhook.team_id == team_id)).all()
     wanted = [hook_id for hook_id, events in hooks if event in events]
     if not wanted:
         return 0
     now = db_now(session)
-    payload = job_event_payload(event, job, now.isoformat())
-    session.add_all(WebhookDelivery(webhook_id=hook_id, job_id=job.id, event=event, payload=payload,
+    body = payload(now.isoformat())
+    session.add_all(WebhookDelivery(webhook_id=hook_id, job_id=job_id, event=event, payload=body,
                                     status="pending", attempts=0, next_attempt_at=now, created_at=now)
                     for hook_id in wanted)
     return len(wanted)

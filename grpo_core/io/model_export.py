@@ -5,10 +5,11 @@ A checkpoint's ``step-N/`` already holds the model as Hugging Face saves it (con
 weights, or the adapter alone with LoRA, and the tokenizer) next to the state that only resuming
 needs (optimizer, scheduler, RNG, pending experience, fsdp's ``distributed/``). The model is the
 first part plus two files written here: ``generation_config.json`` (the base model's, with the
-sampling the job trained with) and ``README.md``, a model card with the job's spec and final
-metrics; with LoRA, ``adapter_config.json`` is the checkpoint's with the base model named by the
-spec's source (``path:NAME``, ``hf:owner/name``, ``job:ID``) rather than the folder it was loaded
-from on the server, which means nothing to whoever downloads it and is not theirs to see.
+sampling the job trained with) and ``README.md``, a model card with the job's spec, final
+metrics and last eval point; with LoRA, ``adapter_config.json`` is the checkpoint's with the base
+model named by the spec's source (``path:NAME``, ``hf:owner/name``, ``job:ID``) rather than the
+folder it was loaded from on the server, which means nothing to whoever downloads it and is not
+theirs to see.
 
 Everything but the LoRA merge is torch-free, so the API streams the same folder for any kept
 checkpoint (:func:`model_files`, :func:`generated_files`) without loading a model; the worker
@@ -30,6 +31,7 @@ from typing import Any
 import yaml
 
 from grpo_core.io.disk_space import disk_full_reported
+from grpo_core.spec.grpo_config import eval_metrics_of
 from grpo_core.spec.run_spec import RunSpec
 
 ADAPTER_DIR = "adapter"  # with a merged LoRA model, the adapter itself
@@ -80,7 +82,8 @@ def adapter_config(checkpoint: Path, spec: RunSpec) -> dict[str, Any] | None:
 
 def model_card(spec: RunSpec, step: int, metrics: dict[str, Any] | None, job_id: int | None = None) -> str:
     """Markdown with Hugging Face's YAML header: where the model came from, how it was trained
-    (the spec, inline rows abbreviated) and where training ended (the last step's metrics)."""
+    (the spec, inline rows abbreviated), where training ended (the last step's metrics) and, when
+    the run evaluated, its last eval point: the final step always is one, so its record holds it."""
     # Whichever spec validated the source: a scheme this core does not load (a service's) is named as is.
     scheme, _, location = spec.model.source.partition(":")
     header: dict[str, Any] = {"library_name": "peft" if spec.model.lora and not spec.export.merge_lora
@@ -91,19 +94,39 @@ def model_card(spec: RunSpec, step: int, metrics: dict[str, Any] | None, job_id:
     lines = ["---", yaml.safe_dump(header, sort_keys=False).strip(), "---", "",
              f"# {spec.name}", "",
              f"Trained with GRPO by the GRPO service{job} for {step} steps from `{spec.model.source}`.", ""]
-    if metrics:
-        lines += [f"## Metrics at step {step}", "", "| metric | value |", "|---|---|"]
-        lines += [f"| {name} | {_number(value)} |" for name, value in sorted(metrics.items())
-                  if isinstance(value, int | float) and not isinstance(value, bool)]
-        lines.append("")
+    evaluated = eval_metrics_of(metrics or {})
+    training = {name: value for name, value in (metrics or {}).items() if name not in evaluated}
+    if training:
+        lines += [f"## Metrics at step {step}", "", *_metric_table(training)]
+    if evaluated:
+        lines += [f"## Evaluation at step {step}", "", _eval_setup(spec), "", *_metric_table(evaluated)]
     shown = spec.model_dump(mode="json")
-    rows = shown["dataset"].get("prompts")
-    if rows is not None and len(rows) > _CARD_ROWS_SHOWN:
-        more = f"... {len(rows) - _CARD_ROWS_SHOWN} more rows"
-        shown["dataset"]["prompts"] = [*rows[:_CARD_ROWS_SHOWN], more]
+    for field in ("dataset", "eval_dataset"):
+        rows = (shown.get(field) or {}).get("prompts")
+        if rows is not None and len(rows) > _CARD_ROWS_SHOWN:
+            more = f"... {len(rows) - _CARD_ROWS_SHOWN} more rows"
+            shown[field]["prompts"] = [*rows[:_CARD_ROWS_SHOWN], more]
     spec_yaml = yaml.safe_dump(shown, sort_keys=False).strip()
     lines += ["## Training spec", "", "```yaml", spec_yaml, "```", ""]
     return "\n".join(lines)
+
+
+def _metric_table(metrics: dict[str, Any]) -> list[str]:
+    return ["| metric | value |", "|---|---|",
+            *(f"| {name} | {_number(value)} |" for name, value in sorted(metrics.items())
+              if isinstance(value, int | float) and not isinstance(value, bool)), ""]
+
+
+def _eval_setup(spec: RunSpec) -> str:
+    """What the eval figures measure: which prompts, how many answers each, how they pass."""
+    grpo, held_out, prompts = spec.grpo, spec.eval_dataset, "the eval_dataset"
+    if held_out is not None and held_out.prompts is not None:
+        prompts = f"{len(held_out.prompts)} eval prompts"
+    elif held_out is not None:
+        prompts = f"`{held_out.source}`"
+    sampling = "greedy" if grpo.eval_temperature == 0 else f"at temperature {grpo.eval_temperature:g}"
+    return (f"On {prompts}, {grpo.eval_num_generations} completion(s) per prompt, {sampling}; a prompt "
+            f"passes (eval_pass@k) when a completion's reward reaches {grpo.eval_pass_threshold:g}.")
 
 
 def _number(value: float) -> str:

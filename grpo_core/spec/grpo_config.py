@@ -44,6 +44,17 @@ def _is(default: object) -> Callable[[object], bool]:
     return lambda value: value is default or (value == default and type(value) is type(default))
 
 
+# An eval point adds its metrics to its step's record under these names (eval_reward, eval_pass@k,
+# eval_rewards/{fn}/mean, ..., and timing/eval): how the model card and job.eval webhooks find them.
+EVAL_METRIC_PREFIX, EVAL_TIMING = "eval_", "timing/eval"
+
+
+def eval_metrics_of(record: dict[str, Any]) -> dict[str, Any]:
+    """The eval metrics of a step's record; empty for a step that was not an eval point."""
+    return {name: value for name, value in record.items()
+            if name.startswith(EVAL_METRIC_PREFIX) or name == EVAL_TIMING}
+
+
 class GRPOConfig(BaseModel):
     """Hyper-parameters of one GRPO run, with TRL GRPOConfig's names, meaning and defaults."""
 

@@ -65,7 +65,7 @@ def test_registration_shows_the_secret_once_and_checks_url_and_events(alpha, tea
     for url in ("ftp://hooks.example.com/x", "https://user:pw@hooks.example.com/x", "/relative"):
         response = alpha.post("/v1/webhooks", json={"url": url, "events": ["job.failed"]})
         assert response.status_code == 422, url
-    for events in ([], ["job.eval"], ["job.started"]):
+    for events in ([], ["job.started"], ["job.evaluated"]):
         assert alpha.post("/v1/webhooks", json={"url": "https://h.example.com", "events": events}
                           ).status_code == 422, events
 
