@@ -20,11 +20,6 @@ def grpo(capsys, api_server, team_keys) -> Grpo:
 
 
 @pytest.fixture
-def alpha(client_for, team_keys):
-    return client_for(team_keys.alpha)
-
-
-@pytest.fixture
 def evaluated_job(alpha, job_spec, worker) -> str:
     """Steps 0 (the evaluation before training), 1, 2 and 3, evaluating at 0 and 2."""
     response = alpha.post("/v1/jobs", json=job_spec(name=f"ev-{uuid.uuid4().hex[:6]}"))
