@@ -31,6 +31,10 @@ MAX_RATE_PER_SECOND = 1_000_000.0  # a team's requests per second: larger is a t
 
 RUN_JOB = "grpo.run_job"
 
+# Optimizer steps count from 1; a record at step 0 holds the evaluation before training
+# (grpo.eval_on_start) and its eval samples. A step cursor starting after this one reads them too.
+BEFORE_FIRST_STEP = -1
+
 
 @dataclass(frozen=True)
 class Heartbeat:

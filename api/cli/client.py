@@ -20,6 +20,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.sync.client import connect
 
 from api.lifecycle import TERMINAL_STATUSES
+from api.vocabulary import BEFORE_FIRST_STEP
 
 __all__ = ["ApiClient", "ApiError"]
 JOBS_PAGE = 100  # the API's largest page of jobs
@@ -79,12 +80,12 @@ class ApiClient:
     def _get(self, path: str, params: Any = None) -> Any:
         return self._json(self.http.get(path, params=params))
 
-    def _pages(self, path: str, params: dict[str, Any], cursor: str, page: int, limit: int | None = None
-               ) -> dict[str, Any]:
-        """Every item of a paged listing (at most ``limit``), as one page: ``{"items": [...],
-        "next_after": cursor of what is left, None when nothing is}``."""
+    def _pages(self, path: str, params: dict[str, Any], cursor: str, page: int, limit: int | None = None,
+               start: int = 0) -> dict[str, Any]:
+        """Every item of a paged listing (at most ``limit``) after cursor ``start``, as one page:
+        ``{"items": [...], "next_after": cursor of what is left, None when nothing is}``."""
         items: list[Any] = []
-        after: int | None = 0
+        after: int | None = start
         while after is not None and (limit is None or len(items) < limit):
             size = page if limit is None else min(page, limit - len(items))
             body = self._get(path, {**params, cursor: after, "limit": size})
@@ -141,9 +142,11 @@ class ApiClient:
         return self._pages(f"/v1/jobs/{job_id}/events", {}, "after", TELEMETRY_PAGE)
 
     def metrics(self, job_id: int, names: Iterable[str] = ()) -> dict[str, Any]:
-        """Every step's metrics record, in step order; only ``names`` (and ``step``) if given."""
+        """Every step's metrics record (step 0's evaluation too), in step order; only ``names``
+        (and ``step``) if given."""
         params = {"names": ",".join(names)} if names else {}
-        return self._pages(f"/v1/jobs/{job_id}/metrics", params, "after_step", TELEMETRY_PAGE)
+        return self._pages(f"/v1/jobs/{job_id}/metrics", params, "after_step", TELEMETRY_PAGE,
+                           start=BEFORE_FIRST_STEP)
 
     def download(self, path: str, target: Path, attempts: int = 5) -> int:
         """Stream the file at ``path`` into ``target`` (its size in bytes). What ``target`` already
@@ -192,7 +195,7 @@ class ApiClient:
     def queue(self, pool: str | None = None) -> dict[str, Any]:
         return self._get("/v1/queue", {"pool": pool} if pool else None)
 
-    def stream_url(self, job_id: int, after: int = 0, after_event: int = 0) -> str:
+    def stream_url(self, job_id: int, after: int = BEFORE_FIRST_STEP, after_event: int = 0) -> str:
         parts = urlsplit(self.base_url)
         scheme = "wss" if parts.scheme == "https" else "ws"
         path = f"{parts.path}/v1/jobs/{job_id}/stream"
@@ -201,7 +204,7 @@ class ApiClient:
     def watch(self, job_id: int, on_message: Callable[[dict[str, Any]], None], retries: int = 5) -> str:
         """Follow the stream until a terminal status; a reconnect resumes after the last step seen
         (the server sends each step once per connection, from SQL first, then live)."""
-        last_step = last_event = 0
+        last_step, last_event = BEFORE_FIRST_STEP, 0
         for _ in range(retries + 1):
             try:
                 with connect(self.stream_url(job_id, last_step, last_event), additional_headers=self.headers,

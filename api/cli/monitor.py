@@ -217,10 +217,17 @@ def _events(client: Any, args: argparse.Namespace) -> Result:
 
 
 def _metrics(client: Any, args: argparse.Namespace) -> Result:
-    from api.cli.term_view import metric_names, metrics_table
+    from api.cli.term_view import EVAL_MARK, eval_metric_names, eval_points, metric_names, metrics_table
 
     names = [name for value in args.names or [] for name in value]
-    page = client.metrics(args.job_id, names)
+    # --eval --names: the mark that tells an eval point is read along with the names.
+    page = client.metrics(args.job_id, [*names, EVAL_MARK] if args.eval and names else names)
+    if args.eval:  # the eval points only, with the eval columns unless --names chose others
+        page = {**page, "items": eval_points(page["items"])}
+        names = names or eval_metric_names(page["items"])
+        if not page["items"]:
+            return Result(page, f"no eval steps yet (job {args.job_id} evaluates only with an eval_dataset "
+                                "and grpo.eval_strategy: steps)")
     recorded = {name for record in page["items"] for name in record["values"]}
     if names and page["items"] and (unknown := [name for name in names if name not in recorded]):
         known = ", ".join(sorted(client.metrics(args.job_id)["items"][-1]["values"]))
@@ -363,6 +370,9 @@ def add_monitor_commands(commands: argparse._SubParsersAction) -> None:
     metrics.add_argument("--csv", action="store_true", help="CSV: a header step,<names...>, one row per step")
     metrics.add_argument("--names", type=_names, action="append", metavar="A,B",
                          help="only these metrics, in this order (default: all, sorted, for --csv)")
+    metrics.add_argument("--eval", action="store_true",
+                         help="only the steps that evaluated (step 0: before training), with their eval "
+                         "metrics")
     download = add("download", "a job's final model (or a checkpoint) as a folder from_pretrained loads",
                    _download)
     download.add_argument("-o", "--output", type=_empty_folder, required=True, metavar="DIR",

@@ -7,6 +7,7 @@ output alone.
 from __future__ import annotations
 
 import math
+import re
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,12 @@ STEP_LINE_METRICS = (("reward", "reward"), ("kl", "kl"), ("clip_ratio/region_mea
 WATCH_SERIES = (("reward", "reward"), ("kl", "KL"), ("clip_ratio/region_mean", "clipfrac"))
 TABLE_METRICS = ("reward", "reward_std", "kl", "clip_ratio/region_mean", "loss", "entropy", "grad_norm",
                  "completions/mean_length", "step_time")
+# An eval point's record holds these (grpo_core's eval_metrics); a training step's never does.
+EVAL_MARK = "eval_reward"
+EVAL_SUMMARY = ("eval_reward", "eval_pass@k")  # beside training's columns, and on a step's line
+EVAL_TABLE_METRICS = ("eval_reward", "eval_reward_std", "eval_pass@k", "eval_completions/mean_length",
+                      "eval_completions/clipped_ratio", "timing/eval")
+EVAL_REWARD_FN = re.compile(r"^eval_rewards/.+/mean$")
 SPARKS = "▁▂▃▄▅▆▇█"
 EIGHTHS = " ▏▎▍▌▋▊▉"  # index k: k/8 of a cell
 ELLIPSIS = "…"
@@ -138,8 +145,11 @@ def step_line(message: dict[str, Any], max_steps: int | None = None) -> str | No
     kind = message.get("type")
     if kind == "metrics":
         step = f"{message['step']}/{max_steps}" if max_steps else str(message["step"])
-        values = "  ".join(f"{label} {num(message['values'].get(key))}" for key, label in STEP_LINE_METRICS)
-        return f"step {step:>9}  {values}"
+        shown = message["values"]
+        if EVAL_MARK in shown and "reward" not in shown:  # step 0: the evaluation before training
+            return f"step {step:>9}  {_eval_summary(shown)}"
+        values = "  ".join(f"{label} {num(shown.get(key))}" for key, label in STEP_LINE_METRICS)
+        return f"step {step:>9}  {values}" + (f"  {_eval_summary(shown)}" if EVAL_MARK in shown else "")
     event = message.get("event") or {}
     if kind == "event" and event.get("type") in NOTABLE_EVENTS:
         return f"[{event['type']}] {event.get('message', '')}"
@@ -289,13 +299,30 @@ def metric_names(records: Sequence[dict[str, Any]]) -> list[str]:
     return sorted({name for record in records for name in record["values"]} - {"step"})
 
 
+def _eval_summary(values: dict[str, Any]) -> str:
+    return "  ".join(f"{name} {num(values.get(name))}" for name in EVAL_SUMMARY)
+
+
+def eval_points(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of the steps that evaluated (step 0's evaluation before training among them)."""
+    return [record for record in records if EVAL_MARK in record["values"]]
+
+
+def eval_metric_names(records: Sequence[dict[str, Any]]) -> list[str]:
+    """The eval columns the records have: :data:`EVAL_TABLE_METRICS`, then each reward function's
+    eval mean."""
+    found = set(metric_names(records))
+    return ([name for name in EVAL_TABLE_METRICS if name in found]
+            + sorted(name for name in found if EVAL_REWARD_FN.match(name)))
+
+
 def metrics_table(records: Sequence[dict[str, Any]], names: Sequence[str] | None = None,
                   width: int | None = None) -> list[str]:
-    """Steps down, metrics across: ``names``, else those of :data:`TABLE_METRICS` the job has
-    (else all it has)."""
+    """Steps down, metrics across: ``names``, else those of :data:`TABLE_METRICS` the job has and,
+    when it evaluates, :data:`EVAL_SUMMARY` (else all it has)."""
     if not names:
         found = set(metric_names(records))
-        names = [name for name in TABLE_METRICS if name in found] or sorted(found)
+        names = [name for name in (*TABLE_METRICS, *EVAL_SUMMARY) if name in found] or sorted(found)
     rows = [[record["step"], *(record["values"].get(name) for name in names)] for record in records]
     return table(["STEP", *names], rows, width)
 

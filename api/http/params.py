@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import Path, Query
 
-from api.vocabulary import NAME_PATTERN
+from api.vocabulary import BEFORE_FIRST_STEP, NAME_PATTERN
 
 MAX_BIGINT = 2**63 - 1
 MAX_INT = 2**31 - 1
@@ -27,7 +27,7 @@ def id_cursor(description: str) -> Any:
     return Query(ge=0, le=MAX_BIGINT, description=description)
 
 
-def step_cursor(description: str, ge: int = 0) -> Any:
-    """A step number (an INTEGER column)."""
+def step_cursor(description: str, ge: int = BEFORE_FIRST_STEP) -> Any:
+    """A step number (an INTEGER column); by default a cursor, which may stand before step 0."""
     return Query(ge=ge, le=MAX_INT, description=description)
 MAX_METRIC_NAMES = 100  # `names=` repeats: far more than the metrics a record has

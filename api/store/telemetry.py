@@ -15,6 +15,7 @@ from api.store import outbox
 from api.store._rows import dialect_insert, insert_ignoring_duplicates
 from api.store.tables import Checkpoint, JobEvent, JobMetric, JobSample, utcnow
 from api.store.webhooks import enqueue_eval_event
+from api.vocabulary import BEFORE_FIRST_STEP
 from grpo_core.spec.grpo_config import eval_metrics_of
 
 
@@ -105,7 +106,8 @@ def list_events(session: Session, job_id: int, after: int = 0, limit: int = 100)
 
 
 def list_metrics(
-    session: Session, job_id: int, after_step: int = 0, limit: int = 1000, names: set[str] | None = None
+    session: Session, job_id: int, after_step: int = BEFORE_FIRST_STEP, limit: int = 1000,
+    names: set[str] | None = None,
 ) -> list[MetricRead]:
     rows = session.scalars(
         select(JobMetric)

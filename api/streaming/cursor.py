@@ -6,6 +6,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from api.vocabulary import BEFORE_FIRST_STEP
+
 StreamId = tuple[int, int]  # (milliseconds, sequence): ordered as Redis orders entry ids
 
 
@@ -23,8 +25,8 @@ def format_id(stream_id: StreamId) -> str:
 class Cursor:
     """What this client has been sent; everything at or before it is a duplicate."""
 
-    step: int = 0
-    sample_step: int = 0
+    step: int = BEFORE_FIRST_STEP  # step 0 is a record too: the evaluation before training
+    sample_step: int = BEFORE_FIRST_STEP
     event_id: int = 0
     status: str | None = None
 

@@ -304,7 +304,7 @@ def test_stream_handshake_errors(api, api_server, api_token, job_spec) -> None:
     job_id = submit(api, job_spec)
     cases = [(None, job_id, {}, 401), ("wrong", job_id, {}, 401),
              ("wrong", job_id, {"query_token": True}, 401), (api_token, job_id, {"query_token": True}, 401),
-             (api_token, 999999, {}, 404), (api_token, job_id, {"after": -1}, 422)]
+             (api_token, 999999, {}, 404), (api_token, job_id, {"after": -2}, 422)]  # -1: before step 0
     for token, target, options, status in cases:
         with pytest.raises(InvalidStatus) as refused:
             open_stream(api_server, target, token, **options)

@@ -95,6 +95,23 @@ def test_step_line() -> None:
     assert tv.step_line({"type": "samples", "step": 3, "rows": []}) is None
 
 
+def test_an_eval_points_step_line_and_table_columns() -> None:
+    before = {"type": "metrics", "step": 0, "values": {"step": 0, "eval_reward": 0.5, "eval_pass@k": 0.25}}
+    assert tv.step_line(before, 4) == "step       0/4  eval_reward 0.5  eval_pass@k 0.25"
+    last = {"type": "metrics", "step": 4, "values": {"step": 4, "reward": 0.75, "eval_reward": 1.0}}
+    assert tv.step_line(last, 4).endswith("loss -  eval_reward 1  eval_pass@k -")
+    records = [{"step": 0, "values": before["values"]}, {"step": 1, "values": {"step": 1, "reward": 0.5}},
+               {"step": 2, "values": {"step": 2, "reward": 0.5, "eval_reward": 0.75, "eval_reward_std": 0.1,
+                                      "eval_rewards/exact/mean": 0.5, "eval_rewards/exact/std": 0.0}}]
+    assert tv.metrics_table(records) == ["STEP  reward  eval_reward  eval_pass@k", "   0       -          0.5"
+                                         "         0.25", "   1     0.5            -            -",
+                                         "   2     0.5         0.75            -"]
+    points = tv.eval_points(records)
+    assert [record["step"] for record in points] == [0, 2]
+    assert tv.eval_metric_names(points) == ["eval_reward", "eval_reward_std", "eval_pass@k",
+                                            "eval_rewards/exact/mean"]
+
+
 def metrics(step: int, **values) -> dict:
     return {"type": "metrics", "step": step, "values": {"step": step, **values}}
 

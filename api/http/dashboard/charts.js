@@ -1,17 +1,31 @@
-// The job page's training charts (Plotly.js, served by the API from the `plotly` package). Records
-// (one per optimizer step, docs/architecture.md §5 names) are buffered and drawn in batches with
-// Plotly.extendTraces, so a long backlog or a fast stream costs one redraw per flush, not per step.
+// The job page's training and eval charts (Plotly.js, served by the API from the `plotly` package).
+// Records (one per optimizer step, docs/architecture.md §5 names; step 0 holds only the evaluation
+// before training) are buffered and drawn in batches with Plotly.extendTraces, so a long backlog or
+// a fast stream costs one redraw per flush, not per step. A chart appears with the first record that
+// has one of its metrics and takes only such records: the eval charts exist only for a job that
+// evaluates, and hold its eval points alone (a line through the steps between would break at each).
 
 const FLUSH_MS = 250;
 const REWARD_FN = /^rewards\/(.+)\/mean$/;
+const EVAL_REWARD_FN = /^eval_rewards\/(.+)\/mean$/;
+const EVAL_COLOR = "214,39,40"; // eval lines in red, beside training's blue reward
+
+const matching = (pattern) => (record) => Object.keys(record).filter((name) => pattern.test(name)).sort();
 
 // Each chart: the metrics it plots, one trace each; `band` draws mean ± std as a shaded area.
-// `metrics` may be a function of the first record (the reward functions are only known then).
+// `metrics` may be a function of a record (the reward functions are only known then).
 // `fromZero` keeps 0 on the axis: a constant learning rate or clip ratio then reads as what it is.
+// `markers`: the eval charts have a point every eval interval only, each worth seeing.
 export const CHARTS = [
   {id: "reward", title: "reward (± std)", band: {mean: "reward", std: "reward_std"}},
-  {id: "rewards", title: "reward per function (mean)",
-    metrics: (record) => Object.keys(record).filter((name) => REWARD_FN.test(name)).sort()},
+  {id: "eval_reward", title: "eval reward (± std)", markers: true,
+    band: {mean: "eval_reward", std: "eval_reward_std", color: EVAL_COLOR}},
+  {id: "eval_pass", title: "eval pass@k", fromZero: true, markers: true, metrics: ["eval_pass@k"]},
+  {id: "eval_length", title: "eval completion length (tokens)", markers: true,
+    metrics: ["eval_completions/mean_length", "eval_completions/min_length", "eval_completions/max_length"]},
+  {id: "rewards", title: "reward per function (mean)", metrics: matching(REWARD_FN)},
+  {id: "eval_rewards", title: "eval reward per function (mean)", markers: true,
+    metrics: matching(EVAL_REWARD_FN)},
   {id: "kl", title: "KL", metrics: ["kl"]},
   {id: "clip", title: "clip ratio", fromZero: true,
     metrics: ["clip_ratio/region_mean", "clip_ratio/low_mean", "clip_ratio/high_mean"]},
@@ -42,12 +56,14 @@ function stepTick(lastStep) {
 const stepAxis = (dtick) => ({tickmode: "linear", tick0: 0, dtick, tickformat: "d"});
 
 const value = (record, name) => (typeof record[name] === "number" ? record[name] : null);
-const label = (name) => name.match(REWARD_FN)?.[1] || name.split("/").at(-1);
+const label = (name) => (name.match(REWARD_FN) || name.match(EVAL_REWARD_FN))?.[1] || name.split("/").at(-1);
 
-// One trace per series: {name, y: record -> number | null} plus Plotly trace options.
-function seriesOf(chart, first) {
+// One trace per series: {name, y: record -> number | null} plus Plotly trace options; from the
+// first of `records` that names any (a chart of reward functions), none when no record does.
+function seriesOf(chart, records) {
+  const mode = chart.markers ? "lines+markers" : "lines";
   if (chart.band) {
-    const {mean, std} = chart.band;
+    const {mean, std, color = "31,119,180"} = chart.band;
     const edge = (sign) => (r) => {
       const center = value(r, mean);
       return center === null ? null : center + sign * (value(r, std) || 0);
@@ -55,13 +71,18 @@ function seriesOf(chart, first) {
     const hidden = {line: {width: 0}, showlegend: false, hoverinfo: "skip", mode: "lines"};
     return [
       {name: `${mean} + std`, y: edge(1), ...hidden},
-      {name: `${mean} - std`, y: edge(-1), ...hidden, fill: "tonexty", fillcolor: "rgba(31,119,180,0.2)"},
-      {name: mean, y: (r) => value(r, mean), mode: "lines", line: {color: "rgb(31,119,180)"}},
+      {name: `${mean} - std`, y: edge(-1), ...hidden, fill: "tonexty", fillcolor: `rgba(${color},0.2)`},
+      {name: mean, y: (r) => value(r, mean), mode, line: {color: `rgb(${color})`}},
     ];
   }
-  const names = typeof chart.metrics === "function" ? chart.metrics(first) : chart.metrics;
-  return names.map((name) => ({name: label(name), y: (r) => value(r, name), mode: "lines"}));
+  const names = typeof chart.metrics === "function"
+    ? records.map(chart.metrics).find((found) => found.length) || []
+    : chart.metrics;
+  return names.map((name) => ({name: label(name), y: (r) => value(r, name), mode}));
 }
+
+// The records that hold a value for any of a chart's series.
+const charted = (series, records) => records.filter((r) => series.some(({y}) => y(r) !== null));
 
 export class ChartSet {
   constructor(container) {
@@ -71,7 +92,8 @@ export class ChartSet {
     this.placeholder.textContent = "No step yet: the charts start with the job's first optimizer step.";
     this.pending = [];
     this.timer = null;
-    this.charts = null; // [{div, series}] once the first records came
+    this.charts = new Map(); // chart id -> {div, series}, once a record had one of its metrics
+    this.tick = null;
     this.drawing = Promise.resolve();
   }
 
@@ -90,41 +112,51 @@ export class ChartSet {
   async draw(records) {
     if (this.destroyed) return;
     const tick = stepTick(records.at(-1).step);
-    if (this.charts === null) {
-      this.placeholder.remove();
-      this.tick = tick;
-      this.charts = await Promise.all(CHARTS.map((chart) => this.create(chart, records)));
-      return;
+    if (this.tick !== null && tick !== this.tick) { // the run grew past what the ticks were spaced for
+      const drawn = [...this.charts.values()];
+      await Promise.all(drawn.map(({div}) => Plotly.relayout(div, {"xaxis.dtick": tick})));
     }
-    const steps = records.map((r) => r.step);
-    await Promise.all(this.charts.map(({div, series}) => series.length && Plotly.extendTraces(div,
-      {x: series.map(() => steps), y: series.map((s) => records.map(s.y))}, series.map((_, i) => i))));
-    if (tick !== this.tick) { // the run grew past what the ticks were spaced for
-      this.tick = tick;
-      await Promise.all(this.charts.map(({div}) => Plotly.relayout(div, {"xaxis.dtick": tick})));
-    }
+    this.tick = tick;
+    await Promise.all(CHARTS.map((chart) => {
+      const shown = this.charts.get(chart.id);
+      if (!shown) {
+        const series = seriesOf(chart, records);
+        const mine = charted(series, records);
+        return mine.length ? this.create(chart, series, mine) : null;
+      }
+      const mine = charted(shown.series, records);
+      const steps = mine.map((r) => r.step);
+      return mine.length && Plotly.extendTraces(shown.div, {x: shown.series.map(() => steps),
+        y: shown.series.map((s) => mine.map(s.y))}, shown.series.map((_, i) => i));
+    }));
   }
 
-  async create(chart, records) {
+  // The chart's div goes before the next one of CHARTS already drawn, so the order stays CHARTS'
+  // whichever chart's metrics come first.
+  async create(chart, series, records) {
+    this.placeholder.remove();
     const div = document.createElement("div");
     div.className = "chart";
     div.dataset.chart = chart.id;
-    this.container.append(div);
-    const series = seriesOf(chart, records[0]);
+    const later = CHARTS.slice(CHARTS.indexOf(chart) + 1).map((next) => this.charts.get(next.id))
+      .find(Boolean);
+    this.container.insertBefore(div, later ? later.div : null);
+    const entry = {div, series};
+    this.charts.set(chart.id, entry);
     const traces = series.map(({y, ...options}) => ({...options, type: "scatter",
       x: records.map((r) => r.step), y: records.map(y)}));
     const layout = {...LAYOUT, title: {text: chart.title, font: {size: 13}},
       showlegend: traces.filter((trace) => trace.showlegend !== false).length > 1,
       xaxis: stepAxis(this.tick), yaxis: {...LAYOUT.yaxis, rangemode: chart.fromZero ? "tozero" : "normal"}};
     await Plotly.newPlot(div, traces, layout, CONFIG);
-    return {div, series};
+    return entry;
   }
 
   destroy() {
     this.destroyed = true;
     clearTimeout(this.timer);
     this.pending = [];
-    for (const {div} of this.charts || []) Plotly.purge(div);
+    for (const {div} of this.charts.values()) Plotly.purge(div);
   }
 }
 

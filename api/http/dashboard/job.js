@@ -1,6 +1,7 @@
-// #/jobs/42: one job — its state and controls, its spec (YAML), live training charts, sample
-// completions, events and checkpoints. History comes from REST, then the WebSocket keeps everything
-// current; the job itself is re-read every few seconds too (its queue position changes without an event).
+// #/jobs/42: one job — its state and controls, its spec (YAML), live training (and eval) charts,
+// sample completions (training's and eval's), events and checkpoints. History comes from REST, then
+// the WebSocket keeps everything current; the job itself is re-read every few seconds too (its
+// queue position changes without an event).
 
 import {api} from "./api.js";
 import {ChartSet} from "./charts.js";
@@ -77,7 +78,7 @@ export function mount(container, {id}) {
     const eventsBox = el("div");
     const checkpointsBox = el("div");
     container.append(specPanel(job.spec),
-      section("charts", "Training (x: optimizer step)", liveNote.node, chartBox),
+      section("charts", "Training and evaluation (x: optimizer step)", liveNote.node, chartBox),
       el("div", {className: "columns"}, section("samples", "Sample completions", samplesBox),
         section("events", "Events", eventsBox)),
       section("checkpoints", "Checkpoints", checkpointsBox));

@@ -6,12 +6,14 @@ import {KEY_REVOKED_CLOSE, allPages, keyRevoked, openStream} from "./api.js";
 
 const RECONNECT_MS = 2000;
 const FINISHED_CLOSE = 1000; // the server closes with 1000 after a finished job's last status
+// Steps count from 1, but step 0 holds the evaluation before training: the cursors start before it.
+const BEFORE_FIRST_STEP = -1;
 
 // handlers: {metrics(records), event(event), samples(step, rows), status(job), caughtUp(), note(text)}:
 // caughtUp runs once the history is in, just before the socket opens; note says what is wrong with
 // the live updates ("" once they flow again).
 export function followJob(jobId, handlers) {
-  let step = 0;
+  let step = BEFORE_FIRST_STEP;
   let eventId = 0;
   let socket = null;
   let retry = null;
@@ -33,7 +35,7 @@ export function followJob(jobId, handlers) {
 
   async function history() {
     const base = `/v1/jobs/${jobId}`;
-    const records = await allPages(`${base}/metrics`, {after_step: 0, limit: 1000}, "after_step", live);
+    const records = await allPages(`${base}/metrics`, {after_step: BEFORE_FIRST_STEP, limit: 1000}, "after_step", live);
     if (stopped) return;
     metrics(records.map((item) => item.values));
     const events = await allPages(`${base}/events`, {after: 0, limit: 1000}, "after", live);

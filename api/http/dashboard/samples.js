@@ -1,6 +1,8 @@
 // Sample completions of a job (kept every `log_completions_every` steps): a step picker and a
 // table of the rows grpo_core's `sample_rows` writes — prompt, completion, the parsed answer,
-// each reward function's score, the total reward and the group-normalised advantage.
+// each reward function's score, the total reward and the group-normalised advantage. At an eval
+// point the step also holds eval completions (`split: "eval"`, no advantage; step 0's are the
+// evaluation before training): they are marked, and a second picker shows one split alone.
 
 import {api} from "./api.js";
 import {el, fill, table} from "./dom.js";
@@ -8,14 +10,21 @@ import {number} from "./format.js";
 
 const KEPT_STEPS = 50; // steps held in the page; older ones drop out of the picker
 const LATEST = "latest";
+const EVAL = "eval"; // the split grpo_core marks eval rows with; training rows carry none
+const SPLITS = [["all", "training and eval"], ["training", "training"], [EVAL, "eval"]];
+
+const splitOf = (row) => (row.split === EVAL ? EVAL : "training");
 
 export class SamplesView {
   constructor(container, jobId) {
     this.jobId = jobId;
     this.byStep = new Map();
     this.picker = el("select", {dataset: {picker: "samples"}, onchange: () => this.show()});
+    this.split = el("select", {dataset: {picker: "split"}, onchange: () => this.show()},
+      SPLITS.map(([value, text]) => el("option", {value}, text)));
     this.body = el("div", {className: "samples"});
-    container.append(el("div", {className: "toolbar"}, el("label", {}, "Step ", this.picker)), this.body);
+    container.append(el("div", {className: "toolbar"}, el("label", {}, "Step ", this.picker),
+      " ", el("label", {}, "Split ", this.split)), this.body);
     this.fillPicker();
     this.show();
   }
@@ -42,17 +51,28 @@ export class SamplesView {
   fillPicker() {
     const chosen = this.picker.value || LATEST;
     const options = [el("option", {value: LATEST}, "latest"),
-      ...this.steps().map((step) => el("option", {value: String(step)}, `step ${step}`))];
+      ...this.steps().map((step) => el("option", {value: String(step)}, `step ${step}${this.evalNote(step)}`))];
     this.picker.replaceChildren(...options);
     this.picker.value = this.byStep.has(Number(chosen)) ? chosen : LATEST;
+  }
+
+  // " (eval)" for a step of eval rows only (step 0), " (+ eval)" beside training's.
+  evalNote(step) {
+    const splits = new Set(this.byStep.get(step).map(splitOf));
+    if (!splits.has(EVAL)) return "";
+    return splits.size === 1 ? " (eval)" : " (+ eval)";
   }
 
   show() {
     const steps = this.steps();
     const step = this.picker.value === LATEST ? steps[0] : Number(this.picker.value);
-    const rows = this.byStep.get(step) || [];
+    const split = this.split.value;
+    const all = this.byStep.get(step) || [];
+    const rows = all.filter((row) => split === "all" || splitOf(row) === split);
     const functions = [...new Set(rows.flatMap((row) => Object.keys(row.rewards || {})))];
     fill(this.body, table([
+      {title: "split", cell: (row) => el("span", {className: `badge split-${splitOf(row)}`}, splitOf(row)),
+        help: "eval: a completion of an eval prompt, scored but not trained on"},
       {title: "prompt", className: "text", cell: (row) => row.prompt},
       {title: "completion", className: "text", cell: (row) => el("pre", {}, row.completion)},
       {title: "answer", className: "text", cell: (row) => row.answer ?? "–"},
@@ -60,6 +80,8 @@ export class SamplesView {
         cell: (row) => number(row.rewards?.[name])})),
       {title: "reward", className: "num", cell: (row) => number(row.reward)},
       {title: "advantage", className: "num", cell: (row) => number(row.advantage)},
-    ], rows, {empty: "No samples yet: they are kept every log_completions_every steps."}));
+    ], rows, {empty: all.length ? `No ${split} samples at step ${step}.`
+      : "No samples yet: they are kept every log_completions_every steps.",
+      rowProps: (row) => ({dataset: {split: splitOf(row)}})}));
   }
 }

@@ -9,12 +9,13 @@ revoked: at once when the revocation came through this process, else within
 ``GRPO_AUTH_CACHE_SECONDS`` (at least a second), how often it re-checks the key in SQL.
 
 On connect the server sends, from SQL, the job's events after ``after_event`` and its metrics
-and samples after step ``after`` (0, the default: everything; at most the 20 newest samples),
-then the job's current ``status``. It then tails the job's Redis Stream (``RedisKeys.job_stream``) from the
-entry that was last *before* the SQL read, so nothing published meanwhile is lost; duplicates
-are dropped (a step, sample step or event id at or before the last one sent is skipped), so
-each step arrives exactly once and in order. Whoever writes an event or changes the job's
-status (the API, the scheduler, the worker) publishes it to that stream once it has committed:
+and samples after step ``after`` (-1, the default: everything, step 0's evaluation included;
+at most the 20 newest samples), then the job's current ``status``. It then tails the job's
+Redis Stream (``RedisKeys.job_stream``) from the entry that was last *before* the SQL read, so
+nothing published meanwhile is lost; duplicates are dropped (a step, sample step or event id
+at or before the last one sent is skipped), so each step arrives exactly once and in order.
+Whoever writes an event or changes the job's status (the API, the scheduler, the worker)
+publishes it to that stream once it has committed:
 events come with their row id and are sent as they arrive; a status change makes the server
 re-read the job's row at once and send the ``status`` with it. SQL is also re-read as a safety
 net for a publish that failed: after a second of quiet stream (which catches a job that ended
@@ -57,6 +58,7 @@ from api.schemas.jobs import JobRead
 from api.settings import Settings
 from api.store import jobs as job_store
 from api.store.db import session_scope
+from api.vocabulary import BEFORE_FIRST_STEP
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["stream"])
@@ -89,7 +91,7 @@ async def stream_job(
     settings: SettingsDep,
     cache: KeyCacheDep,
     redis: RedisDep,
-    after: Annotated[int, step_cursor("Only steps after this one")] = 0,
+    after: Annotated[int, step_cursor("Only steps after this one")] = BEFORE_FIRST_STEP,
     after_event: Annotated[int, id_cursor("Only events after this id")] = 0,
 ) -> None:
     await run_in_threadpool(_job_or_404, settings.database_url, job_id, principal.scope)

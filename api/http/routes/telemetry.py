@@ -13,9 +13,11 @@ from api.http.views import checkpoints_for, events_for
 from api.schemas.jobs import CheckpointRead, EventRead, MetricRead, Page, SamplesRead
 from api.store import jobs as job_store
 from api.store import telemetry
+from api.vocabulary import BEFORE_FIRST_STEP
 
 router = APIRouter(prefix="/jobs/{job_id}", tags=["telemetry"])
 _NAMES_HELP = "Only these metrics (repeat, or comma-separated); `step` is always kept"
+_SAMPLE_STEP_HELP = "Only this step's samples (0: the evaluation before training)"
 _ERRORS = {401: {"description": "Missing or wrong bearer token"}, 404: {"description": "No such job"}}
 
 
@@ -32,13 +34,14 @@ def list_events(job_id: JobId, session: SessionDep, principal: PrincipalDep,
 
 @router.get("/metrics", response_model=Page[MetricRead], responses=_ERRORS)
 def list_metrics(job_id: JobId, session: SessionDep, principal: PrincipalDep,
-                 after_step: Annotated[int, step_cursor("Only steps after this one")] = 0,
+                 after_step: Annotated[int, step_cursor("Only steps after this one")] = BEFORE_FIRST_STEP,
                  limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
                  names: Annotated[list[str] | None,
                                   Query(description=_NAMES_HELP, max_length=MAX_METRIC_NAMES)] = None,
                  ) -> Page[MetricRead]:
-    """One record per optimizer step (steps count from 1), in step order; ``next_after`` is
-    the ``after_step`` of the next page."""
+    """One record per optimizer step (steps count from 1; step 0, when present, is the
+    evaluation before training), in step order; ``next_after`` is the ``after_step`` of the
+    next page."""
     job_store.get_job(session, job_id, principal.scope)
     wanted = {name.strip() for value in names or [] for name in value.split(",") if name.strip()} or None
     items = telemetry.list_metrics(session, job_id, after_step, limit + 1, wanted)
@@ -48,7 +51,7 @@ def list_metrics(job_id: JobId, session: SessionDep, principal: PrincipalDep,
 
 @router.get("/samples", response_model=Page[SamplesRead], responses=_ERRORS)
 def list_samples(job_id: JobId, session: SessionDep, principal: PrincipalDep,
-                 step: Annotated[int | None, step_cursor("Only this step's samples", ge=1)] = None,
+                 step: Annotated[int | None, step_cursor(_SAMPLE_STEP_HELP, ge=0)] = None,
                  limit: Annotated[int, Query(ge=1, le=100)] = 20) -> Page[SamplesRead]:
     """Sample completions (kept every ``log_completions_every`` steps), newest step first."""
     job_store.get_job(session, job_id, principal.scope)
