@@ -168,6 +168,28 @@ def wait_for_api(url: str, children: dict[str, subprocess.Popen], timeout: float
     raise DevError(f"the API did not answer at {url} within {timeout:.0f}s")
 
 
+def wait_for_worker(url: str, children: dict[str, subprocess.Popen], timeout: float = 120.0) -> None:
+    """Until the worker's first heartbeat (after its capability checks) is seen: a spec submitted
+    before it would be refused for a capability, such as the sandbox, that no live worker offers
+    yet. Only where the cluster view is readable without a key (``GRPO_AUTH=none``, dev's default)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for role, process in children.items():
+            if process.poll() is not None:
+                raise DevError(f"{role} exited with code {process.returncode} during start-up")
+        try:
+            response = httpx.get(f"{url}/v1/cluster", timeout=5)
+        except httpx.TransportError:
+            response = None
+        if response is not None and response.status_code in (401, 403):
+            return  # keys are on: the submit will say what it says
+        if response is not None and response.is_success and any(
+                pool.get("workers") for pool in response.json().get("pools", [])):
+            return
+        time.sleep(0.2)
+    raise DevError(f"the worker sent no heartbeat within {timeout:.0f}s")
+
+
 class Stack:
     """Redis (when we started it) and the three roles; ``close`` stops them in reverse order."""
 
@@ -219,6 +241,7 @@ def run_dev(port: int | None, spec: Path | None, models_root: Path | None, data_
         url = stack.start(os.environ, settings, log_dir)
         say(*summary(url, os.environ, log_dir, stack.redis is not None, watching=watch is not None))
         if watch is not None:
+            wait_for_worker(url, stack.children)
             return watch(url)
         role = serve(stack, os.environ["GRPO_DATABASE_URL"])
         say(f"{role} exited with code {stack.children[role].returncode}; stopping", err=True)
