@@ -49,6 +49,8 @@ ERROR_CODES: dict[str, str] = {
     "rank_failed": "one of the job's processes (ranks) raised an error: the message says which",
     "rank_died": "one of the job's processes (ranks) was killed or exited without saying why",
     "database_unavailable": "the worker could not reach the database for longer than its retry budget",
+    "storage_unavailable": "the worker could not reach the object store (GRPO_STORAGE_URL) for longer "
+                           "than its retry budget, at a resume or at the job's end",
     "capability_missing": "the worker no longer offers something the job's rewards need",
     "too_many_attempts": "it went back to the queue after a fault (a worker lost, a process killed) "
                          "GRPO_MAX_ATTEMPTS times: the message names the last cause; grpo retry gives "

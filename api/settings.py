@@ -36,6 +36,15 @@ class Settings(BaseSettings):
         None, description="Where artifacts and uploaded files are stored: `s3://BUCKET/PREFIX` (an "
         "S3-compatible bucket; endpoint, region and credentials from the standard `AWS_*` variables) or "
         "a local folder (a path or `file:///path`); unset: the folder `GRPO_ARTIFACTS_ROOT`.")
+    worker_cache_dir: Path = Field(Path("./worker-cache"), description="Where a worker keeps the uploaded "
+                                   "files (`file:ID` sources) its jobs use, one copy per content hash.")
+    worker_cache_bytes: int = Field(50 * 2**30, ge=0, description="The most bytes `GRPO_WORKER_CACHE_DIR` "
+                                    "holds: the least recently used files no running job uses are evicted.")
+    storage_retry_seconds: float = Field(
+        300.0, ge=0, description="A worker retries an upload to or a download from an unreachable "
+        "`GRPO_STORAGE_URL` store for this long, backing off; a checkpoint's upload is retried while the "
+        "job trains on (its row is written once it is stored), and a store away longer at the job's end "
+        "or at its resume ends the attempt without failing the job, which is requeued.")
     # The JobSpec's pool pattern: a worker must serve a pool that a job can name.
     pool: str = Field(DEFAULT_POOL, pattern=POOL_NAME_PATTERN,
                       description="The GPU pool this worker serves.")

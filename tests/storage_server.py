@@ -20,10 +20,15 @@ from waiting import wait_until
 from api.cli.dev import free_port
 
 BUCKET = "grpo-test"
+# The bucket is made in the server's memory before it listens, so that no client (a worker
+# retrying through an outage) ever finds the server up and the bucket missing.
 _SERVER = """
 import os, sys, time
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.s3.models import s3_backends
 from moto.server import ThreadedMotoServer
-parent, port = int(sys.argv[1]), int(sys.argv[2])
+parent, port, bucket = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+s3_backends[DEFAULT_ACCOUNT_ID]["global"].create_bucket(bucket, "us-east-1")
 server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
 server.start()
 while os.getppid() == parent:
@@ -51,6 +56,25 @@ class S3Server:
         """Gone at once, as a crashed server is: connections are refused from here on."""
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(10)
+        self.process.stderr.close()
+
+    def restart(self) -> None:
+        """A killed server back on the same endpoint with its bucket: moto keeps objects in
+        memory, so the bucket comes back empty, as a store whose disk was replaced would."""
+        self.process = _started(int(self.endpoint.rsplit(":", 1)[1]), self.bucket)
+        _ready(self)
+
+
+def _started(port: int, bucket: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", _SERVER, str(os.getpid()), str(port), bucket],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+
+
+def _ready(server: S3Server) -> None:
+    process = server.process
+    wait_until(lambda: _answers(server.endpoint) or process.poll() is not None, 60, "moto's S3 server",
+               details=lambda: process.stderr.read().decode() if process.poll() is not None else "")
+    assert process.poll() is None, process.stderr.read().decode()
 
 
 def _answers(endpoint: str) -> bool:
@@ -65,18 +89,12 @@ def _answers(endpoint: str) -> bool:
 def s3_server(bucket: str = BUCKET) -> Iterator[S3Server]:
     """A fresh server holding one empty bucket, stopped at the end of the block."""
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-c", _SERVER, str(os.getpid()), str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    server = S3Server(f"http://127.0.0.1:{port}", bucket, process)
+    server = S3Server(f"http://127.0.0.1:{port}", bucket, _started(port, bucket))
     try:
-        wait_until(lambda: _answers(server.endpoint) or process.poll() is not None, 60, "moto's S3 server",
-                   details=lambda: process.stderr.read().decode() if process.poll() is not None else "")
-        assert process.poll() is None, process.stderr.read().decode()
-        from api.storage.s3 import s3_client
-
-        s3_client(server.env, concurrency=1).create_bucket(Bucket=bucket)
+        _ready(server)
         yield server
     finally:
+        process = server.process
         if process.poll() is None:
             process.terminate()
             try:
@@ -84,4 +102,5 @@ def s3_server(bucket: str = BUCKET) -> Iterator[S3Server]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(10)
-        process.stderr.close()
+        if not process.stderr.closed:
+            process.stderr.close()

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
+from api.artifact_paths import remote_store
 from api.job_spec import JobSpec
 from api.lifecycle import JobStatus
 from api.schemas.jobs import JobRead
 from api.settings import Settings
+from api.storage import StorageUnavailable
 from api.store.jobs import capabilities_needed
 from grpo_core.errors import GRPOError, traceback_tail
 from grpo_core.io.model_loading import quiet_library_progress_bars
@@ -20,6 +22,7 @@ from grpo_core.parallel.distributed import SINGLE
 from grpo_core.run.launch import RankDied
 from worker.attempt_files import AttemptFiles
 from worker.heartbeat import CAPABILITY_MISSING, missing_capabilities
+from worker.job_storage import STORAGE_UNAVAILABLE, fetch_resume_checkpoint
 from worker.outcome import Fault, Outcome
 from worker.ranks import train_on_ranks
 from worker.retrying import DATABASE_UNAVAILABLE, DatabaseUnavailable
@@ -31,8 +34,8 @@ __all__ = ["failure", "run_attempt"]
 def run_attempt(job: JobRead, settings: Settings, worker_id: str, files: AttemptFiles) -> Outcome | Fault:
     """Train ``job`` and say how the attempt ended. Every failure of the job's own becomes an
     Outcome with a stable code; a machine fault (a rank process that died, the database away
-    longer than the retry budget, a capability the job's rewards need that this worker lacks,
-    such as the code_tests sandbox) becomes a Fault."""
+    longer than the retry budget, the object store away as long, a capability the job's rewards
+    need that this worker lacks, such as the code_tests sandbox) becomes a Fault."""
     quiet_library_progress_bars()
     try:
         spec = JobSpec.model_validate(job.spec)
@@ -41,6 +44,9 @@ def run_attempt(job: JobRead, settings: Settings, worker_id: str, files: Attempt
             why = "; ".join(f"{capability}: {problem}" for capability, problem in missing.items())
             return Fault(f"this worker cannot offer what the job's rewards need ({why})",
                          {"error_code": CAPABILITY_MISSING, "missing": sorted(missing)}, CAPABILITY_MISSING)
+        store = remote_store(settings)
+        if store is not None:  # before any rank starts: they all resume from this host's copy
+            fetch_resume_checkpoint(store, settings, job.id)
         if len(job.devices or ()) > 1:
             return train_on_ranks(job, spec, settings, files)
         return train_reporting(job, spec, settings, files, SINGLE)
@@ -49,6 +55,8 @@ def run_attempt(job: JobRead, settings: Settings, worker_id: str, files: Attempt
         return Fault(exc.message, data)
     except DatabaseUnavailable as exc:  # the infrastructure's fault: resume once it is back
         return Fault(str(exc), {"error_code": DATABASE_UNAVAILABLE}, DATABASE_UNAVAILABLE)
+    except StorageUnavailable as exc:  # the same for the object store
+        return Fault(str(exc), {"error_code": STORAGE_UNAVAILABLE}, STORAGE_UNAVAILABLE)
     except ValidationError as exc:
         return failure("invalid_spec", f"stored spec no longer validates: {exc}")
     except GRPOError as exc:

@@ -1,5 +1,6 @@
 """A ``job:ID[@STEP]`` model source, resolved where the artifacts are: the other job's final
-model or checkpoint folder (:func:`api.artifact_paths.model_to_continue`), loaded like a
+model or checkpoint folder (:func:`api.artifact_paths.model_to_continue`; with an object store
+apart from the artifacts folder, fetched from it first), loaded like a
 ``path:`` source under the artifacts root. The API checked at submit that the job is the same
 team's and had the model; retention may have deleted a checkpoint since, which the job cannot
 help: ``source_unavailable``."""
@@ -8,10 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from api.artifact_paths import model_to_continue
+from api.artifact_paths import model_to_continue, remote_store, stored_model_to_continue
 from api.job_spec import JobSpec, continued_job
 from api.settings import Settings
 from grpo_core.errors import SourceUnavailable
+from worker.job_storage import fetch_folder
 
 
 def loadable(spec: JobSpec, settings: Settings) -> tuple[JobSpec, Path]:
@@ -21,7 +23,12 @@ def loadable(spec: JobSpec, settings: Settings) -> tuple[JobSpec, Path]:
     if continued is None:
         return spec, Path(settings.models_root)
     job_id, step = continued
-    folder = model_to_continue(settings, job_id, step)
+    store = remote_store(settings)
+    if store is None:
+        folder = model_to_continue(settings, job_id, step)
+    else:  # another worker may have trained it: from the store, into this one's artifacts folder
+        key = stored_model_to_continue(store, job_id, step)
+        folder = fetch_folder(store, settings, key) if key is not None else None
     if folder is None:
         raise SourceUnavailable("model.source", f"{spec.model.source} no longer exists (its job's "
                                                 "retention may have removed that checkpoint)")

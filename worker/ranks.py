@@ -20,6 +20,7 @@ from api.job_spec import JobSpec
 from api.lifecycle import JobStatus
 from api.schemas.jobs import JobRead
 from api.settings import Settings
+from api.storage import StorageUnavailable
 from grpo_core.io.model_loading import quiet_library_progress_bars
 from grpo_core.parallel.distributed import Ranks
 from grpo_core.run.callbacks import TrainerCallback
@@ -30,6 +31,7 @@ from worker.retrying import DatabaseUnavailable
 from worker.training import train_job, train_reporting
 
 _DATABASE_UNAVAILABLE = f"{DatabaseUnavailable.__module__}.{DatabaseUnavailable.__qualname__}"
+_STORAGE_UNAVAILABLE = f"{StorageUnavailable.__module__}.{StorageUnavailable.__qualname__}"
 
 
 def train_on_ranks(job: JobRead, spec: JobSpec, settings: Settings, files: AttemptFiles) -> Outcome:
@@ -45,6 +47,8 @@ def train_on_ranks(job: JobRead, spec: JobSpec, settings: Settings, files: Attem
     except RankFailed as exc:
         if exc.exception_type == _DATABASE_UNAVAILABLE:  # rank 0 lost the database: not the job's fault
             raise DatabaseUnavailable(exc.reason) from exc
+        if exc.exception_type == _STORAGE_UNAVAILABLE:  # nor the object store
+            raise StorageUnavailable(exc.reason) from exc
         # Anything but a GRPOError is a crash, as in one process.
         return Outcome(JobStatus.FAILED, exc.message, exc.rank_code or "internal_error", exc.traceback)
     return outcome

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from api.artifact_paths import checkpoint_dir, job_dir, model_dir
+from api.artifact_paths import checkpoint_dir, job_dir, model_dir, remote_store
 from api.job_spec import JobSpec
 from api.lifecycle import JobStatus, StopRequest
 from api.schemas.jobs import JobRead
@@ -30,8 +30,10 @@ from grpo_core.run.tracking import trackers
 from grpo_core.run.trainer import GRPOTrainer, TrainResult
 from worker.artifacts import ArtifactQuota
 from worker.attempt_files import AttemptFiles
+from worker.checkpoint_uploads import StoredCheckpoints
 from worker.counted_steps import CountedSteps
 from worker.job_sources import loadable
+from worker.job_storage import store_final_model, store_job_files
 from worker.outcome import Outcome, outcome_for_stop
 from worker.reporting import JobReporter
 from worker.verifiers import registered_verifiers
@@ -82,10 +84,22 @@ def train_reporting(job: JobRead, spec: JobSpec, settings: Settings, files: Atte
         quota = ArtifactQuota(settings, job.id, job.team_id)
         # First: a job whose counted length is over its pool's limits ends before "started" is recorded.
         counted = CountedSteps(settings, job, spec)
-        callbacks = CallbackList([counted, quota, reporter, link, final, *tracked])
-        result = train_job(job, spec, settings, callbacks, ranks)
-        if not result.stopped and result.checkpoint is not None:
-            export_final_model(job, spec, settings, result, final.record, callbacks)
+        store = remote_store(settings)
+        # With a store apart from this folder, a checkpoint's row waits until the store holds it.
+        recorded = reporter if store is None else StoredCheckpoints(reporter, store, job.id,
+                                                                    settings.storage_retry_seconds)
+        callbacks = CallbackList([counted, quota, recorded, link, final, *tracked])
+        try:
+            result = train_job(job, spec, settings, callbacks, ranks)
+            if store is not None:
+                recorded.flush()
+            if not result.stopped and result.checkpoint is not None:
+                export_final_model(job, spec, settings, result, final.record, callbacks)
+                if store is not None:
+                    store_final_model(store, settings, job.id)
+        finally:
+            if store is not None:
+                store_job_files(store, settings, job.id)
     finally:
         client.close()
     return ending(result, files.stop_reason())

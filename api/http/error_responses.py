@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.domain_errors import RateLimited, ServiceError, Unavailable
 from api.outages import OUTAGES, backend_down
+from api.storage import StorageUnavailable
 from grpo_core.errors import SpecError
 from grpo_core.spec.spec_file import InvalidSpec, field_path
 
@@ -103,10 +104,10 @@ def _param(err: dict[str, Any]) -> str:
 
 
 async def _backend_unavailable(_conn: HTTPConnection, exc: Exception) -> JSONResponse:
-    """The database or Redis did not answer (connection refused or dropped, pool exhausted):
-    503 ``unavailable`` with ``Retry-After``; the response is an ordinary one, so the client's
-    connection stays open. On a WebSocket not yet accepted it is the handshake's answer."""
-    backend = backend_down(exc)
+    """The database, Redis or the object store did not answer (connection refused or dropped,
+    pool exhausted): 503 ``unavailable`` with ``Retry-After``; the response is an ordinary one,
+    so the client's connection stays open. On a WebSocket not yet accepted it is the handshake's answer."""
+    backend = "the object store" if isinstance(exc, StorageUnavailable) else backend_down(exc)
     response = error_response(503, "unavailable", f"{backend} is unavailable; retry in a few seconds")
     response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
     return response
@@ -128,7 +129,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(WebSocketRequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    for outage in OUTAGES:
+    for outage in (*OUTAGES, StorageUnavailable):
         app.add_exception_handler(outage, _backend_unavailable)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from api.artifact_paths import model_to_continue
+from api.artifact_paths import has_model_to_continue
 from api.domain_errors import NotFound
 from api.job_spec import JobSpec, continued_job, split_any_source
 from api.pool_limits import effective_limits, limit_problems
@@ -213,7 +213,7 @@ def check_job_source(session: Session, spec: JobSpec, team_id: int, settings: Se
         get_job(session, job_id, team_id)
     except NotFound:
         raise InvalidSpec([SpecError("model.source", f"your team has no job {job_id}")]) from None
-    if model_to_continue(settings, job_id, step) is None:
+    if not has_model_to_continue(settings, job_id, step):  # a store away: 503, as any backend
         what = (f"keeps no checkpoint of step {step}" if step is not None
                 else "has no final model or checkpoint yet")
         listing = f"GET /v1/jobs/{job_id}/checkpoints lists what it keeps"

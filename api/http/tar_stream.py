@@ -12,6 +12,11 @@ that client idles (the open costs little beside the read of a MiB). The file ope
 one sized (same inode): one replaced meanwhile breaks the download off rather than send bytes
 that do not match its header. Keeping a file alive that may be deleted meanwhile (retention) is
 the caller's part (:mod:`api.http.download_pins`).
+
+Members may also be objects of a store (``stored``): each is sized by its listing and streamed
+by a ranged read of it (:meth:`~api.storage.ObjectStore.open_read`), held open only while the
+member's bytes go out; an object replaced or deleted meanwhile breaks the download off, as a
+replaced file does (a store has no pins: a client continues with ``Range`` or asks again).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from api.storage import ObjectInfo, ObjectStore
 
 BLOCK = 512
 _CHUNK = 1024 * 1024
@@ -36,6 +43,7 @@ class _Member:
     path: Path | None  # None: ``data`` holds the content
     inode: tuple[int, int] = (0, 0)  # (device, inode) of the file that was sized
     data: bytes = b""
+    stored: ObjectInfo | None = None  # an object of the stream's store
 
     @property
     def padding(self) -> int:
@@ -49,14 +57,17 @@ def _header(name: str, size: int, mtime: float) -> bytes:
 
 
 class TarStream:
-    """``files`` (name in the archive -> path) and ``generated`` (name -> bytes) under ``prefix/``.
+    """``files`` (name in the archive -> path), ``stored`` (name -> an object of ``store``) and
+    ``generated`` (name -> bytes) under ``prefix/``.
     ``on_close`` runs once, when the stream is read to its end, closed or dropped unread (what
     the caller holds for it: its pinned files). FileNotFoundError if a file is gone before it
     is sized."""
 
     def __init__(self, prefix: str, files: dict[str, Path], generated: dict[str, bytes],
-                 on_close: Callable[[], None] | None = None) -> None:
+                 on_close: Callable[[], None] | None = None, *, store: ObjectStore | None = None,
+                 stored: dict[str, ObjectInfo] | None = None) -> None:
         self.members: list[_Member] = []
+        self.store = store
         # Also run if the stream is garbage collected: a response dropped before its first byte
         # never starts ``iter_range``, whose ``finally`` would have run it.
         self._release = weakref.finalize(self, on_close or (lambda: None))
@@ -68,6 +79,9 @@ class TarStream:
         except BaseException:
             self.close()
             raise
+        for name, info in (stored or {}).items():
+            self.members.append(_Member(_header(f"{prefix}/{name}", info.size, info.modified), info.size,
+                                        None, stored=info))
         now = time.time()
         for name, data in generated.items():
             header = _header(f"{prefix}/{name}", len(data), now)
@@ -97,7 +111,9 @@ class TarStream:
         """``(length, read(skip, upto))`` for each consecutive piece of the archive."""
         for member in self.members:
             yield len(member.header), _bytes_reader(member.header)
-            if member.path is None:
+            if member.stored is not None:
+                yield member.size, _object_reader(self.store, member.stored)
+            elif member.path is None:
                 yield member.size, _bytes_reader(member.data)
             else:
                 yield member.size, _file_reader(member)
@@ -120,6 +136,21 @@ def _file_reader(member: _Member):
             chunk = _read_chunk(member, offset, min(_CHUNK, upto - offset))
             offset += len(chunk)
             yield chunk
+
+    return read
+
+
+def _object_reader(store: ObjectStore, info: ObjectInfo):
+    def read(skip: int, upto: int) -> Iterator[bytes]:
+        with store.open_read(info.key, skip, upto - skip) as stream:
+            if stream.info.size != info.size:  # its header holds another object's size
+                raise OSError(f"'{info.key}' was replaced while the archive streamed")
+            sent = 0
+            for chunk in stream:
+                sent += len(chunk)
+                yield chunk
+        if sent != upto - skip:
+            raise OSError(f"'{info.key}' ended {upto - skip - sent} bytes early")
 
     return read
 

@@ -46,8 +46,12 @@ _CARD_ROWS_SHOWN = 3  # inline dataset rows quoted in a card; the rest are count
 def model_files(checkpoint: Path) -> list[Path]:
     """The files of ``checkpoint`` that make up the model as they are, by name (its folders,
     fsdp's ``distributed/`` state, are training state); :func:`generated_files` has the rest."""
-    return sorted(p for p in checkpoint.iterdir()
-                  if p.is_file() and not _TRAINING_STATE.match(p.name) and p.name not in _GENERATED)
+    return sorted(p for p in checkpoint.iterdir() if p.is_file() and is_model_file(p.name))
+
+
+def is_model_file(name: str) -> bool:
+    """Whether a checkpoint's top-level file ``name`` is part of the model as it is."""
+    return not _TRAINING_STATE.match(name) and name not in _GENERATED
 
 
 def generation_config(checkpoint: Path, spec: RunSpec) -> dict[str, Any]:

@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any
 
 # Events that say something went wrong without ending the run (a reporter may flag them).
-WARNING_EVENTS = frozenset({"reward_timeout", "reward_unavailable", "reward_unscored"})
+# ``checkpoint_upload_retry``: the service's worker could not store a checkpoint yet.
+WARNING_EVENTS = frozenset({"reward_timeout", "reward_unavailable", "reward_unscored",
+                            "checkpoint_upload_retry"})
 
 
 class TrainerCallback:

@@ -2,12 +2,17 @@
 Hugging Face folder (``from_pretrained`` loads it once unpacked), streamed from the artifacts
 volume (:mod:`api.http.tar_stream`): team-scoped like every job route, exact ``Content-Length``,
 ``Range`` for a download that broke off. Each file is opened only while its bytes stream, and
-pinned (:mod:`api.http.download_pins`) so that retention deleting it meanwhile breaks nothing."""
+pinned (:mod:`api.http.download_pins`) so that retention deleting it meanwhile breaks nothing.
+
+With ``GRPO_STORAGE_URL`` apart from the artifacts folder (:func:`api.artifact_paths.remote_store`),
+the workers' artifacts are in the store, not on this host: the same archives are streamed from
+its objects, a stored folder counting once its mark (stored last) is there."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header
 from fastapi import Path as PathParam
@@ -15,7 +20,17 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.requests import HTTPConnection
 
-from api.artifact_paths import complete_checkpoint, model_dir, tensorboard_dir
+from api.artifact_paths import (
+    COMPLETE_MARK,
+    MODEL_MARK,
+    artifact_key,
+    checkpoint_key,
+    complete_checkpoint,
+    model_dir,
+    model_key,
+    remote_store,
+    tensorboard_dir,
+)
 from api.domain_errors import NotFound
 from api.http.deps import PrincipalDep, SessionDep, SettingsDep
 from api.http.download_pins import PINS_DIR, DownloadPins
@@ -23,9 +38,16 @@ from api.http.error_responses import error_response
 from api.http.params import MAX_INT, JobId
 from api.http.tar_stream import TarStream, parse_range
 from api.job_spec import JobSpec
+from api.storage import ObjectInfo, ObjectStore
 from api.store import jobs as job_store
 from api.store import telemetry
-from grpo_core.io.model_export import generated_files, model_files
+from grpo_core.io.model_export import (
+    ADAPTER_CONFIG,
+    GENERATION_CONFIG,
+    generated_files,
+    is_model_file,
+    model_files,
+)
 
 router = APIRouter(prefix="/jobs/{job_id}", tags=["downloads"])
 _TAR = {"content": {"application/x-tar": {}}, "description": "The folder as a tar (206: the range asked)"}
@@ -52,12 +74,22 @@ def download_model(job_id: JobId, session: SessionDep, principal: PrincipalDep, 
     generation config and a model card; with ``export.merge_lora`` the merged weights and the
     adapter under ``adapter/``."""
     job_store.get_job(session, job_id, principal.scope)
+    name, store = f"job-{job_id}-model", remote_store(settings)
+    if store is not None:
+        stored = _stored_under(store, model_key(job_id))
+        if MODEL_MARK not in stored:
+            raise _no_model(job_id)
+        return _tar_response(TarStream(name, {}, {}, store=store, stored=stored), f"{name}.tar", range_)
     folder = model_dir(settings, job_id)
     if not folder.is_dir():
-        raise NotFound(f"job {job_id} has no final model: it is written when the job finishes its last "
-                       "step (a checkpoint of it downloads from /checkpoints/{step}/archive)", param="job_id")
-    archive = _archive(pins, f"job-{job_id}-model", _files_under(folder), {}, "job_id")
-    return _tar_response(archive, f"job-{job_id}-model.tar", range_)
+        raise _no_model(job_id)
+    archive = _archive(pins, name, _files_under(folder), {}, "job_id")
+    return _tar_response(archive, f"{name}.tar", range_)
+
+
+def _no_model(job_id: int) -> NotFound:
+    return NotFound(f"job {job_id} has no final model: it is written when the job finishes its last "
+                    "step (a checkpoint of it downloads from /checkpoints/{step}/archive)", param="job_id")
 
 
 @router.get("/tensorboard", response_class=StreamingResponse, responses=_RESPONSES)
@@ -67,12 +99,21 @@ def download_tensorboard(job_id: JobId, session: SessionDep, principal: Principa
     """The TensorBoard event files of a job with ``report_to: [tensorboard]`` (``tensorboard
     --logdir`` the unpacked folder), as written so far."""
     job_store.get_job(session, job_id, principal.scope)
-    folder = tensorboard_dir(settings, job_id)
-    if not folder.is_dir():
+    name, folder = f"job-{job_id}-tensorboard", tensorboard_dir(settings, job_id)
+    store = remote_store(settings)
+    stored = _stored_under(store, artifact_key(settings, folder)) if store is not None else {}
+    if not (stored or folder.is_dir()):
         raise NotFound(f"job {job_id} has no TensorBoard files: its spec does not report_to tensorboard, "
                        "or it has not trained a step yet", param="job_id")
-    archive = _archive(pins, f"job-{job_id}-tensorboard", _files_under(folder), {}, "job_id")
-    return _tar_response(archive, f"job-{job_id}-tensorboard.tar", range_)
+    if store is not None:  # stored at the end of each attempt
+        return _tar_response(TarStream(name, {}, {}, store=store, stored=stored), f"{name}.tar", range_)
+    archive = _archive(pins, name, _files_under(folder), {}, "job_id")
+    return _tar_response(archive, f"{name}.tar", range_)
+
+
+def _stored_under(store: ObjectStore, prefix: str) -> dict[str, ObjectInfo]:
+    base = prefix.rstrip("/") + "/"
+    return {info.key.removeprefix(base): info for info in store.list(base)}
 
 
 def _files_under(folder: Path) -> dict[str, Path]:
@@ -86,17 +127,32 @@ def download_checkpoint(job_id: JobId, step: Annotated[int, PathParam(ge=1, le=M
     """A kept checkpoint as a model folder: its weights (or adapter) and tokenizer, with a
     generation config and a model card made for it; the training state (optimizer, RNG) stays."""
     job = job_store.get_job(session, job_id, principal.scope)
-    folder = complete_checkpoint(settings, job_id, step)
-    if folder is None:
+    store = remote_store(settings)
+    stored = _stored_under(store, checkpoint_key(job_id, step)) if store is not None else {}
+    folder = complete_checkpoint(settings, job_id, step) if store is None else None
+    if folder is None and COMPLETE_MARK not in stored:
         raise NotFound(f"job {job_id} keeps no checkpoint of step {step} (see its /checkpoints)",
                        param="step")
     records = telemetry.list_metrics(session, job_id, after_step=step - 1, limit=1)
     metrics = records[0].values if records and records[0].step == step else None
-    spec = JobSpec.model_validate(job.spec)
-    files = {p.name: p for p in model_files(folder)}
-    generated = generated_files(folder, spec, step, metrics, job_id)
+    made = (JobSpec.model_validate(job.spec), step, metrics, job_id)
     name = f"job-{job_id}-step-{step}"
-    return _tar_response(_archive(pins, name, files, generated, "step"), f"{name}.tar", range_)
+    if store is not None:
+        model = {n: info for n, info in stored.items() if "/" not in n and is_model_file(n)}
+        archive = TarStream(name, {}, _stored_generated(store, stored, *made), store=store, stored=model)
+        return _tar_response(archive, f"{name}.tar", range_)
+    files = {p.name: p for p in model_files(folder)}
+    return _tar_response(_archive(pins, name, files, generated_files(folder, *made), "step"), f"{name}.tar",
+                         range_)
+
+
+def _stored_generated(store: ObjectStore, stored: dict[str, ObjectInfo], *made: Any) -> dict[str, bytes]:
+    """:func:`generated_files` of a stored checkpoint: the two small files it reads fetched first."""
+    with tempfile.TemporaryDirectory() as folder:
+        for name in (GENERATION_CONFIG, ADAPTER_CONFIG):
+            if name in stored:
+                store.get_file(stored[name].key, Path(folder, name))
+        return generated_files(Path(folder), *made)
 
 
 def _archive(pins: DownloadPins, name: str, files: dict[str, Path], generated: dict[str, bytes],

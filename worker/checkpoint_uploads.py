@@ -1,0 +1,102 @@
+"""A job's checkpoints into the object store it shares with the API, before SQL names them.
+
+The trainer writes each checkpoint into the worker's own folder; :class:`StoredCheckpoints` then
+stores it (its completion mark last) and only then passes it on to the reporter, which writes its
+row: a row always names a checkpoint whole in the store, the one any worker resumes from.
+
+A store that cannot be reached does not stop the training: the upload is retried after later
+steps, backing off (a ``checkpoint_upload_retry`` warning event says so once per checkpoint), and
+a newer checkpoint replaces one still waiting (retention may delete the older folder, and a
+resume needs only the newest). At the run's end :meth:`StoredCheckpoints.flush` waits for the last
+one for ``GRPO_STORAGE_RETRY_SECONDS``, then raises StorageUnavailable: the attempt is requeued.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from api.artifact_paths import COMPLETE_MARK, checkpoint_key
+from api.storage import ObjectStore, StorageUnavailable
+from grpo_core.run.callbacks import CallbackList, TrainerCallback
+from worker.job_storage import FIRST_DELAY_SECONDS, MOST_DELAY_SECONDS, retry_storage
+
+log = logging.getLogger(__name__)
+UPLOAD_RETRY_EVENT = "checkpoint_upload_retry"
+
+
+class StoredCheckpoints(CallbackList):
+    """``reporter`` (and only it) behind the store: every hook reaches it as it is, but a
+    checkpoint only once stored, and a checkpoint retention removed once it left the store."""
+
+    def __init__(self, reporter: TrainerCallback, store: ObjectStore, job_id: int, budget_seconds: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__([reporter])
+        self.store, self.job_id, self.budget_seconds, self.clock = store, job_id, budget_seconds, clock
+        self.pending: tuple[int, Path] | None = None
+        self.doomed: set[int] = set()  # steps whose stored objects (whole or partial) must go
+        self.retry_at, self.delay = 0.0, FIRST_DELAY_SECONDS
+
+    def on_checkpoint(self, step: int, path: Path) -> None:
+        if self.pending is not None:  # superseded before it was stored: its partial objects go
+            self.doomed.add(self.pending[0])
+        self.pending, self.delay = (step, path), FIRST_DELAY_SECONDS
+        self._upload()
+
+    def on_step(self, record: dict[str, Any]) -> None:
+        super().on_step(record)
+        if self.pending is not None and self.clock() >= self.retry_at:
+            self._upload()
+
+    def on_checkpoints_removed(self, steps: list[int]) -> None:
+        self.doomed.update(steps)
+        self._delete_doomed()
+
+    def flush(self) -> None:
+        """Wait until the newest checkpoint is stored (and recorded), or raise StorageUnavailable."""
+        if self.pending is not None:
+            what = f"job {self.job_id}: the checkpoint of step {self.pending[0]}"
+            retry_storage(self._store_pending, self.budget_seconds, what)
+
+    def _upload(self) -> None:
+        step = self.pending[0]
+        try:
+            self._store_pending()
+        except StorageUnavailable as error:
+            first = self.delay == FIRST_DELAY_SECONDS
+            self.retry_at, self.delay = self.clock() + self.delay, min(MOST_DELAY_SECONDS, self.delay * 2)
+            log.warning("job %s: the checkpoint of step %s is not stored yet: %s", self.job_id, step, error)
+            if first:
+                super().on_event(UPLOAD_RETRY_EVENT,
+                                 f"the checkpoint of step {step} could not be stored yet; training goes on "
+                                 "and its upload is retried", {"step": step, "error": str(error)[:500]})
+
+    def _store_pending(self) -> None:
+        step, path = self.pending
+        self.store.put_folder(checkpoint_key(self.job_id, step), path, last=[COMPLETE_MARK])
+        self.pending = None
+        self.doomed.discard(step)
+        super().on_checkpoint(step, path)  # the row, now that the store holds it whole
+        self._delete_doomed()
+
+    def _delete_doomed(self) -> None:
+        """Retention in the store, and the rows with it. Not while a newer checkpoint waits: the
+        store keeps what a resume needs until its successor is whole there. Best effort: a store
+        away now is asked again after the next upload."""
+        if self.pending is not None:
+            return
+        gone = []
+        for step in sorted(self.doomed):
+            try:
+                self.store.delete_prefix(checkpoint_key(self.job_id, step))
+            except StorageUnavailable as error:
+                log.warning("job %s: the stored checkpoint of step %s is not deleted yet: %s",
+                            self.job_id, step, error)
+                break
+            gone.append(step)
+        self.doomed.difference_update(gone)
+        if gone:  # the job no longer keeps them: their rows go too
+            super().on_checkpoints_removed(gone)

@@ -1,0 +1,131 @@
+"""Uploaded files (``file:ID`` sources) on a worker host: read from the store (``files/ID``) into a
+cache bounded in bytes (``GRPO_WORKER_CACHE_DIR``, ``GRPO_WORKER_CACHE_BYTES``), keyed by the
+object's SHA-256, so a model that ten jobs use downloads once per host, and two uploads of the
+same bytes share one entry.
+
+An entry is ``SHA/data`` (a dataset, one file) or ``SHA/model/`` (a model archive, unpacked once:
+regular files and folders only, no absolute path, ``..``, link or device). It is made beside its
+place and renamed into it, so a reader never sees half of one; its bytes are checked against the
+digest the store recorded, and a mismatch (a corrupt object) keeps nothing. A process using an
+entry holds it (``SHA/users/PID``) while its job runs; the least recently used entries not held
+by a live process are evicted to make room.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tarfile
+import time
+from pathlib import Path
+
+from api.settings import Settings
+from api.storage import ChecksumMismatch, ObjectStore
+from api.storage.digests import file_sha256
+from api.storage.keys import checked_key, partial_path
+from grpo_core.io.paths import folder_bytes
+from grpo_core.run.processes import process_alive
+
+FILE_SCHEME = "file:"
+DATA, MODEL, USERS = "data", "model", "users"
+
+
+def uploaded_file_id(source: str) -> str | None:
+    """The ID of a ``file:ID`` source, None for any other."""
+    return source.removeprefix(FILE_SCHEME) if source.startswith(FILE_SCHEME) else None
+
+
+class UnsafeArchive(ValueError):
+    """A model archive member that would land outside its folder or is not a plain file."""
+
+
+class FileCache:
+    def __init__(self, store: ObjectStore, root: Path, max_bytes: int) -> None:
+        self.store, self.root, self.max_bytes = store, Path(root), max_bytes
+
+    @classmethod
+    def of(cls, settings: Settings, store: ObjectStore) -> FileCache:
+        return cls(store, settings.worker_cache_dir, settings.worker_cache_bytes)
+
+    def dataset(self, file_id: str) -> Path:
+        """The uploaded dataset's file, held by this process."""
+        return self._entry(file_id, DATA) / DATA
+
+    def model(self, file_id: str) -> Path:
+        """The uploaded model archive's unpacked folder, held by this process."""
+        return self._entry(file_id, MODEL) / MODEL
+
+    def _entry(self, file_id: str, kind: str) -> Path:
+        key = checked_key(f"files/{file_id}")  # where POST /v1/files stores an upload's bytes
+        info = self.store.stat(key)
+        if info.sha256 is None:
+            raise ChecksumMismatch(f"'{key}' has no recorded SHA-256 to check a copy against")
+        entry = self.root / info.sha256
+        if not (entry / kind).exists():
+            self._make_room(info.size)
+            self._fill(key, info.sha256, entry, kind)
+        self._hold(entry)
+        return entry
+
+    def _fill(self, key: str, digest: str, entry: Path, kind: str) -> None:
+        filling = partial_path(entry)
+        filling.mkdir(parents=True)
+        try:
+            download = filling / DATA
+            self.store.get_file(key, download)  # checked against the recorded digest on the way
+            if file_sha256(download) != digest:
+                raise ChecksumMismatch(f"'{key}' read back with another SHA-256 than the {digest} recorded")
+            if kind == MODEL:
+                unpack_safely(download, filling / MODEL)
+                download.unlink()
+            (filling / USERS).mkdir()
+            try:
+                os.rename(filling, entry)
+            except OSError:
+                if not (entry / kind).exists():  # not another process's copy of the same bytes
+                    raise
+        finally:
+            shutil.rmtree(filling, ignore_errors=True)
+
+    def _hold(self, entry: Path) -> None:
+        (entry / USERS).mkdir(exist_ok=True)
+        (entry / USERS / str(os.getpid())).touch()
+        now = time.time()
+        os.utime(entry, (now, now))  # its last use, for eviction
+
+    def release(self) -> None:
+        """This process uses none of its entries any more (its job ended)."""
+        for mark in self.root.glob(f"*/{USERS}/{os.getpid()}"):
+            mark.unlink(missing_ok=True)
+
+    def _make_room(self, incoming: int) -> None:
+        entries = [p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")] \
+            if self.root.is_dir() else []
+        used = sum(folder_bytes(p) for p in entries)
+        for entry in sorted(entries, key=lambda p: p.stat().st_mtime):
+            if used + incoming <= self.max_bytes:
+                return
+            if not _in_use(entry):
+                used -= folder_bytes(entry)
+                shutil.rmtree(entry, ignore_errors=True)
+
+
+def _in_use(entry: Path) -> bool:
+    users = entry / USERS
+    return users.is_dir() and any(process_alive(int(mark.name)) for mark in users.iterdir()
+                                  if mark.name.isdigit())
+
+
+def unpack_safely(archive: Path, folder: Path) -> None:
+    """A tar or tar.gz of a model folder into ``folder``: UnsafeArchive for any member that is not
+    a regular file or folder, or whose path is absolute or climbs out with ``..``."""
+    folder.mkdir(parents=True)
+    with tarfile.open(archive, "r:*") as tar:
+        members = tar.getmembers()
+        for member in members:
+            parts = Path(member.name).parts
+            if member.name.startswith("/") or ".." in parts:
+                raise UnsafeArchive(f"archive member '{member.name}' would be written outside its folder")
+            if not (member.isfile() or member.isdir()):
+                raise UnsafeArchive(f"archive member '{member.name}' is a link or a device, not a file")
+        tar.extractall(folder, members=members, filter="data")

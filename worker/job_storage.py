@@ -1,0 +1,122 @@
+"""A job's artifacts between the worker's own folder and a store it shares with the API
+(``GRPO_STORAGE_URL`` other than ``GRPO_ARTIFACTS_ROOT``, :func:`api.artifact_paths.remote_store`):
+the worker trains in its artifacts folder as with the default, and copies there what it resumes
+from and to the store what it wrote. With the default store nothing here runs: the store is
+that folder.
+
+A store that cannot be reached (:class:`~api.storage.StorageUnavailable`) is retried with backoff
+for ``GRPO_STORAGE_RETRY_SECONDS``, then raised: the attempt ends as the infrastructure's fault
+(:mod:`worker.attempt`), never as the job's.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from api.artifact_paths import (
+    CHECKPOINTS_DIR,
+    COMPLETE_MARK,
+    MODEL_DIR,
+    MODEL_MARK,
+    artifact_key,
+    checkpoint_dir,
+    checkpoint_key,
+    job_dir,
+    model_dir,
+    model_key,
+    stored_checkpoint_steps,
+)
+from api.settings import Settings
+from api.storage import ObjectStore, StorageUnavailable
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+STORAGE_UNAVAILABLE = "storage_unavailable"
+FIRST_DELAY_SECONDS, MOST_DELAY_SECONDS = 0.5, 30.0
+
+
+def retry_storage(fn: Callable[[], T], budget_seconds: float, what: str,
+                  sleep: Callable[[float], None] = time.sleep) -> T:
+    """``fn()``, tried again while the store is unavailable (0.5 s doubling to 30 s, jittered)
+    until it succeeds or ``budget_seconds`` have passed: then the last StorageUnavailable."""
+    deadline, delay = time.monotonic() + budget_seconds, FIRST_DELAY_SECONDS
+    while True:
+        try:
+            return fn()
+        except StorageUnavailable as error:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StorageUnavailable(f"the object store was unreachable for {budget_seconds:g} s "
+                                         f"({what}): {error}") from error
+            log.warning("%s: the object store is unavailable, retrying: %s", what, error)
+            sleep(min(left, delay * random.uniform(0.5, 1.0)))
+            delay = min(MOST_DELAY_SECONDS, delay * 2)
+
+
+def fetch_resume_checkpoint(store: ObjectStore, settings: Settings, job_id: int) -> Path | None:
+    """Make the job's local checkpoints folder hold exactly the newest checkpoint that is whole
+    in the store (downloaded unless this host has it already) and return it; None when the store
+    has none. A local checkpoint the store lacks (its upload never finished, so no row names it)
+    is removed: the job resumes from what every worker can see."""
+    def newest() -> int | None:
+        steps = stored_checkpoint_steps(store, job_id)
+        return steps[-1] if steps else None
+
+    step = retry_storage(newest, settings.storage_retry_seconds, f"job {job_id}: its checkpoints")
+    local = checkpoint_dir(settings, job_id)
+    keep = local / f"step-{step}" if step is not None else None
+    if local.is_dir():
+        for path in local.iterdir():
+            if path != keep or not (path / COMPLETE_MARK).is_file():
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+    if keep is None or keep.is_dir():
+        return keep
+    retry_storage(lambda: store.get_folder(checkpoint_key(job_id, step), keep),
+                  settings.storage_retry_seconds, f"job {job_id}: downloading the checkpoint of step {step}")
+    return keep
+
+
+def fetch_folder(store: ObjectStore, settings: Settings, key: str) -> Path:
+    """The stored folder ``key`` in this worker's artifacts folder under the same name, downloaded
+    unless it is there already (a ``job:`` source: another job's model or checkpoint, which never
+    changes once stored). ObjectNotFound when the store has nothing under ``key``."""
+    local = Path(settings.artifacts_root) / key
+    if not local.is_dir():
+        try:
+            retry_storage(lambda: store.get_folder(key, local), settings.storage_retry_seconds,
+                          f"downloading {key}")
+        except FileExistsError:  # another job on this host fetched it meanwhile
+            pass
+    return local
+
+
+def store_final_model(store: ObjectStore, settings: Settings, job_id: int) -> None:
+    """The job's exported model folder into the store, its card last: the API serves the model
+    once the card is there, so never a part of one."""
+    retry_storage(lambda: store.put_folder(model_key(job_id), model_dir(settings, job_id), last=[MODEL_MARK]),
+                  settings.storage_retry_seconds, f"job {job_id}: storing its final model")
+
+
+def store_job_files(store: ObjectStore, settings: Settings, job_id: int) -> None:
+    """What else the job's trackers wrote beside its checkpoints and model (TensorBoard, W&B's
+    offline run, MLflow's store), each folder as it is now: called at the end of every attempt,
+    so a later attempt's files replace the earlier ones' copies and add to them. Best effort: a
+    store away for the whole budget is logged, not raised, since requeuing a job for its charts
+    would train nothing, and here it would hide the error that ended the attempt."""
+    root = job_dir(settings, job_id)
+    if not root.is_dir():
+        return
+    for folder in sorted(root.iterdir()):
+        if folder.is_dir() and folder.name not in (CHECKPOINTS_DIR, MODEL_DIR):
+            try:
+                retry_storage(lambda f=folder: store.put_folder(artifact_key(settings, f), f),
+                              settings.storage_retry_seconds, f"job {job_id}: storing {folder.name}")
+            except StorageUnavailable as error:
+                log.error("job %s: its %s files were not stored: %s", job_id, folder.name, error)
