@@ -151,3 +151,33 @@ def test_a_run_by_epochs_over_a_file_is_counted_by_the_worker_and_held_to_its_po
     done = run_in_process(submit(spec))
     assert done.status == "succeeded", done.error
     assert done.max_steps == done.last_step == 2
+
+
+def test_an_eval_set_from_a_file_is_counted_by_the_worker_and_held_to_its_pools_token_bound(
+        submit, tiny_spec, run_in_process, job_of, roots, database_url, pool):
+    """Submit counts inline eval rows only; the worker counts a file's once the data loads (the
+    trainer's ``started`` event carries them) and fails a job whose eval point is over the pool's
+    per-step token bound, before its step-0 eval and its first step."""
+    from api.schemas.admin import PoolLimits
+    from api.store.pools import create_pool, set_limits
+
+    name = f"eval-{uuid.uuid4().hex[:8]}.jsonl"
+    (roots["data"] / name).write_text("".join(f'{{"prompt": "Is {n} yes?"}}\n' for n in range(5)))
+    evaluation = {"eval_strategy": "steps", "eval_steps": 1, "eval_on_start": True, "eval_num_generations": 2}
+    spec = tiny_spec(pool=pool, max_steps=1, grpo=evaluation, eval_dataset={"source": f"path:{name}"})
+    # A step: 2 prompts × 2 completions × (256 + 8) = 1,056 tokens; an eval point 5 × 2 × 264 = 2,640.
+    with session_scope(database_url) as session:
+        create_pool(session, pool)
+        set_limits(session, pool, PoolLimits(max_tokens_per_step=2_500))
+    job = run_in_process(submit(spec))  # submit took it: it could not count the file
+    assert failed_with(job) == "invalid_spec"
+    assert job.error.message == (
+        "eval_dataset.source: 5 eval prompts × grpo.eval_num_generations 2 × (max_prompt_length + "
+        f"max_completion_length) 264 = 2,640 tokens per eval point; pool '{pool}' allows at most 2,500 "
+        "per step: use fewer eval prompts or lower one of them")
+    assert job.last_step == 0
+
+    with session_scope(database_url) as session:
+        set_limits(session, pool, PoolLimits(max_tokens_per_step=2_640))  # exactly one eval point
+    done = run_in_process(submit(spec))
+    assert done.status == "succeeded", done.error
