@@ -98,7 +98,7 @@ def artifact_quota(database_url):
 def test_a_checkpoint_over_the_teams_artifact_quota_fails_before_writing_anything(
         submit, tiny_spec, run_in_process, artifact_quota, task_settings):
     from api.artifact_paths import checkpoint_dir
-    from worker.artifacts import team_artifact_bytes
+    from api.artifact_usage import team_artifact_bytes
 
     artifact_quota(1000)  # far below the tiny model's checkpoint
     job = run_in_process(submit(tiny_spec(max_steps=2, checkpoint_every=1)))
