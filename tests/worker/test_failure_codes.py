@@ -181,3 +181,37 @@ def test_an_eval_set_from_a_file_is_counted_by_the_worker_and_held_to_its_pools_
         set_limits(session, pool, PoolLimits(max_tokens_per_step=2_640))  # exactly one eval point
     done = run_in_process(submit(spec))
     assert done.status == "succeeded", done.error
+
+
+def test_deleting_a_finished_job_frees_the_teams_artifact_quota(
+        submit, tiny_spec, run_in_process, artifact_quota, task_settings, settings, database_url, team_id):
+    """A real job's checkpoints and final model fill the quota so that the next job fails; the team
+    deletes the first over the real API (in-process, auth off: the default team) and the second,
+    retried, fits in what that freed (one step: the first held a checkpoint and a final model,
+    more than the second's one checkpoint is estimated at)."""
+    from fastapi.testclient import TestClient
+
+    from api.artifact_paths import job_dir
+    from api.artifact_usage import team_artifact_bytes
+    from api.main import create_app
+    from api.store.teams import artifact_quota as quota_and_jobs
+
+    artifact_quota(None)
+    first = run_in_process(submit(tiny_spec(max_steps=1, checkpoint_every=1)))
+    assert first.status == "succeeded", first.error
+    own = team_artifact_bytes(task_settings, [first.id])
+    with session_scope(database_url) as session:
+        used = team_artifact_bytes(task_settings, quota_and_jobs(session, team_id, always=True)[1])
+    artifact_quota(used)  # full: the next checkpoint of any job of the team is over it
+    second = run_in_process(submit(tiny_spec(max_steps=1, checkpoint_every=1)))
+    assert failed_with(second) == "artifact_quota_exceeded"
+
+    with TestClient(create_app(settings.model_copy(update={"auth": "none"}))) as api:
+        assert api.get("/v1/me").json()["artifact_bytes"] == used
+        assert api.delete(f"/v1/jobs/{first.id}").status_code == 204
+        assert not job_dir(task_settings, first.id).exists()
+        me = api.get("/v1/me").json()
+        assert (me["artifact_bytes"], me["artifact_quota_bytes"]) == (used - own, used)
+        assert api.post(f"/v1/jobs/{second.id}/retry").status_code == 200
+    again = run_in_process(second.id)
+    assert again.status == "succeeded", again.error
