@@ -17,10 +17,17 @@ from api.settings import Settings
 from api.storage import ObjectStore, open_store, parse_location
 
 CHECKPOINTS_DIR, MODEL_DIR, TENSORBOARD_DIR = "checkpoints", "model", "tensorboard"
+JOBS_DIR = "jobs"
 
 
 def job_dir(settings: Settings, job_id: int) -> Path:
-    return Path(settings.artifacts_root) / "jobs" / str(job_id)
+    return Path(settings.artifacts_root) / JOBS_DIR / str(job_id)
+
+
+def job_prefix(job_id: int) -> str:
+    """The job's folder as a storage prefix (:mod:`api.storage`): the local default store's root
+    is the artifacts root, so it names the same files as :func:`job_dir`."""
+    return f"{JOBS_DIR}/{job_id}/"
 
 
 def checkpoint_dir(settings: Settings, job_id: int) -> Path:

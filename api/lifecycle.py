@@ -147,7 +147,8 @@ class Action(StrEnum):
     """What a user may do to a job: each job read lists the ones that apply in its status
     (``JobRead.actions``), so a client offers exactly those and keeps no table of its own. The
     value is the name a client calls: ``POST /v1/jobs/{id}/{action}`` for the moves and ``clone``;
-    ``set_priority`` is the job's PATCH, ``download_model`` its ``GET .../model``."""
+    ``set_priority`` is the job's PATCH, ``download_model`` its ``GET .../model``, ``delete`` its
+    ``DELETE``."""
 
     CANCEL = "cancel"
     PAUSE = "pause"
@@ -156,6 +157,7 @@ class Action(StrEnum):
     SET_PRIORITY = "set_priority"
     CLONE = "clone"
     DOWNLOAD_MODEL = "download_model"
+    DELETE = "delete"  # DELETE /v1/jobs/{id}: its rows and artifacts
 
 
 # The moves each moving action makes, tried in this order: where it applies is where one of
@@ -189,6 +191,8 @@ ACTIONS: dict[Action, tuple[str, ...]] = {
     # The worker writes the final model as the last thing before the job succeeds. (The download
     # route serves whatever final model there is; clients offer it once the job has one.)
     Action.DOWNLOAD_MODEL: (JobStatus.SUCCEEDED.value,),
+    # No worker writes a finished job's artifacts any more (a retry would: retry it or delete it).
+    Action.DELETE: TERMINAL_STATUSES,
 }
 
 

@@ -85,16 +85,17 @@ def eval_tokens_per_point(spec: JobSpec, eval_prompts: int) -> int:
     return eval_prompts * grpo.eval_num_generations * (grpo.max_prompt_length + grpo.max_completion_length)
 
 
-def eval_limit_problems(spec: JobSpec, eval_prompts: int, limits: PoolLimits) -> list[SpecError]:
-    """An eval point of ``eval_prompts`` prompts over the per-step token bound, on the eval rows.
-    Checked at submit for inline rows; a file or hub eval set is not checked yet: only the worker
-    counts its prompts, and its step-count check (``worker.counted_steps``) is not given them."""
+def eval_limit_problems(spec: JobSpec, eval_prompts: int, limits: PoolLimits,
+                        field: str = EVAL_ROWS_FIELD) -> list[SpecError]:
+    """An eval point of ``eval_prompts`` prompts over the per-step token bound, on ``field``.
+    Checked at submit for inline rows; a file or hub eval set by the worker once it has counted
+    its prompts (``worker.counted_steps``, on ``eval_dataset.source``)."""
     tokens = eval_tokens_per_point(spec, eval_prompts)
     if limits.max_tokens_per_step is None or tokens <= limits.max_tokens_per_step:
         return []
     grpo = spec.grpo
     sequence = grpo.max_prompt_length + grpo.max_completion_length
-    return [SpecError(EVAL_ROWS_FIELD, (
+    return [SpecError(field, (
         f"{eval_prompts:,} eval prompts × grpo.eval_num_generations {grpo.eval_num_generations} × "
         f"(max_prompt_length + max_completion_length) {sequence:,} "
         f"= {tokens:,} tokens per eval point; pool '{spec.resources.pool}' allows at most "

@@ -278,7 +278,7 @@ def run_in_process(task_settings, database_url: str, job_of: Callable[[int], Any
         with session_scope(database_url) as session:
             assert transition(session, job_id, via=Transition.DISPATCH, values={"dispatched_at": utcnow()})
             job = claim(session, job_id, worker_id)
-        files = tmp_path / f"attempt-{job_id}"
+        files = tmp_path / f"attempt-{job_id}-{job.attempt}"  # a job retried runs again here
         files.mkdir()
         outcome = run_attempt(job, task_settings, worker_id, AttemptFiles(files))
         record_outcome(job, worker_id, task_settings, None, outcome)

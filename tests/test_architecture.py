@@ -66,6 +66,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "api.explanations": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     "api.artifact_paths": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
                            "grpo_core", *SERVICE_FRAMEWORKS),
+    # A team's artifact bytes on disk: the worker's quota check and the API's GET /v1/me count alike.
+    "api.artifact_usage": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
+                           *CORE_LAYERS[2:], *SERVICE_FRAMEWORKS),
     # What a backend outage raises: the two clients' exceptions, nothing of this project's.
     "api.outages": ("api", "worker", "grpo_core", "fastapi", "starlette", "celery"),
     # Checked at submit (api.http) and, for a run counted on the worker, by the worker.

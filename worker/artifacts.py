@@ -12,22 +12,16 @@ from __future__ import annotations
 
 import logging
 
-from api.artifact_paths import job_dir
+from api.artifact_usage import team_artifact_bytes
 from api.outages import DATABASE_DOWN
 from api.settings import Settings
 from api.store.db import session_scope
 from api.store.teams import artifact_quota
 from grpo_core.errors import GRPOError
-from grpo_core.io.paths import folder_bytes
 from grpo_core.run.callbacks import TrainerCallback
 
 log = logging.getLogger(__name__)
 QUOTA_EXCEEDED = "artifact_quota_exceeded"
-
-
-def team_artifact_bytes(settings: Settings, job_ids: list[int]) -> int:
-    """Bytes under the artifact folders of ``job_ids`` (a job that never wrote counts 0)."""
-    return sum(folder_bytes(job_dir(settings, job_id)) for job_id in job_ids)
 
 
 class ArtifactQuota(TrainerCallback):
@@ -54,6 +48,6 @@ class ArtifactQuota(TrainerCallback):
                 f"the checkpoint of step {step} (about {estimated_bytes} bytes) would take the team's "
                 f"artifacts to {used + estimated_bytes} bytes, over its quota of {quota} bytes "
                 f"({used} bytes in use by its {len(job_ids)} job(s)); nothing was written. Raise the "
-                "quota (grpo admin set-artifact-quota) or delete other jobs' artifacts, then resubmit",
+                "quota (grpo admin set-artifact-quota) or delete finished jobs (grpo rm ID), then resubmit",
                 code=QUOTA_EXCEEDED,
             )

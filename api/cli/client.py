@@ -137,6 +137,12 @@ class ApiClient:
     def cancel(self, job_id: int) -> dict[str, Any]:
         return self._json(self.http.post(f"/v1/jobs/{job_id}/cancel"))
 
+    def delete(self, job_id: int) -> None:
+        """``DELETE /v1/jobs/{id}``: a finished job, its rows and its artifacts (204, no body)."""
+        response = self.http.delete(f"/v1/jobs/{job_id}")
+        if response.status_code != 204:
+            self._json(response)  # raises the API's error
+
     def events(self, job_id: int) -> dict[str, Any]:
         """Every lifecycle event of the job, in order."""
         return self._pages(f"/v1/jobs/{job_id}/events", {}, "after", TELEMETRY_PAGE)

@@ -1,7 +1,7 @@
 """``grpo``: the console entry. It reuses ``grpo_core.cli``'s parser (``train``, ``tiny-model``)
 and adds the service's commands: ``api``, ``scheduler``, ``worker``, ``dev``, ``admin`` (teams,
 API keys, quotas and pools, straight on the database: ``api.cli.admin``) and the HTTP client
-commands ``submit``, ``list``, ``show``, ``watch``, ``cancel``, ``events``, ``metrics``,
+commands ``submit``, ``list``, ``show``, ``watch``, ``cancel``, ``rm``, ``events``, ``metrics``,
 ``cluster``, ``queue`` (``api.cli.monitor``), ``usage`` (``api.cli.usage_command``), ``compare``
 (``api.cli.compare_command``), ``rewards list|run`` (``api.cli.reward_commands``).
 

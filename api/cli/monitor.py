@@ -27,7 +27,7 @@ from api.cli.printable import printable
 from api.lifecycle import TERMINAL_STATUSES, Action, JobStatus
 
 MONITOR_COMMANDS = ("submit", "list", "show", "watch", "cancel", "pause", "resume", "retry", "clone",
-                    "events", "metrics", "download", "cluster", "queue")
+                    "rm", "delete", "events", "metrics", "download", "cluster", "queue")
 DEFAULT_API_URL = "http://127.0.0.1:8000"
 INTERRUPTED = 130
 
@@ -163,6 +163,11 @@ def _cancel(client: Any, args: argparse.Namespace) -> Result:
     stopping = job["status"] == JobStatus.CANCELLING
     later = " (it stops after its current step, with a checkpoint)" if stopping else ""
     return Result(job, f"job {job['id']} {job['status']}{later}")
+
+
+def _delete(client: Any, args: argparse.Namespace) -> Result:
+    client.delete(args.job_id)
+    return Result({"id": args.job_id, "deleted": True}, f"job {args.job_id} deleted, with its artifacts")
 
 
 def _action_note(job: dict[str, Any]) -> str:
@@ -327,8 +332,8 @@ def add_monitor_commands(commands: argparse._SubParsersAction) -> None:
     common = common_options()
 
     def add(name: str, help_: str, command: Callable[[Any, argparse.Namespace], Result] | None = None,
-            job_id: bool = True) -> argparse.ArgumentParser:
-        parser = commands.add_parser(name, help=help_, parents=[common])
+            job_id: bool = True, aliases: tuple[str, ...] = ()) -> argparse.ArgumentParser:
+        parser = commands.add_parser(name, help=help_, parents=[common], aliases=list(aliases))
         if job_id:
             parser.add_argument("job_id", type=int, metavar="ID")
         if command is not None:
@@ -365,6 +370,8 @@ def add_monitor_commands(commands: argparse._SubParsersAction) -> None:
     clone.add_argument("--changes", type=Path, default=None, metavar="FILE",
                        help="fields to change, nested as in a spec (grpo: {max_steps: 10})")
     _add_set_option(clone)
+    add("rm", "delete a finished job: its records, checkpoints and final model (frees the team's artifact "
+        "quota; not undone)", _delete, aliases=("delete",))
     add("events", "a job's lifecycle events", _events)
     metrics = add("metrics", "a job's metrics, every step", _metrics)
     metrics.add_argument("--csv", action="store_true", help="CSV: a header step,<names...>, one row per step")

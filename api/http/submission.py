@@ -21,6 +21,7 @@ from api.domain_errors import NotFound
 from api.job_spec import JobSpec, continued_job, split_any_source
 from api.pool_limits import effective_limits, limit_problems
 from api.settings import Settings
+from api.store.job_deletion import hold_against_deletion
 from api.store.jobs import get_job
 from api.store.pools import admission, list_pools
 from api.store.verifiers import endpoints_for
@@ -213,6 +214,8 @@ def check_job_source(session: Session, spec: JobSpec, team_id: int, settings: Se
         get_job(session, job_id, team_id)
     except NotFound:
         raise InvalidSpec([SpecError("model.source", f"your team has no job {job_id}")]) from None
+    if not hold_against_deletion(session, job_id):  # deleted since the read above
+        raise InvalidSpec([SpecError("model.source", f"job {job_id} was deleted")])
     if not has_model_to_continue(settings, job_id, step):  # a store away: 503, as any backend
         what = (f"keeps no checkpoint of step {step}" if step is not None
                 else "has no final model or checkpoint yet")

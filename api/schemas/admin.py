@@ -142,3 +142,9 @@ class Me(BaseModel):
     team_id: int
     is_admin: bool
     key_prefix: str | None = Field(description="None for the operator token and with auth off")
+    artifact_bytes: int = Field(description=(
+        "Bytes the team's job artifacts (checkpoints, final models, tracker files) take in storage; "
+        "deleting finished jobs (DELETE /v1/jobs/{id}) frees them"))
+    artifact_quota_bytes: int | None = Field(description=(
+        "The most artifact bytes the team may hold (null: no limit); a checkpoint that would go over "
+        "it fails its job artifact_quota_exceeded"))

@@ -125,7 +125,7 @@ def get_job(session: Session, job_id: int, team_id: int | None = None, *, traceb
     """``team_id=None`` sees every team (admin); another team's job is reported as not found.
     ``traceback``: include a failure's traceback (an admin's read)."""
     job = session.get(Job, job_id)
-    if job is None or (team_id is not None and job.team_id != team_id):
+    if job is None or job.deleted_at is not None or (team_id is not None and job.team_id != team_id):
         raise NotFound(f"job {job_id} not found", param="job_id")
     return job_read(job, traceback=traceback)
 
@@ -153,6 +153,7 @@ def list_jobs(
             query = query.where(Job.id < after)
     else:
         query = select(Job).where(Job.id > after).order_by(Job.id).limit(limit)
+    query = query.where(Job.deleted_at.is_(None))  # a tombstone (api.store.job_deletion)
     if team_id is not None:
         query = query.where(Job.team_id == team_id)
     if statuses:
@@ -211,7 +212,9 @@ def transition(
     for column, limit in _FAILURE_TEXT_LIMITS.items():
         if values.get(column) is not None:
             values[column] = storable_text(values[column], limit)
-    conditions = [_JOBS.c.id == job_id, _JOBS.c.status.in_(sorted(s.value for s in rule.sources))]
+    # Never a deleted job: a retry that waited on the deletion's row lock finds it a tombstone.
+    conditions = [_JOBS.c.id == job_id, _JOBS.c.status.in_(sorted(s.value for s in rule.sources)),
+                  _JOBS.c.deleted_at.is_(None)]
     if worker_id is not None:
         conditions.append(_JOBS.c.worker_id == worker_id)
     if guard is not None:

@@ -73,6 +73,6 @@ def job_with_spec(session: Session, job_id: int, team_id: int | None, *,
     :func:`api.store.jobs.get_job`."""
     query = select(Job).where(Job.id == job_id).options(defer(Job.spec, raiseload=True))
     job = session.scalars(query).first()
-    if job is None or (team_id is not None and job.team_id != team_id):
+    if job is None or job.deleted_at is not None or (team_id is not None and job.team_id != team_id):
         raise NotFound(f"job {job_id} not found", param="job_id")
     return job_read(job, traceback=traceback, spec=False), _stored(session, [job_id])[job_id]

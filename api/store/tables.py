@@ -202,6 +202,9 @@ class Job(Base):
     # row, for the list's filter. Both are written together (api.store.job_labels), as is the spec.
     tags: Mapped[list[Any] | None] = mapped_column(JSON)
     description: Mapped[str | None] = mapped_column(Text)
+    # Set when the team deleted the job (api.store.job_deletion): the row is a tombstone that
+    # every read hides, kept for its allocations (GPU-hours) and webhook deliveries.
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class JobTag(Base):

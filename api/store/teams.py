@@ -166,11 +166,12 @@ def set_limits(session: Session, team: str, limits: TeamLimits) -> TeamRead:
     return team_by_id(session, team_id)
 
 
-def artifact_quota(session: Session, team_id: int) -> tuple[int | None, list[int]]:
-    """The team's artifact byte quota (None: no limit) and, when there is one, the ids of its
-    jobs, whose artifact folders count against it."""
+def artifact_quota(session: Session, team_id: int, *, always: bool = False) -> tuple[int | None, list[int]]:
+    """The team's artifact byte quota (None: no limit) and, when there is one (or ``always``), the
+    ids of its jobs, whose artifact folders count against it: deleted ones too, since a deletion
+    whose storage step failed leaves their files (``api.store.job_deletion``)."""
     quota = session.scalar(select(Team.artifact_quota_bytes).where(Team.id == team_id))
-    if quota is None:
+    if quota is None and not always:
         return None, []
     return quota, list(session.scalars(select(Job.id).where(Job.team_id == team_id)))
 

@@ -145,7 +145,12 @@ class GRPOTrainer:
 
     def train(self) -> TrainResult:
         if self.state.step == 0:
-            self.callbacks.on_event("started", "training started", {"max_steps": self.max_steps})
+            # The counts a service checks against its limits once the data is loaded (the eval
+            # prompts of a file or hub eval set are known only now).
+            counts = {"max_steps": self.max_steps}
+            if self.components.eval_prompts is not None:
+                counts["eval_prompts"] = len(self.components.eval_prompts.rows)
+            self.callbacks.on_event("started", "training started", counts)
             if self.is_eval_step(0):
                 # Step 0 is never checkpointed: a run stopped before step 1 evaluates it again.
                 result = self.evaluate(0)

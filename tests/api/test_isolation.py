@@ -45,6 +45,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/v1/webhooks/{webhook_id}/deliveries"): TEAM,
     ("GET", _JOB): JOB,
     ("PATCH", _JOB): JOB,
+    ("DELETE", _JOB): JOB,  # the owner deletes a finished job (test_job_deletion.py)
     ("POST", f"{_JOB}/cancel"): JOB,
     ("GET", f"{_JOB}/events"): JOB,
     ("GET", f"{_JOB}/metrics"): JOB,

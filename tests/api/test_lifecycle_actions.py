@@ -21,9 +21,9 @@ EXPECTED: dict[str, list[str]] = {
     "dispatched": ["cancel", "pause", "set_priority", "clone"],
     "running": ["cancel", "pause", "set_priority", "clone"],
     "cancelling": ["set_priority", "clone"],
-    "succeeded": ["clone", "download_model"],
-    "failed": ["retry", "clone"],
-    "cancelled": ["retry", "clone"],
+    "succeeded": ["clone", "download_model", "delete"],
+    "failed": ["retry", "clone", "delete"],
+    "cancelled": ["retry", "clone", "delete"],
     "preempted": ["cancel", "pause", "set_priority", "clone"],
     "pausing": ["cancel", "set_priority", "clone"],
     "paused": ["cancel", "resume", "set_priority", "clone"],
@@ -59,7 +59,7 @@ def test_the_lifecycle_route_serves_the_module(api) -> None:
         "terminal": ["succeeded", "failed", "cancelled"],
         "actions": {action: [s for s in STATUSES if action in EXPECTED[s]]
                     for action in ("cancel", "pause", "resume", "retry", "set_priority", "clone",
-                                   "download_model")},
+                                   "download_model", "delete")},
         "priorities": list(PRIORITIES),
     }
 

@@ -159,6 +159,20 @@ def test_cancel_a_queued_and_a_running_job(grpo, alpha, job_spec, worker) -> Non
     assert alpha.get(f"/v1/jobs/{running['id']}").json()["status"] == "cancelling"
 
 
+def test_rm_deletes_a_finished_job_and_says_why_it_will_not_delete_another(grpo, alpha, job_spec) -> None:
+    queued, finished = new_job(alpha, job_spec), new_job(alpha, job_spec)
+    code, out, err = grpo("rm", str(queued["id"]))
+    assert code == 2 and f"job {queued['id']} is queued" in err  # the API's 409, bad input
+    assert alpha.get(f"/v1/jobs/{queued['id']}").status_code == 200
+    grpo("cancel", str(finished["id"]))
+    assert grpo("rm", str(finished["id"]))[:2] == (0, f"job {finished['id']} deleted, with its artifacts\n")
+    assert alpha.get(f"/v1/jobs/{finished['id']}").status_code == 404
+    grpo("cancel", str(queued["id"]))
+    assert grpo.json("delete", str(queued["id"])) == {"id": queued["id"], "deleted": True}
+    code, _, err = grpo("rm", str(queued["id"]))
+    assert code == 2 and f"job {queued['id']} not found" in err
+
+
 def test_events_and_metrics_read_every_page(grpo, alpha, job_spec, worker, monkeypatch) -> None:
     job = new_job(alpha, job_spec)
     worker.start(job["id"])

@@ -252,8 +252,16 @@ def test_the_pages_offer_what_the_service_says_applies(browser_page, keyed_stack
         assert panel.locator(".title button").evaluate_all(BUTTONS) == ["cancel", "resume", "clone"]
         panel.locator("button[data-action=cancel]").click()
         panel.locator("[data-status=cancelled]").wait_for()
-        assert panel.locator(".title button").evaluate_all(BUTTONS) == ["retry", "clone"]
+        assert panel.locator(".title button").evaluate_all(BUTTONS) == ["retry", "clone", "delete"]
         assert panel.locator("select[data-field=priority]").count() == 0  # a finished job's class is settled
+        # Delete asks first: dismissed, nothing happens; accepted, the job is gone and the list shows.
+        page.once("dialog", lambda dialog: dialog.dismiss())
+        panel.locator("button[data-action=delete]").click()
+        assert keyed_stack.client("alpha").http.get(f"/v1/jobs/{job_id}").status_code == 200
+        page.once("dialog", lambda dialog: dialog.accept())
+        panel.locator("button[data-action=delete]").click()
+        page.wait_for_url("**/#/jobs")
+        assert keyed_stack.client("alpha").http.get(f"/v1/jobs/{job_id}").status_code == 404
     finally:
         keyed_stack.admin("resume", "default")
 

@@ -98,7 +98,7 @@ def artifact_quota(database_url):
 def test_a_checkpoint_over_the_teams_artifact_quota_fails_before_writing_anything(
         submit, tiny_spec, run_in_process, artifact_quota, task_settings):
     from api.artifact_paths import checkpoint_dir
-    from worker.artifacts import team_artifact_bytes
+    from api.artifact_usage import team_artifact_bytes
 
     artifact_quota(1000)  # far below the tiny model's checkpoint
     job = run_in_process(submit(tiny_spec(max_steps=2, checkpoint_every=1)))
@@ -151,3 +151,67 @@ def test_a_run_by_epochs_over_a_file_is_counted_by_the_worker_and_held_to_its_po
     done = run_in_process(submit(spec))
     assert done.status == "succeeded", done.error
     assert done.max_steps == done.last_step == 2
+
+
+def test_an_eval_set_from_a_file_is_counted_by_the_worker_and_held_to_its_pools_token_bound(
+        submit, tiny_spec, run_in_process, job_of, roots, database_url, pool):
+    """Submit counts inline eval rows only; the worker counts a file's once the data loads (the
+    trainer's ``started`` event carries them) and fails a job whose eval point is over the pool's
+    per-step token bound, before its step-0 eval and its first step."""
+    from api.schemas.admin import PoolLimits
+    from api.store.pools import create_pool, set_limits
+
+    name = f"eval-{uuid.uuid4().hex[:8]}.jsonl"
+    (roots["data"] / name).write_text("".join(f'{{"prompt": "Is {n} yes?"}}\n' for n in range(5)))
+    evaluation = {"eval_strategy": "steps", "eval_steps": 1, "eval_on_start": True, "eval_num_generations": 2}
+    spec = tiny_spec(pool=pool, max_steps=1, grpo=evaluation, eval_dataset={"source": f"path:{name}"})
+    # A step: 2 prompts × 2 completions × (256 + 8) = 1,056 tokens; an eval point 5 × 2 × 264 = 2,640.
+    with session_scope(database_url) as session:
+        create_pool(session, pool)
+        set_limits(session, pool, PoolLimits(max_tokens_per_step=2_500))
+    job = run_in_process(submit(spec))  # submit took it: it could not count the file
+    assert failed_with(job) == "invalid_spec"
+    assert job.error.message == (
+        "eval_dataset.source: 5 eval prompts × grpo.eval_num_generations 2 × (max_prompt_length + "
+        f"max_completion_length) 264 = 2,640 tokens per eval point; pool '{pool}' allows at most 2,500 "
+        "per step: use fewer eval prompts or lower one of them")
+    assert job.last_step == 0
+
+    with session_scope(database_url) as session:
+        set_limits(session, pool, PoolLimits(max_tokens_per_step=2_640))  # exactly one eval point
+    done = run_in_process(submit(spec))
+    assert done.status == "succeeded", done.error
+
+
+def test_deleting_a_finished_job_frees_the_teams_artifact_quota(
+        submit, tiny_spec, run_in_process, artifact_quota, task_settings, settings, database_url, team_id):
+    """A real job's checkpoints and final model fill the quota so that the next job fails; the team
+    deletes the first over the real API (in-process, auth off: the default team) and the second,
+    retried, fits in what that freed (one step: the first held a checkpoint and a final model,
+    more than the second's one checkpoint is estimated at)."""
+    from fastapi.testclient import TestClient
+
+    from api.artifact_paths import job_dir
+    from api.artifact_usage import team_artifact_bytes
+    from api.main import create_app
+    from api.store.teams import artifact_quota as quota_and_jobs
+
+    artifact_quota(None)
+    first = run_in_process(submit(tiny_spec(max_steps=1, checkpoint_every=1)))
+    assert first.status == "succeeded", first.error
+    own = team_artifact_bytes(task_settings, [first.id])
+    with session_scope(database_url) as session:
+        used = team_artifact_bytes(task_settings, quota_and_jobs(session, team_id, always=True)[1])
+    artifact_quota(used)  # full: the next checkpoint of any job of the team is over it
+    second = run_in_process(submit(tiny_spec(max_steps=1, checkpoint_every=1)))
+    assert failed_with(second) == "artifact_quota_exceeded"
+
+    with TestClient(create_app(settings.model_copy(update={"auth": "none"}))) as api:
+        assert api.get("/v1/me").json()["artifact_bytes"] == used
+        assert api.delete(f"/v1/jobs/{first.id}").status_code == 204
+        assert not job_dir(task_settings, first.id).exists()
+        me = api.get("/v1/me").json()
+        assert (me["artifact_bytes"], me["artifact_quota_bytes"]) == (used - own, used)
+        assert api.post(f"/v1/jobs/{second.id}/retry").status_code == 200
+    again = run_in_process(second.id)
+    assert again.status == "succeeded", again.error

@@ -76,3 +76,25 @@ export function cancelButton(job, after, onError) {
   return el("button", {type: "button", className: "danger", dataset: {action: "cancel"}, onclick: cancel},
     "Cancel");
 }
+
+// Delete: a finished job, its records and its artifacts, after the browser's confirm (nothing
+// undoes it); then back to the job list, where it no longer is. The service says why it refuses
+// (another job continues from this one's model, say) through onError.
+export function deleteButton(job, onError) {
+  if (!offers(job, "delete")) return null;
+  const remove = async (event) => {
+    const asked = `Delete job #${job.id} "${job.name}"? Its metrics, samples, checkpoints and final ` +
+      "model are removed for good.";
+    if (!window.confirm(asked)) return;
+    event.target.disabled = true;
+    try {
+      await api(`/v1/jobs/${job.id}`, {method: "DELETE"});
+      location.hash = "#/jobs";
+    } catch (error) {
+      onError(error);
+      event.target.disabled = false;
+    }
+  };
+  return el("button", {type: "button", className: "danger", dataset: {action: "delete"}, onclick: remove},
+    "Delete");
+}

@@ -8,7 +8,7 @@ import {ChartSet} from "./charts.js";
 import {errorText, reasonText} from "./codes.js";
 import {el, fill, notice, progressBar, section, statusBadge} from "./dom.js";
 import {time} from "./format.js";
-import {actionButtons, cancelButton, cloneButton, downloadButton, waitNote} from "./controls.js";
+import {actionButtons, cancelButton, cloneButton, deleteButton, downloadButton, waitNote} from "./controls.js";
 import {isTerminal, offers, priorities} from "./lifecycle.js";
 import {followJob} from "./live.js";
 import {SamplesView} from "./samples.js";
@@ -139,7 +139,8 @@ function jobHeader(job, render, onError) {
       cancelButton(job, render, onError),
       ...actionButtons(job, render, onError),
       cloneButton(job),
-      offers(job, "download_model") ? downloadButton(job.id, null, onError) : null),
+      offers(job, "download_model") ? downloadButton(job.id, null, onError) : null,
+      deleteButton(job, onError)),
     el("dl", {className: "facts"},
       facts.map(([name, value]) => el("div", {}, el("dt", {}, name), el("dd", {}, value)))),
     waitingNote(job),

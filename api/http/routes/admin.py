@@ -10,7 +10,8 @@ from fastapi import APIRouter, Depends, Query, Request, status
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from api.http.deps import KeyCacheDep, PrincipalDep, SessionDep, require_admin
+from api.artifact_usage import team_artifact_bytes
+from api.http.deps import KeyCacheDep, PrincipalDep, SessionDep, SettingsDep, require_admin
 from api.http.params import MAX_NAME_LENGTH, KeyId, PoolName, TeamName, VerifierName
 from api.http.rate_limit import limits_cache
 from api.schemas.admin import (
@@ -44,9 +45,13 @@ _BAD = {422: {"description": "Invalid value; `param` names the field. Nothing wa
 
 
 @me.get("/me", response_model=Me)
-def whoami(session: SessionDep, principal: PrincipalDep) -> Me:
+def whoami(session: SessionDep, principal: PrincipalDep, settings: SettingsDep) -> Me:
+    """The caller's key and team, with the team's artifact bytes and quota (what a member needs
+    to see before a job fails ``artifact_quota_exceeded``, and after deleting jobs to free it)."""
     team = teams.team_by_id(session, principal.team_id)
-    return Me(team=team.name, team_id=team.id, is_admin=principal.is_admin, key_prefix=principal.key_prefix)
+    quota, job_ids = teams.artifact_quota(session, team.id, always=True)
+    return Me(team=team.name, team_id=team.id, is_admin=principal.is_admin, key_prefix=principal.key_prefix,
+              artifact_bytes=team_artifact_bytes(settings, job_ids), artifact_quota_bytes=quota)
 
 
 @router.post("/teams", status_code=status.HTTP_201_CREATED, response_model=TeamRead,

@@ -69,7 +69,7 @@ def compare_jobs(
     thinned, first and last step kept), the numeric metrics the jobs recorded, and the spec
     fields whose values differ between the jobs (a field a spec lacks is null there)."""
     wanted, names = job_ids(ids), metric_choice(metrics)
-    query = select(Job).where(Job.id.in_(wanted))
+    query = select(Job).where(Job.id.in_(wanted), Job.deleted_at.is_(None))
     if principal.scope is not None:
         query = query.where(Job.team_id == principal.scope)
     found = {job.id: job for job in session.scalars(query)}

@@ -19,8 +19,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import State
 from starlette.responses import Response as PlainResponse
 
+from api.artifact_paths import job_prefix
+from api.domain_errors import NotFound, Unavailable
 from api.http.auth import Principal
 from api.http.deps import PrincipalDep, RedisDep, SessionDep, SettingsDep
+from api.http.error_responses import RETRY_AFTER_SECONDS
 from api.http.job_json import job_json, page_json
 from api.http.params import JobId, id_cursor
 from api.http.rate_limit import charge_answer
@@ -39,7 +42,8 @@ from api.lifecycle import JOB_STATUSES, WAITING_STATUSES
 from api.scheduling import liveness
 from api.schemas.jobs import JobRead, JobUpdate, Page
 from api.settings import Settings
-from api.store import bus
+from api.storage import StorageError, open_store
+from api.store import bus, job_deletion
 from api.store import jobs as job_store
 from api.store.db import session_scope
 from api.store.job_labels import set_labels
@@ -244,6 +248,33 @@ async def with_queue_positions(redis: RedisDep, settings: Settings, jobs: list[J
         for job in waiting:
             found.setdefault(job.id, {})["pending_reason"] = liveness.NO_SCHEDULER
     return [job.model_copy(update=found[job.id]) if job.id in found else job for job in jobs]
+
+
+@router.delete("/{job_id}", status_code=status.HTTP_204_NO_CONTENT, responses={
+    **_ERRORS,
+    409: {"description": "The job has not finished (the message names its status), or an unfinished "
+                         "job continues from its model (`job:ID` source; the message names it)"},
+    503: {"description": "The job is deleted but its artifacts could not all be removed from storage "
+                         "(they still count against the team's quota): DELETE it again"}})
+def delete_job(job_id: JobId, principal: PrincipalDep, settings: SettingsDep) -> PlainResponse:
+    """Delete a succeeded, failed or cancelled job: its events, metrics, samples and checkpoints,
+    then its artifacts in storage (checkpoints, final model, tracker files), which frees its
+    team's artifact quota. Every read of it is a 404 afterwards, a second DELETE too. Its GPU
+    time stays in the team's usage and its webhook deliveries stay listed."""
+    with session_scope(settings.database_url) as session:
+        fresh = job_deletion.deletion_target(session, job_id, principal.scope)
+        if fresh:
+            job_deletion.tombstone(session, job_id)
+    # Only now that no row points at them: a failure from here on leaves files, never a dangling row.
+    try:
+        removed = open_store(settings.storage_location).delete_prefix(job_prefix(job_id))
+    except StorageError as exc:
+        raise Unavailable(f"job {job_id} is deleted, but its artifacts could not all be removed from storage "
+                          f"({exc}); they count against your team's quota until a DELETE of it succeeds",
+                          retry_after=RETRY_AFTER_SECONDS, param="job_id") from exc
+    if not fresh and not removed:  # deleted before, and nothing was left to remove
+        raise NotFound(f"job {job_id} not found", param="job_id")
+    return PlainResponse(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.post(

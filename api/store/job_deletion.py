@@ -1,0 +1,77 @@
+"""Deleting a finished job (``DELETE /v1/jobs/{id}``): its rows go, a tombstone stays.
+
+Deleted in the transaction: its events, metrics, samples, kept-checkpoint rows and tags (the
+team's data, and the checkpoint rows point at files about to be removed). Kept as a tombstone:
+the ``jobs`` row, emptied of the team's data (spec with any inline rows, description, tags,
+traceback) and marked ``deleted_at``, which every read hides (``api.store.jobs``), because
+  * its allocations are the team's GPU-hours (``GET /v1/usage``): deleting a job must not erase
+    what the team used, and they cascade from the job row;
+  * its webhook deliveries are owed to the receiver (at least once) and listable as sent.
+The caller removes the job's artifacts from storage once this has committed, so no row ever
+points at a removed file; a failure there leaves the tombstone and the files, which still count
+against the team's quota, and a second DELETE retries (:func:`deletion_target`).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, or_, select, update
+from sqlalchemy.orm import Session
+
+from api.domain_errors import Conflict, NotFound
+from api.lifecycle import TERMINAL_STATUSES
+from api.store.tables import Checkpoint, Job, JobEvent, JobMetric, JobSample, JobTag, utcnow
+
+_CHILD_ROWS = (JobEvent, JobMetric, JobSample, Checkpoint, JobTag)
+# Emptied on the tombstone: what the team wrote or the job recorded of its data and host.
+_EMPTIED = {"spec": {}, "description": None, "tags": None, "error_traceback": None,
+            "latest_checkpoint": None, "idempotency_key": None, "request_hash": None}
+
+
+def continuing_jobs(session: Session, job_id: int) -> list[tuple[int, str]]:
+    """``(id, status)`` of the unfinished jobs whose ``model.source`` is ``job:ID[@STEP]`` of
+    ``job_id``: any of them may still load its model (a queued or paused one at its start, a
+    running one again if it is requeued before its first checkpoint)."""
+    source = Job.spec["model"]["source"].as_string()
+    # A deleted job is finished: the status alone leaves tombstones out.
+    query = select(Job.id, Job.status).where(
+        Job.status.not_in(TERMINAL_STATUSES),
+        or_(source == f"job:{job_id}", source.like(f"job:{job_id}@%")),
+    ).order_by(Job.id)
+    return [(row.id, row.status) for row in session.execute(query)]
+
+
+def hold_against_deletion(session: Session, job_id: int) -> bool:
+    """Keep ``job_id`` from being deleted until the caller's transaction ends (a shared row lock,
+    which :func:`deletion_target`'s exclusive one waits for, so the deletion then sees the new job
+    that continues from it); False when it was deleted meanwhile."""
+    query = select(Job.id).where(Job.id == job_id, Job.deleted_at.is_(None)).with_for_update(read=True)
+    return session.execute(query).first() is not None
+
+
+def deletion_target(session: Session, job_id: int, team_id: int | None) -> bool:
+    """Lock the job for deletion; True when it is still to be tombstoned, False when it already
+    is (a DELETE retried after its artifacts could not be removed). :class:`NotFound` for another
+    team's job; :class:`Conflict` naming the status of a job not finished."""
+    row = session.execute(select(Job.team_id, Job.status, Job.deleted_at)
+                          .where(Job.id == job_id).with_for_update()).first()
+    if row is None or (team_id is not None and row.team_id != team_id):
+        raise NotFound(f"job {job_id} not found", param="job_id")
+    if row.deleted_at is not None:
+        return False
+    if row.status not in TERMINAL_STATUSES:
+        raise Conflict(f"job {job_id} is {row.status}: only a succeeded, failed or cancelled job can be "
+                       "deleted (cancel it first)", param="job_id")
+    if continuing := continuing_jobs(session, job_id):
+        named = ", ".join(f"job {other} ({status})" for other, status in continuing)
+        raise Conflict(f"{named} continues from job {job_id}'s model (model.source job:{job_id}); "
+                       "cancel it or let it finish first", param="job_id")
+    return True
+
+
+def tombstone(session: Session, job_id: int) -> None:
+    """Delete the job's rows and empty its own (after :func:`deletion_target` said so)."""
+    for table in _CHILD_ROWS:
+        rows = delete(table).where(table.job_id == job_id)
+        session.execute(rows.execution_options(synchronize_session=False))
+    session.execute(update(Job).where(Job.id == job_id).values(deleted_at=utcnow(), **_EMPTIED)
+                    .execution_options(synchronize_session=False))
