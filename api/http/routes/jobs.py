@@ -27,6 +27,7 @@ from api.http.rate_limit import charge_answer
 from api.http.spec_intake import intake, parse_changes, parse_spec
 from api.http.submission import (
     check_capabilities,
+    check_file_sources,
     check_job_source,
     check_placement,
     check_submission,
@@ -115,6 +116,7 @@ def _check_and_create(
     with session_scope(settings.database_url, publish=app_state.publish) as session:
         check_placement(session, spec, settings)
         check_job_source(session, spec, team_id, settings)
+        check_file_sources(session, spec, team_id)
         check_verifiers(session, spec, team_id)
         spec = with_team_priority(session, team_id, spec, settings)
         job, created = job_store.create_job(session, team_id, spec, idempotency_key)
