@@ -190,11 +190,13 @@ class ApiClient:
         params = {"since": since, "until": until, "days": days}
         return self._get("/v1/usage", {name: value for name, value in params.items() if value is not None})
 
-    def upload_file(self, path: Path, purpose: str, filename: str) -> dict[str, Any]:
+    def upload_file(self, path: Path, purpose: str, filename: str,
+                    prompt_field: str | None = None) -> dict[str, Any]:
         """``POST /v1/files``: the file at ``path`` streamed as the multipart ``file`` part (httpx
         reads it in chunks), ``purpose`` sent first so the API applies its limit from the start."""
+        fields = {"purpose": purpose, **({"prompt_field": prompt_field} if prompt_field else {})}
         with path.open("rb") as handle:
-            return self._json(self.http.post("/v1/files", data={"purpose": purpose},
+            return self._json(self.http.post("/v1/files", data=fields,
                                              files={"file": (filename, handle, "application/octet-stream")},
                                              timeout=httpx.Timeout(self.http.timeout.read, write=600.0)))
 

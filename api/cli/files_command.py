@@ -64,7 +64,7 @@ def files_table(items: list[dict[str, Any]]) -> list[str]:
 
 def _upload(client: Any, args: argparse.Namespace) -> Result:
     with upload_source(args.path) as (path, name):
-        found = client.upload_file(path, args.purpose, name)
+        found = client.upload_file(path, args.purpose, name, args.prompt_field)
     return Result(found, "\n".join(file_lines(found)))
 
 
@@ -93,6 +93,8 @@ def add_files_command(commands: argparse._SubParsersAction) -> None:
     upload.add_argument("path", type=Path, help="a .jsonl/.json/.csv/.parquet file, a model's tar or tar.gz, "
                         "or a model folder")
     upload.add_argument("--purpose", required=True, choices=("dataset", "model"))
+    upload.add_argument("--prompt-field", default=None, metavar="COLUMN",
+                        help="a dataset's prompt column (default: prompt), as its spec's prompt_field")
     upload.set_defaults(handler=_handler(_upload))
     listing = actions.add_parser("list", parents=[common_options()], help="the team's files, newest first")
     listing.set_defaults(handler=_handler(_list))
