@@ -148,6 +148,10 @@ def test_a_file_an_unfinished_job_uses_cannot_be_deleted(alpha, job_spec, pool) 
     assert alpha.get(f"/v1/files/{dataset['id']}/content").content == ROWS  # still there, whole
     assert alpha.post(f"/v1/jobs/{job['id']}/cancel").status_code == 200
     assert alpha.delete(f"/v1/files/{dataset['id']}").status_code == 200
+    # Retried without its file, the job could only fail on its worker: refused, left cancelled.
+    retried = alpha.post(f"/v1/jobs/{job['id']}/retry")
+    assert retried.status_code == 422 and retried.json()["error"]["param"] == "dataset.source", retried.text
+    assert alpha.get(f"/v1/jobs/{job['id']}").json()["status"] == "cancelled"
 
 
 def test_the_openapi_document_describes_the_upload(api) -> None:

@@ -279,11 +279,15 @@ def resume_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, sett
 @router.post("/{job_id}/retry", response_model=JobRead,
              responses={**_ERRORS, 409: {"description": "The job has not failed nor been cancelled; or "
                                                         "`queue_full`"},
-                        422: {"description": "The job's priority is above the team's `max_priority`"}})
+                        422: {"description": "The job's priority is above the team's `max_priority`, "
+                                             "or a file it names was deleted"}})
 def retry_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, settings: SettingsDep) -> JobRead:
     """A failed or cancelled job goes back to the queue and continues from its last checkpoint
     (from the start without one), its error cleared, with a fresh attempt budget."""
-    return _admitted(session, principal, settings, job_store.retry(session, job_id, principal.scope))
+    requeued = job_store.retry(session, job_id, principal.scope)
+    # Its uploads were free to delete once it ended: without them the retry could only fail.
+    check_file_sources(session, JobSpec.model_validate(requeued.spec), requeued.team_id)
+    return _admitted(session, principal, settings, requeued)
 
 
 def _admitted(session: SessionDep, principal: Principal, settings: Settings, requeued: JobRead) -> JobRead:
