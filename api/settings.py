@@ -165,8 +165,9 @@ class Settings(BaseSettings):
     # Uploads (``POST /v1/files``): each is spooled to a local file while it streams in, checked,
     # then stored; the limits bound that file and the time its checks take.
     max_dataset_upload_bytes: int = Field(
-        512 * 1024 * 1024, ge=1024, description="Largest dataset file `POST /v1/files` accepts (a "
-        "JSON array or Parquet file is read whole to check its rows; JSONL and CSV row by row).")
+        512 * 1024 * 1024, ge=1024, description="Largest dataset file `POST /v1/files` accepts; its "
+        "rows are checked one at a time (JSONL, CSV), so memory stays bounded. A JSON array or Parquet "
+        "file is read whole, so at most 64 MiB of one is taken.")
     max_model_upload_bytes: int = Field(
         64 * 2**30, ge=1024, description="Largest model archive `POST /v1/files` accepts; its files "
         "unpacked may add up to this much too.")

@@ -69,8 +69,12 @@ def accept_upload(upload: SpooledUpload, team_id: int, settings: Settings, store
         raise Unavailable(f"the upload was checked but the object store {why}; {file_id} is left as "
                           "'error': delete it and upload again", retry_after=STORE_RETRY_SECONDS,
                           param="file") from error
-    with session_scope(settings.database_url) as session:
-        return files.set_status(session, file_id, "ready")
+    try:
+        with session_scope(settings.database_url) as session:
+            return files.set_status(session, file_id, "ready")
+    except NotFound:  # deleted meanwhile: its object must not outlive its row
+        remove_object(store, file_id)
+        raise
 
 
 @contextmanager

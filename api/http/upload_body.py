@@ -2,9 +2,11 @@
 ``file`` part goes to a spool file on local disk, hashed and counted on the way, and is refused
 (413) the moment it passes its purpose's limit; the small text fields (``purpose``,
 ``prompt_field``) are kept. Nothing holds the body in memory: python-multipart's push parser sees
-one network chunk at a time, and file bytes are written from the threadpool about a MiB at a
-time. The spool file is the upload's one local copy, read by the checks and then stored; the
-caller removes it (:meth:`SpooledUpload.discard`) whatever happens."""
+one network chunk at a time, and file bytes are hashed and written from the threadpool about a
+MiB at a time. An upload costs one write of the team's rate limit whatever its size: its size is
+bounded by the purpose's limit instead. The spool file is the upload's one local copy, read by
+the checks and then stored; the caller removes it (:meth:`SpooledUpload.discard`) whatever
+happens."""
 
 from __future__ import annotations
 
@@ -108,7 +110,6 @@ class _Reader:
         if self.upload.size > limit:
             raise TooLarge(f"the file is larger than this service accepts ({limit} bytes for "
                            f"{self.upload.fields.get('purpose') or 'any purpose'})", param="file")
-        self.digest.update(chunk)
         self.pending.append(bytes(chunk))
         self.pending_bytes += len(chunk)
 
@@ -120,9 +121,12 @@ class _Reader:
                 raise InvalidInput(f"'{self.part}' is not UTF-8 text", param=self.part) from None
 
     def write_pending(self) -> None:
-        """Write what the parser gave so far to the spool file (called from the threadpool)."""
+        """Hash and write what the parser gave so far (from the threadpool, in order: one call at
+        a time), so neither the digest nor the disk holds up the event loop."""
         chunks, self.pending, self.pending_bytes = self.pending, [], 0
         if self.spool is not None:
+            for chunk in chunks:
+                self.digest.update(chunk)
             self.spool.writelines(chunks)
 
     def close(self) -> None:

@@ -38,8 +38,12 @@ def add_file(session: Session, file_id: str, team_id: int, purpose: str, filenam
 
 
 def set_status(session: Session, file_id: str, status: str, error: str | None = None) -> FileRead:
+    """NotFound when the row is gone (deleted while its object was being stored)."""
     session.execute(update(UploadedFile).where(UploadedFile.id == file_id).values(status=status, error=error))
-    return _read(session.get_one(UploadedFile, file_id))
+    row = session.get(UploadedFile, file_id)
+    if row is None:
+        raise NotFound(f"file '{file_id}' was deleted while it was being stored", param="file")
+    return _read(row)
 
 
 def _owned(session: Session, file_id: str, team_id: int | None, lock: bool = False) -> UploadedFile:

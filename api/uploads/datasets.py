@@ -14,6 +14,9 @@ from grpo_core.errors import SpecError
 from grpo_core.io.prompt_data import check_rows_file
 
 DATASET_FORMATS = ("jsonl", "json", "csv", "parquet")
+# A JSON array or a Parquet file is parsed whole to be checked (JSONL and CSV a row at a time):
+# past this its rows would take the API gigabytes, so a larger one must come as JSONL.
+MAX_WHOLE_FILE_BYTES = 64 * 1024 * 1024
 
 
 def dataset_format(filename: str) -> str:
@@ -30,6 +33,10 @@ def dataset_format(filename: str) -> str:
 
 def check_dataset(path: Path, file_format: str, prompt_field: str) -> int:
     """How many rows the file holds; InvalidInput naming the first bad one."""
+    if file_format in ("json", "parquet") and path.stat().st_size > MAX_WHOLE_FILE_BYTES:
+        raise InvalidInput(f"a .{file_format} dataset is read whole to be checked, so it may be at most "
+                           f"{MAX_WHOLE_FILE_BYTES // 2**20} MiB; upload a larger one as .jsonl (one row "
+                           "per line)", param="file")
     try:
         return check_rows_file(path, file_format, prompt_field)
     except SpecError as error:

@@ -5,11 +5,14 @@ forms; and that no refusal leaves a spool file, a row or an object behind."""
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 from pathlib import Path
 
 import pytest
 from test_files import ROWS, TINY_MODEL, model_archive, upload, uploaded
+
+from api.storage import open_store
 
 
 @pytest.fixture(scope="module")
@@ -172,3 +175,35 @@ def test_a_store_that_fails_leaves_the_file_as_error(api_server, api_settings_fa
         [left] = [item for item in client.get("/v1/files").json()["items"] if item["status"] == "error"]
         assert client.get(f"/v1/files/{left['id']}/content").status_code == 409
         assert client.delete(f"/v1/files/{left['id']}").status_code == 200
+
+
+def test_a_json_array_past_the_whole_read_bound_must_come_as_jsonl(alpha, monkeypatch) -> None:
+    monkeypatch.setattr("api.uploads.datasets.MAX_WHOLE_FILE_BYTES", 100)
+    rows = [{"prompt": f"question {index}"} for index in range(10)]
+    error = refused(alpha, "rows.json", json.dumps(rows).encode())
+    assert error["param"] == "file" and "upload a larger one as .jsonl" in error["message"]
+    as_lines = "".join(json.dumps(row) + "\n" for row in rows).encode()  # the same rows, line by line
+    assert uploaded(alpha, "rows.jsonl", as_lines)["bytes"] == len(as_lines)
+
+
+def test_a_file_deleted_while_it_is_stored_leaves_no_object(alpha, spool_server, monkeypatch) -> None:
+    """A DELETE that lands between the row's insert and the object's put (the row is
+    ``uploading``): the upload answers 404 and takes its object away again."""
+    from api.storage.local import LocalStore
+    from api.store import files
+    from api.store.db import session_scope
+
+    server, _ = spool_server
+    stored: list[str] = []
+    put_file = LocalStore.put_file
+
+    def deleted_meanwhile(store, key, path):
+        with session_scope(server.settings.database_url) as session:
+            files.delete_file(session, key.removeprefix("files/"), None)
+        stored.append(key)
+        return put_file(store, key, path)
+
+    monkeypatch.setattr(LocalStore, "put_file", deleted_meanwhile)
+    error = refused(alpha, "rows.jsonl", ROWS, status=404)
+    assert "deleted while it was being stored" in error["message"]
+    assert stored and not open_store(server.settings.storage_location).exists(stored[0])
