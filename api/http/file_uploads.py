@@ -63,6 +63,7 @@ def accept_upload(upload: SpooledUpload, team_id: int, settings: Settings, store
         if stored.sha256 != upload.sha256 or stored.size != upload.size:
             raise StorageError(f"the stored copy of {file_id} differs from the upload")
     except StorageError as error:
+        log.warning("file %s was checked but could not be stored: %s", file_id, error)
         with session_scope(settings.database_url) as session:
             files.set_status(session, file_id, "error", str(error))
         why = "could not be reached" if isinstance(error, StorageUnavailable) else "refused it"
