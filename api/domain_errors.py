@@ -25,6 +25,12 @@ class InvalidInput(ServiceError):  # noqa: N818
     code = "invalid_input"
 
 
+class TooLarge(ServiceError):  # noqa: N818
+    """A body (an upload) over the size the service accepts."""
+
+    code = "request_too_large"
+
+
 class Unauthorized(ServiceError):  # noqa: N818
     code = "unauthorized"
 

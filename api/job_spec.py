@@ -3,19 +3,22 @@
 It is the core's :class:`~grpo_core.spec.run_spec.RunSpec` (what a run needs) plus what only the
 service means: the scheduler's ``priority``, the ``resources.pool`` of workers to run on, a
 ``stall_seconds`` limit, ``tags`` and a ``description`` to find the job by
-(:mod:`api.job_labels`), and ``job:ID[@STEP]`` model sources (another job's model, which the
-worker resolves to a folder, :mod:`worker.job_sources`, before the core sees it). A subclass, so
+(:mod:`api.job_labels`), ``job:ID[@STEP]`` model sources (another job's model, which the
+worker resolves to a folder, :mod:`worker.job_sources`, before the core sees it) and ``file:ID``
+sources (a file the team uploaded, ``POST /v1/files``: a model archive or a dataset, also a
+``reward_model``'s model), which the worker fetches from the object store. A subclass, so
 the wire format is the one stored specs and clients already use: the same field names, in the
 same places, under the same schema names (``JobSpec``, ``ModelSpec``, ``DatasetSpec``,
 ``ResourcesSpec``) in ``/openapi.json``.
 
-Only shape and bounds are checked here, as in the core; whether a ``job:`` source is the team's
-and holds a model is checked at submit (:mod:`api.http.submission`).
+Only shape and bounds are checked here, as in the core; whether a ``job:`` or ``file:`` source is
+the team's and holds a model (or prompts) is checked at submit (:mod:`api.http.submission`).
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from pydantic import Field, field_validator
 
@@ -23,12 +26,12 @@ from api.job_labels import DESCRIPTION_DESCRIPTION, TAGS_DESCRIPTION, Descriptio
 from api.vocabulary import DEFAULT_POOL, POOL_NAME_PATTERN, Priority
 from grpo_core.errors import SpecError, SpecWarning
 from grpo_core.spec import run_spec
-from grpo_core.spec.run_spec import RunSpec, split_source
+from grpo_core.spec.run_spec import FILE_SCHEME, RunSpec, file_source_id, split_source
 
 JOB_SCHEME = "job"
 # Another job's model: its final one (job:ID) or a kept checkpoint (job:ID@STEP).
 JOB_SOURCE_PATTERN = re.compile(r"^(\d{1,18})(?:@(\d{1,10}))?$")
-_KNOWN_SCHEME = re.compile(r"^(path|hf|job):(.+)$")  # as the core's, plus job:
+_KNOWN_SCHEME = re.compile(r"^(path|hf|job|file):(.+)$")  # as the core's, plus job: and file:
 
 
 def job_source(location: str) -> tuple[int, int | None]:
@@ -44,6 +47,9 @@ def split_any_source(source: str) -> tuple[str, str]:
     sources included: ``"job:7@40"`` -> ``("job", "7@40")``."""
     if continued_job(source) is not None:
         return JOB_SCHEME, source.partition(":")[2].strip()
+    file_id = file_source_id(source)
+    if file_id is not None:
+        return FILE_SCHEME, file_id
     return split_source(source)
 
 
@@ -60,17 +66,17 @@ class ModelSpec(run_spec.ModelSpec):
     """The policy to train: where it comes from (in the service, also another job's model) and
     how it is loaded."""
 
-    source: str = Field(..., max_length=1024, description="path:FOLDER, hf:owner/name[@revision], or "
+    source: str = Field(..., max_length=1024, description="path:FOLDER (an operator's shared model), "
+                        "hf:owner/name[@revision], file:ID (a model archive the team uploaded), or "
                         "job:ID[@STEP]: another job of the team's final model, or its checkpoint of STEP")
 
     @field_validator("source")
     @classmethod
     def _known_scheme(cls, value: str) -> str:
-        """Replaces the core's check (same name), which knows no ``job:``."""
+        """Replaces the core's check (same name), which knows no ``job:`` or ``file:``."""
         if _KNOWN_SCHEME.match(value) is None:
-            raise ValueError("must start with 'path:', 'hf:' or (a model) 'job:'")
-        if continued_job(value) is None:
-            split_source(value)
+            raise ValueError("must start with 'path:', 'hf:', 'file:' or (a model) 'job:'")
+        split_any_source(value)
         return value
 
 
@@ -78,12 +84,20 @@ class DatasetSpec(run_spec.DatasetSpec):
     """The prompts: inline rows or a file or hub dataset (exactly one). A row's other columns reach
     the rewards by name (an answer to check, test cases to run)."""
 
-    @field_validator("source", mode="before")
+    source: str | None = Field(None, max_length=1024, description="path:FILE (.jsonl, .json, .csv or "
+                               ".parquet, under the service's data root: an operator's shared data), "
+                               "file:ID (a dataset the team uploaded) or hf:dataset-id[@revision]")
+
+    @field_validator("source")
     @classmethod
-    def _not_a_job(cls, value: object) -> object:
-        # Before the core's check, whose message would not say why another job is no dataset.
-        if isinstance(value, str) and value.partition(":")[0] == JOB_SCHEME:
-            raise ValueError("a dataset comes from 'path:' or 'hf:'; 'job:' names a model")
+    def _known_scheme(cls, value: str | None) -> str | None:
+        """Replaces the core's check (same name), which knows no ``file:``."""
+        if value is None:
+            return None
+        if value.partition(":")[0] == JOB_SCHEME:
+            raise ValueError("a dataset comes from 'path:', 'hf:' or 'file:'; 'job:' names a model")
+        if file_source_id(value) is None:
+            split_source(value)
         return value
 
 
@@ -133,7 +147,28 @@ def ignored_by_local_run(spec: JobSpec) -> list[SpecWarning]:
 
 
 def refuse_job_source(spec: JobSpec) -> None:
-    """``grpo train`` loads ``path:`` and ``hf:`` models; another job's exists only in the service.
-    Raises :class:`SpecError`."""
+    """``grpo train`` loads ``path:`` and ``hf:`` sources; another job's model and uploaded files
+    exist only in the service. Raises :class:`SpecError`."""
     if continued_job(spec.model.source) is not None:
         raise SpecError("model.source", "'job:' sources name a job of the service; use 'path:' here")
+    for field, _ in file_sources(spec.model_dump(mode="json")):
+        raise SpecError(field, "'file:' sources name a file uploaded to the service; use 'path:' here")
+
+
+def file_sources(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(field, file id)`` of every ``file:ID`` source of a spec given as JSON (a parsed one's
+    dump or a stored one): the model, the datasets and each reward's ``model`` argument. Sources
+    that are not well-formed ``file:`` ones are left out (a stored spec was checked when stored)."""
+    found = [(f"{name}.source", (spec.get(name) or {}).get("source"))
+             for name in ("model", "dataset", "eval_dataset")]
+    found += [(f"rewards.{index}.args.model", (reward.get("args") or {}).get("model"))
+              for index, reward in enumerate(spec.get("rewards") or []) if isinstance(reward, dict)]
+    return [(field, source.partition(":")[2].strip()) for field, source in found
+            if isinstance(source, str) and _is_file_source(source)]
+
+
+def _is_file_source(source: str) -> bool:
+    try:
+        return file_source_id(source) is not None
+    except ValueError:
+        return False

@@ -20,6 +20,7 @@ from fastapi import FastAPI
 from api.http import access_log, openapi_bodies, openapi_stream
 from api.http.error_responses import BodySizeLimit, install_error_handlers
 from api.http.routes import build_router
+from api.http.upload_body import UPLOAD_ROUTES
 from api.settings import Settings, get_settings
 from api.store import bus
 
@@ -58,7 +59,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     access_log.install()  # uvicorn logs request paths: no credential in a query reaches them
     install_error_handlers(app)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes)
+    # An upload streams to a spool file under its own limits (api.http.upload_body), never buffered.
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes, streamed=UPLOAD_ROUTES)
     app.include_router(build_router())
     openapi_stream.install(app)
     openapi_bodies.install(app)  # after: it adds to the document openapi_stream builds

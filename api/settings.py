@@ -171,6 +171,19 @@ class Settings(BaseSettings):
         60.0, gt=0, description="The most a spec's `reward_timeout_seconds` (each reward call's time "
         "budget) may ask for; a larger one is refused at submit.")
 
+    # Uploads (``POST /v1/files``): each is spooled to a local file while it streams in, checked,
+    # then stored; the limits bound that file and the time its checks take.
+    max_dataset_upload_bytes: int = Field(
+        512 * 1024 * 1024, ge=1024, description="Largest dataset file `POST /v1/files` accepts; its "
+        "rows are checked one at a time (JSONL, CSV), so memory stays bounded. A JSON array or Parquet "
+        "file is read whole, so at most 64 MiB of one is taken.")
+    max_model_upload_bytes: int = Field(
+        64 * 2**30, ge=1024, description="Largest model archive `POST /v1/files` accepts; its files "
+        "unpacked may add up to this much too.")
+    upload_spool_dir: Path | None = Field(
+        None, description="Where an upload is spooled while it is checked (it needs room for the "
+        "largest upload at once per upload in flight); unset: the system's temporary folder.")
+
     # Webhooks (``POST /v1/webhooks``), sent by the scheduler process (api.scheduling.webhook_sender).
     webhook_allowed_hosts: str = Field(
         "", description="Comma-separated hosts a webhook URL may name (exactly, case-insensitive); "
@@ -206,6 +219,11 @@ class Settings(BaseSettings):
     def storage_location(self) -> str:
         """What :func:`api.storage.open_store` opens: ``storage_url``, else the artifacts folder."""
         return self.storage_url or str(self.artifacts_root)
+
+    def max_upload_bytes(self, purpose: str | None) -> int:
+        """The limit of an upload of ``purpose`` (None: not told yet, the larger one)."""
+        limits = {"dataset": self.max_dataset_upload_bytes, "model": self.max_model_upload_bytes}
+        return limits.get(purpose or "", max(limits.values()))
 
     @property
     def webhook_hosts(self) -> frozenset[str]:

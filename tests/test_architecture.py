@@ -117,6 +117,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # A client of GET /v1/usage: it prints what the API counted and touches no database.
     "api.cli.usage_command": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker",
                               "grpo_core"),
+    # A client of /v1/files: it packs a folder and streams HTTP, and touches no database.
+    "api.cli.files_command": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker",
+                              "grpo_core"),
     # A client of GET /v1/jobs/compare: it prints what the API compared and touches no database.
     "api.cli.compare_command": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker",
                                 "grpo_core"),
@@ -129,6 +132,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # the service; it takes a URL, not the settings (they pull sqlalchemy in through redis_keys).
     "api.storage": ("api.settings", "api.store", "api.http", "api.scheduling", "api.streaming", "api.cli",
                     "worker", "grpo_core", *SERVICE_FRAMEWORKS, "torch", "transformers"),
+    # An upload's checks: plain functions of a local file (the core's row rules), no store, no HTTP.
+    "api.uploads": ("api.settings", "api.store", "api.http", "api.scheduling", "api.streaming", "api.cli",
+                    "worker", *CORE_LAYERS[2:], *SERVICE_FRAMEWORKS, "torch", "transformers"),
     # The worker sees the service only through the store and the shared vocabulary.
     "worker": ("api.http", "api.scheduling", "api.streaming", "api.cli", "api.main", "fastapi"),
 }

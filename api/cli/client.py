@@ -1,9 +1,10 @@
 """A small HTTP/WebSocket client of the service, used by ``grpo``'s service commands (``submit``,
 ``list``, ``watch``, ``metrics``, ``cluster``, ...: ``api.cli.monitor``).
 
-It speaks only the public API (``/v1/jobs...``, ``/v1/cluster``, ``/v1/queue``, ``/v1/usage`` and
-the WebSocket ``/v1/jobs/{id}/stream?after=N``), so it works against a remote deployment exactly as
-against ``grpo dev``. Listings that the API pages (``next_after``) are read to the end here.
+It speaks only the public API (``/v1/jobs...``, ``/v1/files``, ``/v1/cluster``, ``/v1/queue``,
+``/v1/usage`` and the WebSocket ``/v1/jobs/{id}/stream?after=N``), so it works against a remote
+deployment exactly as against ``grpo dev``. Listings that the API pages (``next_after``) are read
+to the end here.
 """
 
 from __future__ import annotations
@@ -197,6 +198,33 @@ class ApiClient:
         """``GET /v1/usage``: GPU-seconds per team and pool; the API picks the default window."""
         params = {"since": since, "until": until, "days": days}
         return self._get("/v1/usage", {name: value for name, value in params.items() if value is not None})
+
+    def upload_file(self, path: Path, purpose: str, filename: str,
+                    prompt_field: str | None = None) -> dict[str, Any]:
+        """``POST /v1/files``: the file at ``path`` streamed as the multipart ``file`` part (httpx
+        reads it in chunks), ``purpose`` sent first so the API applies its limit from the start."""
+        fields = {"purpose": purpose, **({"prompt_field": prompt_field} if prompt_field else {})}
+        with path.open("rb") as handle:
+            return self._json(self.http.post("/v1/files", data=fields,
+                                             files={"file": (filename, handle, "application/octet-stream")},
+                                             timeout=httpx.Timeout(self.http.timeout.read, write=600.0)))
+
+    def list_files(self) -> list[dict[str, Any]]:
+        """``GET /v1/files``, every page."""
+        items: list[dict[str, Any]] = []
+        after = None
+        while True:
+            page = self._get("/v1/files", {"after": after} if after else None)
+            items += page["items"]
+            after = page["next_after"]
+            if after is None:
+                return items
+
+    def file(self, file_id: str) -> dict[str, Any]:
+        return self._get(f"/v1/files/{file_id}")
+
+    def delete_file(self, file_id: str) -> dict[str, Any]:
+        return self._json(self.http.delete(f"/v1/files/{file_id}"))
 
     def queue(self, pool: str | None = None) -> dict[str, Any]:
         return self._get("/v1/queue", {"pool": pool} if pool else None)

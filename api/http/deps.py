@@ -23,6 +23,7 @@ from api.http.auth import (
     principal_for_grant,
 )
 from api.settings import Settings
+from api.storage import ObjectStore, open_store
 from api.store import api_keys
 from api.store.db import session_scope
 from api.store.teams import DEFAULT_TEAM, KeyGrant, principal_for_key_hash, team_id_by_name
@@ -82,6 +83,20 @@ async def get_key_cache(conn: HTTPConnection) -> KeyCache:
 
 
 KeyCacheDep = Annotated[KeyCache, Depends(get_key_cache)]
+
+
+async def get_object_store(conn: HTTPConnection) -> ObjectStore:
+    """The app's object store (``GRPO_STORAGE_URL``), opened on first use in the threadpool (a
+    bucket's client imports boto3 and reads the ``AWS_*`` variables); its calls block, so routes
+    make them from the threadpool too."""
+    state = conn.app.state
+    store = getattr(state, "object_store", None)
+    if store is None:
+        store = state.object_store = await run_in_threadpool(open_store, state.settings.storage_location)
+    return store
+
+
+ObjectStoreDep = Annotated[ObjectStore, Depends(get_object_store)]
 
 
 def _lookup_key(database_url: str, key_hash: str) -> KeyGrant:

@@ -138,12 +138,15 @@ class BodySizeLimit:
     a declared ``Content-Length``, else by counting a chunked body as it streams in. The accepted
     body (at most ``max_bytes``) is buffered and replayed to the app."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int,
+                 streamed: frozenset[tuple[str, str]] = frozenset()) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        # (method, path) of the routes that stream their body and bound it themselves (uploads).
+        self.streamed = streamed
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (scope["method"], scope["path"]) in self.streamed:
             await self.app(scope, receive, send)
             return
         declared = _content_length(scope)

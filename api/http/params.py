@@ -17,6 +17,8 @@ MAX_NAME_LENGTH = 64  # team and pool names; the pattern also refuses NUL and ot
 JobId = Annotated[int, Path(ge=1, le=MAX_BIGINT, description="A job's id")]
 KeyId = Annotated[int, Path(ge=1, le=MAX_BIGINT, description="An API key's id")]
 WebhookId = Annotated[int, Path(ge=1, le=MAX_BIGINT, description="A webhook's id")]
+FileId = Annotated[str, Path(min_length=1, max_length=32, pattern=r"^file-[0-9a-f]{24}$",
+                             description="An uploaded file's id")]
 TeamName = Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN)]
 PoolName = Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN)]
 VerifierName = Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN)]

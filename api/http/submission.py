@@ -18,9 +18,10 @@ from sqlalchemy.orm import Session
 
 from api.artifact_paths import has_model_to_continue
 from api.domain_errors import NotFound
-from api.job_spec import JobSpec, continued_job, split_any_source
+from api.job_spec import JobSpec, continued_job, file_sources, split_any_source
 from api.pool_limits import effective_limits, limit_problems
 from api.settings import Settings
+from api.store.files import usable_file
 from api.store.job_deletion import hold_against_deletion
 from api.store.jobs import get_job
 from api.store.pools import admission, list_pools
@@ -221,6 +222,30 @@ def check_job_source(session: Session, spec: JobSpec, team_id: int, settings: Se
                 else "has no final model or checkpoint yet")
         listing = f"GET /v1/jobs/{job_id}/checkpoints lists what it keeps"
         raise InvalidSpec([SpecError("model.source", f"job {job_id} {what} ({listing})")])
+
+
+# A file: source's field -> the purpose its file must have been uploaded for.
+def _purpose_for(field: str) -> str:
+    return "dataset" if field.startswith(("dataset.", "eval_dataset.")) else "model"
+
+
+def check_file_sources(session: Session, spec: JobSpec, team_id: int) -> None:
+    """Every ``file:ID`` source names a file of the submitting team (admins included: the job is
+    the team's) that is ``ready`` and was uploaded for that use (a model archive for the model and
+    a reward's model, a dataset for the prompts). Read FOR SHARE: its deletion waits for this job."""
+    problems = []
+    for field, file_id in file_sources(spec.model_dump(mode="json")):
+        found = usable_file(session, file_id, team_id)
+        wanted = _purpose_for(field)
+        if found is None:
+            problems.append(SpecError(field, f"your team has no file '{file_id}' (GET /v1/files lists them)"))
+        elif found.status != "ready":
+            problems.append(SpecError(field, f"file '{file_id}' is {found.status}, not ready"))
+        elif found.purpose != wanted:
+            problems.append(SpecError(field, f"file '{file_id}' was uploaded as a {found.purpose}; this "
+                                             f"field takes a {wanted} (purpose={wanted})"))
+    if problems:
+        raise InvalidSpec(problems)
 
 
 def check_verifiers(session: Session, spec: JobSpec, team_id: int) -> None:

@@ -47,3 +47,8 @@ def checked_prefix(prefix: str, *, allow_root: bool = False) -> str:
 def partial_path(path: Path) -> Path:
     """A temporary name beside ``path`` for a write that is renamed to ``path`` once whole."""
     return path.parent / f".{path.name}{PARTIAL_MARK}{uuid.uuid4().hex}"
+
+
+def file_key(file_id: str) -> str:
+    """Where an uploaded file's bytes live (``POST /v1/files``); the worker reads them by it."""
+    return checked_key(f"files/{file_id}")

@@ -1,6 +1,7 @@
 """Persistence: the SQL system of record (``tables``, ``db``, ``migrate`` and one repository
 module per aggregate: ``jobs``, ``attempts``, ``dispatching``, ``telemetry``, ``teams``, ``pools``,
-``verifiers``, ``webhooks``; the sender's side of webhook deliveries: ``webhook_deliveries``),
+``verifiers``, ``webhooks``, ``files`` (a team's uploads); the sender's side of webhook
+deliveries: ``webhook_deliveries``),
 API-key hashing (``api_keys``), the Redis layout of live state (``bus``; its key
 names are ``api.redis_keys``'s) and the outbox that publishes what a transaction wrote once it commits
 (``outbox``); docs/architecture.md §7 names the rest.

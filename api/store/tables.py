@@ -305,3 +305,35 @@ class WebhookDelivery(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+FILE_PURPOSES = ("dataset", "model")
+# uploading: its row is written before its object, so an object in the store always has a row (a
+# crashed upload leaves one the team can see and delete); ready: stored and checked, immutable
+# from here; error: its object could not be stored.
+FILE_STATUSES = ("uploading", "ready", "error")
+
+
+class UploadedFile(Base):
+    """A team's upload (``POST /v1/files``): a dataset file or a model archive, checked on upload.
+    Its bytes live in the object store under ``files/{id}`` (:func:`api.storage.keys.file_key`),
+    never rewritten once ``ready``; a worker checks them against ``sha256``."""
+
+    __tablename__ = "files"
+    __table_args__ = (
+        CheckConstraint(f"purpose IN {FILE_PURPOSES}", name="purpose"),
+        CheckConstraint(f"status IN {FILE_STATUSES}", name="status"),
+        Index("ix_files_team_id_created_at", "team_id", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"))
+    purpose: Mapped[str] = mapped_column(String(16))
+    filename: Mapped[str] = mapped_column(String(255))
+    # How its bytes read: jsonl, json, csv or parquet (a dataset), tar (a model, gzipped or not).
+    format: Mapped[str] = mapped_column(String(16))
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16), default="uploading")
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -28,7 +28,7 @@ from grpo_core.io.paths import resolve_under_root
 from grpo_core.spec.prompt_rows import prompt_problem
 from grpo_core.spec.run_spec import DatasetSpec, split_source
 
-__all__ = ["MAX_ROWS", "PromptSampler", "columns_of", "load_rows", "render_prompt"]
+__all__ = ["MAX_ROWS", "PromptSampler", "check_rows_file", "columns_of", "load_rows", "render_prompt"]
 
 # Rows are held in memory for the whole run; past this a dataset belongs in a streaming loader.
 MAX_ROWS = 1_000_000
@@ -154,23 +154,49 @@ def _check_prompt(value: Any, field: str, prefix: str = "") -> Any:
                            f"got {problem}")
 
 
+def _row_prompt(row: dict[str, Any], index: int, prompt_field: str, inline: bool) -> Any:
+    """Row ``index``'s prompt, or a SpecError naming the row."""
+    if prompt_field not in row:
+        columns = ", ".join(str(key) for key in row) or "(none)"
+        raise SpecError(
+            "dataset.prompt_field", f"row {index} has no '{prompt_field}' column; columns: {columns}"
+        )
+    if inline:
+        return _check_prompt(row[prompt_field], f"dataset.prompts.{index}.{prompt_field}")
+    return _check_prompt(row[prompt_field], SOURCE, prefix=f"row {index}: '{prompt_field}' ")
+
+
 def _normalize(raw: list[dict[str, Any]], prompt_field: str, inline: bool) -> list[dict[str, Any]]:
     if not raw:
         raise SpecError("dataset", "the dataset has no rows")
     rows = []
     for index, row in enumerate(raw):
-        if prompt_field not in row:
-            columns = ", ".join(str(key) for key in row) or "(none)"
-            raise SpecError(
-                "dataset.prompt_field", f"row {index} has no '{prompt_field}' column; columns: {columns}"
-            )
-        if inline:
-            prompt = _check_prompt(row[prompt_field], f"dataset.prompts.{index}.{prompt_field}")
-        else:
-            prompt = _check_prompt(row[prompt_field], SOURCE, prefix=f"row {index}: '{prompt_field}' ")
+        prompt = _row_prompt(row, index, prompt_field, inline)
         rest = {key: value for key, value in row.items() if key not in (prompt_field, "prompt")}
         rows.append({"prompt": prompt, **rest})
     return rows
+
+
+def check_rows_file(path: Path, file_format: str, prompt_field: str = "prompt") -> int:
+    """How many rows the dataset file ``path`` holds (``file_format``: jsonl, json, csv or parquet),
+    each read and checked as :func:`load_rows` would, one at a time (a JSONL or CSV file is never
+    held whole); a SpecError names the first bad row. For the service's uploads, checked before
+    anything is stored."""
+    reader = _READERS.get(f".{file_format}")
+    if reader is None:
+        raise SpecError(SOURCE, f"unsupported file type '{file_format}'; use one of {', '.join(_READERS)}")
+    count = 0
+    try:
+        for count, row in enumerate(reader(path), start=1):
+            _check_count(count, SOURCE)
+            _row_prompt(row, count - 1, prompt_field, inline=False)
+    except UnicodeDecodeError as exc:
+        raise SpecError(SOURCE, "the file is not UTF-8 text") from exc
+    except csv.Error as exc:
+        raise SpecError(SOURCE, f"could not parse the file as CSV: {exc}") from exc
+    if not count:
+        raise SpecError("dataset", "the dataset has no rows")
+    return count
 
 
 def load_rows(

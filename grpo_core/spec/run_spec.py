@@ -35,6 +35,24 @@ HUB_ID_MAX_LENGTH, HUB_REVISION_MAX_LENGTH = 96, 128
 REWARD_TIMEOUT_STEPS = 3
 
 
+# An uploaded file of the service's (``POST /v1/files``), by its id: only the service resolves it
+# (the worker fetches it from the object store), so ``grpo train`` refuses it.
+FILE_SCHEME = "file"
+FILE_ID_PATTERN = re.compile(r"^file-[0-9a-f]{24}$")
+
+
+def file_source_id(source: str) -> str | None:
+    """The id a ``file:ID`` source names (``"file:file-0a…"`` -> ``"file-0a…"``); None for a source
+    of another scheme; ValueError for a malformed ``file:`` source."""
+    scheme, _, location = source.partition(":")
+    if scheme != FILE_SCHEME:
+        return None
+    if FILE_ID_PATTERN.match(location.strip()) is None:
+        raise ValueError("file: sources look like 'file:file-' and 24 hex digits, the id POST /v1/files "
+                         "gave the upload")
+    return location.strip()
+
+
 def split_source(source: str) -> tuple[str, str]:
     """``"path:/m"`` -> ``("path", "/m")``; raises ValueError for anything else."""
     match = SOURCE_PATTERN.match(source)

@@ -43,6 +43,13 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/v1/webhooks/{webhook_id}"): TEAM,
     ("DELETE", "/v1/webhooks/{webhook_id}"): TEAM,
     ("GET", "/v1/webhooks/{webhook_id}/deliveries"): TEAM,
+    # The caller's team's uploads; another team's is a 404 on each {file_id} route and unusable in a
+    # spec (test_files.py).
+    ("POST", "/v1/files"): TEAM,
+    ("GET", "/v1/files"): TEAM,
+    ("GET", "/v1/files/{file_id}"): TEAM,
+    ("GET", "/v1/files/{file_id}/content"): TEAM,
+    ("DELETE", "/v1/files/{file_id}"): TEAM,
     ("GET", _JOB): JOB,
     ("PATCH", _JOB): JOB,
     ("DELETE", _JOB): JOB,  # the owner deletes a finished job (test_job_deletion.py)
@@ -139,7 +146,7 @@ def status_of(server, client_for, key: str | None, method: str, path: str, job_i
     """The status a call answers with; for a WebSocket, the handshake's (101: accepted)."""
     url = (path + QUERIES.get((method, path), "")).format(
         job_id=job_id, twin_id=twin_id, team="alpha", pool="default", key_id=1, step=1, verifier="grader",
-        webhook_id=1)
+        webhook_id=1, file_id=f"file-{'0' * 24}")
     if method != WS:
         return client_for(key).request(method, url, json=BODIES.get((method, path), {})).status_code
     headers = {"Authorization": f"Bearer {key}"} if key is not None else {}

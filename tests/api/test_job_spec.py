@@ -93,6 +93,19 @@ def test_grpo_train_of_the_service_console_refuses_another_jobs_model(tmp_path) 
         args.load_spec(path)
 
 
+@pytest.mark.parametrize("fields, field", [
+    ({"model": {**STORED["model"], "source": f"file:file-{'a' * 24}"}}, "model.source"),
+    ({"dataset": {"source": f"file:file-{'a' * 24}"}}, "dataset.source"),
+    ({"rewards": [{"name": "reward_model", "args": {"model": f"file:file-{'a' * 24}"}}]},
+     "rewards.0.args.model"),
+])
+def test_grpo_train_of_the_service_console_refuses_uploaded_files(tmp_path, fields, field) -> None:
+    path = _service_spec_file(tmp_path, **fields)
+    args = build_parser().parse_args(["train", str(path), "--output-dir", str(tmp_path / "out")])
+    with pytest.raises(SpecError, match=f"{field}: 'file:' sources name a file uploaded to the service"):
+        args.load_spec(path)
+
+
 def test_grpo_train_ignores_a_service_specs_tags_and_description_with_a_warning(tmp_path) -> None:
     path = _service_spec_file(tmp_path, leave_out=("priority", "stall_seconds"), tags=["exp/v2"],
                               description="for the service's lists")

@@ -13,6 +13,7 @@ from api.http.routes import (
     compare,
     dashboard,
     downloads,
+    files,
     jobs,
     meta,
     prometheus,
@@ -37,7 +38,7 @@ def build_router() -> APIRouter:
     # compare before jobs: `/jobs/{job_id}` would take `compare` for an id (and refuse it).
     for module_router in (meta.catalog, reward_trials.router, compare.router, jobs.router,
                           telemetry.router, downloads.router, stream.router, cluster.router, usage.router,
-                          webhooks.router, admin.me, admin.router):
+                          webhooks.router, files.router, admin.me, admin.router):
         v1.include_router(module_router)
     root.include_router(v1)
     return root

@@ -30,6 +30,7 @@ from api.http.rate_limit import charge_answer
 from api.http.spec_intake import intake, parse_changes, parse_spec
 from api.http.submission import (
     check_capabilities,
+    check_file_sources,
     check_job_source,
     check_placement,
     check_submission,
@@ -119,6 +120,7 @@ def _check_and_create(
     with session_scope(settings.database_url, publish=app_state.publish) as session:
         check_placement(session, spec, settings)
         check_job_source(session, spec, team_id, settings)
+        check_file_sources(session, spec, team_id)
         check_verifiers(session, spec, team_id)
         spec = with_team_priority(session, team_id, spec, settings)
         job, created = job_store.create_job(session, team_id, spec, idempotency_key)
@@ -308,11 +310,15 @@ def resume_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, sett
 @router.post("/{job_id}/retry", response_model=JobRead,
              responses={**_ERRORS, 409: {"description": "The job has not failed nor been cancelled; or "
                                                         "`queue_full`"},
-                        422: {"description": "The job's priority is above the team's `max_priority`"}})
+                        422: {"description": "The job's priority is above the team's `max_priority`, "
+                                             "or a file it names was deleted"}})
 def retry_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, settings: SettingsDep) -> JobRead:
     """A failed or cancelled job goes back to the queue and continues from its last checkpoint
     (from the start without one), its error cleared, with a fresh attempt budget."""
-    return _admitted(session, principal, settings, job_store.retry(session, job_id, principal.scope))
+    requeued = job_store.retry(session, job_id, principal.scope)
+    # Its uploads were free to delete once it ended: without them the retry could only fail.
+    check_file_sources(session, JobSpec.model_validate(requeued.spec), requeued.team_id)
+    return _admitted(session, principal, settings, requeued)
 
 
 def _admitted(session: SessionDep, principal: Principal, settings: Settings, requeued: JobRead) -> JobRead:

@@ -1,0 +1,98 @@
+"""What ``POST /v1/files`` does with a spooled upload (:mod:`api.http.upload_body`), from the
+threadpool since every step blocks: check its fields and its content (:mod:`api.uploads`), write
+its row (``uploading``), store its bytes under ``files/{id}``, then mark it ``ready``. The row comes
+first so that no object is ever in the store without one; an upload the store refused stays as
+``error`` (503 to the client, who may delete it and retry)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from api.domain_errors import InvalidInput, NotFound, TooLarge, Unavailable
+from api.http.upload_body import SpooledUpload
+from api.schemas.files import FileRead
+from api.settings import Settings
+from api.storage import ObjectNotFound, ObjectStore, StorageError, StorageUnavailable
+from api.storage.keys import file_key
+from api.store import files
+from api.store.db import session_scope
+from api.uploads.datasets import check_dataset, dataset_format
+from api.uploads.model_archives import check_model_archive
+
+PURPOSES = ("dataset", "model")
+MAX_PROMPT_FIELD_LENGTH = 128  # as DatasetSpec.prompt_field
+STORE_RETRY_SECONDS = 10
+log = logging.getLogger(__name__)
+
+
+def _checked_format(upload: SpooledUpload, purpose: str, settings: Settings) -> str:
+    """The upload's format once its content passed its purpose's checks."""
+    assert upload.path is not None and upload.filename is not None  # receive_upload saw a file part
+    limit = settings.max_upload_bytes(purpose)
+    if upload.size > limit:  # the purpose came after the file, so the larger limit applied meanwhile
+        raise TooLarge(f"the file is larger than this service accepts ({limit} bytes for {purpose})",
+                       param="file")
+    prompt_field = upload.fields.get("prompt_field")
+    if purpose == "model":
+        if prompt_field is not None:
+            raise InvalidInput("'prompt_field' belongs to a dataset upload", param="prompt_field")
+        check_model_archive(upload.path, settings.max_model_upload_bytes)
+        return "tar"
+    if prompt_field is not None and not 1 <= len(prompt_field) <= MAX_PROMPT_FIELD_LENGTH:
+        raise InvalidInput(f"'prompt_field' is 1-{MAX_PROMPT_FIELD_LENGTH} characters", param="prompt_field")
+    file_format = dataset_format(upload.filename)
+    check_dataset(upload.path, file_format, prompt_field or "prompt")
+    return file_format
+
+
+def accept_upload(upload: SpooledUpload, team_id: int, settings: Settings, store: ObjectStore) -> FileRead:
+    """Check, record and store the upload; its row as stored (``ready``)."""
+    purpose = upload.fields.get("purpose")
+    if purpose not in PURPOSES:
+        raise InvalidInput("'purpose' is 'dataset' or 'model'", param="purpose")
+    file_format = _checked_format(upload, purpose, settings)
+    assert upload.path is not None and upload.filename is not None
+    file_id = files.new_file_id()
+    with session_scope(settings.database_url) as session:
+        files.add_file(session, file_id, team_id, purpose, upload.filename, file_format, upload.size,
+                       upload.sha256)
+    try:
+        stored = store.put_file(file_key(file_id), upload.path)
+        if stored.sha256 != upload.sha256 or stored.size != upload.size:
+            raise StorageError(f"the stored copy of {file_id} differs from the upload")
+    except StorageError as error:
+        log.warning("file %s was checked but could not be stored: %s", file_id, error)
+        with session_scope(settings.database_url) as session:
+            files.set_status(session, file_id, "error", str(error))
+        why = "could not be reached" if isinstance(error, StorageUnavailable) else "refused it"
+        raise Unavailable(f"the upload was checked but the object store {why}; {file_id} is left as "
+                          "'error': delete it and upload again", retry_after=STORE_RETRY_SECONDS,
+                          param="file") from error
+    try:
+        with session_scope(settings.database_url) as session:
+            return files.set_status(session, file_id, "ready")
+    except NotFound:  # deleted meanwhile: its object must not outlive its row
+        remove_object(store, file_id)
+        raise
+
+
+@contextmanager
+def storage_errors(file_id: str) -> Iterator[None]:
+    """A store that is down is a 503 to retry; a ready file whose object is missing, a 404."""
+    try:
+        yield
+    except ObjectNotFound:
+        raise NotFound(f"file '{file_id}' has no stored content", param="file_id") from None
+    except StorageError as error:
+        raise Unavailable(f"the object store failed ({error})", retry_after=STORE_RETRY_SECONDS) from error
+
+
+def remove_object(store: ObjectStore, file_id: str) -> None:
+    """Its bytes, once its row's deletion committed. A store that fails now leaves them
+    unreachable (no row names them), which is logged rather than undoing the deletion."""
+    try:
+        store.delete(file_key(file_id))
+    except StorageError as error:
+        log.warning("file %s was deleted but its object could not be: %s", file_id, error)

@@ -1,0 +1,32 @@
+"""Wire schemas of a team's uploaded files (``/v1/files``): datasets and model archives."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from api.schemas.jobs import UtcDatetime
+
+FilePurpose = Literal["dataset", "model"]
+FileStatus = Literal["uploading", "ready", "error"]
+
+
+class FileRead(BaseModel):
+    id: str = Field(description="`file-` and 24 hex digits; a spec names it as `file:ID`")
+    purpose: FilePurpose = Field(description="`dataset`: prompt rows; `model`: a Hugging Face folder, "
+                                             "as a tar")
+    filename: str = Field(description="The uploaded file's name")
+    format: str = Field(description="jsonl, json, csv or parquet (a dataset); tar (a model, gzipped or not)")
+    bytes: int = Field(description="Its size as uploaded")
+    sha256: str = Field(description="SHA-256 of its bytes, hex")
+    status: FileStatus = Field(description="`ready`: usable by jobs; `uploading`: being stored; `error`: "
+                                           "could not be stored (delete it and upload again)")
+    created_at: UtcDatetime
+
+
+class FilePage(BaseModel):
+    """A page of files, newest first; pass ``next_after`` as ``after`` for the next (None: no more)."""
+
+    items: list[FileRead]
+    next_after: str | None

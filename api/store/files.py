@@ -1,0 +1,105 @@
+"""A team's uploaded files: the rows behind ``/v1/files`` (their bytes are in the object store, under
+:func:`api.storage.keys.file_key`, which the HTTP layer writes and reads). Scoped like jobs:
+``team_id=None`` is an admin's view of every team; another team's file is not found. A file that
+a job not yet finished names in its spec is in use and cannot be deleted."""
+
+from __future__ import annotations
+
+import secrets
+
+from sqlalchemy import and_, delete, or_, select, update
+from sqlalchemy.orm import Session
+
+from api.domain_errors import Conflict, NotFound
+from api.job_spec import file_sources
+from api.lifecycle import TERMINAL_STATUSES
+from api.schemas.files import FileRead
+from api.store.tables import Job, UploadedFile, utcnow
+
+
+def new_file_id() -> str:
+    """``file-`` and 24 hex digits (96 random bits): unguessable, so an id says nothing of others."""
+    return f"file-{secrets.token_hex(12)}"
+
+
+def _read(row: UploadedFile) -> FileRead:
+    return FileRead(id=row.id, purpose=row.purpose, filename=row.filename, format=row.format,
+                    bytes=row.bytes, sha256=row.sha256, status=row.status, created_at=row.created_at)
+
+
+def add_file(session: Session, file_id: str, team_id: int, purpose: str, filename: str, format_: str,
+             size: int, sha256: str) -> FileRead:
+    """Its row, ``uploading``: written (and committed by the caller) before its object is."""
+    row = UploadedFile(id=file_id, team_id=team_id, purpose=purpose, filename=filename, format=format_,
+                       bytes=size, sha256=sha256, status="uploading", created_at=utcnow())
+    session.add(row)
+    session.flush()
+    return _read(row)
+
+
+def set_status(session: Session, file_id: str, status: str, error: str | None = None) -> FileRead:
+    """NotFound when the row is gone (deleted while its object was being stored)."""
+    session.execute(update(UploadedFile).where(UploadedFile.id == file_id).values(status=status, error=error))
+    row = session.get(UploadedFile, file_id)
+    if row is None:
+        raise NotFound(f"file '{file_id}' was deleted while it was being stored", param="file")
+    return _read(row)
+
+
+def _owned(session: Session, file_id: str, team_id: int | None, lock: bool = False) -> UploadedFile:
+    """``lock``: hold the row until commit (FOR UPDATE), so a submit naming the file (which reads
+    it FOR SHARE, :func:`usable_file`) and its deletion never both succeed."""
+    row = session.get(UploadedFile, file_id, with_for_update=lock)
+    if row is None or (team_id is not None and row.team_id != team_id):
+        raise NotFound(f"file '{file_id}' not found", param="file_id")
+    return row
+
+
+def get_file(session: Session, file_id: str, team_id: int | None) -> FileRead:
+    return _read(_owned(session, file_id, team_id))
+
+
+def usable_file(session: Session, file_id: str, team_id: int) -> FileRead | None:
+    """The team's file, read FOR SHARE until the caller's transaction ends (a deletion waits for
+    the job that names it to be written); None when the team has no such file."""
+    row = session.get(UploadedFile, file_id, with_for_update={"read": True})
+    return None if row is None or row.team_id != team_id else _read(row)
+
+
+def list_files(session: Session, team_id: int | None, after: str | None = None,
+               limit: int = 50) -> list[FileRead]:
+    """Newest first; ``after``: the last id of the previous page (an unknown one: from the newest)."""
+    query = select(UploadedFile).order_by(UploadedFile.created_at.desc(), UploadedFile.id.desc()).limit(limit)
+    if team_id is not None:
+        query = query.where(UploadedFile.team_id == team_id)
+    last = session.get(UploadedFile, after) if after else None
+    if last is not None:
+        query = query.where(or_(UploadedFile.created_at < last.created_at,
+                                and_(UploadedFile.created_at == last.created_at, UploadedFile.id < last.id)))
+    return [_read(row) for row in session.scalars(query)]
+
+
+def job_using(session: Session, file_id: str, team_id: int) -> tuple[int, str] | None:
+    """``(job id, field)`` of a job of the team, not yet finished, whose spec names the file. A file
+    is only ever named by its own team's jobs (submit checks it), so only theirs are read."""
+    query = (select(Job.id, Job.spec).where(Job.team_id == team_id, Job.status.not_in(TERMINAL_STATUSES))
+             .order_by(Job.id))
+    for job_id, spec in session.execute(query):
+        for field, named in file_sources(spec):
+            if named == file_id:
+                return job_id, field
+    return None
+
+
+def delete_file(session: Session, file_id: str, team_id: int | None) -> FileRead:
+    """Remove its row (the caller removes its object once this commits); a 409 naming the job
+    when one that has not finished uses it."""
+    row = _owned(session, file_id, team_id, lock=True)
+    using = job_using(session, file_id, row.team_id)
+    if using is not None:
+        job_id, field = using
+        raise Conflict(f"file '{file_id}' is used by job {job_id} ({field}), which has not finished; "
+                       "cancel it or wait for it to end", param="file_id")
+    removed = _read(row)
+    session.execute(delete(UploadedFile).where(UploadedFile.id == file_id))
+    return removed
