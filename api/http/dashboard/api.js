@@ -44,9 +44,7 @@ function withQuery(path, query) {
 // api("/v1/jobs", {query: {status: ["queued"]}}) -> parsed JSON; throws ApiError. `body` goes as
 // JSON; `text` with `contentType` goes as it is (a YAML spec).
 export async function api(path, {method = "GET", body, text, contentType, query} = {}) {
-  const headers = {Accept: "application/json"};
-  const key = apiKey();
-  if (key) headers.Authorization = `Bearer ${key}`;
+  const headers = authHeaders();
   let payload;
   if (text !== undefined) {
     headers["Content-Type"] = contentType;
@@ -58,9 +56,49 @@ export async function api(path, {method = "GET", body, text, contentType, query}
   const response = await fetch(withQuery(path, query), {method, headers, body: payload});
   const parsed = await response.json().catch(() => null);
   if (response.ok) return parsed;
-  const error = new ApiError(response.status, parsed);
-  if (response.status === 401) unauthorized(error.message);
-  throw error;
+  throw refusal(response.status, parsed);
+}
+
+function authHeaders() {
+  const headers = {Accept: "application/json"};
+  const key = apiKey();
+  if (key) headers.Authorization = `Bearer ${key}`;
+  return headers;
+}
+
+// The error for a refused request; a 401 also tells the app (which shows the login page).
+function refusal(status, body) {
+  const error = new ApiError(status, body);
+  if (status === 401) unauthorized(error.message);
+  return error;
+}
+
+// POST a multipart form (an upload to /v1/files), reporting progress as onProgress(sent, total):
+// fetch cannot tell how much of a request body has gone, XMLHttpRequest can. Resolves to the
+// parsed answer; rejects with an ApiError, of status 0 when no answer came (the connection
+// failed, or the service closed it, as it may mid-body for a file over its size limit).
+export function upload(path, form, onProgress) {
+  return new Promise((resolve, reject) => {
+    const request = new XMLHttpRequest();
+    request.open("POST", path);
+    for (const [name, value] of Object.entries(authHeaders())) request.setRequestHeader(name, value);
+    request.upload.addEventListener("progress", (event) =>
+      onProgress(event.loaded, event.lengthComputable ? event.total : null));
+    request.addEventListener("load", () => {
+      let parsed = null;
+      try {
+        parsed = JSON.parse(request.responseText);
+      } catch {
+        parsed = null;
+      }
+      if (request.status >= 200 && request.status < 300) resolve(parsed);
+      else reject(refusal(request.status, parsed));
+    });
+    request.addEventListener("error", () => reject(new ApiError(0, {error: {code: "connection_failed",
+      message: "The connection closed before the service answered: the service is unreachable, or it " +
+        "refused a file over its size limit part-way."}})));
+    request.send(form);
+  });
 }
 
 // A table the page reads once per load (api("/v1/codes"), say): the first call asks, later ones
@@ -108,13 +146,8 @@ export async function allPages(path, query, cursor = "after", isLive = () => tru
 // Save the file at `path` (a model's tar) under `filename`. A link cannot carry the key in a
 // header, so the file is fetched with it and handed to the browser as a blob.
 export async function download(path, filename) {
-  const key = apiKey();
-  const response = await fetch(path, {headers: key ? {Authorization: `Bearer ${key}`} : {}});
-  if (!response.ok) {
-    const error = new ApiError(response.status, await response.json().catch(() => null));
-    if (response.status === 401) unauthorized(error.message);
-    throw error;
-  }
+  const response = await fetch(path, {headers: authHeaders()});
+  if (!response.ok) throw refusal(response.status, await response.json().catch(() => null));
   const url = URL.createObjectURL(await response.blob());
   const link = Object.assign(document.createElement("a"), {href: url, download: filename});
   document.body.append(link);

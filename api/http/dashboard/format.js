@@ -25,3 +25,16 @@ export function megabytes(mb) {
   if (mb === null || mb === undefined) return "–";
   return mb >= 1024 ? `${(mb / 1024).toFixed(1)} GiB` : `${mb} MiB`;
 }
+
+// A size in bytes, in binary units: "512 B", "3.2 MiB".
+export function bytes(count) {
+  if (count === null || count === undefined) return "–";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let value = Number(count);
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return unit === 0 ? `${value} B` : `${value.toFixed(1)} ${units[unit]}`;
+}

@@ -1,13 +1,16 @@
 // The submit form: a JobSpec as JSON or YAML. Text that parses as JSON is sent as JSON; anything
 // else goes as YAML, which the service parses (the page bundles no YAML library). Prefilled with
 // a template to edit: model and data sources are `path:` names under the deployment's roots, so
-// they differ from one to the next. The service's 422 lists every invalid field; each is shown
-// with its path in the spec. A job's Clone opens it filled with that job's spec.
+// they differ from one to the next. A team's own uploads (above the spec: uploads.js) go in as
+// `file:ID`. The service's 422 lists every invalid field; each is shown with its path in the spec.
+// A job's Clone opens it filled with that job's spec.
 
 import {api} from "./api.js";
 import {el, fill, jobLink} from "./dom.js";
 import {mountRewardPicker} from "./reward_picker.js";
 import {mountRewardTrial} from "./reward_trial.js";
+import {readJson} from "./spec_source.js";
+import {mountUploads} from "./uploads.js";
 
 export const TEMPLATE = {
   name: "tiny-say-yes",
@@ -38,12 +41,10 @@ export function openSubmitFormWith(text) {
 // JSON when it is JSON; text that looks like JSON but does not parse is a typo to point out
 // here, anything else is YAML for the service to read.
 function parseSpec(text) {
-  try {
-    return {request: {body: JSON.parse(text)}};
-  } catch (error) {
-    if (/^\s*[{[]/.test(text)) return {problem: `Not valid JSON: ${error.message}.`};
-    return {request: {text, contentType: "application/yaml"}};
-  }
+  const json = readJson(text);
+  if (json.problem) return json;
+  if (json.value !== undefined) return {request: {body: json.value}};
+  return {request: {text, contentType: "application/yaml"}};
 }
 
 export function mountSubmitForm(container, onSubmitted) {
@@ -60,9 +61,11 @@ export function mountSubmitForm(container, onSubmitted) {
   }}, spec, rewards, el("div", {className: "toolbar"}, button,
     el("button", {type: "button", onclick: () => { spec.value = templateText(); fill(result); }},
       "Reset to template")), result);
+  const uploads = el("div");
   container.append(el("details", {className: "panel", dataset: {panel: "submit"}, open: handed !== null},
-    el("summary", {}, "Submit a job"), form));
+    el("summary", {}, "Submit a job"), uploads, form));
   if (handed !== null) spec.focus();
+  mountUploads(uploads, spec);
   mountRewardPicker(rewards, spec);
   mountRewardTrial(form, spec, errorList);
 
