@@ -32,10 +32,15 @@ from compose_file import (
 
 from api.settings import Settings
 
-SERVICES = {"postgres", "redis", "api", "scheduler", "worker"}
-SERVING = {"postgres", "redis", "api", "scheduler", "worker"}  # every long-running service is probed
+SERVICES = {"postgres", "redis", "minio", "minio-bucket", "api", "scheduler", "worker"}
+# every long-running service is probed
+SERVING = {"postgres", "redis", "minio", "api", "scheduler", "worker"}
+ONE_SHOT = {"minio-bucket"}  # runs to its end; the services after it wait for its success
 # Hugging Face's own variables, read by its libraries in the worker: the hub cache and token.
 HUB_VARIABLES = {"HF_HOME", "HF_TOKEN"}
+# The standard variables the S3 client of GRPO_STORAGE_URL reads (api.storage.s3.s3_client).
+STORAGE_VARIABLES = {"AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+BUCKET_URL = "s3://grpo/artifacts"
 PROGRAMS = {"grpo", "python"}
 # The `grpo` subcommands the stack runs; each must be registered in the grpo CLI's parser.
 SERVICE_SUBCOMMANDS = {"api", "scheduler", "worker"}
@@ -86,10 +91,13 @@ def registered_grpo_subcommands() -> set[str]:
     }
 
 
-def test_the_stack_has_its_five_services(services: dict[str, dict[str, Any]]) -> None:
+def test_the_stack_has_its_services(services: dict[str, dict[str, Any]]) -> None:
     assert set(services) == SERVICES
     assert services["postgres"]["image"].startswith("postgres:16")
     assert services["redis"]["image"].startswith("redis:7")
+    # MinIO tags only releases: one is named, so an upgrade is a change to this file.
+    image = services["minio"]["image"]
+    assert re.fullmatch(r"minio/minio:RELEASE\.[\dT:-]+Z", image), image
 
 
 def test_app_services_are_configured_only_through_settings(services: dict[str, dict[str, Any]]) -> None:
@@ -101,7 +109,7 @@ def test_app_services_are_configured_only_through_settings(services: dict[str, d
     assert not unknown, f"not fields of api.settings.Settings: {sorted(unknown)}"
     for name in APP_SERVICES:
         foreign = [key for key in environment(services[name]) if not key.startswith(prefix)
-                   and key not in HUB_VARIABLES]
+                   and key not in HUB_VARIABLES | STORAGE_VARIABLES]
         assert not foreign, f"{name} sets variables the settings object never reads: {foreign}"
 
 
@@ -121,7 +129,10 @@ def test_dependencies_wait_for_health(services: dict[str, dict[str, Any]]) -> No
         # The short list form means service_started, which does not wait for readiness.
         assert isinstance(depends_on, dict), f"{name}: depends_on needs conditions"
         for dependency, spec in depends_on.items():
-            assert spec.get("condition") == "service_healthy", f"{name} -> {dependency}"
+            wanted = "service_completed_successfully" if dependency in ONE_SHOT else "service_healthy"
+            assert spec.get("condition") == wanted, f"{name} -> {dependency}"
+    for name in ONE_SHOT:  # restarted, it would never have completed; probed, never healthy
+        assert services[name].get("restart") == "no" and "healthcheck" not in services[name], name
     # A healthy api has run the prestart, so the schema is at head before these start.
     for name in ("scheduler", "worker"):
         assert "api" in services[name]["depends_on"], name
@@ -160,6 +171,62 @@ def test_hub_models_are_cached_in_a_volume(services: dict[str, dict[str, Any]]) 
     worker = services["worker"]
     home = environment(worker)["HF_HOME"]
     assert any(volume.endswith(f":{home}") and volume.startswith("hf-cache:") for volume in worker["volumes"])
+
+
+def interpolated(value: str, host: dict[str, str]) -> str:
+    """Compose's ``${NAME}``, ``${NAME:-default}`` and ``${NAME:?error}`` read from ``host``."""
+    def one(match: re.Match[str]) -> str:
+        name, form, word = match.group(1), match.group(2), match.group(3)
+        if host.get(name):
+            return host[name]
+        assert form != ":?", f"${{{name}}} is required: {word}"
+        return word if form == ":-" else ""
+    return re.sub(r"\$\{(\w+)(?:(:-|:\?)([^}]*))?\}", one, value)
+
+
+def test_artifacts_and_uploads_live_in_the_stacks_bucket(services: dict[str, dict[str, Any]]) -> None:
+    """Every app service opens the one bucket the one-shot job makes, on the stack's MinIO, with
+    MinIO's credentials; they start only once the bucket is made."""
+    from api.storage.locations import open_store, parse_location
+    from api.storage.s3 import S3Store
+
+    host = {"POSTGRES_PASSWORD": "pg-secret", "MINIO_ROOT_PASSWORD": "minio-secret-1", "GRPO_API_TOKEN": "t"}
+    minio = {key: interpolated(value, host) for key, value in environment(services["minio"]).items()}
+    bucket_job = services["minio-bucket"]
+    alias, _, bucket = bucket_job["command"][-1].partition("/")
+    assert bucket_job["entrypoint"] == ["mc"] and bucket_job["command"][:2] == ["mb", "--ignore-existing"]
+    assert bucket_job["image"] == services["minio"]["image"]  # mc comes with the server's image
+    made_at = interpolated(environment(bucket_job)[f"MC_HOST_{alias}"], host)
+    assert made_at == f"http://{minio['MINIO_ROOT_USER']}:{minio['MINIO_ROOT_PASSWORD']}@minio:9000"
+    assert bucket_job["depends_on"] == {"minio": {"condition": "service_healthy"}}
+    for name in APP_SERVICES:
+        env = {key: interpolated(value, host) for key, value in environment(services[name]).items()}
+        assert env["GRPO_STORAGE_URL"] == BUCKET_URL, name
+        assert Settings(storage_url=env["GRPO_STORAGE_URL"]).storage_location == BUCKET_URL
+        assert parse_location(BUCKET_URL).bucket == bucket, f"{name} opens a bucket the stack never makes"
+        assert env["AWS_ACCESS_KEY_ID"] == minio["MINIO_ROOT_USER"], name
+        assert env["AWS_SECRET_ACCESS_KEY"] == minio["MINIO_ROOT_PASSWORD"], name
+        store = open_store(env["GRPO_STORAGE_URL"], env)  # as the service opens it: no request is made
+        assert isinstance(store, S3Store) and (store.bucket, store.prefix) == ("grpo", "artifacts/")
+        assert store.client.meta.endpoint_url == "http://minio:9000", name
+        assert store.client.meta.region_name == env["AWS_REGION"], name
+        assert services[name]["depends_on"]["minio-bucket"] == {"condition": "service_completed_successfully"}
+
+
+def test_the_api_and_the_workers_share_no_artifacts_folder(services: dict[str, dict[str, Any]]) -> None:
+    """With every artifact in the bucket, the artifacts root is a process's own working folder:
+    the worker's is a volume no other service mounts, the api's is its container's."""
+    def mounts(name: str) -> dict[str, str]:
+        return {volume.split(":")[1]: volume.split(":")[0] for volume in services[name].get("volumes") or []}
+
+    worker = environment(services["worker"])
+    for root in (worker["GRPO_ARTIFACTS_ROOT"], worker["GRPO_WORKER_CACHE_DIR"]):
+        volume = mounts("worker").get(root)
+        assert volume, f"the worker keeps {root} in its container, lost on every restart"
+        others = [name for name in services if name != "worker" and volume in mounts(name).values()]
+        assert not others, f"{volume} ({root}) is shared with {others}"
+    api_root = environment(services["api"])["GRPO_ARTIFACTS_ROOT"]
+    assert api_root not in mounts("api"), "the api mounts its artifacts root: nothing needs it shared"
 
 
 def test_grpo_subcommands_are_registered() -> None:
