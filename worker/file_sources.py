@@ -28,13 +28,13 @@ from typing import Any
 
 from api.artifact_paths import object_store
 from api.domain_errors import NotFound
-from api.job_spec import JobSpec
+from api.job_spec import JobSpec, mixed_reward_models
 from api.settings import Settings
 from api.storage import ChecksumMismatch, ObjectNotFound
 from api.store.db import session_scope
 from api.store.files import get_file
 from api.uploads.model_archives import model_folder_prefix
-from grpo_core.errors import SourceUnavailable, SpecError
+from grpo_core.errors import SourceUnavailable
 from grpo_core.io.paths import resolve_under_root
 from grpo_core.spec.run_spec import file_source_id, split_source
 from worker.file_cache import FileCache, UnsafeArchive
@@ -101,16 +101,16 @@ def _model_folder(cache: FileCache, file_id: str, field: str) -> Path:
 
 def _rewards(spec: JobSpec, cache: FileCache) -> list | None:
     """The rewards with their uploaded models' folders, None when none names one. The core has one
-    root for every reward's model, so a spec cannot mix an uploaded one with a ``path:`` one."""
+    root for every reward's model, so a spec cannot mix an uploaded one with a ``path:`` one
+    (refused at submit too)."""
     named = [(i, file_source_id(r.args["model"])) for i, r in enumerate(spec.rewards)
              if isinstance(r.args.get("model"), str)]
     uploaded = {i: file_id for i, file_id in named if file_id is not None}
     if not uploaded:
         return None
-    for index, reward in enumerate(spec.rewards):
-        if str(reward.args.get("model", "")).startswith(PATH):
-            raise SpecError(f"rewards.{index}.args.model", "one job's reward models come either from "
-                            "the models root ('path:') or from uploads ('file:'), not both")
+    mixed = mixed_reward_models(spec)
+    if mixed is not None:
+        raise mixed
     rewards = list(spec.rewards)
     for index, file_id in uploaded.items():
         folder = _model_folder(cache, file_id, f"rewards.{index}.args.model")
