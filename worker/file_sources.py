@@ -28,7 +28,7 @@ from typing import Any
 
 from api.artifact_paths import object_store
 from api.domain_errors import NotFound
-from api.job_spec import JobSpec, mixed_reward_models
+from api.job_spec import JobSpec, file_sources, mixed_reward_models
 from api.settings import Settings
 from api.storage import ChecksumMismatch, ObjectNotFound
 from api.store.db import session_scope
@@ -55,7 +55,7 @@ class SourceRoots:
 def with_files(spec: JobSpec, settings: Settings, roots: SourceRoots) -> tuple[JobSpec, SourceRoots]:
     """``spec`` with its ``file:`` sources rewritten to ``path:`` ones under the roots returned
     (``roots`` where a kind has none)."""
-    if not _names_files(spec):
+    if not file_sources(spec.model_dump(mode="json")):
         return spec, roots
     cache = FileCache.of(settings, object_store(settings))
     cache_root = Path(cache.root).resolve()
@@ -75,12 +75,6 @@ def with_files(spec: JobSpec, settings: Settings, roots: SourceRoots) -> tuple[J
         update.update(copies)
         roots = replace(roots, data=links)
     return spec.model_copy(update=update), roots
-
-
-def _names_files(spec: JobSpec) -> bool:
-    sources = [spec.model.source, *(d.source for d in (spec.dataset, spec.eval_dataset) if d is not None),
-               *(r.args.get("model") for r in spec.rewards)]
-    return any(isinstance(source, str) and file_source_id(source) is not None for source in sources)
 
 
 def _fetched(field: str, fetch: Callable[[], Path]) -> Path:
