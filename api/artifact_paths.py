@@ -53,6 +53,12 @@ def remote_store(settings: Settings) -> ObjectStore | None:
     artifacts = Path(settings.artifacts_root).resolve()
     if location.scheme == "file" and Path(location.prefix).resolve() == artifacts:
         return None
+    return object_store(settings)
+
+
+def object_store(settings: Settings) -> ObjectStore:
+    """The store itself, whichever it is (by default the artifacts folder): where uploaded files
+    are read from, which every store holds under the same keys."""
     return _opened(settings.storage_location)
 
 

@@ -172,3 +172,19 @@ def _is_file_source(source: str) -> bool:
         return file_source_id(source) is not None
     except ValueError:
         return False
+
+
+def mixed_reward_models(spec: JobSpec) -> SpecError | None:
+    """The core loads every reward's model under one root: the models root, or, where one is an
+    upload, the worker's cache of uploads. So a job's reward models are either ``path:`` ones or
+    uploads (``hf:`` ones go with both): the error naming the first ``path:`` one of a spec that
+    mixes them, else None."""
+    models = [(index, reward.args.get("model")) for index, reward in enumerate(spec.rewards)]
+    models = [(index, model) for index, model in models if isinstance(model, str)]
+    if not any(_is_file_source(model) for _, model in models):
+        return None
+    for index, model in models:
+        if model.partition(":")[0].strip() == "path":
+            return SpecError(f"rewards.{index}.args.model", "one job's reward models come either from the "
+                             "models root ('path:') or from the team's uploads ('file:'), not both")
+    return None

@@ -21,6 +21,7 @@ from grpo_core.io.model_loading import quiet_library_progress_bars
 from grpo_core.parallel.distributed import SINGLE
 from grpo_core.run.launch import RankDied
 from worker.attempt_files import AttemptFiles
+from worker.file_sources import release_files
 from worker.heartbeat import CAPABILITY_MISSING, missing_capabilities
 from worker.job_storage import STORAGE_UNAVAILABLE, fetch_resume_checkpoint
 from worker.outcome import Fault, Outcome
@@ -47,9 +48,12 @@ def run_attempt(job: JobRead, settings: Settings, worker_id: str, files: Attempt
         store = remote_store(settings)
         if store is not None:  # before any rank starts: they all resume from this host's copy
             fetch_resume_checkpoint(store, settings, job.id)
-        if len(job.devices or ()) > 1:
-            return train_on_ranks(job, spec, settings, files)
-        return train_reporting(job, spec, settings, files, SINGLE)
+        try:
+            if len(job.devices or ()) > 1:
+                return train_on_ranks(job, spec, settings, files)
+            return train_reporting(job, spec, settings, files, SINGLE)
+        finally:
+            release_files(settings)  # the uploads it used may be evicted now
     except RankDied as exc:
         data = {"rank": exc.rank, "pid": exc.pid, "exitcode": exc.exitcode, "signal": exc.signal_name}
         return Fault(exc.message, data)

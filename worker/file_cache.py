@@ -8,7 +8,8 @@ regular files and folders only, no absolute path, ``..``, link or device). It is
 place and renamed into it, so a reader never sees half of one; its bytes are checked against the
 digest the store recorded, and a mismatch (a corrupt object) keeps nothing. A process using an
 entry holds it (``SHA/users/PID``) while its job runs; the least recently used entries not held
-by a live process are evicted to make room.
+by a live process are evicted to make room. A process may also keep links to its entries under
+new names in a folder of its own (``.links/PID``, :meth:`FileCache.links`), gone on release.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from pathlib import Path
 from api.settings import Settings
 from api.storage import ChecksumMismatch, ObjectStore
 from api.storage.digests import file_sha256
-from api.storage.keys import checked_key, partial_path
+from api.storage.keys import file_key, partial_path
 from grpo_core.io.paths import folder_bytes
 from grpo_core.run.processes import process_alive
 
 FILE_SCHEME = "file:"
 DATA, MODEL, USERS = "data", "model", "users"
+LINKS = ".links"  # a dot-name: never taken for an entry, so never counted or evicted as one
 
 
 def uploaded_file_id(source: str) -> str | None:
@@ -56,7 +58,7 @@ class FileCache:
         return self._entry(file_id, MODEL) / MODEL
 
     def _entry(self, file_id: str, kind: str) -> Path:
-        key = checked_key(f"files/{file_id}")  # where POST /v1/files stores an upload's bytes
+        key = file_key(file_id)
         info = self.store.stat(key)
         if info.sha256 is None:
             raise ChecksumMismatch(f"'{key}' has no recorded SHA-256 to check a copy against")
@@ -93,10 +95,24 @@ class FileCache:
         now = time.time()
         os.utime(entry, (now, now))  # its last use, for eviction
 
+    def links(self) -> Path:
+        """This process's own folder beside the entries (same filesystem: an entry's file can be
+        hard-linked into it under another name), emptied by :meth:`release`. Those of processes
+        that died without releasing are removed first."""
+        folder = self.root / LINKS
+        if folder.is_dir():
+            for other in folder.iterdir():
+                if other.name.isdigit() and not process_alive(int(other.name)):
+                    shutil.rmtree(other, ignore_errors=True)
+        mine = folder / str(os.getpid())
+        mine.mkdir(parents=True, exist_ok=True)
+        return mine
+
     def release(self) -> None:
         """This process uses none of its entries any more (its job ended)."""
         for mark in self.root.glob(f"*/{USERS}/{os.getpid()}"):
             mark.unlink(missing_ok=True)
+        shutil.rmtree(self.root / LINKS / str(os.getpid()), ignore_errors=True)
 
     def _make_room(self, incoming: int) -> None:
         entries = [p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")] \

@@ -3,7 +3,8 @@ model or checkpoint folder (:func:`api.artifact_paths.model_to_continue`; with a
 apart from the artifacts folder, fetched from it first), loaded like a
 ``path:`` source under the artifacts root. The API checked at submit that the job is the same
 team's and had the model; retention may have deleted a checkpoint since, which the job cannot
-help: ``source_unavailable``."""
+help: ``source_unavailable``. Then ``file:`` sources (uploads) are made loadable
+(:mod:`worker.file_sources`)."""
 
 from __future__ import annotations
 
@@ -13,16 +14,25 @@ from api.artifact_paths import model_to_continue, remote_store, stored_model_to_
 from api.job_spec import JobSpec, continued_job
 from api.settings import Settings
 from grpo_core.errors import SourceUnavailable
+from worker.file_sources import SourceRoots, with_files
 from worker.job_storage import fetch_folder
 
 
-def loadable(spec: JobSpec, settings: Settings) -> tuple[JobSpec, Path]:
-    """``(spec to build from, models root)``: ``spec`` itself under the models root, or, for a
-    ``job:`` source, a copy whose source is the folder it names, under the artifacts root."""
+def loadable(spec: JobSpec, settings: Settings) -> tuple[JobSpec, SourceRoots]:
+    """``(spec to build from, the roots its path: sources load under)``: ``spec`` itself under
+    the service's roots, or a copy whose ``job:`` source is the folder it names (under the
+    artifacts root) and whose ``file:`` sources are this host's copies of the uploads."""
+    roots = SourceRoots(models=Path(settings.models_root), data=Path(settings.data_root),
+                        reward_models=Path(settings.models_root))
     continued = continued_job(spec.model.source)
-    if continued is None:
-        return spec, Path(settings.models_root)
-    job_id, step = continued
+    if continued is not None:
+        spec = _continued(spec, settings, *continued)
+        roots = SourceRoots(models=Path(settings.artifacts_root), data=roots.data,
+                            reward_models=roots.reward_models)
+    return with_files(spec, settings, roots)
+
+
+def _continued(spec: JobSpec, settings: Settings, job_id: int, step: int | None) -> JobSpec:
     store = remote_store(settings)
     if store is None:
         folder = model_to_continue(settings, job_id, step)
@@ -33,4 +43,4 @@ def loadable(spec: JobSpec, settings: Settings) -> tuple[JobSpec, Path]:
         raise SourceUnavailable("model.source", f"{spec.model.source} no longer exists (its job's "
                                                 "retention may have removed that checkpoint)")
     model = spec.model.model_copy(update={"source": f"path:{folder}"})
-    return spec.model_copy(update={"model": model}), Path(settings.artifacts_root)
+    return spec.model_copy(update={"model": model})

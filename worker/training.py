@@ -8,7 +8,6 @@ processes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from api.artifact_paths import checkpoint_dir, job_dir, model_dir, remote_store
@@ -121,8 +120,8 @@ def export_final_model(job: JobRead, spec: JobSpec, settings: Settings, result: 
     """The job's model folder from its final checkpoint (:mod:`grpo_core.io.model_export`), announced as
     a ``model`` event."""
     if spec.export.merge_lora:
-        loading, models_root = loadable(spec, settings)
-        base = resolve_model_location(loading.model, models_root)
+        loading, roots = loadable(spec, settings)
+        base = resolve_model_location(loading.model, roots.models)
     else:
         base = None
     out = export_model(result.checkpoint, model_dir(settings, job.id), spec, result.step, metrics,
@@ -137,13 +136,13 @@ def train_job(job: JobRead, spec: JobSpec, settings: Settings, callbacks: Traine
     """Build, resume and train; every rank of a job runs this with its own ``ranks``. Running out
     of memory is the job's own failure (its size), raised as ``out_of_memory`` here so that one
     process and every rank of several report it the same way."""
-    spec, models_root = loadable(spec, settings)
+    spec, roots = loadable(spec, settings)
     # The service's cap on a reward call's budget holds for jobs queued before it was lowered too.
     budget = min(spec.reward_timeout_seconds, settings.max_reward_timeout_seconds)
     spec = spec.model_copy(update={"reward_timeout_seconds": budget})
     try:
-        components = build_components(spec, models_root=models_root, data_root=Path(settings.data_root),
-                                      device=None, ranks=ranks, reward_models_root=Path(settings.models_root),
+        components = build_components(spec, models_root=roots.models, data_root=roots.data,
+                                      device=None, ranks=ranks, reward_models_root=roots.reward_models,
                                       verifiers=registered_verifiers(spec, settings, job.team_id))
         trainer = GRPOTrainer(components, checkpoint_dir(settings, job.id), callbacks)
         # A requeued or preempted job continues from its newest complete checkpoint.

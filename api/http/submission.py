@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from api.artifact_paths import has_model_to_continue
 from api.domain_errors import NotFound
-from api.job_spec import JobSpec, continued_job, file_sources, split_any_source
+from api.job_spec import JobSpec, continued_job, file_sources, mixed_reward_models, split_any_source
 from api.pool_limits import effective_limits, limit_problems
 from api.settings import Settings
 from api.store.files import usable_file
@@ -232,7 +232,8 @@ def _purpose_for(field: str) -> str:
 def check_file_sources(session: Session, spec: JobSpec, team_id: int) -> None:
     """Every ``file:ID`` source names a file of the submitting team (admins included: the job is
     the team's) that is ``ready`` and was uploaded for that use (a model archive for the model and
-    a reward's model, a dataset for the prompts). Read FOR SHARE: its deletion waits for this job."""
+    a reward's model, a dataset for the prompts), and no reward model beside them is a ``path:`` one
+(:func:`mixed_reward_models`). Read FOR SHARE: its deletion waits for this job."""
     problems = []
     for field, file_id in file_sources(spec.model_dump(mode="json")):
         found = usable_file(session, file_id, team_id)
@@ -244,6 +245,9 @@ def check_file_sources(session: Session, spec: JobSpec, team_id: int) -> None:
         elif found.purpose != wanted:
             problems.append(SpecError(field, f"file '{file_id}' was uploaded as a {found.purpose}; this "
                                              f"field takes a {wanted} (purpose={wanted})"))
+    mixed = mixed_reward_models(spec)
+    if mixed is not None:
+        problems.append(mixed)
     if problems:
         raise InvalidSpec(problems)
 

@@ -130,6 +130,9 @@ def test_file_sources_are_checked_at_submit(alpha, job_spec, pool) -> None:
         ({"eval_dataset": {"source": f"file:{unknown}"}}, "eval_dataset.source", "your team has no file"),
         ({"rewards": [{"name": "reward_model", "args": {"model": f"file:{dataset['id']}"}}]},
          "rewards.0.args.model", "uploaded as a dataset"),
+        ({"rewards": [{"name": "reward_model", "args": {"model": f"file:{model['id']}"}},
+                      {"name": "reward_model", "args": {"model": "path:tiny"}}]},  # one root for both
+         "rewards.1.args.model", "not both"),
         ({"dataset": {"source": "file:abc"}}, "dataset.source", "file:file-"),
         ({"model": {"source": "file:../etc"}}, "model.source", "file:file-"),
     ):
