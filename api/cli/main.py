@@ -50,7 +50,7 @@ def _api(args: argparse.Namespace) -> int:
 
 
 def _scheduler(args: argparse.Namespace) -> int:
-    from api.scheduling import webhook_sender
+    from api.scheduling import storage_sweeper, webhook_sender
     from api.scheduling.scheduler import Scheduler
     from api.settings import get_settings
 
@@ -61,8 +61,11 @@ def _scheduler(args: argparse.Namespace) -> int:
     schema_ready(get_settings())
     # In this process, off the API's request path, beside the scheduling loop.
     sender = webhook_sender.start(get_settings(), stop)
+    # Beside them, what a failed storage call left behind is removed (api.scheduling.storage_sweeper).
+    sweeper = storage_sweeper.start(get_settings(), stop)
     Scheduler(get_settings()).run(stop)
     sender.join(timeout=get_settings().webhook_timeout_seconds + 5)
+    sweeper.join(timeout=5)
     return 0
 
 

@@ -98,7 +98,7 @@ def artifact_quota(database_url):
 def test_a_checkpoint_over_the_teams_artifact_quota_fails_before_writing_anything(
         submit, tiny_spec, run_in_process, artifact_quota, task_settings):
     from api.artifact_paths import checkpoint_dir
-    from api.artifact_usage import team_artifact_bytes
+    from api.artifact_usage import job_artifact_bytes
 
     artifact_quota(1000)  # far below the tiny model's checkpoint
     job = run_in_process(submit(tiny_spec(max_steps=2, checkpoint_every=1)))
@@ -111,7 +111,7 @@ def test_a_checkpoint_over_the_teams_artifact_quota_fails_before_writing_anythin
     artifact_quota(10**12)
     done = run_in_process(submit(tiny_spec(max_steps=2, checkpoint_every=1)))
     assert done.status == "succeeded"
-    written = team_artifact_bytes(task_settings, [done.id])
+    written = job_artifact_bytes(task_settings, [done.id])
     assert written > 1000 and Path(done.latest_checkpoint).is_dir()
 
 
@@ -192,16 +192,16 @@ def test_deleting_a_finished_job_frees_the_teams_artifact_quota(
     from fastapi.testclient import TestClient
 
     from api.artifact_paths import job_dir
-    from api.artifact_usage import team_artifact_bytes
+    from api.artifact_usage import job_artifact_bytes
     from api.main import create_app
     from api.store.teams import artifact_quota as quota_and_jobs
 
     artifact_quota(None)
     first = run_in_process(submit(tiny_spec(max_steps=1, checkpoint_every=1)))
     assert first.status == "succeeded", first.error
-    own = team_artifact_bytes(task_settings, [first.id])
+    own = job_artifact_bytes(task_settings, [first.id])
     with session_scope(database_url) as session:
-        used = team_artifact_bytes(task_settings, quota_and_jobs(session, team_id, always=True)[1])
+        used = job_artifact_bytes(task_settings, quota_and_jobs(session, team_id, always=True)[1])
     artifact_quota(used)  # full: the next checkpoint of any job of the team is over it
     second = run_in_process(submit(tiny_spec(max_steps=1, checkpoint_every=1)))
     assert failed_with(second) == "artifact_quota_exceeded"
