@@ -79,8 +79,8 @@ class QuotaChange(_Body):
 
 class ArtifactQuotaSet(_Body):
     bytes: int = Field(ge=0, le=MAX_ARTIFACT_QUOTA_BYTES,
-                       description="Most bytes the team's jobs' artifacts may occupy (checked before each "
-                                   "checkpoint)")
+                       description="Most bytes the team's jobs' artifacts and uploaded files may occupy "
+                                   "(checked before each checkpoint and each upload)")
 
 
 class KeyCreate(_Body):

@@ -124,3 +124,24 @@ def test_a_failed_upload_stops_counting_and_another_teams_usage_is_its_own(
     assert upload(client, ROWS).status_code == 201
     assert usage(client) == (len(ROWS), 0, len(ROWS))
     assert usage(beta) == beta_before
+
+
+def test_grpo_me_prints_the_two_parts_against_the_quota(capsys, api_server, client_for, team) -> None:
+    import json
+
+    from api.cli.main import main
+
+    name, key = team
+    client = client_for(key)
+    assert upload(client, ROWS).status_code == 201
+    set_quota(api_server.settings.database_url, name, 10 * len(ROWS))
+    capsys.readouterr()
+    assert main(["me", "--api-url", api_server.http_url, "--api-key", key]) == 0
+    team_id = client.get("/v1/me").json()["team_id"]
+    assert capsys.readouterr().out.splitlines() == [
+        f"team {name} (id {team_id}), key {key[:12]}…",
+        f"storage: {len(ROWS)} bytes, quota {10 * len(ROWS)} bytes (10.0% used)",
+        "  job artifacts:  0 bytes (grpo rm ID frees a finished job's)",
+        f"  uploaded files: {len(ROWS)} bytes (grpo files rm ID frees one)"]
+    assert main(["me", "--json", "--api-url", api_server.http_url, "--api-key", key]) == 0
+    assert json.loads(capsys.readouterr().out) == client.get("/v1/me").json()

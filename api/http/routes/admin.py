@@ -46,8 +46,9 @@ _BAD = {422: {"description": "Invalid value; `param` names the field. Nothing wa
 
 @me.get("/me", response_model=Me)
 def whoami(session: SessionDep, principal: PrincipalDep, settings: SettingsDep) -> Me:
-    """The caller's key and team, with the team's artifact bytes and quota (what a member needs
-    to see before a job fails ``artifact_quota_exceeded``, and after deleting jobs to free it)."""
+    """The caller's key and team, with the team's artifact bytes, its jobs' and its files' apart,
+    and its quota (what a member needs to see before a job or an upload fails
+    ``artifact_quota_exceeded``, and after deleting jobs or files to free it)."""
     team = teams.team_by_id(session, principal.team_id)
     quota, job_ids = teams.artifact_quota(session, team.id, always=True)
     usage = ArtifactUsage(job_artifact_bytes(settings, job_ids), files.team_file_bytes(session, team.id),
@@ -93,8 +94,9 @@ def clear_quota(team: TeamName, pool: PoolName, session: SessionDep) -> TeamRead
 
 @router.put("/teams/{team}/artifact-quota", response_model=TeamRead, responses={**_TEAM_404, **_BAD})
 def set_artifact_quota(team: str, body: ArtifactQuotaSet, session: SessionDep) -> TeamRead:
-    """The most bytes the team's jobs' artifacts may occupy; a job whose next checkpoint would
-    pass it fails ``artifact_quota_exceeded`` before writing it."""
+    """The most bytes the team's jobs' artifacts and uploaded files may occupy; a job whose next
+    checkpoint would pass it fails ``artifact_quota_exceeded`` before writing it, an upload that
+    would is refused with that code."""
     return teams.set_artifact_quota(session, team, body.bytes)
 
 
