@@ -60,7 +60,8 @@ def quota_for_upload(session: Session, team_id: int) -> tuple[int | None, int]:
     """``(the team's artifact quota, its files' bytes)`` with its team row locked until the
     transaction ends: uploads of one team that are checked at once take turns, each seeing the
     rows of those before it (written in the same transaction as their check), so two uploads
-    never both fit into the room for one."""
+    never both fit into the room for one. (On Postgres: SQLite, the embedded single-user
+    database, has no row locks.)"""
     quota = session.scalar(select(Team.artifact_quota_bytes).where(Team.id == team_id)
                            .with_for_update(key_share=True))
     return quota, team_file_bytes(session, team_id)

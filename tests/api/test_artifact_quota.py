@@ -2,7 +2,8 @@
 kept (the local folder store and an S3 bucket on moto's server process: ``store_server``), through
 the real API: ``GET /v1/me`` shows both parts, an upload that would pass the quota is refused
 before it is stored (413 ``artifact_quota_exceeded`` naming the figures), and deleting a file or a
-job frees its bytes."""
+job frees its bytes. Uploads checked at once take turns, so two never fit in the room for one;
+``grpo me`` prints the parts."""
 
 from __future__ import annotations
 
@@ -145,3 +146,35 @@ def test_grpo_me_prints_the_two_parts_against_the_quota(capsys, api_server, clie
         f"  uploaded files: {len(ROWS)} bytes (grpo files rm ID frees one)"]
     assert main(["me", "--json", "--api-url", api_server.http_url, "--api-key", key]) == 0
     assert json.loads(capsys.readouterr().out) == client.get("/v1/me").json()
+
+
+def test_uploads_checked_at_once_take_turns_so_two_never_share_the_room_for_one(
+        api_server, client_for, team) -> None:
+    """The check holds the team's row (Postgres): an upload checked while another's row is being
+    written waits for it, then counts it. (SQLite, the embedded database, has no row locks.)"""
+    import threading
+
+    from sqlalchemy import select
+
+    from api.store import files
+    from api.store.tables import Team
+
+    database_url = api_server.settings.database_url
+    if database_url.startswith("sqlite"):
+        pytest.skip("SQLite has no row locks: the embedded database is for one user")
+    name, key = team
+    set_quota(database_url, name, len(ROWS))  # room for one
+    with session_scope(database_url) as session:
+        team_id = session.scalar(select(Team.id).where(Team.name == name))
+    answers: list[httpx.Response] = []
+    with session_scope(database_url) as session:
+        assert files.quota_for_upload(session, team_id) == (len(ROWS), 0)  # as an upload being checked
+        racing = threading.Thread(target=lambda: answers.append(upload(client_for(key), ROWS)))
+        racing.start()
+        racing.join(1.0)
+        assert racing.is_alive() and not answers  # waits for this one's row
+        files.add_file(session, files.new_file_id(), team_id, "dataset", "first.jsonl", "jsonl", len(ROWS),
+                       "0" * 64)
+    racing.join(10)
+    [answer] = answers
+    assert answer.status_code == 413 and answer.json()["error"]["code"] == "artifact_quota_exceeded"
