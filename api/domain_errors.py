@@ -45,6 +45,13 @@ class QueueFull(ServiceError):  # noqa: N818
     code = "queue_full"
 
 
+class QuotaExceeded(ServiceError):  # noqa: N818
+    """What the team stores would go over its artifact byte quota (``teams.artifact_quota_bytes``);
+    the worker fails a job with the same code when a checkpoint would."""
+
+    code = "artifact_quota_exceeded"
+
+
 class RateLimited(ServiceError):  # noqa: N818
     """The caller's team spent its request budget; ``retry_after`` seconds refill enough of it."""
 

@@ -201,6 +201,10 @@ class Settings(BaseSettings):
         43_200.0, ge=0, description="The longest wait between two attempts of a webhook delivery.")
     webhook_poll_seconds: float = Field(
         1.0, gt=0, description="How often the scheduler process looks for webhook deliveries due.")
+    storage_sweep_seconds: float = Field(
+        300.0, gt=0, description="How often the scheduler process removes from storage what no job or "
+        "file row names any more (a deletion whose storage step failed, a failed upload's object), a "
+        "bounded batch each time.")
 
     @model_validator(mode="after")
     def _derive_namespace(self) -> Settings:

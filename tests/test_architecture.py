@@ -100,6 +100,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "api.scheduling.webhook_sender": ("api.http", "api.streaming", "api.cli", "worker", "fastapi",
                                       "api.scheduling.scheduler", "api.scheduling.policy", "celery",
                                       "redis"),
+    # So does the storage sweep: the store, settings and the object store; no Redis, no Celery.
+    "api.scheduling.storage_sweeper": ("api.http", "api.streaming", "api.cli", "worker", "fastapi",
+                                       "api.scheduling.scheduler", "api.scheduling.policy", "celery",
+                                       "redis"),
     "api.streaming": ("api.http", "api.scheduling", "api.cli", "worker"),
     "api.http": ("api.cli", "worker", "celery"),
     "api.main": ("api.cli", "worker", "celery"),

@@ -7,7 +7,10 @@ row: a row always names a checkpoint whole in the store, the one any worker resu
 A store that cannot be reached does not stop the training: the upload is retried after later
 steps, backing off (a ``checkpoint_upload_retry`` warning event says so once per checkpoint), and
 a newer checkpoint replaces one still waiting (retention may delete the older folder, and a
-resume needs only the newest). At the run's end :meth:`StoredCheckpoints.flush` waits for the last
+resume needs only the newest). As the trainer's retention does locally, a checkpoint no longer the
+newest stored loses its ``optimizer.pt`` in the store too (the bulk of an older checkpoint, which
+only a resume reads, and a resume takes the newest): the team's quota counts what the store holds.
+At the run's end :meth:`StoredCheckpoints.flush` waits for the last
 one for ``GRPO_STORAGE_RETRY_SECONDS``, then raises StorageUnavailable: the attempt is requeued.
 """
 
@@ -22,6 +25,7 @@ from typing import Any
 from api.artifact_paths import COMPLETE_MARK, checkpoint_key
 from api.storage import ObjectStore, StorageUnavailable
 from grpo_core.run.callbacks import CallbackList, TrainerCallback
+from grpo_core.run.checkpoint import OPTIMIZER_FILE
 from worker.job_storage import FIRST_DELAY_SECONDS, MOST_DELAY_SECONDS, retry_storage
 
 log = logging.getLogger(__name__)
@@ -38,6 +42,8 @@ class StoredCheckpoints(CallbackList):
         self.store, self.job_id, self.budget_seconds, self.clock = store, job_id, budget_seconds, clock
         self.pending: tuple[int, Path] | None = None
         self.doomed: set[int] = set()  # steps whose stored objects (whole or partial) must go
+        self.newest: int | None = None  # the newest checkpoint this attempt stored: keeps its optimizer
+        self.stale: set[int] = set()  # older ones whose stored optimizer.pt is to go
         self.retry_at, self.delay = 0.0, FIRST_DELAY_SECONDS
 
     def on_checkpoint(self, step: int, path: Path) -> None:
@@ -79,24 +85,38 @@ class StoredCheckpoints(CallbackList):
         self.store.put_folder(checkpoint_key(self.job_id, step), path, last=[COMPLETE_MARK])
         self.pending = None
         self.doomed.discard(step)
+        if self.newest is not None:
+            self.stale.add(self.newest)
+        self.newest = step
         super().on_checkpoint(step, path)  # the row, now that the store holds it whole
         self._delete_doomed()
 
     def _delete_doomed(self) -> None:
-        """Retention in the store, and the rows with it. Not while a newer checkpoint waits: the
-        store keeps what a resume needs until its successor is whole there. Best effort: a store
-        away now is asked again after the next upload."""
+        """Retention in the store, and the rows with it, then the older checkpoints' optimizer
+        state. Not while a newer checkpoint waits: the store keeps what a resume needs until its
+        successor is whole there. Best effort: a store away now is asked again after the next
+        upload."""
         if self.pending is not None:
             return
-        gone = []
-        for step in sorted(self.doomed):
-            try:
-                self.store.delete_prefix(checkpoint_key(self.job_id, step))
-            except StorageUnavailable as error:
-                log.warning("job %s: the stored checkpoint of step %s is not deleted yet: %s",
-                            self.job_id, step, error)
-                break
-            gone.append(step)
+        store, job_id = self.store, self.job_id
+        gone = self._removed(self.doomed, lambda step: store.delete_prefix(checkpoint_key(job_id, step)),
+                             "the stored checkpoint")
         self.doomed.difference_update(gone)
         if gone:  # the job no longer keeps them: their rows go too
             super().on_checkpoints_removed(gone)
+        self.stale -= self.doomed | set(gone)  # gone, or going, whole: nothing to strip
+        self.stale.difference_update(self._removed(
+            self.stale, lambda step: store.delete(f"{checkpoint_key(job_id, step)}/{OPTIMIZER_FILE}"),
+            "the stored optimizer state"))
+
+    def _removed(self, steps: set[int], remove: Callable[[int], object], what: str) -> list[int]:
+        """The steps, oldest first, that ``remove`` removed before the store went away (if it did)."""
+        done = []
+        for step in sorted(steps):
+            try:
+                remove(step)
+            except StorageUnavailable as error:
+                log.warning("job %s: %s of step %s is not deleted yet: %s", self.job_id, what, step, error)
+                break
+            done.append(step)
+        return done

@@ -118,9 +118,13 @@ class ApiClient:
                   **({"q": search} if search else {})}
         return self._pages("/v1/jobs", params, "after", JOBS_PAGE, limit)
 
+    def me(self) -> dict[str, Any]:
+        """``GET /v1/me``: the key, its team, and the team's artifact bytes and quota."""
+        return self._get("/v1/me")
+
     def team_name(self, team_id: int) -> str | None:
         """A team's name: the key's own, or (an admin's key) any team's; None if not found."""
-        me = self._get("/v1/me")
+        me = self.me()
         if me["team_id"] == team_id:
             return me["team"]
         if me["is_admin"]:

@@ -2,7 +2,7 @@
 and adds the service's commands: ``api``, ``scheduler``, ``worker``, ``dev``, ``admin`` (teams,
 API keys, quotas and pools, straight on the database: ``api.cli.admin``) and the HTTP client
 commands ``submit``, ``list``, ``show``, ``watch``, ``cancel``, ``rm``, ``events``, ``metrics``,
-``cluster``, ``queue`` (``api.cli.monitor``), ``usage`` (``api.cli.usage_command``), ``compare``
+``cluster``, ``queue`` (``api.cli.monitor``), ``usage`` and ``me`` (``api.cli.usage_command``), ``compare``
 (``api.cli.compare_command``), ``rewards list|run`` (``api.cli.reward_commands``), ``files
 upload|list|show|rm`` (``api.cli.files_command``).
 
@@ -27,13 +27,13 @@ from api.cli.health import add_health_command
 from api.cli.monitor import MONITOR_COMMANDS, add_monitor_commands
 from api.cli.reward_commands import add_reward_commands
 from api.cli.schema_check import schema_ready
-from api.cli.usage_command import USAGE_COMMAND, add_usage_command
+from api.cli.usage_command import ME_COMMAND, USAGE_COMMAND, add_usage_commands
 from grpo_core import cli as core_cli
 from grpo_core.errors import SpecWarning
 from grpo_core.spec.run_spec import RunSpec
 
 SERVICE_COMMANDS = ("api", "scheduler", "worker", "dev", "admin", "health", "rewards", USAGE_COMMAND,
-                    COMPARE_COMMAND, FILES_COMMAND, *MONITOR_COMMANDS)
+                    ME_COMMAND, COMPARE_COMMAND, FILES_COMMAND, *MONITOR_COMMANDS)
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
 
 
@@ -50,7 +50,7 @@ def _api(args: argparse.Namespace) -> int:
 
 
 def _scheduler(args: argparse.Namespace) -> int:
-    from api.scheduling import webhook_sender
+    from api.scheduling import storage_sweeper, webhook_sender
     from api.scheduling.scheduler import Scheduler
     from api.settings import get_settings
 
@@ -61,8 +61,11 @@ def _scheduler(args: argparse.Namespace) -> int:
     schema_ready(get_settings())
     # In this process, off the API's request path, beside the scheduling loop.
     sender = webhook_sender.start(get_settings(), stop)
+    # Beside them, what a failed storage call left behind is removed (api.scheduling.storage_sweeper).
+    sweeper = storage_sweeper.start(get_settings(), stop)
     Scheduler(get_settings()).run(stop)
     sender.join(timeout=get_settings().webhook_timeout_seconds + 5)
+    sweeper.join(timeout=5)
     return 0
 
 
@@ -134,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--api-key", default=os.environ.get("GRPO_API_KEY"))
     dev.set_defaults(handler=_dev)
     add_monitor_commands(commands)
-    add_usage_command(commands)
+    add_usage_commands(commands)
     add_compare_command(commands)
     add_files_command(commands)
     add_reward_commands(commands)

@@ -34,6 +34,7 @@ STATUS_BY_CODE = {
     "conflict": 409,
     "queue_full": 409,
     "request_too_large": 413,
+    "artifact_quota_exceeded": 413,  # this upload is larger than the room left in the team's quota
     "rate_limited": 429,
     "not_ready": 503,
     "unavailable": 503,

@@ -1,8 +1,9 @@
 """What ``POST /v1/files`` does with a spooled upload (:mod:`api.http.upload_body`), from the
 threadpool since every step blocks: check its fields and its content (:mod:`api.uploads`), write
-its row (``uploading``), store its bytes under ``files/{id}``, then mark it ``ready``. The row comes
-first so that no object is ever in the store without one; an upload the store refused stays as
-``error`` (503 to the client, who may delete it and retry)."""
+its row (``uploading``) once it fits in the team's artifact quota, store its bytes under
+``files/{id}``, then mark it ``ready``. The row comes first so that no object is ever in the store
+without one; an upload the store refused stays as ``error`` (503 to the client, who may delete it
+and retry)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from api.domain_errors import InvalidInput, NotFound, TooLarge, Unavailable
+from api.artifact_usage import ArtifactUsage, job_artifact_bytes
+from api.domain_errors import InvalidInput, NotFound, QuotaExceeded, TooLarge, Unavailable
 from api.http.upload_body import SpooledUpload
 from api.schemas.files import FileRead
 from api.settings import Settings
 from api.storage import ObjectNotFound, ObjectStore, StorageError, StorageUnavailable
 from api.storage.keys import file_key
-from api.store import files
+from api.store import files, teams
 from api.store.db import session_scope
 from api.uploads.datasets import check_dataset, dataset_format
 from api.uploads.model_archives import check_model_archive
@@ -55,7 +57,17 @@ def accept_upload(upload: SpooledUpload, team_id: int, settings: Settings, store
     file_format = _checked_format(upload, purpose, settings)
     assert upload.path is not None and upload.filename is not None
     file_id = files.new_file_id()
+    job_bytes = _job_bytes_if_limited(team_id, settings)
     with session_scope(settings.database_url) as session:
+        quota, file_bytes = files.quota_for_upload(session, team_id)
+        usage = ArtifactUsage(job_bytes or 0, file_bytes, quota if job_bytes is not None else None)
+        if usage.over_quota(upload.size):
+            raise QuotaExceeded(
+                f"this upload ({upload.size} bytes) would take the team's artifacts to "
+                f"{usage.total + upload.size} bytes, over its quota of {quota} bytes ({usage.parts()} in "
+                "use); nothing was stored. Delete files (grpo files rm ID) or finished jobs (grpo rm ID), "
+                "or ask an admin to raise the quota",
+                param="file")
         files.add_file(session, file_id, team_id, purpose, upload.filename, file_format, upload.size,
                        upload.sha256)
     try:
@@ -76,6 +88,21 @@ def accept_upload(upload: SpooledUpload, team_id: int, settings: Settings, store
     except NotFound:  # deleted meanwhile: its object must not outlive its row
         remove_object(store, file_id)
         raise
+
+
+def _job_bytes_if_limited(team_id: int, settings: Settings) -> int | None:
+    """The team's job artifact bytes when it has a quota (None when it has none: nothing to
+    count). Counted before the quota's lock is taken, since a remote store is listed for it; a
+    quota an admin sets meanwhile applies from the next upload."""
+    with session_scope(settings.database_url) as session:
+        quota, job_ids = teams.artifact_quota(session, team_id)
+    if quota is None:
+        return None
+    try:
+        return job_artifact_bytes(settings, job_ids)
+    except StorageError as error:
+        raise Unavailable(f"the object store could not be listed to check the team's quota ({error}); "
+                          "nothing was stored", retry_after=STORE_RETRY_SECONDS) from error
 
 
 @contextmanager

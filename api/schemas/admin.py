@@ -79,8 +79,8 @@ class QuotaChange(_Body):
 
 class ArtifactQuotaSet(_Body):
     bytes: int = Field(ge=0, le=MAX_ARTIFACT_QUOTA_BYTES,
-                       description="Most bytes the team's jobs' artifacts may occupy (checked before each "
-                                   "checkpoint)")
+                       description="Most bytes the team's jobs' artifacts and uploaded files may occupy "
+                                   "(checked before each checkpoint and each upload)")
 
 
 class KeyCreate(_Body):
@@ -143,8 +143,13 @@ class Me(BaseModel):
     is_admin: bool
     key_prefix: str | None = Field(description="None for the operator token and with auth off")
     artifact_bytes: int = Field(description=(
+        "Bytes counted against the team's artifact quota: job_artifact_bytes + file_bytes"))
+    job_artifact_bytes: int = Field(description=(
         "Bytes the team's job artifacts (checkpoints, final models, tracker files) take in storage; "
         "deleting finished jobs (DELETE /v1/jobs/{id}) frees them"))
+    file_bytes: int = Field(description=(
+        "Bytes of the team's uploaded files (POST /v1/files); deleting them (DELETE /v1/files/{id}) "
+        "frees them"))
     artifact_quota_bytes: int | None = Field(description=(
         "The most artifact bytes the team may hold (null: no limit); a checkpoint that would go over "
-        "it fails its job artifact_quota_exceeded"))
+        "it fails its job artifact_quota_exceeded, an upload is refused with that code"))

@@ -95,6 +95,12 @@ class ObjectStore(ABC):
         (ask ``stat``)."""
 
     @abstractmethod
+    def folders(self, prefix: str = "") -> Iterator[str]:
+        """The names of the folders directly under ``prefix`` that hold objects (in no promised
+        order), without listing what is in them (S3's delimiter listing): the names under
+        ``jobs/`` cost one request per thousand jobs, however many objects each holds."""
+
+    @abstractmethod
     def delete(self, key: str) -> None:
         """Remove the object; an absent one is no error, so a retried deletion succeeds."""
 

@@ -49,6 +49,9 @@ def partial_path(path: Path) -> Path:
     return path.parent / f".{path.name}{PARTIAL_MARK}{uuid.uuid4().hex}"
 
 
+FILES_DIR = "files"
+
+
 def file_key(file_id: str) -> str:
     """Where an uploaded file's bytes live (``POST /v1/files``); the worker reads them by it."""
-    return checked_key(f"files/{file_id}")
+    return checked_key(f"{FILES_DIR}/{file_id}")

@@ -132,6 +132,16 @@ class LocalStore(ObjectStore):
                 stat = (self.root / key).stat()
                 yield ObjectInfo(key, stat.st_size, None, stat.st_mtime)
 
+    def folders(self, prefix: str = "") -> Iterator[str]:
+        base = checked_prefix(prefix, allow_root=True)
+        with _translated(base):
+            try:
+                entries = list(os.scandir(self.root / base))
+            except FileNotFoundError:  # nothing was ever stored under it
+                return
+        yield from sorted(entry.name for entry in entries
+                          if entry.is_dir(follow_symlinks=False) and PARTIAL_MARK not in entry.name)
+
     def delete(self, key: str) -> None:
         path = self._path(key)
         with _translated(key):

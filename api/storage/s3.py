@@ -159,6 +159,15 @@ class S3Store(ObjectStore):
                     yield ObjectInfo(item["Key"].removeprefix(self.prefix), item["Size"], None,
                                      item["LastModified"].timestamp())
 
+    def folders(self, prefix: str = "") -> Iterator[str]:
+        base = checked_prefix(prefix, allow_root=True)
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self.prefix + base, Delimiter="/")
+        with s3_errors(base):
+            for page in pages:
+                for common in page.get("CommonPrefixes", []):
+                    yield common["Prefix"].removeprefix(self.prefix + base).removesuffix("/")
+
     def delete(self, key: str) -> None:
         with s3_errors(key):
             self.client.delete_object(Bucket=self.bucket, Key=self._full(key))

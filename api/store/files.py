@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import secrets
 
-from sqlalchemy import and_, delete, or_, select
+from sqlalchemy import and_, delete, func, or_, select
 from sqlalchemy.orm import Session
 
 from api.domain_errors import Conflict, NotFound
 from api.job_spec import file_sources
 from api.lifecycle import TERMINAL_STATUSES
 from api.schemas.files import FileRead
-from api.store.tables import Job, UploadedFile, utcnow
+from api.store.tables import Job, Team, UploadedFile, utcnow
+
+# The rows whose object is (or is being) stored. An ``error`` upload's object, if the store kept
+# any of it, is a leftover for the storage sweep (``api.scheduling.storage_sweeper``) to remove:
+# the team does not pay for it.
+HOLDING_STATUSES = ("uploading", "ready")
 
 
 def new_file_id() -> str:
@@ -35,6 +40,31 @@ def add_file(session: Session, file_id: str, team_id: int, purpose: str, filenam
     session.add(row)
     session.flush()
     return _read(row)
+
+
+def team_file_bytes(session: Session, team_id: int) -> int:
+    """The bytes of the team's files that count against its artifact quota (``api.artifact_usage``)."""
+    total = session.scalar(select(func.coalesce(func.sum(UploadedFile.bytes), 0)).where(
+        UploadedFile.team_id == team_id, UploadedFile.status.in_(HOLDING_STATUSES)))
+    return int(total or 0)
+
+
+def holding_file_ids(session: Session, file_ids: list[str]) -> set[str]:
+    """Those of ``file_ids`` whose row holds its object (uploading or ready): the storage sweep
+    keeps their objects and removes the others'."""
+    return set(session.scalars(select(UploadedFile.id).where(UploadedFile.id.in_(file_ids),
+                                                            UploadedFile.status.in_(HOLDING_STATUSES))))
+
+
+def quota_for_upload(session: Session, team_id: int) -> tuple[int | None, int]:
+    """``(the team's artifact quota, its files' bytes)`` with its team row locked until the
+    transaction ends: uploads of one team that are checked at once take turns, each seeing the
+    rows of those before it (written in the same transaction as their check), so two uploads
+    never both fit into the room for one. (On Postgres: SQLite, the embedded single-user
+    database, has no row locks.)"""
+    quota = session.scalar(select(Team.artifact_quota_bytes).where(Team.id == team_id)
+                           .with_for_update(key_share=True))
+    return quota, team_file_bytes(session, team_id)
 
 
 def set_status(session: Session, file_id: str, status: str, error: str | None = None) -> FileRead:

@@ -9,7 +9,8 @@ traceback) and marked ``deleted_at``, which every read hides (``api.store.jobs``
   * its webhook deliveries are owed to the receiver (at least once) and listable as sent.
 The caller removes the job's artifacts from storage once this has committed, so no row ever
 points at a removed file; a failure there leaves the tombstone and the files, which still count
-against the team's quota, and a second DELETE retries (:func:`deletion_target`).
+against the team's quota until a second DELETE (:func:`deletion_target`) or the scheduler's
+storage sweep (``api.scheduling.storage_sweeper``) removes them.
 """
 
 from __future__ import annotations
@@ -66,6 +67,12 @@ def deletion_target(session: Session, job_id: int, team_id: int | None) -> bool:
         raise Conflict(f"{named} continues from job {job_id}'s model (model.source job:{job_id}); "
                        "cancel it or let it finish first", param="job_id")
     return True
+
+
+def undeleted_jobs(session: Session, job_ids: list[int]) -> set[int]:
+    """Those of ``job_ids`` that have a row and are not deleted: the storage sweep removes the
+    artifacts of the others (a deletion whose storage step failed, or no row at all)."""
+    return set(session.scalars(select(Job.id).where(Job.id.in_(job_ids), Job.deleted_at.is_(None))))
 
 
 def tombstone(session: Session, job_id: int) -> None:

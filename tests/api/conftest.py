@@ -355,6 +355,27 @@ def pool(api_server: LiveServer) -> str:
     return name
 
 
+@pytest.fixture(params=["local", "s3"])
+def store_server(request, api_server, api_settings_factory, serve_api, monkeypatch):
+    """``(server, store)``, each test twice (the Files API, the artifact quota): the module's
+    server (its local folder store), or a server of the same database whose store is a bucket
+    prefix of its own on the S3 server process."""
+    import uuid
+
+    from api.storage import open_store
+
+    if request.param == "local":
+        yield api_server, open_store(api_server.settings.storage_location)
+        return
+    s3 = request.getfixturevalue("s3_server")
+    for name, value in s3.env.items():  # the API's store reads the standard AWS_* variables
+        monkeypatch.setenv(name, value)
+    bucket_prefix = s3.url(f"f-{uuid.uuid4().hex}")
+    settings = api_settings_factory(api_server.settings.database_url, storage_url=bucket_prefix)
+    with serve_api(settings) as server:
+        yield server, open_store(settings.storage_location, env=s3.env)
+
+
 @pytest.fixture
 def private_redis():
     """``(url, process)``: a redis-server of the test's own, to freeze (SIGSTOP) or kill."""

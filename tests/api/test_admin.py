@@ -159,11 +159,13 @@ def test_pools_create_hold_and_resume(admin) -> None:
 def test_me_says_who_is_calling(admin, client_for, team_keys) -> None:
     assert admin.get("/v1/me").json() == {"team": "default", "team_id": admin.get("/v1/me").json()["team_id"],
                                           "is_admin": True, "key_prefix": team_keys.admin[:12],
-                                          "artifact_bytes": 0, "artifact_quota_bytes": None}
+                                          "artifact_bytes": 0, "job_artifact_bytes": 0, "file_bytes": 0,
+                                          "artifact_quota_bytes": None}
     beta = client_for(team_keys.beta).get("/v1/me").json()
     assert beta == {"team": "beta", "team_id": team_keys.beta_id, "is_admin": False,
-                    "key_prefix": team_keys.beta[:12], "artifact_bytes": 0, "artifact_quota_bytes": None}
-    # A member reads its own team's quota (the bytes in use: tests/api/test_job_deletion.py).
+                    "key_prefix": team_keys.beta[:12], "artifact_bytes": 0, "job_artifact_bytes": 0,
+                    "file_bytes": 0, "artifact_quota_bytes": None}
+    # A member reads its own team's quota (the bytes in use: tests/api/test_artifact_quota.py).
     assert admin.put("/v1/admin/teams/beta/artifact-quota", json={"bytes": 10**9}).status_code == 200
     try:
         assert client_for(team_keys.beta).get("/v1/me").json()["artifact_quota_bytes"] == 10**9

@@ -9,13 +9,12 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
-import uuid
 from pathlib import Path
 
 import httpx
 import pytest
 
-from api.storage import ObjectNotFound, open_store
+from api.storage import ObjectNotFound
 from api.storage.keys import file_key
 
 TINY_MODEL = Path(__file__).resolve().parents[2] / "examples" / "tiny-model"
@@ -40,22 +39,6 @@ def uploaded(client: httpx.Client, name: str, content: bytes, purpose: str = "da
     response = upload(client, name, content, purpose)
     assert response.status_code == 201, response.text
     return response.json()
-
-
-@pytest.fixture(params=["local", "s3"])
-def store_server(request, api_server, api_settings_factory, serve_api, monkeypatch):
-    """``(server, store)``: the module's server (its local folder store), or a server of the same
-    database whose store is a bucket prefix of its own on the S3 server process."""
-    if request.param == "local":
-        yield api_server, open_store(api_server.settings.storage_location)
-        return
-    s3 = request.getfixturevalue("s3_server")
-    for name, value in s3.env.items():  # the API's store reads the standard AWS_* variables
-        monkeypatch.setenv(name, value)
-    bucket_prefix = s3.url(f"f-{uuid.uuid4().hex}")
-    settings = api_settings_factory(api_server.settings.database_url, storage_url=bucket_prefix)
-    with serve_api(settings) as server:
-        yield server, open_store(settings.storage_location, env=s3.env)
 
 
 @pytest.mark.parametrize("name, content, purpose, file_format", [

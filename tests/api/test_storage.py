@@ -181,6 +181,8 @@ def test_listing_and_deleting_by_prefix_keep_to_the_folder(store: ObjectStore) -
     assert [(i.key, i.size) for i in store.list("jobs/1")] == [("jobs/1/a", 8), ("jobs/1/b/c", 10)]
     assert [i.key for i in store.list()] == ["files/f", "jobs/1/a", "jobs/1/b/c", "jobs/12/a", "jobs/2/x"]
     assert list(store.list("nothing/here")) == []
+    assert sorted(store.folders("jobs")) == ["1", "12", "2"]  # not the objects in them
+    assert sorted(store.folders()) == ["files", "jobs"] and list(store.folders("nothing")) == []
 
     assert store.delete_prefix("jobs/1") == 2
     assert [i.key for i in store.list("jobs")] == ["jobs/12/a", "jobs/2/x"]

@@ -98,7 +98,7 @@ def artifact_quota(database_url):
 def test_a_checkpoint_over_the_teams_artifact_quota_fails_before_writing_anything(
         submit, tiny_spec, run_in_process, artifact_quota, task_settings):
     from api.artifact_paths import checkpoint_dir
-    from api.artifact_usage import team_artifact_bytes
+    from api.artifact_usage import job_artifact_bytes
 
     artifact_quota(1000)  # far below the tiny model's checkpoint
     job = run_in_process(submit(tiny_spec(max_steps=2, checkpoint_every=1)))
@@ -111,7 +111,7 @@ def test_a_checkpoint_over_the_teams_artifact_quota_fails_before_writing_anythin
     artifact_quota(10**12)
     done = run_in_process(submit(tiny_spec(max_steps=2, checkpoint_every=1)))
     assert done.status == "succeeded"
-    written = team_artifact_bytes(task_settings, [done.id])
+    written = job_artifact_bytes(task_settings, [done.id])
     assert written > 1000 and Path(done.latest_checkpoint).is_dir()
 
 
@@ -121,6 +121,37 @@ def test_the_quota_check_lets_a_checkpoint_through_while_the_database_is_away(ta
     away = task_settings.model_copy(update={"database_url": "postgresql+psycopg://postgres@127.0.0.1:9/none"})
     # A blip must not fail the job: this checkpoint goes unchecked, the next one is checked again.
     ArtifactQuota(away, job_id=1, team_id=1).before_checkpoint(1, 10**15)
+
+
+def test_the_quota_check_counts_the_remote_store_and_the_teams_files(
+        submit, tiny_spec, artifact_quota, task_settings, database_url, team_id, s3_server, monkeypatch):
+    """With GRPO_STORAGE_URL a bucket, a job's artifacts count as the bucket holds them (the
+    worker's own folder is only its work copy, empty here), and the team's uploads count too."""
+    from api.storage import open_store
+    from api.store import files
+    from grpo_core.errors import GRPOError
+    from worker.artifacts import ArtifactQuota
+
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    settings = task_settings.model_copy(update={"storage_url": s3_server.url(f"q-{uuid.uuid4().hex[:8]}")})
+    job_id = submit(tiny_spec())
+    open_store(settings.storage_url, env=s3_server.env).put_stream(f"jobs/{job_id}/model/model.safetensors",
+                                                                   [b"w" * 3000])
+    file_id = files.new_file_id()
+    with session_scope(database_url) as session:
+        files.add_file(session, file_id, team_id, "dataset", "rows.jsonl", "jsonl", 2000, "0" * 64)
+    try:
+        artifact_quota(5000 + 999)
+        quota = ArtifactQuota(settings, job_id=job_id, team_id=team_id)
+        quota.before_checkpoint(1, 999)  # just fits
+        with pytest.raises(GRPOError) as over:
+            quota.before_checkpoint(1, 1000)
+        assert over.value.code == "artifact_quota_exceeded"
+        assert "(3000 bytes of job artifacts and 2000 bytes of uploaded files in use" in str(over.value)
+    finally:
+        with session_scope(database_url) as session:  # the module's other quota tests count no file
+            files.delete_file(session, file_id, team_id)
 
 
 def test_a_run_by_epochs_over_a_file_is_counted_by_the_worker_and_held_to_its_pools_step_limit(
@@ -192,16 +223,16 @@ def test_deleting_a_finished_job_frees_the_teams_artifact_quota(
     from fastapi.testclient import TestClient
 
     from api.artifact_paths import job_dir
-    from api.artifact_usage import team_artifact_bytes
+    from api.artifact_usage import job_artifact_bytes
     from api.main import create_app
     from api.store.teams import artifact_quota as quota_and_jobs
 
     artifact_quota(None)
     first = run_in_process(submit(tiny_spec(max_steps=1, checkpoint_every=1)))
     assert first.status == "succeeded", first.error
-    own = team_artifact_bytes(task_settings, [first.id])
+    own = job_artifact_bytes(task_settings, [first.id])
     with session_scope(database_url) as session:
-        used = team_artifact_bytes(task_settings, quota_and_jobs(session, team_id, always=True)[1])
+        used = job_artifact_bytes(task_settings, quota_and_jobs(session, team_id, always=True)[1])
     artifact_quota(used)  # full: the next checkpoint of any job of the team is over it
     second = run_in_process(submit(tiny_spec(max_steps=1, checkpoint_every=1)))
     assert failed_with(second) == "artifact_quota_exceeded"

@@ -1,7 +1,8 @@
 """A worker's artifacts through a store apart from its artifacts folder, piece by piece (the whole
 stack against a real S3 server is tests/worker/test_object_store_jobs.py): a checkpoint's row only
 once the store holds it whole, its upload retried after later steps while the store is down and
-superseded by a newer one, retention kept back until the newer one is stored, and a resume that
+superseded by a newer one, retention kept back until the newer one is stored, older checkpoints'
+optimizer state dropped as the trainer's retention drops it locally, and a resume that
 takes exactly the store's newest whole checkpoint.
 
 The store is a real local one in a folder of its own; :class:`Outage` makes it refuse as an
@@ -78,6 +79,10 @@ def write_checkpoint(root: Path, step: int, complete: bool = True) -> Path:
     return folder
 
 
+def stored_names(store, step: int) -> list[str]:
+    return sorted(info.key.rsplit("/", 1)[1] for info in store.list(checkpoint_key(7, step)))
+
+
 class Clock:
     now = 0.0
 
@@ -96,8 +101,7 @@ def test_a_checkpoint_is_recorded_once_stored_whole(parts, tmp_path: Path) -> No
     uploads.on_checkpoint(2, write_checkpoint(tmp_path / "local", 2))
     assert reporter.calls == [("checkpoint", 2)]
     assert stored_checkpoint_steps(store, 7) == [2]
-    names = sorted(info.key.rsplit("/", 1)[1] for info in store.list(checkpoint_key(7, 2)))
-    assert names == ["model.safetensors", "optimizer.pt", "trainer_state.json"]
+    assert stored_names(store, 2) == ["model.safetensors", "optimizer.pt", "trainer_state.json"]
 
 
 def test_a_store_down_at_a_checkpoint_retries_after_later_steps_and_records_only_then(parts, tmp_path):
@@ -146,6 +150,34 @@ def test_retention_waits_until_the_newer_checkpoint_is_stored(parts, tmp_path: P
     uploads.on_step({"step": 5})
     assert stored_checkpoint_steps(store, 7) == [4]
     assert reporter.calls[-2:] == [("checkpoint", 4), ("removed", [2])]
+
+
+def test_an_older_stored_checkpoint_loses_its_optimizer_state_as_locally(parts, tmp_path: Path) -> None:
+    """grpo_core's retention keeps optimizer.pt only in the newest checkpoint; so does the store,
+    once a newer one is whole there (a store away then: asked again after the next upload)."""
+    store, _, clock, uploads = parts
+    local = tmp_path / "local"
+    uploads.on_checkpoint(2, write_checkpoint(local, 2))
+    uploads.on_checkpoint(4, write_checkpoint(local, 4))
+    assert stored_names(store, 2) == ["model.safetensors", "trainer_state.json"]
+    assert stored_names(store, 4) == ["model.safetensors", "optimizer.pt", "trainer_state.json"]
+
+    original_delete = Outage.delete
+
+    def optimizer_delete_fails(self, key: str) -> None:
+        if key.endswith("/optimizer.pt") and not clock.now:
+            raise StorageUnavailable("connection refused (the test)")
+        original_delete(self, key)
+
+    store.delete = optimizer_delete_fails.__get__(store)
+    uploads.on_checkpoint(6, write_checkpoint(local, 6))
+    assert "optimizer.pt" in stored_names(store, 4)  # kept for now, its deletion owed
+    clock.now = 1.0
+    uploads.on_checkpoint(8, write_checkpoint(local, 8))
+    assert [stored_names(store, step) for step in (4, 6, 8)] == [
+        ["model.safetensors", "trainer_state.json"], ["model.safetensors", "trainer_state.json"],
+        ["model.safetensors", "optimizer.pt", "trainer_state.json"]]
+    assert stored_checkpoint_steps(store, 7) == [2, 4, 6, 8]  # each still whole
 
 
 def test_a_store_down_at_the_end_raises_storage_unavailable(parts, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query, Request, status
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from api.artifact_usage import team_artifact_bytes
+from api.artifact_usage import ArtifactUsage, job_artifact_bytes
 from api.http.deps import KeyCacheDep, PrincipalDep, SessionDep, SettingsDep, require_admin
 from api.http.params import MAX_NAME_LENGTH, KeyId, PoolName, TeamName, VerifierName
 from api.http.rate_limit import limits_cache
@@ -32,7 +32,7 @@ from api.schemas.admin import (
 )
 from api.schemas.jobs import Page
 from api.schemas.verifiers import VerifierRead, VerifierSet
-from api.store import pools, teams, verifiers
+from api.store import files, pools, teams, verifiers
 from api.vocabulary import NAME_PATTERN
 
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin)],
@@ -46,12 +46,16 @@ _BAD = {422: {"description": "Invalid value; `param` names the field. Nothing wa
 
 @me.get("/me", response_model=Me)
 def whoami(session: SessionDep, principal: PrincipalDep, settings: SettingsDep) -> Me:
-    """The caller's key and team, with the team's artifact bytes and quota (what a member needs
-    to see before a job fails ``artifact_quota_exceeded``, and after deleting jobs to free it)."""
+    """The caller's key and team, with the team's artifact bytes, its jobs' and its files' apart,
+    and its quota (what a member needs to see before a job or an upload fails
+    ``artifact_quota_exceeded``, and after deleting jobs or files to free it)."""
     team = teams.team_by_id(session, principal.team_id)
     quota, job_ids = teams.artifact_quota(session, team.id, always=True)
+    usage = ArtifactUsage(job_artifact_bytes(settings, job_ids), files.team_file_bytes(session, team.id),
+                          quota)
     return Me(team=team.name, team_id=team.id, is_admin=principal.is_admin, key_prefix=principal.key_prefix,
-              artifact_bytes=team_artifact_bytes(settings, job_ids), artifact_quota_bytes=quota)
+              artifact_bytes=usage.total, job_artifact_bytes=usage.job_bytes, file_bytes=usage.file_bytes,
+              artifact_quota_bytes=quota)
 
 
 @router.post("/teams", status_code=status.HTTP_201_CREATED, response_model=TeamRead,
@@ -90,8 +94,9 @@ def clear_quota(team: TeamName, pool: PoolName, session: SessionDep) -> TeamRead
 
 @router.put("/teams/{team}/artifact-quota", response_model=TeamRead, responses={**_TEAM_404, **_BAD})
 def set_artifact_quota(team: str, body: ArtifactQuotaSet, session: SessionDep) -> TeamRead:
-    """The most bytes the team's jobs' artifacts may occupy; a job whose next checkpoint would
-    pass it fails ``artifact_quota_exceeded`` before writing it."""
+    """The most bytes the team's jobs' artifacts and uploaded files may occupy; a job whose next
+    checkpoint would pass it fails ``artifact_quota_exceeded`` before writing it, an upload that
+    would is refused with that code."""
     return teams.set_artifact_quota(session, team, body.bytes)
 
 

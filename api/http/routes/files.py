@@ -36,7 +36,9 @@ _UPLOAD_BODY = {"required": True, "content": {"multipart/form-data": {"schema": 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=FileRead,
              openapi_extra={"requestBody": _UPLOAD_BODY},
-             responses={413: {"description": "Over the purpose's size limit"},
+             responses={413: {"description": "Over the purpose's size limit (`request_too_large`), or "
+                                             "over the room left in the team's artifact quota "
+                                             "(`artifact_quota_exceeded`, naming the bytes in use)"},
                         422: {"description": "A bad field or content; `param` names it, the message the "
                                              "first bad row or archive member"},
                         503: {"description": "The object store failed; the file is left as `error`"}})

@@ -257,7 +257,8 @@ async def with_queue_positions(redis: RedisDep, settings: Settings, jobs: list[J
     409: {"description": "The job has not finished (the message names its status), or an unfinished "
                          "job continues from its model (`job:ID` source; the message names it)"},
     503: {"description": "The job is deleted but its artifacts could not all be removed from storage "
-                         "(they still count against the team's quota): DELETE it again"}})
+                         "(they still count against the team's quota): DELETE it again, or the "
+                         "scheduler's storage sweep removes them"}})
 def delete_job(job_id: JobId, principal: PrincipalDep, settings: SettingsDep) -> PlainResponse:
     """Delete a succeeded, failed or cancelled job: its events, metrics, samples and checkpoints,
     then its artifacts in storage (checkpoints, final model, tracker files), which frees its
@@ -272,7 +273,8 @@ def delete_job(job_id: JobId, principal: PrincipalDep, settings: SettingsDep) ->
         removed = open_store(settings.storage_location).delete_prefix(job_prefix(job_id))
     except StorageError as exc:
         raise Unavailable(f"job {job_id} is deleted, but its artifacts could not all be removed from storage "
-                          f"({exc}); they count against your team's quota until a DELETE of it succeeds",
+                          f"({exc}); they count against your team's quota until a DELETE of it succeeds or "
+                          "the service's storage sweep removes them",
                           retry_after=RETRY_AFTER_SECONDS, param="job_id") from exc
     if not fresh and not removed:  # deleted before, and nothing was left to remove
         raise NotFound(f"job {job_id} not found", param="job_id")
