@@ -11,9 +11,10 @@ What is measured
        process's resident set (psutil, sampled every 0.1 s) before and at its peak during each
        transfer: it must not grow with the file's size. The download is checked (size, SHA-256)
        after its clock stopped. The reference, timed just before with the same bytes:
-       ``shutil.copyfile`` on the same disk (local) or boto3's ``upload_file``/``download_file``
-       with default settings to the same S3 server (s3). ``api/ref`` < 1 is what the API costs on
-       top (an upload is spooled, hashed, checked, then stored; a download streams through it).
+       ``shutil.copyfile`` on the same disk (local), or boto3 on the same S3 server (s3):
+       ``upload_file`` with default settings up, one ``get_object`` streamed to disk down.
+       ``api/ref`` < 1 is what the API costs on top (an upload is spooled, hashed, checked, then
+       stored; a download streams through it).
     2. A checkpoint of the realistic preset's model (``core_vs_trl.py --preset realistic``:
        random-init ~31M-parameter Qwen2, 32k vocabulary) written by ``grpo_core.run.checkpoint``
        with a stepped AdamW (so ``optimizer.pt`` is full size), then stored with
@@ -154,18 +155,28 @@ def reference(kind: str, archive: Path, target: Path, s3) -> dict[str, float]:
         target.unlink()
         return {"up": seconds, "down": seconds}
     client = boto3_client(s3)
+
+    def download() -> None:
+        # One GET streamed to disk, as the API serves a download. Not download_file: its ranged
+        # GETs each make moto read and copy the whole object (O(size²) on moto, not on real S3).
+        body = client.get_object(Bucket=s3.bucket, Key="reference/archive")["Body"]
+        with target.open("wb") as out:
+            for chunk in body.iter_chunks(CHUNK):
+                out.write(chunk)
+
     up = timed(lambda: client.upload_file(str(archive), s3.bucket, "reference/archive"))
-    down = timed(lambda: client.download_file(s3.bucket, "reference/archive", str(target)))
+    down = timed(download)
     client.delete_object(Bucket=s3.bucket, Key="reference/archive")
     target.unlink()
     return {"up": up, "down": down}
 
 
 def boto3_client(s3):
-    import boto3
+    """A plain boto3 client of the server, with the store's retries and timeouts (the reference
+    differs from the store in what it does, not in how patiently it waits)."""
+    from api.storage.s3 import s3_client
 
-    return boto3.client("s3", endpoint_url=s3.endpoint, aws_access_key_id="testing",
-                        aws_secret_access_key="testing", region_name="us-east-1")
+    return s3_client(s3.env, concurrency=10)  # s3transfer's default concurrency
 
 
 def archive_rows(args: argparse.Namespace, work: Path, s3) -> list[list]:
@@ -259,7 +270,8 @@ CHECKPOINT_HEADERS = ["store", "files", "mib", "put_folder_s", "mib_s", "ref_s",
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes-mib", type=lambda v: [int(x) for x in v.split(",")], default=[1024, 256])
+    parser.add_argument("--sizes-mib", type=lambda v: [int(x) for x in v.split(",") if x],
+                        default=[1024, 256], help="archive sizes; empty: the checkpoint only")
     parser.add_argument("--stores", type=lambda v: v.split(","), default=["local", "s3"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-checkpoint", action="store_true")
