@@ -14,7 +14,8 @@ What is measured
        ``shutil.copyfile`` on the same disk (local), or boto3 on the same S3 server (s3):
        ``upload_file`` with default settings up, one ``get_object`` streamed to disk down.
        ``api/ref`` < 1 is what the API costs on top (an upload is spooled, hashed, checked, then
-       stored; a download streams through it).
+       stored; a download streams through it). Median of ``--repeats`` round trips; the RSS peak
+       is the highest of them, "before" the first's.
     2. A checkpoint of the realistic preset's model (``core_vs_trl.py --preset realistic``:
        random-init ~31M-parameter Qwen2, 32k vocabulary) written by ``grpo_core.run.checkpoint``
        with a stepped AdamW (so ``optimizer.pt`` is full size), then stored with
@@ -190,13 +191,15 @@ def archive_rows(args: argparse.Namespace, work: Path, s3) -> list[list]:
         with (migrated_database("sqlite") as database, uvicorn_server(database, **settings) as (base, pid),
               RssSampler(pid) as rss):
             for archive in archives.values():
-                size = archive.stat().st_size
-                ref = reference(kind, archive, work / "reference.copy", s3)
-                load = loadavg()
-                measured = api_round_trip(base, rss, archive, work / "download.tar")
+                size, load, refs, runs = archive.stat().st_size, loadavg(), [], []
+                for _ in range(args.repeats):  # each reference just before its API round trip
+                    refs.append(reference(kind, archive, work / "reference.copy", s3))
+                    runs.append(api_round_trip(base, rss, archive, work / "download.tar"))
                 for direction in ("up", "down"):
-                    seconds, before, peak = measured[direction]
-                    rate, ref_rate = size / MiB / seconds, size / MiB / ref[direction]
+                    seconds = median([run[direction][0] for run in runs])
+                    before = runs[0][direction][1]  # the first: an upload's is the idle server's
+                    peak = max(run[direction][2] for run in runs)
+                    rate, ref_rate = size / MiB / seconds, size / MiB / median([r[direction] for r in refs])
                     rows.append([kind, round(size / MiB), direction, round(seconds, 2), round(rate, 1),
                                  round(ref_rate, 1), round(rate / ref_rate, 3), round(before), round(peak),
                                  load])

@@ -22,8 +22,11 @@ from api.cli.dev import free_port
 BUCKET = "grpo-test"
 # The bucket is made in the server's memory before it listens, so that no client (a worker
 # retrying through an outage) ever finds the server up and the bucket missing.
+# werkzeug logs every request to stderr, a pipe read only when the server fails: a few hundred
+# requests would fill it and block the server, so only its warnings are written.
 _SERVER = """
-import os, sys, time
+import logging, os, sys, time
+logging.getLogger("werkzeug").setLevel(logging.WARNING)
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.s3.models import s3_backends
 from moto.server import ThreadedMotoServer
