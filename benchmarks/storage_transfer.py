@@ -191,10 +191,11 @@ def archive_rows(args: argparse.Namespace, work: Path, s3) -> list[list]:
         with (migrated_database("sqlite") as database, uvicorn_server(database, **settings) as (base, pid),
               RssSampler(pid) as rss):
             for archive in archives.values():
-                size, load, refs, runs = archive.stat().st_size, loadavg(), [], []
+                size, refs, runs = archive.stat().st_size, [], []
                 for _ in range(args.repeats):  # each reference just before its API round trip
                     refs.append(reference(kind, archive, work / "reference.copy", s3))
                     runs.append(api_round_trip(base, rss, archive, work / "download.tar"))
+                load = loadavg()  # read after: its 1-minute figure spans the transfers
                 for direction in ("up", "down"):
                     seconds = median([run[direction][0] for run in runs])
                     before = runs[0][direction][1]  # the first: an upload's is the idle server's
@@ -260,10 +261,10 @@ def checkpoint_rows(args: argparse.Namespace, work: Path, s3) -> list[list]:
                 refs.append(timed(lambda r=repeat, c=client: upload_each(c, s3.bucket, f"ref/{r}", files)))
             runs.append(timed(lambda key=key, s=store: s.put_folder(key, folder, last=[COMPLETE_MARK])))
             store.delete_prefix(key)
-        seconds, ref = median(runs), median(refs)
+        seconds, ref, load = median(runs), median(refs), loadavg()
         rate = size / MiB / seconds
         rows.append([kind, len(files), round(size / MiB, 1), round(seconds, 2), round(rate, 1), round(ref, 2),
-                     round(ref / seconds, 3), loadavg()])
+                     round(ref / seconds, 3), load])
         print(format_table(CHECKPOINT_HEADERS, rows[-1:]).split("\n", 2)[-1], flush=True)
     return rows
 
