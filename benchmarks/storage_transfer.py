@@ -36,7 +36,6 @@ Usage
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import json
 import os
@@ -51,6 +50,8 @@ from pathlib import Path
 import httpx
 from _common import format_table, median
 from _service_stack import ROOT, TOKEN, RssSampler, loadavg, migrated_database, uvicorn_server
+
+from api.storage.digests import file_sha256
 
 sys.path.append(str(ROOT / "tests"))
 from storage_server import s3_server  # noqa: E402 - tests/ is a plain folder of helpers too
@@ -98,14 +99,6 @@ def build_archive(path: Path, mib: int) -> Path:
     return path
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def timed(action) -> float:
     start = time.perf_counter()
     action()
@@ -141,7 +134,7 @@ def api_round_trip(base: str, rss: RssSampler, archive: Path, target: Path) -> d
         measured[direction] = (seconds, max(rss.between(start - 1.0, start)),
                                max(rss.between(start, start + seconds + 0.25)))
     size = archive.stat().st_size
-    if target.stat().st_size != size or sha256_of(target) != answer["sha256"]:
+    if target.stat().st_size != size or file_sha256(target) != answer["sha256"]:
         raise RuntimeError(f"the download of {answer['id']} differs from the upload")
     client.delete(f"/v1/files/{answer['id']}").raise_for_status()  # moto holds objects in memory
     client.close()
@@ -259,6 +252,8 @@ def checkpoint_rows(args: argparse.Namespace, work: Path, s3) -> list[list]:
                 shutil.rmtree(copy)
             else:
                 refs.append(timed(lambda r=repeat, c=client: upload_each(c, s3.bucket, f"ref/{r}", files)))
+                for path in files:  # moto holds objects in memory
+                    client.delete_object(Bucket=s3.bucket, Key=f"ref/{repeat}/{path.name}")
             runs.append(timed(lambda key=key, s=store: s.put_folder(key, folder, last=[COMPLETE_MARK])))
             store.delete_prefix(key)
         seconds, ref, load = median(runs), median(refs), loadavg()
