@@ -15,7 +15,7 @@ import errno
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,8 +56,9 @@ class SpooledUpload:
 class _Reader:
     """The parser's callbacks: which part is open, and where its bytes go."""
 
-    def __init__(self, settings: Settings, upload: SpooledUpload) -> None:
-        self.settings, self.upload = settings, upload
+    def __init__(self, settings: Settings, upload: SpooledUpload,
+                 check_size: Callable[[int], None] | None) -> None:
+        self.settings, self.upload, self.check_size = settings, upload, check_size
         self.headers: dict[bytes, bytes] = {}
         self.header_field = self.header_value = b""
         self.part: str | None = None
@@ -118,6 +119,8 @@ class _Reader:
         if self.upload.size > limit:
             raise TooLarge(f"the file is larger than this service accepts ({limit} bytes for "
                            f"{self.upload.fields.get('purpose') or 'any purpose'})", param="file")
+        if self.check_size is not None:
+            self.check_size(self.upload.size)
         self.pending.append(bytes(chunk))
         self.pending_bytes += len(chunk)
 
@@ -185,14 +188,16 @@ def declared_bytes(request: Request) -> int | None:
     return int(declared) if declared is not None and declared.isdigit() else None
 
 
-async def receive_upload(request: Request, settings: Settings) -> SpooledUpload:
-    """The upload spooled and its fields read; the caller discards it once done with it."""
+async def receive_upload(request: Request, settings: Settings,
+                         check_size: Callable[[int], None] | None = None) -> SpooledUpload:
+    """The upload spooled and its fields read; the caller discards it once done with it.
+    ``check_size`` sees the file's size as each chunk arrives, and may refuse it (a quota)."""
     declared = declared_bytes(request)
     most = settings.max_upload_bytes(None)
     if declared is not None and declared > most + MULTIPART_SLACK_BYTES:
         raise TooLarge(f"the body is larger than this service accepts ({most} bytes)", param="file")
     upload = SpooledUpload()
-    reader = _Reader(settings, upload)
+    reader = _Reader(settings, upload, check_size)
     parser = MultipartParser(_boundary(request), reader.callbacks())
     try:
         async for chunk in request.stream():

@@ -33,21 +33,30 @@ ROWS = b'{"prompt": "2+3?", "answer": "5"}\n'
 BOUNDARY = "limits-test-boundary"
 
 
-class PartialUpload:
-    """A dataset upload whose head and first ``sent`` file bytes go now, the rest on :meth:`finish`."""
+def _chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
 
-    def __init__(self, base_url: str, key: str, content: bytes, sent: int = 10) -> None:
+
+class PartialUpload:
+    """A dataset upload whose head and first ``sent`` file bytes go now, the rest on :meth:`finish`;
+    ``chunked``: with no Content-Length, as a body of unknown length is sent."""
+
+    def __init__(self, base_url: str, key: str, content: bytes, sent: int = 10,
+                 chunked: bool = False) -> None:
         head = (f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\ndataset\r\n'
                 f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="file"; filename="rows.jsonl"\r\n'
                 "Content-Type: application/octet-stream\r\n\r\n").encode()
         body = head + content + f"\r\n--{BOUNDARY}--\r\n".encode()
         url = urlsplit(base_url)
         self.sock = socket.create_connection((url.hostname, url.port), timeout=10)
+        length = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {len(body)}"
         request = (f"POST /v1/files HTTP/1.1\r\nHost: {url.netloc}\r\nAuthorization: Bearer {key}\r\n"
                    f"Content-Type: multipart/form-data; boundary={BOUNDARY}\r\n"
-                   f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
-        self.sock.sendall(request + body[:len(head) + sent])
-        self.rest = body[len(head) + sent:]
+                   f"{length}\r\nConnection: close\r\n\r\n").encode()
+        first, self.rest = body[:len(head) + sent], body[len(head) + sent:]
+        if chunked:
+            first, self.rest = _chunk(first), _chunk(self.rest) + b"0\r\n\r\n"
+        self.sock.sendall(request + first)
 
     def finish(self) -> tuple[int, dict]:
         self.sock.sendall(self.rest)
@@ -140,6 +149,12 @@ def test_an_upload_whose_length_passes_the_quota_never_reaches_the_disk(api_serv
         assert "by its Content-Length" in body["error"]["message"]
         assert list(spool.iterdir()) == []
         assert slots_held(settings, team_id) == 0
+        # A body of unknown length is stopped once what arrived passes the room left, mid-body.
+        unknown = PartialUpload(server.http_url, key, ROWS * 10_000, sent=len(ROWS) * 4000, chunked=True)
+        status, body = unknown.answer()
+        assert status == 413 and body["error"]["code"] == "artifact_quota_exceeded", body
+        assert "as it arrived" in body["error"]["message"]
+        assert list(spool.iterdir()) == []
         # One that fits is spooled, checked and stored as ever (then its spool file is gone).
         fits = PartialUpload(server.http_url, key, ROWS * 100)
         status, body = fits.finish()

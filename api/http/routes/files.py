@@ -53,8 +53,9 @@ async def upload_file(request: Request, principal: PrincipalDep, settings: Setti
     ``dataset.source``, ``eval_dataset.source``, a ``reward_model``'s ``model``)."""
     # The slot and the quota's first look come before the body is read: the spool disk is shared.
     async with _upload_slots(request).held(principal.team_id, settings.max_uploads_per_team):
-        await run_in_threadpool(refuse_hopeless, principal.team_id, settings, declared_bytes(request))
-        upload = await receive_upload(request, settings)
+        check_size = await run_in_threadpool(refuse_hopeless, principal.team_id, settings,
+                                             declared_bytes(request))
+        upload = await receive_upload(request, settings, check_size)
         try:
             return await run_in_threadpool(accept_upload, upload, principal.team_id, settings, store)
         finally:
