@@ -144,10 +144,12 @@ def test_the_store_away_when_a_paused_job_resumes_requeues_it_and_it_resumes_fro
         s3_server.stop_listening()  # unlike a kill, what it stored is there when it listens again
         try:
             assert api.post(f"/v1/jobs/{job_id}/resume").json()["status"] == "queued"
-            [requeued] = wait_for(lambda: job_events(database_url, job_id, "requeued"), 120,
-                                  "the resumed attempt to be requeued", processes)
+            ended = wait_for(lambda: job_events(database_url, job_id, "requeued") or finished(job_id), 120,
+                             "the resumed attempt to end", processes)
         finally:
             s3_server.listen_again()
+        assert isinstance(ended, list), f"the outage ended the job {ended.status}: {ended.error}"
+        [requeued] = ended
         assert requeued.data["error_code"] == STORAGE_UNAVAILABLE, requeued
 
         done = wait_for(lambda: finished(job_id), 300, "the job to end", processes)
