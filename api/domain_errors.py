@@ -71,3 +71,10 @@ class Unavailable(ServiceError):  # noqa: N818
     def __init__(self, message: str, *, retry_after: float, param: str | None = None) -> None:
         super().__init__(message, param=param)
         self.retry_after = retry_after
+
+
+class SpoolFull(Unavailable):
+    """The API host's disk for uploads in flight (``GRPO_UPLOAD_SPOOL_DIR``) is full: the service's
+    condition, not the request's, and it clears as the uploads in flight end (a 503 to retry)."""
+
+    code = "spool_full"

@@ -98,6 +98,11 @@ class RedisKeys:
         """A team's token bucket of one kind (``api.rate_limits``), shared by all API processes."""
         return f"{self._prefix}rate:{team_id}:{kind}"
 
+    def upload_slots(self, team_id: int) -> str:
+        """A team's uploads in flight, a sorted set of tokens by when each was taken
+        (``api.store.upload_slots``), shared by all API processes."""
+        return f"{self._prefix}uploads:{team_id}"
+
     def stat(self, name: str) -> str:
         """A service-wide counter (``api.store.bus.COUNTERS``)."""
         return f"{self._prefix}stats:{name}"

@@ -180,9 +180,14 @@ class Settings(BaseSettings):
     max_model_upload_bytes: int = Field(
         64 * 2**30, ge=1024, description="Largest model archive `POST /v1/files` accepts; its files "
         "unpacked may add up to this much too.")
+    max_uploads_per_team: int = Field(
+        2, ge=1, le=1000, description="Most uploads of one team in flight at once, all API processes "
+        "together; another is a 429 `rate_limited` before its body is read, so one team's uploads cannot "
+        "fill the spool disk (`GRPO_UPLOAD_SPOOL_DIR`) every team's need.")
     upload_spool_dir: Path | None = Field(
         None, description="Where an upload is spooled while it is checked (it needs room for the "
-        "largest upload at once per upload in flight); unset: the system's temporary folder.")
+        "largest upload at once per upload in flight, `GRPO_MAX_UPLOADS_PER_TEAM` per team uploading); "
+        "a full one is a 503 `spool_full`; unset: the system's temporary folder.")
 
     # Webhooks (``POST /v1/webhooks``), sent by the scheduler process (api.scheduling.webhook_sender).
     webhook_allowed_hosts: str = Field(

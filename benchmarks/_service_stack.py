@@ -11,7 +11,8 @@ They stand up the real stack the way a deployment does, on this machine:
   the whole group is terminated on exit. ``profile_to`` wraps it in ``py-spy record``.
 * :class:`Role` - this script again, in a fresh interpreter, for the client side (clients are
   never in the server's process); the child writes its JSON result to a file.
-* :func:`percentiles`, :func:`cpu_seconds`, :func:`loadavg` - the figures' arithmetic.
+* :func:`percentiles`, :func:`cpu_seconds`, :func:`loadavg` - the figures' arithmetic;
+  :class:`RssSampler` - the server's resident memory over time.
 * :func:`tiny_spec` - the JobSpec the benchmarks submit (``tests/specs.py``, the tests' own).
 """
 
@@ -26,6 +27,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -312,6 +314,38 @@ def fmt_ms(seconds: float) -> float:
     return round(seconds * 1000, 2)
 
 
+class RssSampler:
+    """The server process's resident memory (MiB, its children's included) every 0.1 s, with the
+    time of each reading, while the ``with`` block runs."""
+
+    def __init__(self, pid: int) -> None:
+        import psutil
+
+        self.process, self.samples = psutil.Process(pid), []
+        self._gone = psutil.NoSuchProcess
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            rss = 0
+            for process in [self.process, *self.process.children(recursive=True)]:
+                with contextlib.suppress(self._gone):  # a child that ended between the two calls
+                    rss += process.memory_info().rss
+            self.samples.append((time.monotonic(), rss / 2**20))
+
+    def between(self, start: float, end: float) -> list[float]:
+        return [rss for when, rss in self.samples if start <= when <= end]
+
+
 class LoopProbe:
     """A thread that times ``GET /healthz`` (an ``async`` route: it runs on the server's event
     loop) every ``interval_s`` on one keep-alive connection. Its round trip is the server loop's
@@ -319,8 +353,6 @@ class LoopProbe:
     slow probe. ``samples`` are ``(time.time() sent, round trip s)``."""
 
     def __init__(self, base_url: str, interval_s: float = 0.01) -> None:
-        import threading
-
         self.host, self.port = base_url.removeprefix("http://").split(":")
         self.interval_s, self.samples = interval_s, []
         self._stop = threading.Event()

@@ -41,7 +41,6 @@ import datetime
 import json
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -55,6 +54,7 @@ from _service_stack import (  # noqa: E402
     APP,
     TOKEN,
     Role,
+    RssSampler,
     fmt_ms,
     loadavg,
     migrated_database,
@@ -181,34 +181,6 @@ def run_flood(args: argparse.Namespace) -> None:
 
 
 # ---- orchestration ----
-
-
-class RssSampler:
-    """The server process's resident memory (MiB) every 0.1 s, with the time of each reading."""
-
-    def __init__(self, pid: int) -> None:
-        import psutil
-
-        self.process, self.samples = psutil.Process(pid), []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> RssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.1):
-            rss = self.process.memory_info().rss + sum(
-                child.memory_info().rss for child in self.process.children(recursive=True))
-            self.samples.append((time.monotonic(), rss / 2**20))
-
-    def between(self, start: float, end: float) -> list[float]:
-        return [rss for when, rss in self.samples if start <= when <= end]
 
 
 def make_teams(database_url: str) -> tuple[str, str]:

@@ -22,14 +22,22 @@ from api.cli.dev import free_port
 BUCKET = "grpo-test"
 # The bucket is made in the server's memory before it listens, so that no client (a worker
 # retrying through an outage) ever finds the server up and the bucket missing.
+# werkzeug logs every request to stderr, a pipe read only when the server fails: a few hundred
+# requests would fill it and block the server, so only its warnings are written.
+# SIGUSR1 stops its server thread, which closes the socket (connections are refused), and SIGUSR2
+# starts it again, the objects kept in memory meanwhile: a store that goes away and comes back
+# whole, which a kill cannot give.
 _SERVER = """
-import os, sys, time
+import logging, os, signal, sys, time
+logging.getLogger("werkzeug").setLevel(logging.WARNING)
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.s3.models import s3_backends
 from moto.server import ThreadedMotoServer
 parent, port, bucket = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 s3_backends[DEFAULT_ACCOUNT_ID]["global"].create_bucket(bucket, "us-east-1")
 server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+signal.signal(signal.SIGUSR1, lambda *_: server.stop())
+signal.signal(signal.SIGUSR2, lambda *_: server.start())
 server.start()
 while os.getppid() == parent:
     time.sleep(0.5)
@@ -57,6 +65,16 @@ class S3Server:
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(10)
         self.process.stderr.close()
+
+    def stop_listening(self) -> None:
+        """Connections refused from here on, as a store that went away; what it holds is kept."""
+        self.process.send_signal(signal.SIGUSR1)
+        wait_until(lambda: not _answers(self.endpoint), 30, "moto's S3 server to stop listening")
+
+    def listen_again(self) -> None:
+        """Back after :meth:`stop_listening`, holding what it held."""
+        self.process.send_signal(signal.SIGUSR2)
+        _ready(self)
 
     def restart(self) -> None:
         """A killed server back on the same endpoint with its bucket: moto keeps objects in

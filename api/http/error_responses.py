@@ -38,6 +38,9 @@ STATUS_BY_CODE = {
     "rate_limited": 429,
     "not_ready": 503,
     "unavailable": 503,
+    # Not 507: that WebDAV status reads as this request's failing for good, and clients do not
+    # retry it; a full spool disk frees itself as the uploads in flight end.
+    "spool_full": 503,
 }
 # A backend outage is the service's, not the request's: a 503 the client may retry after this
 # many seconds (a database restart or a Redis failover takes a few), never a 500.

@@ -3,17 +3,19 @@ threadpool since every step blocks: check its fields and its content (:mod:`api.
 its row (``uploading``) once it fits in the team's artifact quota, store its bytes under
 ``files/{id}``, then mark it ``ready``. The row comes first so that no object is ever in the store
 without one; an upload the store refused stays as ``error`` (503 to the client, who may delete it
-and retry)."""
+and retry). Before the body is read, an upload whose Content-Length alone would pass the quota is
+refused, and one that declares no length (chunked) is stopped as its spooled bytes pass it
+(:func:`refuse_hopeless`), so a hopeless upload never takes the spool disk."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from api.artifact_usage import ArtifactUsage, job_artifact_bytes
 from api.domain_errors import InvalidInput, NotFound, QuotaExceeded, TooLarge, Unavailable
-from api.http.upload_body import SpooledUpload
+from api.http.upload_body import MULTIPART_SLACK_BYTES, SpooledUpload
 from api.schemas.files import FileRead
 from api.settings import Settings
 from api.storage import ObjectNotFound, ObjectStore, StorageError, StorageUnavailable
@@ -62,12 +64,7 @@ def accept_upload(upload: SpooledUpload, team_id: int, settings: Settings, store
         quota, file_bytes = files.quota_for_upload(session, team_id)
         usage = ArtifactUsage(job_bytes or 0, file_bytes, quota if job_bytes is not None else None)
         if usage.over_quota(upload.size):
-            raise QuotaExceeded(
-                f"this upload ({upload.size} bytes) would take the team's artifacts to "
-                f"{usage.total + upload.size} bytes, over its quota of {quota} bytes ({usage.parts()} in "
-                "use); nothing was stored. Delete files (grpo files rm ID) or finished jobs (grpo rm ID), "
-                "or ask an admin to raise the quota",
-                param="file")
+            raise _refusal(usage, upload.size, f"this upload ({upload.size} bytes)")
         files.add_file(session, file_id, team_id, purpose, upload.filename, file_format, upload.size,
                        upload.sha256)
     try:
@@ -88,6 +85,39 @@ def accept_upload(upload: SpooledUpload, team_id: int, settings: Settings, store
     except NotFound:  # deleted meanwhile: its object must not outlive its row
         remove_object(store, file_id)
         raise
+
+
+def refuse_hopeless(team_id: int, settings: Settings, declared: int | None) -> Callable[[int], None] | None:
+    """Before the body is read: 413 when the file it declares (its Content-Length less what a
+    multipart body carries besides the file) alone would pass the team's quota. For a body that
+    declares no length (chunked), the same check of the file's bytes as they are spooled (None:
+    no such check is needed; a declared length bounds the file within the multipart slack). The
+    exact check after spooling stays: others may upload meanwhile."""
+    job_bytes = _job_bytes_if_limited(team_id, settings)
+    if job_bytes is None:
+        return None
+    with session_scope(settings.database_url) as session:
+        quota, file_bytes = files.quota_for_upload(session, team_id)
+    usage = ArtifactUsage(job_bytes, file_bytes, quota)
+    at_least = (declared or 0) - MULTIPART_SLACK_BYTES
+    if at_least > 0 and usage.over_quota(at_least):
+        raise _refusal(usage, at_least, f"this upload (at least {at_least} bytes, by its Content-Length)")
+    if declared is not None:
+        return None
+
+    def check_spooled(size: int) -> None:
+        if usage.over_quota(size):
+            raise _refusal(usage, size, f"this upload (already {size} bytes as it arrived)")
+
+    return check_spooled
+
+
+def _refusal(usage: ArtifactUsage, size: int, what: str) -> QuotaExceeded:
+    return QuotaExceeded(
+        f"{what} would take the team's artifacts to {usage.total + size} bytes, over its quota of "
+        f"{usage.quota} bytes ({usage.parts()} in use); nothing was stored. Delete files (grpo files rm ID) "
+        "or finished jobs (grpo rm ID), or ask an admin to raise the quota",
+        param="file")
 
 
 def _job_bytes_if_limited(team_id: int, settings: Settings) -> int | None:

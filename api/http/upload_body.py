@@ -6,13 +6,17 @@ one network chunk at a time, and file bytes are hashed and written from the thre
 MiB at a time. An upload costs one write of the team's rate limit whatever its size: its size is
 bounded by the purpose's limit instead. The spool file is the upload's one local copy, read by
 the checks and then stored; the caller removes it (:meth:`SpooledUpload.discard`) whatever
-happens."""
+happens. A spool disk that fills up (ENOSPC, or a quota's EDQUOT) is a 503 ``spool_full``, its
+spool file removed: the service's condition, which clears as the uploads in flight end."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -22,7 +26,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from api.domain_errors import InvalidInput, TooLarge
+from api.domain_errors import InvalidInput, SpoolFull, TooLarge
 from api.settings import Settings
 
 # The routes whose bodies stream here, past the general body-size guard (api.http.error_responses).
@@ -31,6 +35,9 @@ TEXT_FIELDS = ("purpose", "prompt_field")
 MAX_TEXT_FIELD_BYTES = 256
 MAX_FILENAME_BYTES = 255
 _FLUSH_BYTES = 1024 * 1024
+# Room for what a multipart body carries besides its file: boundaries, part headers, text fields.
+MULTIPART_SLACK_BYTES = 64 * 1024
+SPOOL_RETRY_SECONDS = 30
 
 
 @dataclass
@@ -49,8 +56,9 @@ class SpooledUpload:
 class _Reader:
     """The parser's callbacks: which part is open, and where its bytes go."""
 
-    def __init__(self, settings: Settings, upload: SpooledUpload) -> None:
-        self.settings, self.upload = settings, upload
+    def __init__(self, settings: Settings, upload: SpooledUpload,
+                 check_size: Callable[[int], None] | None) -> None:
+        self.settings, self.upload, self.check_size = settings, upload, check_size
         self.headers: dict[bytes, bytes] = {}
         self.header_field = self.header_value = b""
         self.part: str | None = None
@@ -93,7 +101,8 @@ class _Reader:
             raise InvalidInput(f"the file part needs a file name of 1-{MAX_FILENAME_BYTES} printable bytes",
                                param="file")
         self.upload.filename = filename
-        handle, name = tempfile.mkstemp(prefix="grpo-upload-", dir=self.settings.upload_spool_dir)
+        with _spool_errors():
+            handle, name = tempfile.mkstemp(prefix="grpo-upload-", dir=self.settings.upload_spool_dir)
         self.upload.path = Path(name)
         self.spool = os.fdopen(handle, "wb")
 
@@ -110,6 +119,8 @@ class _Reader:
         if self.upload.size > limit:
             raise TooLarge(f"the file is larger than this service accepts ({limit} bytes for "
                            f"{self.upload.fields.get('purpose') or 'any purpose'})", param="file")
+        if self.check_size is not None:
+            self.check_size(self.upload.size)
         self.pending.append(bytes(chunk))
         self.pending_bytes += len(chunk)
 
@@ -127,16 +138,40 @@ class _Reader:
         if self.spool is not None:
             for chunk in chunks:
                 self.digest.update(chunk)
-            self.spool.writelines(chunks)
+            with _spool_errors():
+                self.spool.writelines(chunks)
 
     def close(self) -> None:
-        if self.spool is not None:
-            self.spool.close()
+        """Flush and close the spool file (SpoolFull when the disk is full); once only."""
+        spool, self.spool = self.spool, None
+        if spool is not None:
+            with _spool_errors():
+                spool.close()  # the file is closed even when its flush fails
+
+    def abandon(self) -> None:
+        """Close the spool file of an upload that failed, whatever its flush says: it is removed."""
+        try:
+            self.close()
+        except SpoolFull:
+            pass
 
     def callbacks(self) -> dict:
         return {name: getattr(self, name) for name in (
             "on_part_begin", "on_part_data", "on_part_end", "on_header_field", "on_header_value",
             "on_header_end", "on_headers_finished")}
+
+
+@contextmanager
+def _spool_errors() -> Iterator[None]:
+    """A full spool disk as SpoolFull; any other OSError as it is (a fault, not a condition)."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise SpoolFull("the API host's disk for uploads in flight is full; nothing was kept. "
+                        f"Retry in {SPOOL_RETRY_SECONDS} s, once other uploads have ended",
+                        retry_after=SPOOL_RETRY_SECONDS, param="file") from error
 
 
 def _boundary(request: Request) -> bytes:
@@ -147,14 +182,22 @@ def _boundary(request: Request) -> bytes:
     return boundary
 
 
-async def receive_upload(request: Request, settings: Settings) -> SpooledUpload:
-    """The upload spooled and its fields read; the caller discards it once done with it."""
+def declared_bytes(request: Request) -> int | None:
+    """The body's size by its Content-Length (None: chunked, or not a number)."""
     declared = request.headers.get("content-length")
+    return int(declared) if declared is not None and declared.isdigit() else None
+
+
+async def receive_upload(request: Request, settings: Settings,
+                         check_size: Callable[[int], None] | None = None) -> SpooledUpload:
+    """The upload spooled and its fields read; the caller discards it once done with it.
+    ``check_size`` sees the file's size as each chunk arrives, and may refuse it (a quota)."""
+    declared = declared_bytes(request)
     most = settings.max_upload_bytes(None)
-    if declared is not None and declared.isdigit() and int(declared) > most + 64 * 1024:
+    if declared is not None and declared > most + MULTIPART_SLACK_BYTES:
         raise TooLarge(f"the body is larger than this service accepts ({most} bytes)", param="file")
     upload = SpooledUpload()
-    reader = _Reader(settings, upload)
+    reader = _Reader(settings, upload, check_size)
     parser = MultipartParser(_boundary(request), reader.callbacks())
     try:
         async for chunk in request.stream():
@@ -163,17 +206,19 @@ async def receive_upload(request: Request, settings: Settings) -> SpooledUpload:
                 await run_in_threadpool(reader.write_pending)
         parser.finalize()
         await run_in_threadpool(reader.write_pending)
+        await run_in_threadpool(reader.close)  # its last flush may find the disk full too
     except MultipartParseError as error:
-        reader.close()
-        await run_in_threadpool(upload.discard)
+        await run_in_threadpool(_abandon, reader, upload)
         raise InvalidInput(f"the multipart body is malformed: {error}", param="body") from None
     except BaseException:
-        reader.close()
-        await run_in_threadpool(upload.discard)
+        await run_in_threadpool(_abandon, reader, upload)
         raise
-    finally:
-        reader.close()
     if upload.path is None:
         raise InvalidInput("the upload has no 'file' part", param="file")
     upload.sha256 = reader.digest.hexdigest()
     return upload
+
+
+def _abandon(reader: _Reader, upload: SpooledUpload) -> None:
+    reader.abandon()
+    upload.discard()

@@ -4,23 +4,29 @@ tests/storage_server.py), the API and the worker each given an artifacts folder 
 they share no folder: the job succeeds, its checkpoints are whole in the bucket, and its final
 model, a checkpoint and its TensorBoard files download through the API from the bucket. Then the
 S3 server killed while the job trains and checkpoints, and started again: the job keeps training,
-retries, finishes in its first attempt, and every checkpoint SQL records is whole in the bucket."""
+retries, finishes in its first attempt, and every checkpoint SQL records is whole in the bucket.
+Last, the store away when a paused job is resumed (issue 26): that attempt is requeued as the
+infrastructure's fault, and once the store is back the job resumes from its stored checkpoint."""
 
 from __future__ import annotations
 
 import io
+import shutil
 import tarfile
 import uuid
 from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import select
 
 from api.artifact_paths import MODEL_MARK, checkpoint_key, model_key, stored_checkpoint_steps
 from api.storage import open_store
 from api.store.db import session_scope
+from api.store.tables import JobMetric
 from api.store.telemetry import list_events
 from worker.checkpoint_uploads import UPLOAD_RETRY_EVENT
+from worker.job_storage import STORAGE_UNAVAILABLE
 
 pytestmark = pytest.mark.slow
 
@@ -51,6 +57,11 @@ def start_stack(processes, pool: str, wait_worker_ready, env: dict[str, str], tm
 
 def recorded_steps(api: httpx.Client, job_id: int) -> list[int]:
     return sorted(c["step"] for c in api.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"])
+
+
+def job_events(database_url: str, job_id: int, kind: str) -> list:
+    with session_scope(database_url) as session:
+        return [e for e in list_events(session, job_id, limit=500) if e.type == kind]
 
 
 def test_a_job_stores_its_artifacts_in_the_bucket_and_the_api_serves_them_from_there(
@@ -89,8 +100,7 @@ def test_the_store_killed_during_checkpoint_uploads_then_back_the_job_finishes_w
     job_id = submit(tiny_spec("outage", pool=pool, max_steps=6, checkpoint_every=2, checkpoint_keep_last=1))
 
     def events(kind: str) -> list:
-        with session_scope(database_url) as session:
-            return [e for e in list_events(session, job_id, limit=500) if e.type == kind]
+        return job_events(database_url, job_id, kind)
 
     with start_stack(processes, pool, wait_worker_ready, bucket_env, tmp_path) as api:
         wait_for(lambda: events("started"), 120, "the job to start training", processes)
@@ -107,3 +117,54 @@ def test_the_store_killed_during_checkpoint_uploads_then_back_the_job_finishes_w
         names = {info.key.rsplit("/", 1)[1] for info in store.list(checkpoint_key(job_id, 6))}
         assert {"model.safetensors", "optimizer.pt", "trainer_state.json", "rng.pt"} <= names
         assert api.get(f"/v1/jobs/{job_id}/model").status_code == 200
+
+
+def test_the_store_away_when_a_paused_job_resumes_requeues_it_and_it_resumes_from_the_stored_checkpoint(
+        processes, submit, tiny_spec, pool, wait_for, finished, wait_worker_ready, bucket_env, tmp_path,
+        s3_server, database_url, job_of):
+    store = open_store(bucket_env["GRPO_STORAGE_URL"], env=bucket_env)
+    steps = 10
+    job_id = submit(tiny_spec("resume-outage", pool=pool, max_steps=steps, checkpoint_every=2))
+    # The resumed attempt retries the store for a second, then ends; requeued, the job waits 10 s
+    # (5 s, doubled after its second attempt) before its next dispatch, by when the store is back
+    # even on a loaded machine: one requeue, three attempts in all, GRPO_MAX_ATTEMPTS' 3 not used up.
+    env = {**bucket_env, "GRPO_STORAGE_RETRY_SECONDS": "1", "GRPO_REQUEUE_BACKOFF_SECONDS": "5",
+           "GRPO_MAX_ATTEMPTS": "3"}
+    with start_stack(processes, pool, wait_worker_ready, env, tmp_path) as api:
+        wait_for(lambda: recorded_steps(api, job_id), 180, "a checkpoint to be stored", processes)
+        assert api.post(f"/v1/jobs/{job_id}/pause").json()["status"] == "pausing"
+        paused = wait_for(lambda: (job := job_of(job_id)).status == "paused" and job, 60, "the pause",
+                          processes)
+        paused_at = paused.last_step
+        assert 2 <= paused_at < steps
+        assert stored_checkpoint_steps(store, job_id)[-1] == paused_at
+        # As a resume on another host: only the store holds the checkpoint to resume from.
+        shutil.rmtree((tmp_path / "worker-artifacts" / checkpoint_key(job_id, paused_at)).parent)
+
+        s3_server.stop_listening()  # unlike a kill, what it stored is there when it listens again
+        try:
+            assert api.post(f"/v1/jobs/{job_id}/resume").json()["status"] == "queued"
+            ended = wait_for(lambda: job_events(database_url, job_id, "requeued") or finished(job_id), 120,
+                             "the resumed attempt to end", processes)
+        finally:
+            s3_server.listen_again()
+        assert isinstance(ended, list), f"the outage ended the job {ended.status}: {ended.error}"
+        [requeued] = ended
+        assert requeued.data["error_code"] == STORAGE_UNAVAILABLE, requeued
+
+        done = wait_for(lambda: finished(job_id), 300, "the job to end", processes)
+        assert done.status == "succeeded", done.error
+        assert not job_events(database_url, job_id, "failed")
+        assert len(job_events(database_url, job_id, "requeued")) == 1
+        # The outage's attempt counts against GRPO_MAX_ATTEMPTS, as every machine fault's does.
+        assert [e.data["attempt"] for e in job_events(database_url, job_id, "running")] == [1, 2, 3]
+        assert done.attempt == 3
+
+        # Every step once: up to the pause by the first attempt, after it by the third, which
+        # resumed from the stored checkpoint (from the start, it would have recorded them all).
+        with session_scope(database_url) as session:
+            rows = session.execute(select(JobMetric.step, JobMetric.attempt)
+                                   .where(JobMetric.job_id == job_id).order_by(JobMetric.step)).all()
+        assert [tuple(row) for row in rows] == [
+            (step, 1 if step <= paused_at else 3) for step in range(1, steps + 1)]
+        assert recorded_steps(api, job_id)[-1] == stored_checkpoint_steps(store, job_id)[-1] == steps

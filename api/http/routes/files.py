@@ -14,13 +14,14 @@ from starlette.concurrency import run_in_threadpool
 
 from api.domain_errors import Conflict
 from api.http.deps import ObjectStoreDep, PrincipalDep, SessionDep, SettingsDep
-from api.http.file_uploads import accept_upload, remove_object, storage_errors
+from api.http.file_uploads import accept_upload, refuse_hopeless, remove_object, storage_errors
 from api.http.params import FileId
-from api.http.upload_body import receive_upload
+from api.http.upload_body import declared_bytes, receive_upload
 from api.schemas.files import FilePage, FileRead
 from api.storage.interface import ObjectStream
 from api.storage.keys import file_key
 from api.store import files
+from api.store.upload_slots import UploadSlots
 
 router = APIRouter(prefix="/files", tags=["files"])
 _404 = {404: {"description": "No such file (or another team's)"}}
@@ -41,16 +42,33 @@ _UPLOAD_BODY = {"required": True, "content": {"multipart/form-data": {"schema": 
                                              "(`artifact_quota_exceeded`, naming the bytes in use)"},
                         422: {"description": "A bad field or content; `param` names it, the message the "
                                              "first bad row or archive member"},
-                        503: {"description": "The object store failed; the file is left as `error`"}})
+                        429: {"description": "The team already has `GRPO_MAX_UPLOADS_PER_TEAM` uploads in "
+                                             "progress (`rate_limited`, with Retry-After)"},
+                        503: {"description": "The object store failed (`unavailable`; the file is left as "
+                                             "`error`), or the API host's disk for uploads in flight is full "
+                                             "(`spool_full`); both with Retry-After"}})
 async def upload_file(request: Request, principal: PrincipalDep, settings: SettingsDep,
                       store: ObjectStoreDep) -> FileRead:
     """Upload a dataset or a model; a job names it as ``file:ID`` (``model.source``,
     ``dataset.source``, ``eval_dataset.source``, a ``reward_model``'s ``model``)."""
-    upload = await receive_upload(request, settings)
-    try:
-        return await run_in_threadpool(accept_upload, upload, principal.team_id, settings, store)
-    finally:
-        await run_in_threadpool(upload.discard)
+    # The slot and the quota's first look come before the body is read: the spool disk is shared.
+    async with _upload_slots(request).held(principal.team_id, settings.max_uploads_per_team):
+        check_size = await run_in_threadpool(refuse_hopeless, principal.team_id, settings,
+                                             declared_bytes(request))
+        upload = await receive_upload(request, settings, check_size)
+        try:
+            return await run_in_threadpool(accept_upload, upload, principal.team_id, settings, store)
+        finally:
+            await run_in_threadpool(upload.discard)
+
+
+def _upload_slots(request: Request) -> UploadSlots:
+    """The process's slots (``app.state``), made on first use."""
+    state = request.app.state
+    slots = getattr(state, "upload_slots", None)
+    if slots is None:
+        slots = state.upload_slots = UploadSlots(state.redis, state.settings.redis_keys)
+    return slots
 
 
 @router.get("", response_model=FilePage)
