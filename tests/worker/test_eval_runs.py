@@ -122,8 +122,9 @@ def check_eval_points(database_url: str, settings, job_id: int, streamed: Follow
     assert sorted(completions) == EVAL_POINTS
     assert all(len(texts) == 2 * len(EVAL_PROMPTS) for texts in completions.values())
 
-    # The stream serves the steps after 0 (a cursor starts after a step), each with its record.
-    assert streamed.eval_steps() == {step: values for step, values in in_sql.items() if step > 0}
+    # The stream serves every eval point, step 0's (eval_on_start) included: a cursor starts
+    # before the first step.
+    assert streamed.eval_steps() == in_sql
 
     # TensorBoard: one scalar per eval figure and eval point, across every attempt's event file.
     events = read_scalar_events(tensorboard_dir(settings, job_id))
