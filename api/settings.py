@@ -79,7 +79,8 @@ class Settings(BaseSettings):
     max_attempts: int = Field(
         5, ge=1, description="An attempt that a machine fault ended (a rank process killed, at once; "
         "a worker gone silent, once its lease expires) sends its job back to the queue, until the "
-        "job has had this many attempts; then it fails `too_many_attempts`.")
+        "job has had this many attempts since it was last queued cleanly (submit, retry, resume or a "
+        "preemption); then it fails `too_many_attempts`.")
     db_retry_seconds: float = Field(
         60.0, ge=0, description="The worker retries a write or read its job's reporting needs through a "
         "transient database error (a dropped connection, a restart) for this long, backing off; a "

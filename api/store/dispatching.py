@@ -153,8 +153,11 @@ def yield_preempted(session: Session, job_id: int, worker_id: str, step: int) ->
     """The preempted job checkpointed at ``step``: back to the queue (status ``preempted``),
     where it keeps its place by age and later resumes from that checkpoint."""
     message = f"preempted at step {step}; back in the queue"  # the transition releases its worker
+    # A preemption is the scheduler's doing, not a fault: the attempt budget counts machine faults
+    # since the job last ran to a clean stop, so a job preempted often keeps all of it.
     return transition(session, job_id, via=Transition.YIELD, message=message, data={"step": step},
-                      worker_id=worker_id, values={"heartbeat_at": None}) is not None
+                      worker_id=worker_id, values={"heartbeat_at": None, "attempt_base": _JOBS.c.attempt}
+                      ) is not None
 
 
 def set_pending_reasons(session: Session, reasons: dict[int, str | None]) -> None:

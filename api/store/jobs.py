@@ -297,10 +297,11 @@ def request_pause(session: Session, job_id: int, team_id: int | None = None) -> 
 
 
 def resume(session: Session, job_id: int, team_id: int | None = None) -> JobRead:
-    """A paused job goes back to the queue; its next attempt continues from its checkpoint."""
+    """A paused job goes back to the queue; its next attempt continues from its checkpoint, with
+    its attempt budget fresh: the pause ended its last attempt cleanly, not a machine fault."""
     get_job(session, job_id, team_id)
     moved = transition(session, job_id, via=Transition.RESUME, message="resumed: back in the queue",
-                       values={"retry_at": None})
+                       values={"retry_at": None, "attempt_base": _JOBS.c.attempt})
     return moved or _not_moved(session, job_id, Action.RESUME, "job {id} is {status}, not paused")
 
 

@@ -169,3 +169,36 @@ def test_an_expired_lease_requeues_the_job_until_its_attempts_run_out(submit, ti
     assert job.error.message == "gave up after 2 attempts; the last: lease expired"
     with session_scope(database_url) as session:
         assert list_events(session, job_id)[-1].data["previous_status"] == "running"
+
+
+
+def test_a_preemption_or_a_resume_leaves_the_attempt_budget_whole(submit, tiny_spec, job_of, database_url):
+    """GRPO_MAX_ATTEMPTS bounds machine faults since the job last stopped cleanly: an attempt the
+    scheduler preempted or the user paused is no fault, so it spends none of the budget."""
+    from api.store.dispatching import yield_preempted
+    from api.store.jobs import request_pause, resume
+
+    def died() -> str:
+        with session_scope(database_url) as session:
+            return requeue_after_fault(session, job_id, worker_id="owner", message="rank 1 was killed",
+                                       data={}, max_attempts=2).status
+
+    job_id = submit(tiny_spec())
+    dispatched(database_url, job_id)
+    with session_scope(database_url) as session:
+        claim(session, job_id, "owner")  # attempt 1, preempted
+        assert yield_preempted(session, job_id, "owner", step=2)
+    dispatched(database_url, job_id)
+    with session_scope(database_url) as session:
+        claim(session, job_id, "owner")  # attempt 2, paused by its user
+        request_pause(session, job_id)
+        assert transition(session, job_id, via=Transition.STOP_PAUSED, worker_id="owner")
+        resume(session, job_id)
+    dispatched(database_url, job_id)
+    with session_scope(database_url) as session:
+        claim(session, job_id, "owner")  # attempt 3: its fault is the first of two allowed
+    assert died() == "queued" and job_of(job_id).attempt == 3
+    dispatched(database_url, job_id)
+    with session_scope(database_url) as session:
+        claim(session, job_id, "owner")  # attempt 4: the second fault in a row uses the budget up
+    assert died() == "failed" and job_of(job_id).error.code == TOO_MANY_ATTEMPTS
