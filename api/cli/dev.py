@@ -154,12 +154,17 @@ def _signal_group(process: subprocess.Popen, sig: int) -> None:
         pass
 
 
+def raise_if_a_role_exited(children: dict[str, subprocess.Popen]) -> None:
+    """A role that died while start-up waits on it: say which, rather than time out."""
+    for role, process in children.items():
+        if process.poll() is not None:
+            raise DevError(f"{role} exited with code {process.returncode} during start-up")
+
+
 def wait_for_api(url: str, children: dict[str, subprocess.Popen], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for role, process in children.items():
-            if process.poll() is not None:
-                raise DevError(f"{role} exited with code {process.returncode} during start-up")
+        raise_if_a_role_exited(children)
         try:
             httpx.get(f"{url}/healthz", timeout=2)  # any answer: uvicorn is serving
             return
@@ -174,9 +179,7 @@ def wait_for_worker(url: str, children: dict[str, subprocess.Popen], timeout: fl
     yet. Only where the cluster view is readable without a key (``GRPO_AUTH=none``, dev's default)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        for role, process in children.items():
-            if process.poll() is not None:
-                raise DevError(f"{role} exited with code {process.returncode} during start-up")
+        raise_if_a_role_exited(children)
         try:
             response = httpx.get(f"{url}/v1/cluster", timeout=5)
         except httpx.TransportError:
