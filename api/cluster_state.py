@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["ClusterState", "HoldingJob", "Interval", "Team", "WaitingJob", "Worker", "decayed_usage"]
+__all__ = ["ClusterState", "HoldingJob", "Interval", "Share", "Team", "WaitingJob", "Worker", "decayed_usage"]
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,18 @@ class WaitingJob:
 
 
 @dataclass(frozen=True)
+class Share:
+    """One host's part of a job that spans hosts (a gang): a worker and the device indices the
+    job holds on it."""
+
+    worker_id: str
+    devices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class HoldingJob:
-    """A job holding its GPUs (dispatched, running or cancelling) on ``worker_id``."""
+    """A job holding its GPUs (dispatched, running or cancelling) on ``worker_id`` and, for a job
+    spanning hosts (a gang), on the workers of ``gang`` too."""
 
     id: int
     team_id: int
@@ -48,6 +58,9 @@ class HoldingJob:
     since: float  # when it was dispatched (epoch seconds): newest is preempted first
     preempt_requested: bool = False
     devices: tuple[int, ...] = ()  # its indices on the worker; none recorded: the whole worker
+    # A gang's shares on its other hosts, in node-rank order (``worker_id`` is node 0's); empty
+    # for a job on one worker.
+    gang: tuple[Share, ...] = ()
 
 
 @dataclass(frozen=True)

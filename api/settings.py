@@ -50,6 +50,11 @@ class Settings(BaseSettings):
                       description="The GPU pool this worker serves.")
     worker_gpus: int = Field(1, ge=1, le=64, description="CPU slots a worker without CUDA advertises; "
                              "with CUDA it owns every device it sees.")
+    worker_address: str = Field(
+        "127.0.0.1", min_length=1, max_length=253,
+        description="The address other workers of the pool reach this one at (a host name or IP): a job "
+        "spanning several workers runs its rendezvous, and its ranks meet, at its first worker's address. "
+        "The default serves workers on one machine only; set it on every worker of a multi-host pool.")
     api_host: str = Field("127.0.0.1", description="The address `grpo api` listens on (`--host` overrides "
                           "it).")
     api_port: int = Field(8000, ge=1, le=65535, description="The port `grpo api` and `grpo dev` serve on "

@@ -48,6 +48,9 @@ class Heartbeat:
     gpu_memory_mb: int | None = None
     memory_mb: int | None = None
     hostname: str | None = None
+    # where the other workers of the pool reach it (GRPO_WORKER_ADDRESS): a gang's first worker
+    # serves the gang's rendezvous there
+    address: str | None = None
     # what its jobs may use besides devices, checked at its start: "code_sandbox" (code_tests)
     capabilities: list[str] = field(default_factory=list)
     # job id -> the device indices its child uses now, even for a job SQL no longer gives it

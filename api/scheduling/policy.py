@@ -51,7 +51,7 @@ from collections import defaultdict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from api.cluster_state import ClusterState, HoldingJob, WaitingJob, Worker
+from api.cluster_state import ClusterState, HoldingJob, Share, WaitingJob, Worker
 from api.vocabulary import PRIORITIES
 
 PRIORITY_ORDER = tuple(reversed(PRIORITIES))  # most urgent first
@@ -74,8 +74,10 @@ PENDING_REASONS = (
 @dataclass(frozen=True)
 class Dispatch:
     job_id: int
-    worker_id: str
+    worker_id: str  # the job's worker; for a gang, its first host (node rank 0)
     devices: tuple[int, ...]  # the job's device indices on that worker, ascending
+    # A gang's shares on its other hosts, in node-rank order; empty for a job on one worker.
+    gang: tuple[Share, ...] = ()
 
 
 @dataclass(frozen=True)

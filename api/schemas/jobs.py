@@ -37,6 +37,12 @@ class SpecWarningRead(BaseModel):
     message: str
 
 
+class HostPlacement(BaseModel):
+    worker: str = Field(description="The worker (one host) that holds this part of the job")
+    devices: list[int] | None = Field(description="The job's device indices on that worker (null: all of "
+                                      "them, for a job dispatched before devices were recorded)")
+
+
 class JobRead(BaseModel):
     id: int
     name: str
@@ -50,6 +56,10 @@ class JobRead(BaseModel):
     attempt: int
     worker_id: str | None
     devices: list[int] | None = None  # its device indices on worker_id, from the last dispatch
+    placement: list[HostPlacement] = Field(
+        default_factory=list, description="Every worker the job holds devices on, in node-rank order: one "
+        "for a job on one worker, several for a job spanning hosts (a gang; the first runs its rendezvous "
+        "and reports its steps). Empty while the job holds none.")
     # The run's optimizer steps; null until the worker has counted a file or hub dataset's prompts
     # (a job that trains by epochs, grpo.max_steps -1).
     max_steps: int | None

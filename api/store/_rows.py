@@ -9,8 +9,8 @@ from sqlalchemy import Executable, Row, Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from api.lifecycle import WAITING_STATUSES
-from api.schemas.jobs import ErrorInfo, JobRead
+from api.lifecycle import HOLDING_STATUSES, WAITING_STATUSES
+from api.schemas.jobs import ErrorInfo, HostPlacement, JobRead
 from api.store.tables import Job
 
 
@@ -35,6 +35,7 @@ def job_read(job: Job | Row[Any], *, traceback: bool = False, spec: bool = True)
         attempt=job.attempt,
         worker_id=job.worker_id,
         devices=job.devices,
+        placement=placement_of(job),
         max_steps=job.max_steps,
         last_step=job.last_step,
         cancel_requested=job.cancel_requested,
@@ -51,6 +52,16 @@ def job_read(job: Job | Row[Any], *, traceback: bool = False, spec: bool = True)
         error=error,
         spec=job.spec if spec else None,
     )
+
+
+def placement_of(job: Job | Row[Any]) -> list[HostPlacement]:
+    """Every host the job holds devices on: the dispatch's ``placement``, or for a job dispatched
+    before it was recorded, its one worker."""
+    if job.placement:
+        return [HostPlacement(worker=host["worker"], devices=host["devices"]) for host in job.placement]
+    if job.worker_id is not None and job.status in HOLDING_STATUSES:
+        return [HostPlacement(worker=job.worker_id, devices=job.devices)]
+    return []
 
 
 def dialect_insert(dialect: str, table: Table) -> postgresql.Insert | sqlite.Insert:

@@ -54,7 +54,7 @@ _JOBS = Job.__table__
 # a preemption, a requeue, a retry, a resume, a failed dispatch), :func:`transition` clears what
 # the worker that held it left behind.
 _UNHELD = frozenset({*WAITING_STATUSES, *RESTING_STATUSES})
-_RELEASED = {"worker_id": None, "devices": None, "preempt_requested": False}
+_RELEASED = {"worker_id": None, "devices": None, "placement": None, "preempt_requested": False}
 _INSERT_EVENT = insert(JobEvent.__table__)
 _QUEUED = {"type": "queued", "message": "job submitted", "level": "info"}
 _BY_KEY = select(*_JOBS.c).where(_JOBS.c.team_id == bindparam("t"), _JOBS.c.idempotency_key == bindparam("k"))

@@ -77,6 +77,8 @@ class Pool(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     held: Mapped[bool] = mapped_column(Boolean, default=False)
     max_worker_gpus: Mapped[int | None] = mapped_column(Integer)
+    # The GPUs of all its live workers together (None: never seen), the most a gang may ask for.
+    total_gpus: Mapped[int | None] = mapped_column(Integer)
     limits: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
@@ -178,6 +180,10 @@ class Job(Base):
     worker_id: Mapped[str | None] = mapped_column(String(128))
     # Indices of the worker's devices the job runs on (api.scheduling.policy.Dispatch.devices).
     devices: Mapped[list[Any] | None] = mapped_column(JSON)
+    # Every host of the dispatch in node-rank order, ``[{"worker": id, "devices": [...]}]``: one for
+    # a job on one worker (the same as worker_id and devices), several for a gang. Set with the
+    # dispatch, cleared with worker_id when the job is released.
+    placement: Mapped[list[Any] | None] = mapped_column(JSON)
     # What a worker must advertise to run it (its rewards' needs, sorted; null: nothing), computed
     # at submit so that the scheduler places by it without reading specs.
     required_capabilities: Mapped[list[Any] | None] = mapped_column(JSON)
@@ -205,6 +211,24 @@ class Job(Base):
     # Set when the team deleted the job (api.store.job_deletion): the row is a tombstone that
     # every read hides, kept for its allocations (GPU-hours) and webhook deliveries.
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class JobHost(Base):
+    """One host of a job that spans hosts (a gang), for the length of one dispatch: its node rank
+    (0 is ``jobs.worker_id``), when its worker joined the attempt and last renewed that host's lease,
+    and when its part of the attempt ended cleanly. Node 0's lease is the job's own
+    (``jobs.heartbeat_at``); node 0 alone writes ``rendezvous``, the ``host:port`` the gang's ranks
+    meet at, once it has picked the port. The rows go when the job leaves its holding statuses."""
+
+    __tablename__ = "job_hosts"
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    node_rank: Mapped[int] = mapped_column(Integer, primary_key=True)
+    worker_id: Mapped[str] = mapped_column(String(128))
+    joined_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    rendezvous: Mapped[str | None] = mapped_column(String(300))
 
 
 class JobTag(Base):
