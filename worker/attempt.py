@@ -15,16 +15,17 @@ from api.lifecycle import JobStatus
 from api.schemas.jobs import JobRead
 from api.settings import Settings
 from api.storage import StorageUnavailable
+from api.store.gangs import HostPart
 from api.store.jobs import capabilities_needed
 from grpo_core.errors import GRPOError, traceback_tail
 from grpo_core.io.model_loading import quiet_library_progress_bars
 from grpo_core.parallel.distributed import SINGLE
-from grpo_core.run.launch import RankDied
+from grpo_core.run.launch import PeerLost, RankDied
 from worker.attempt_files import AttemptFiles
 from worker.file_sources import release_files
 from worker.heartbeat import CAPABILITY_MISSING, missing_capabilities
 from worker.job_storage import STORAGE_UNAVAILABLE, fetch_resume_checkpoint
-from worker.outcome import Fault, Outcome
+from worker.outcome import PEER_LOST, Fault, Outcome, PartDone
 from worker.ranks import train_on_ranks
 from worker.retrying import DATABASE_UNAVAILABLE, DatabaseUnavailable
 from worker.training import train_reporting
@@ -32,7 +33,8 @@ from worker.training import train_reporting
 __all__ = ["failure", "run_attempt"]
 
 
-def run_attempt(job: JobRead, settings: Settings, worker_id: str, files: AttemptFiles) -> Outcome | Fault:
+def run_attempt(job: JobRead, settings: Settings, worker_id: str, files: AttemptFiles,
+                part: HostPart | None = None) -> Outcome | Fault | PartDone:
     """Train ``job`` and say how the attempt ended. Every failure of the job's own becomes an
     Outcome with a stable code; a machine fault (a rank process that died, the database away
     longer than the retry budget, the object store away as long, a capability the job's rewards
@@ -49,11 +51,13 @@ def run_attempt(job: JobRead, settings: Settings, worker_id: str, files: Attempt
         if store is not None:  # before any rank starts: they all resume from this host's copy
             fetch_resume_checkpoint(store, settings, job.id)
         try:
-            if len(job.devices or ()) > 1:
-                return train_on_ranks(job, spec, settings, files)
+            if part is not None or len(job.devices or ()) > 1:
+                return train_on_ranks(job, spec, settings, files, part)
             return train_reporting(job, spec, settings, files, SINGLE)
         finally:
             release_files(settings)  # the uploads it used may be evicted now
+    except PeerLost as exc:  # another host's record names the cause; failing that, a lost host
+        return Fault(exc.message, {"error_code": PEER_LOST}, PEER_LOST)
     except RankDied as exc:
         data = {"rank": exc.rank, "pid": exc.pid, "exitcode": exc.exitcode, "signal": exc.signal_name}
         return Fault(exc.message, data)

@@ -18,8 +18,9 @@ from typing import Any
 from api.lifecycle import StopRequest, stronger_stop
 from api.schemas.jobs import JobRead
 from api.settings import Settings
+from api.store.gangs import HostPart
 from grpo_core.run.processes import write_whole
-from worker.outcome import Fault, Outcome
+from worker.outcome import Fault, Outcome, PartDone
 
 _CALL, _OUTCOME, _PROGRESS, _STOP = "call.pkl", "outcome.pkl", "progress.json", "stop.json"
 
@@ -29,8 +30,10 @@ class AttemptFiles:
         self.folder = Path(folder)
 
     # The supervisor's side.
-    def write_call(self, job: JobRead, settings: Settings, worker_id: str) -> None:
-        write_whole(self.folder / _CALL, pickle.dumps((job, settings, worker_id)))
+    def write_call(self, job: JobRead, settings: Settings, worker_id: str,
+                   part: HostPart | None = None) -> None:
+        """What to train; ``part``: this host's part of a gang (None: the job runs here alone)."""
+        write_whole(self.folder / _CALL, pickle.dumps((job, settings, worker_id, part)))
 
     def request_stop(self, reason: StopRequest) -> None:
         """``cancel``, ``pause`` or ``preempt``; a request replaces an earlier one only if it
@@ -39,7 +42,7 @@ class AttemptFiles:
         if stronger_stop(current, reason) != current:
             write_whole(self.folder / _STOP, json.dumps({"reason": reason}).encode())
 
-    def read_outcome(self) -> Outcome | Fault | None:
+    def read_outcome(self) -> Outcome | Fault | PartDone | None:
         """None when the job's process ended without saying how (it was killed, or crashed)."""
         try:
             return pickle.loads((self.folder / _OUTCOME).read_bytes())
@@ -55,10 +58,10 @@ class AttemptFiles:
             return None
 
     # The job's side.
-    def read_call(self) -> tuple[JobRead, Settings, str]:
+    def read_call(self) -> tuple[JobRead, Settings, str, HostPart | None]:
         return pickle.loads((self.folder / _CALL).read_bytes())
 
-    def write_outcome(self, outcome: Outcome | Fault) -> None:
+    def write_outcome(self, outcome: Outcome | Fault | PartDone) -> None:
         write_whole(self.folder / _OUTCOME, pickle.dumps(outcome))
 
     def mark_progress(self, step: int, mark: int) -> None:

@@ -37,6 +37,7 @@ from api.store import bus
 from api.store.attempts import renew_lease, requeue_after_fault
 from api.store.clock import Backoff, db_now
 from api.store.db import session_scope
+from api.store.gangs import renew_host_lease
 from api.vocabulary import Heartbeat
 from grpo_core.rewards.sandbox import CAPABILITY as SANDBOX
 from grpo_core.rewards.sandbox import check_sandbox
@@ -220,6 +221,7 @@ class WorkerHeartbeat(_Ticker):
         self.ttl = 3 * settings.heartbeat_seconds
         self.static = Heartbeat(worker_id=worker_id, pool=settings.pool, gpus=device_count(settings),
                                 **detect_gpus(), memory_mb=host_memory_mb(), hostname=socket.gethostname(),
+                                address=settings.worker_address,
                                 capabilities=worker_capabilities())
         self._withdrawn = threading.Event()
         self._capability_check: _CapabilityCheck | None = None  # started with the heartbeat
@@ -296,8 +298,10 @@ class JobLease(_Ticker):
     doing (loading a model for minutes, or stuck)."""
 
     def __init__(self, settings: Settings, job_id: int, worker_id: str, client: redis.Redis,
-                 devices: list[int] | None = None) -> None:
+                 devices: list[int] | None = None, *, gang_host: bool = False) -> None:
         super().__init__(settings.heartbeat_seconds, f"grpo-lease-{job_id}")
+        # A gang's host other than node 0 renews its own row's lease; node 0 renews the job's.
+        self._renew = renew_host_lease if gang_host else renew_lease
         self.database_url = settings.database_url
         self.job_id, self.worker_id, self.client, self.devices = job_id, worker_id, client, devices
         self.busy_key = settings.redis_keys.busy(worker_id)
@@ -311,7 +315,7 @@ class JobLease(_Ticker):
     def beat(self) -> None:
         try:
             with session_scope(self.database_url) as session:
-                still_ours, asked = renew_lease(session, self.job_id, self.worker_id)
+                still_ours, asked = self._renew(session, self.job_id, self.worker_id)
         except SQLAlchemyError as exc:  # if this lasts, the lease expires and the answer is "lost"
             log.warning("lease renewal of job %s failed: %s", self.job_id, exc)
             return

@@ -24,8 +24,8 @@ def main(folder: str, parent_pid: int) -> None:
     from worker.attempt_files import AttemptFiles
 
     files = AttemptFiles(Path(folder))
-    job, settings, worker_id = files.read_call()
-    files.write_outcome(run_attempt(job, settings, worker_id, files))
+    job, settings, worker_id, part = files.read_call()
+    files.write_outcome(run_attempt(job, settings, worker_id, files, part))
 
 
 if __name__ == "__main__":

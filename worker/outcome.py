@@ -5,6 +5,7 @@ supervisor (the Celery pool process) reads it and never loads torch.
 * :class:`Fault`: the machine's fault (a rank process killed, the database away for longer than
   the retry budget). The job is not at fault: it goes back to the queue and resumes from its
   checkpoint, up to ``GRPO_MAX_ATTEMPTS``.
+* :class:`PartDone`: a gang host's part ended cleanly; node 0 tells the job's ending.
 
 A stop the job was asked for ends as one status whoever ends it, the job at a step or its
 supervisor killing a process that did not stop in time: :func:`outcome_for_stop`.
@@ -34,6 +35,18 @@ class Fault:
     # The job's own code when the machine acted on the job's behaviour (the OOM killer): recorded
     # with the requeue, and the cause named if the attempts run out.
     code: str | None = None
+
+
+@dataclass
+class PartDone:
+    """A gang's host other than node 0 whose ranks all returned: its part of the attempt is over.
+    The job's outcome is node 0's to record (its rank 0 reports); this host records nothing of it."""
+
+
+# A Fault's code when this host's ranks failed only because a rank on another host of the gang
+# went away: that host's own record (its rank's error, its fault) is the cause, so this one waits
+# a moment for it before it requeues the job as a lost host.
+PEER_LOST = "peer_lost"
 
 
 # A cancel ends the job; a pause rests it until resumed and a preemption puts it back in the

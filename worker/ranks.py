@@ -1,5 +1,6 @@
 """A job that holds k > 1 devices trains on k data-parallel ranks (:func:`grpo_core.run.launch.launch_ranks`),
-one process per device, started from the job's process.
+one process per device, started from the job's process; a job spanning hosts (a gang) runs each
+host's share of its ranks from that host's job process, all of them one process group.
 
 Rank 0 alone reports, as the 1-process job does (:func:`worker.training.train_reporting`): to SQL
 and the job's stream, and to the supervisor (progress, and its stop request read before every
@@ -21,29 +22,37 @@ from api.lifecycle import JobStatus
 from api.schemas.jobs import JobRead
 from api.settings import Settings
 from api.storage import StorageUnavailable
+from api.store.gangs import HostPart
 from grpo_core.io.model_loading import quiet_library_progress_bars
 from grpo_core.parallel.distributed import Ranks
 from grpo_core.run.callbacks import TrainerCallback
 from grpo_core.run.launch import RankFailed, check_data_parallel, launch_ranks
 from worker.attempt_files import AttemptFiles
-from worker.outcome import Outcome
+from worker.outcome import Outcome, PartDone
+from worker.rendezvous import meet
 from worker.retrying import DatabaseUnavailable
-from worker.training import train_job, train_reporting
+from worker.training import SupervisorLink, train_job, train_reporting
 
 _DATABASE_UNAVAILABLE = f"{DatabaseUnavailable.__module__}.{DatabaseUnavailable.__qualname__}"
 _STORAGE_UNAVAILABLE = f"{StorageUnavailable.__module__}.{StorageUnavailable.__qualname__}"
 
 
-def train_on_ranks(job: JobRead, spec: JobSpec, settings: Settings, files: AttemptFiles) -> Outcome:
-    """Train ``job`` on one rank per device it holds. Raises :class:`grpo_core.run.launch.RankDied`,
-    or :class:`worker.retrying.DatabaseUnavailable` when rank 0 could not reach the database;
-    a spec the ranks cannot train raises SpecError first."""
-    nproc = len(job.devices or ())
-    check_data_parallel(spec, nproc)
+def train_on_ranks(job: JobRead, spec: JobSpec, settings: Settings, files: AttemptFiles,
+                   part: HostPart | None = None) -> Outcome | PartDone:
+    """Train ``job`` on one rank per device it holds on this host, or for a gang (``part``) on this
+    host's share of the gang's ranks, which meet the other hosts' at node 0's rendezvous
+    (:mod:`worker.rendezvous`). Node 0 (or a job on one host) returns the attempt's Outcome, any
+    other host of a gang :class:`PartDone`. Raises :class:`grpo_core.run.launch.RankDied`,
+    :class:`grpo_core.run.launch.PeerLost` (a rank on another host went away), or
+    :class:`worker.retrying.DatabaseUnavailable` when rank 0 could not reach the database; a spec
+    the ranks cannot train raises SpecError first."""
+    nproc = len(part.devices if part is not None else job.devices or ())
+    check_data_parallel(spec, nproc if part is None else sum(part.node_sizes))
     hang_timeout = timedelta(seconds=settings.rank_timeout_seconds)
+    hosts = None if part is None else meet(job, settings, part)
     try:
-        args = (job, spec, settings, files)
-        [outcome, *_] = launch_ranks(train_rank, args, nproc, hang_timeout=hang_timeout)
+        args = (job, spec, settings, files, part)
+        [outcome, *_] = launch_ranks(train_rank, args, nproc, hang_timeout=hang_timeout, hosts=hosts)
     except RankFailed as exc:
         if exc.exception_type == _DATABASE_UNAVAILABLE:  # rank 0 lost the database: not the job's fault
             raise DatabaseUnavailable(exc.reason) from exc
@@ -51,14 +60,18 @@ def train_on_ranks(job: JobRead, spec: JobSpec, settings: Settings, files: Attem
             raise StorageUnavailable(exc.reason) from exc
         # Anything but a GRPOError is a crash, as in one process.
         return Outcome(JobStatus.FAILED, exc.message, exc.rank_code or "internal_error", exc.traceback)
-    return outcome
+    return PartDone() if part is not None and not part.leads else outcome
 
 
 def train_rank(ranks: Ranks, job: JobRead, spec: JobSpec, settings: Settings,
-               files: AttemptFiles) -> Outcome | None:
-    """One rank, in its own process: rank 0 returns the attempt's outcome, the others None."""
+               files: AttemptFiles, part: HostPart | None = None) -> Outcome | None:
+    """One rank, in its own process: rank 0 returns the attempt's outcome, the others None. The
+    first rank of a gang's other host keeps that host's supervisor informed (progress for its
+    watchdog, its stop request), as rank 0 does node 0's; it reports nothing else."""
     quiet_library_progress_bars()
-    if not ranks.is_main:
-        train_job(job, spec, settings, TrainerCallback(), ranks)
-        return None
-    return train_reporting(job, spec, settings, files, ranks)
+    if ranks.is_main:
+        return train_reporting(job, spec, settings, files, ranks)
+    first_here = part is not None and ranks.rank == sum(part.node_sizes[:part.node_rank])
+    link = SupervisorLink(files, job.last_step) if first_here else TrainerCallback()
+    train_job(job, spec, settings, link, ranks)
+    return None

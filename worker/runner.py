@@ -21,21 +21,24 @@ requeues the job, which resumes from its checkpoint.
 from __future__ import annotations
 
 import logging
+import time
 
 import redis
+from sqlalchemy.exc import SQLAlchemyError
 
 from api.lifecycle import JobStatus, StopRequest
 from api.schemas.jobs import JobRead
 from api.settings import Settings
 from api.store import bus, outbox
-from api.store.attempts import finish, requeue_after_fault, stop_paused
+from api.store.attempts import finish, requeue_after_fault, still_held, stop_paused
 from api.store.clock import Backoff
 from api.store.db import session_scope
 from api.store.dispatching import yield_preempted
+from api.store.gangs import HostPart, finish_host
 from grpo_core.run.processes import signal_name
 from worker.heartbeat import JobLease
 from worker.memory import gib
-from worker.outcome import STATUS_AFTER_STOP, Fault, Outcome, outcome_for_stop
+from worker.outcome import PEER_LOST, STATUS_AFTER_STOP, Fault, Outcome, PartDone, outcome_for_stop
 from worker.retrying import DatabaseUnavailable, retry_transient
 from worker.supervisor import LEASE_LOST, OUT_OF_MEMORY, STALLED, Ended, stall_limit, supervise
 
@@ -43,10 +46,13 @@ log = logging.getLogger(__name__)
 
 
 def run_claimed_job(job: JobRead, worker_id: str, settings: Settings, lease: JobLease,
-                    client: redis.Redis) -> str:
-    """Run ``job`` (claimed by ``worker_id``, lease renewing) and return its final status, or
-    ``lost`` when another attempt owns it now."""
-    ended = supervise(job, settings, worker_id, lease)
+                    client: redis.Redis, part: HostPart | None = None) -> str:
+    """Run ``job`` (claimed by ``worker_id``, lease renewing; with ``part``, this host's part of a
+    gang it claimed or joined) and return its final status, ``part_done`` for a gang host whose
+    ranks returned (node 0 records the outcome), or ``lost`` when another attempt owns it now.
+    Any host of a gang records an ending it saw the cause of (each record is guarded by its
+    holding the job: the first wins)."""
+    ended = supervise(job, settings, worker_id, lease, part)
     if ended.killed_for == LEASE_LOST:
         log.warning("job %s: lease lost; its process was killed and the job left to its new attempt", job.id)
         return "lost"
@@ -54,6 +60,10 @@ def run_claimed_job(job: JobRead, worker_id: str, settings: Settings, lease: Job
     publish = bus.publisher(client, settings.redis_keys, settings.stream_maxlen)
     report = ended.report if ended.killed_for is None else None
     try:
+        if isinstance(report, PartDone):
+            return _part_done(job, worker_id, settings)
+        if isinstance(report, Fault) and report.code == PEER_LOST:
+            return _after_peer_lost(job, worker_id, settings, publish, report)
         if isinstance(report, Fault):
             return _requeue(job, worker_id, settings, publish, report)
         if isinstance(report, Outcome):
@@ -121,6 +131,42 @@ def record_outcome(job: JobRead, worker_id: str, settings: Settings, publish: ou
         return "lost"
     log.info("job %s %s: %s", job.id, outcome.status, outcome.message)
     return outcome.status.value
+
+
+def _part_done(job: JobRead, worker_id: str, settings: Settings) -> str:
+    """This gang host's ranks returned: its lease need not hold while node 0 finishes."""
+    def record() -> None:
+        with session_scope(settings.database_url) as session:
+            finish_host(session, job.id, worker_id)
+
+    retry_transient(record, settings.db_retry_seconds, f"job {job.id}: its host's part done")
+    log.info("job %s: this host's part of the gang ended; node 0 records the outcome", job.id)
+    return "part_done"
+
+
+def peer_grace_seconds(settings: Settings) -> float:
+    """How long a gang host whose ranks lost a peer waits for the host that saw the cause to record
+    it (a rank's own error, a killed rank): well within a lease, so a host that vanished without a
+    record is requeued by the survivors long before its lease would expire."""
+    return min(10.0, settings.lease_seconds / 2)
+
+
+def _after_peer_lost(job: JobRead, worker_id: str, settings: Settings, publish: outbox.Publish,
+                     fault: Fault) -> str:
+    """Wait for another host's record of why the gang broke; none within the grace: the lost host
+    is the machine's fault, and the job goes back to the queue to resume on a new gang."""
+    deadline = time.monotonic() + peer_grace_seconds(settings)
+    while time.monotonic() < deadline:
+        try:
+            with session_scope(settings.database_url) as session:
+                if not still_held(session, job.id, worker_id):
+                    log.info("job %s: a rank on another host went away; that host recorded why", job.id)
+                    return "lost"
+        except SQLAlchemyError as exc:
+            log.warning("job %s: could not read the job while waiting for its gang: %s", job.id, exc)
+        time.sleep(0.5)
+    lost = Fault(f"a host of the gang was lost ({fault.message})", {**fault.data, "error_code": PEER_LOST})
+    return _requeue(job, worker_id, settings, publish, lost)
 
 
 def _requeue(job: JobRead, worker_id: str, settings: Settings, publish: outbox.Publish, fault: Fault) -> str:

@@ -33,10 +33,11 @@ from pathlib import Path
 
 from api.schemas.jobs import JobRead
 from api.settings import Settings
+from api.store.gangs import HostPart
 from worker.attempt_files import AttemptFiles
 from worker.heartbeat import JobLease
 from worker.memory import job_memory_limit, private_bytes
-from worker.outcome import Fault, Outcome
+from worker.outcome import Fault, Outcome, PartDone
 from worker.workdir import absolute_settings, job_environment, make_workdir
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ class Ended:
     whether the kernel's OOM killer struck meanwhile, and the memory the job's processes held at
     their largest against their limit (bytes)."""
 
-    report: Outcome | Fault | None
+    report: Outcome | Fault | PartDone | None
     killed_for: str | None
     returncode: int
     last_step: int
@@ -71,11 +72,14 @@ def stall_limit(job: JobRead, settings: Settings) -> float:
     return min(settings.stall_seconds, float(asked)) if asked else settings.stall_seconds
 
 
-def supervise(job: JobRead, settings: Settings, worker_id: str, lease: JobLease) -> Ended:
+def supervise(job: JobRead, settings: Settings, worker_id: str, lease: JobLease,
+              part: HostPart | None = None) -> Ended:
+    """Run the attempt (or, with ``part``, this host's part of a gang's attempt) in the job's own
+    process and watch it until it is gone."""
     folder = Path(tempfile.mkdtemp(prefix=f"grpo-job-{job.id}-"))
     try:
         files = AttemptFiles(folder)
-        files.write_call(job, absolute_settings(settings), worker_id)
+        files.write_call(job, absolute_settings(settings), worker_id, part)
         return _Watch(job, settings, lease, files).run()
     finally:
         shutil.rmtree(folder, ignore_errors=True)

@@ -14,12 +14,16 @@ import logging
 import os
 
 from celery import shared_task
+from sqlalchemy.orm import Session
 
 from api.lifecycle import JobStatus
+from api.schemas.jobs import JobRead
 from api.settings import Settings, get_settings
 from api.store import bus, outbox
 from api.store.attempts import claim, finish
 from api.store.db import session_scope
+from api.store.gangs import HostPart, join, mark_joined, part_of
+from api.store.jobs import get_job
 from api.store.telemetry import add_event
 from api.vocabulary import RUN_JOB
 from worker.devices import CUDA_ENV, confine
@@ -37,21 +41,39 @@ def run_job(job_id: int) -> str:
     # The claim's event and status reach the job's stream once the claim commits.
     publish = bus.publisher(client, settings.redis_keys, settings.stream_maxlen)
     with session_scope(settings.database_url, publish=publish) as session:
-        job = claim(session, job_id, worker_id)
+        job, part = take(session, job_id, worker_id)
     if job is None:
         log.info("job %s is not dispatched (duplicate or stale delivery); nothing to do", job_id)
         client.close()
         return "not_claimed"
-    lease = JobLease(settings, job_id, worker_id, client, job.devices)
+    devices = job.devices if part is None else list(part.devices)
+    gang_host = part is not None and not part.leads
+    lease = JobLease(settings, job_id, worker_id, client, devices, gang_host=gang_host)
     lease.start()
     try:
         try:
-            _confine(settings, publish, job_id, job.devices)
+            _confine(settings, publish, job_id, devices)
         except ValueError as exc:
             return _fail(settings, publish, job_id, worker_id, f"the job cannot run here: {exc}")
-        return run_claimed_job(job, worker_id, settings, lease, client)
+        return run_claimed_job(job, worker_id, settings, lease, client, part)
     finally:
         lease.stop()
+
+
+def take(session: Session, job_id: int, worker_id: str) -> tuple[JobRead | None, HostPart | None]:
+    """Claim the job as its worker (a gang's node 0 too), or else join its gang as another of its
+    hosts: the job and this host's part of a gang (None for a job on one worker); no job when it
+    is not this worker's to run (a duplicate or stale delivery)."""
+    job = claim(session, job_id, worker_id)
+    if job is not None:
+        part = part_of([host.model_dump() for host in job.placement], 0)
+        if part is not None:
+            mark_joined(session, job_id, worker_id)
+        return job, part
+    part = join(session, job_id, worker_id)
+    if part is None:
+        return None, None
+    return get_job(session, job_id), part
 
 
 def _confine(settings: Settings, publish: outbox.Publish, job_id: int, devices: list[int] | None) -> None:

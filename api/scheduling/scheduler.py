@@ -136,13 +136,16 @@ class Scheduler:
         return sent
 
     def dispatch(self, item: policy.Dispatch) -> bool:
-        """Commit ``dispatched`` first, then send: a worker never sees a job SQL does not know."""
+        """Commit ``dispatched`` first, then send: a worker never sees a job SQL does not know. A
+        gang's message goes to each of its hosts: node 0 claims the job, the others join it."""
         with self._session() as session:
-            if not dispatch_job(session, item.job_id, item.worker_id, item.devices):
+            if not dispatch_job(session, item.job_id, item.worker_id, item.devices, item.gang):
                 return False
-        queue = self.keys.worker_queue(item.worker_id)
+        queues = [self.keys.worker_queue(worker_id)
+                  for worker_id in (item.worker_id, *(share.worker_id for share in item.gang))]
         try:
-            self.sender.send_task(RUN_JOB, args=[item.job_id], queue=queue)
+            for queue in queues:
+                self.sender.send_task(RUN_JOB, args=[item.job_id], queue=queue)
         except Exception as exc:  # noqa: BLE001 - any broker failure: undo, retry next tick
             log.error("job %s: send failed, back to the queue: %s", item.job_id, exc)
             with self._session() as session:
@@ -150,7 +153,7 @@ class Scheduler:
                            worker_id=item.worker_id,
                            values={"dispatched_at": None})
             return False
-        log.info("job %s dispatched to %s", item.job_id, queue)
+        log.info("job %s dispatched to %s", item.job_id, ", ".join(queues))
         self._count("dispatches")
         return True
 
@@ -196,6 +199,7 @@ class Scheduler:
         self._gone = (self._gone | (self._live - live)) - live  # a worker that came back is not gone
         self._live = live
         promised = {job.worker_id for job in state.cluster.holding}
+        promised |= {share.worker_id for job in state.cluster.holding for share in job.gang}
         done = {worker_id for worker_id in self._gone if worker_id not in promised}
         if done:
             self.client.delete(*(self.keys.worker_queue(worker_id) for worker_id in done))

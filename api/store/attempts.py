@@ -14,7 +14,8 @@ from sqlalchemy.orm import Session
 from api.lifecycle import ACTIVE_STATUSES, ENDINGS, JobStatus, StopRequest, Transition, stop_requested
 from api.schemas.jobs import JobRead
 from api.store.clock import Backoff, db_now
-from api.store.jobs import transition
+from api.store.gangs import lost_host
+from api.store.jobs import held_by, transition
 from api.store.tables import Job, utcnow
 
 _JOBS = Job.__table__
@@ -52,6 +53,12 @@ def renew_lease(session: Session, job_id: int, worker_id: str) -> tuple[bool, St
     )
     row = session.execute(stmt).first()
     return (False, None) if row is None else (True, _stop_in(row))
+
+
+def still_held(session: Session, job_id: int, worker_id: str) -> bool:
+    """Whether ``worker_id`` still holds the job's running attempt (no one recorded its end)."""
+    return session.execute(select(_JOBS.c.id).where(_JOBS.c.id == job_id, _JOBS.c.status.in_(ACTIVE_STATUSES),
+                                                    held_by(worker_id))).first() is not None
 
 
 def stop_request(session: Session, job_id: int) -> StopRequest | None:
@@ -102,10 +109,13 @@ def requeue_expired(session: Session, lease_seconds: float, now: datetime | None
     now = now or db_now(session)
     cutoff = now - timedelta(seconds=lease_seconds)
     c = _JOBS.c
+    host_lost = lost_host(cutoff)
     expired = or_(c.status.in_(ACTIVE_STATUSES) & (c.heartbeat_at < cutoff),
-                  (c.status == JobStatus.DISPATCHED.value) & (c.dispatched_at < cutoff))
+                  (c.status == JobStatus.DISPATCHED.value) & (c.dispatched_at < cutoff), host_lost)
     moved = []
-    for job_id, status in session.execute(select(c.id, c.status).where(expired)).all():
+    rows = session.execute(select(c.id, c.status, host_lost).where(expired)).all()
+    for job_id, status, gang_host_lost in rows:
+        why = "a host of its gang was lost (its lease expired)" if gang_host_lost else "lease expired"
         if status == JobStatus.CANCELLING:
             job = transition(session, job_id, via=Transition.STOP_CANCELLED, guard=expired,
                              message="worker lost while cancelling", values={"finished_at": utcnow()})
@@ -114,7 +124,7 @@ def requeue_expired(session: Session, lease_seconds: float, now: datetime | None
                              message="worker lost while pausing")
         else:
             job = _requeue_or_give_up(session, job_id, guard=expired, worker_id=None,
-                                      message="lease expired", data={"previous_status": status},
+                                      message=why, data={"previous_status": status},
                                       max_attempts=max_attempts, backoff=backoff, now=now)
         if job is not None:
             moved.append(job_id)

@@ -18,6 +18,7 @@ from api import cluster_state
 from api.lifecycle import HOLDING_STATUSES, WAITING_STATUSES, JobStatus, Transition
 from api.schemas.jobs import as_utc
 from api.store.clock import db_now
+from api.store.gangs import placement_record, record_hosts
 from api.store.jobs import transition
 from api.store.tables import Allocation, Job, Pool, Team
 from api.store.teams import quotas_by_team
@@ -49,12 +50,19 @@ class SchedulingState:
     waiting_info: dict[int, WaitingInfo] = field(default_factory=dict)
 
 
+def gang_of(placement: list[dict] | None) -> tuple[cluster_state.Share, ...]:
+    """A holding job's shares on the hosts after its first (none for a job on one worker)."""
+    others = (placement or [])[1:]
+    return tuple(cluster_state.Share(host["worker"], tuple(host["devices"])) for host in others)
+
+
 def schedulable_workers(heartbeats: list[Heartbeat], holding: list[cluster_state.HoldingJob],
                         ) -> list[cluster_state.Worker]:
     """Live workers as the policy sees them. Devices a worker reports in use by a job SQL no
     longer gives it (its lease was lost; the child is stopping) stay busy until it reports them
     free; the devices of jobs SQL does give it are counted from SQL (they may not have started)."""
     assigned = {(job.id, job.worker_id) for job in holding}
+    assigned |= {(job.id, share.worker_id) for job in holding for share in job.gang}
     workers = []
     for beat in heartbeats:
         busy = {device for job_id, devices in beat.jobs.items() if (job_id, beat.worker_id) not in assigned
@@ -86,10 +94,11 @@ def load_state(session: Session, heartbeats: list[Heartbeat], now: datetime, hal
     holding = [
         cluster_state.HoldingJob(row.id, row.team_id, row.pool, row.gpus, row.priority, row.worker_id,
                                  row.status, epoch(row.dispatched_at) if row.dispatched_at else 0.0,
-                                 bool(row.preempt_requested), tuple(row.devices or ()))
+                                 bool(row.preempt_requested), tuple(row.devices or ()),
+                                 gang_of(row.placement))
         for row in conn.execute(
             select(c.id, c.team_id, c.pool, c.gpus, c.priority, c.worker_id, c.status, c.dispatched_at,
-                   c.preempt_requested, c.devices).where(c.status.in_(HOLDING_STATUSES))
+                   c.preempt_requested, c.devices, c.placement).where(c.status.in_(HOLDING_STATUSES))
         )
     ]
     quotas = quotas_by_team(session)
@@ -119,18 +128,28 @@ def load_state(session: Session, heartbeats: list[Heartbeat], now: datetime, hal
 
 
 def dispatch_job(session: Session, job_id: int, worker_id: str, devices: tuple[int, ...] | None = None,
-                 ) -> bool:
+                 gang: tuple[cluster_state.Share, ...] = ()) -> bool:
     """A waiting job is promised to ``devices`` of ``worker_id`` (None: the whole worker, as before
-    devices were recorded): it holds them from now (the transition opens an allocation, which
-    quotas and fair share count) until it leaves the holding statuses. Only that worker may claim
-    it, and its child sees only those devices."""
+    devices were recorded) and, for a gang, to the devices of each of ``gang``'s workers too: it
+    holds them from now (the transition opens an allocation, which quotas and fair share count)
+    until it leaves the holding statuses. Only that worker may claim it (a gang's other hosts join
+    it: :mod:`api.store.gangs`), and each host's child sees only its own devices."""
     recorded = None if devices is None else list(devices)
+    hosts = [(worker_id, tuple(devices or ())), *((share.worker_id, share.devices) for share in gang)]
     # The database's clock: the lease reaper compares it with its own reading of that clock.
     values = {"worker_id": worker_id, "devices": recorded, "dispatched_at": db_now(session),
-              "pending_reason": None, "preempt_requested": False, "retry_at": None}
-    where = worker_id if devices is None else f"{worker_id} devices {','.join(map(str, devices))}"
-    return transition(session, job_id, via=Transition.DISPATCH, values=values,
-                      message=f"dispatched to {where}", data={"devices": recorded}) is not None
+              "pending_reason": None, "preempt_requested": False, "retry_at": None,
+              "placement": None if devices is None else placement_record(hosts)}
+    where = worker_id if devices is None else "; ".join(
+        f"{host} devices {','.join(map(str, shares))}" for host, shares in hosts)
+    data: dict = {"devices": recorded}
+    if gang:
+        data["placement"] = placement_record(hosts)
+    moved = transition(session, job_id, via=Transition.DISPATCH, values=values,
+                       message=f"dispatched to {where}", data=data) is not None
+    if moved and gang:
+        record_hosts(session, job_id, hosts)
+    return moved
 
 
 def request_preempt(session: Session, job_id: int, for_job_id: int) -> bool:

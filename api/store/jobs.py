@@ -9,7 +9,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, bindparam, insert, select, update
+from sqlalchemy import ColumnElement, Row, bindparam, delete, insert, or_, select, update
 from sqlalchemy.orm import Session, defer
 
 from api.domain_errors import Conflict, InvalidInput, NotFound
@@ -30,7 +30,7 @@ from api.schemas.jobs import JobRead, SpecWarningRead
 from api.store import outbox
 from api.store._rows import insert_returning, job_read
 from api.store.job_labels import add_tags, matching
-from api.store.tables import Allocation, Job, JobEvent, utcnow
+from api.store.tables import Allocation, Job, JobEvent, JobHost, utcnow
 from api.store.telemetry import add_event
 from api.store.webhooks import enqueue_job_event
 from api.vocabulary import PRIORITIES
@@ -216,7 +216,7 @@ def transition(
     conditions = [_JOBS.c.id == job_id, _JOBS.c.status.in_(sorted(s.value for s in rule.sources)),
                   _JOBS.c.deleted_at.is_(None)]
     if worker_id is not None:
-        conditions.append(_JOBS.c.worker_id == worker_id)
+        conditions.append(held_by(worker_id))
     if guard is not None:
         conditions.append(guard)
     stmt = update(_JOBS).where(*conditions).values(status=rule.target.value, **values)
@@ -228,6 +228,7 @@ def transition(
                                started_at=row.dispatched_at or utcnow()))
     elif rule.target not in HOLDING_STATUSES:
         close_allocation(session, job_id)
+        release_hosts(session, job_id)
     recorded = {name: getattr(row, name) for name in rule.record}
     add_event(session, job_id, rule.event, message, {**recorded, **(data or {})}, rule.level)
     job = job_read(row)
@@ -238,6 +239,23 @@ def transition(
     if job.status in TERMINAL_STATUSES:  # the team's webhooks hear of it once this commits
         enqueue_job_event(session, job, f"job.{job.status}")
     return job
+
+
+def held_by(worker_id: str) -> ColumnElement[bool]:
+    """The job is held by ``worker_id``: its worker, or a host of its gang that joined the attempt
+    (``job_hosts``), so that any host of a gang may record how the attempt ended (the first to
+    record wins: each record is a guarded transition)."""
+    hosts = JobHost.__table__.c
+    member = (select(hosts.job_id)
+              .where(hosts.job_id == _JOBS.c.id, hosts.worker_id == worker_id, hosts.joined_at.is_not(None))
+              .exists())
+    return or_(_JOBS.c.worker_id == worker_id, member)
+
+
+def release_hosts(session: Session, job_id: int) -> None:
+    """The job stopped holding GPUs: its gang's hosts (and their leases) go with the dispatch."""
+    session.execute(delete(JobHost).where(JobHost.job_id == job_id)
+                    .execution_options(synchronize_session=False))
 
 
 def close_allocation(session: Session, job_id: int) -> None:
