@@ -52,6 +52,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from api.cluster_state import ClusterState, HoldingJob, Share, WaitingJob, Worker
+from api.scheduling.gang_placement import gang_shares, hosts_held, reserved_shares
 from api.vocabulary import PRIORITIES
 
 PRIORITY_ORDER = tuple(reversed(PRIORITIES))  # most urgent first
@@ -65,6 +66,8 @@ PENDING_REASONS = (
     "backoff",  # requeued after a fault or a lost worker: waits out its backoff before a retry
     "quota_exceeded",  # the team would exceed its GPU quota for the pool
     "preempting",  # a lower-priority job is checkpointing to make room for this one
+    "reserved",  # free devices that fit are held back for a gang ahead of it in the order
+    "gang_forming",  # needs more GPUs than any one worker: waits for enough free across workers
     "lower_priority",  # free devices that fit went to a job of a higher priority class
     "fair_share",  # free devices that fit went to a job ahead in the same class (another team's turn)
     "no_capacity",  # no worker that is large enough has that many devices free
@@ -171,10 +174,15 @@ def _order(state: ClusterState, pool: _Pool) -> Iterator[WaitingJob]:
             yield job
 
 
+def _held_on(devices: tuple[int, ...], worker_gpus: int) -> frozenset[int]:
+    return frozenset(devices) if devices else frozenset(range(worker_gpus))
+
+
 def held_devices(holder: HoldingJob, worker_gpus: int) -> frozenset[int]:
-    """The devices ``holder`` keeps busy on its worker (of ``worker_gpus``): those recorded with its
-    dispatch, or all of them for a job dispatched before devices were recorded."""
-    return frozenset(holder.devices) if holder.devices else frozenset(range(worker_gpus))
+    """The devices ``holder`` keeps busy on its worker (node 0's, for a gang; of ``worker_gpus``):
+    those recorded with its dispatch, or all of them for a job dispatched before devices were
+    recorded."""
+    return _held_on(holder.devices, worker_gpus)
 
 
 def free_devices(state: ClusterState) -> dict[str, list[int]]:
@@ -182,27 +190,31 @@ def free_devices(state: ClusterState) -> dict[str, list[int]]:
     taken = {w.worker_id: set(w.busy) for w in state.workers}
     sizes = {w.worker_id: w.gpus for w in state.workers}
     for holder in state.holding:
-        if holder.worker_id in taken:  # a holder of a dead worker frees nothing and takes nothing
-            taken[holder.worker_id] |= held_devices(holder, sizes[holder.worker_id])
+        for worker_id, devices in hosts_held(holder):
+            if worker_id in taken:  # a holder's host that is dead frees nothing and takes nothing
+                taken[worker_id] |= _held_on(devices, sizes[worker_id])
     return {w.worker_id: [d for d in range(w.gpus) if d not in taken[w.worker_id]] for w in state.workers}
 
 
 class _Capacity:
     """A pool's free devices during one pass, its workers grouped by the capabilities they
     advertise (a handful of distinct sets, usually one): a job looks only at the groups that cover
-    what it requires, and takes the best fit among them."""
+    what it requires, and takes the best fit among them. Devices reserved for a gang are not free
+    for the jobs after it (``reserved``: worker -> how many)."""
 
     def __init__(self, workers: list[Worker], devices: dict[str, list[int]]) -> None:
         self.free: dict[frozenset[str], list[tuple[int, str]]] = {}  # (free devices, worker), ascending
-        biggest: dict[frozenset[str], int] = {}  # the most GPUs a worker of the group has
+        self.count = {w.worker_id: len(devices[w.worker_id]) for w in workers}
+        self.caps_of = {w.worker_id: w.capabilities for w in workers}
+        self.members: dict[frozenset[str], list[tuple[str, int]]] = defaultdict(list)  # (worker, size)
+        self.reserved: dict[str, int] = {}
         for worker in workers:
             group = self.free.setdefault(worker.capabilities, [])
-            biggest[worker.capabilities] = max(biggest.get(worker.capabilities, 0), worker.gpus)
-            if devices[worker.worker_id]:
-                group.append((len(devices[worker.worker_id]), worker.worker_id))
+            self.members[worker.capabilities].append((worker.worker_id, worker.gpus))
+            if self.count[worker.worker_id]:
+                group.append((self.count[worker.worker_id], worker.worker_id))
         for group in self.free.values():
             group.sort()
-        self._biggest = biggest
         # Most free devices a worker of each group had when it went to a job of each class in this
         # pass (``given``), and to a job of any class ahead of each class (``above``): a job that
         # finds nothing free learns whether room it could have used went to a higher class or to
@@ -210,38 +222,83 @@ class _Capacity:
         classes = len(PRIORITY_ORDER) + 1
         self.given = {caps: [0] * classes for caps in self.free}
         self.above = {caps: [0] * classes for caps in self.free}
-        self._usable: dict[frozenset[str], tuple[list[frozenset[str]], int]] = {}
+        self._usable: dict[frozenset[str], tuple[list[frozenset[str]], int, int]] = {}
 
-    def usable(self, requires: frozenset[str]) -> tuple[list[frozenset[str]], int]:
-        """The groups whose workers advertise everything in ``requires``, and the most GPUs one of
-        their workers has (memoised: a queue holds few distinct requirements)."""
+    def usable(self, requires: frozenset[str]) -> tuple[list[frozenset[str]], int, int]:
+        """The groups whose workers advertise everything in ``requires``, the most GPUs one of
+        their workers has and the GPUs of all of them (memoised: a queue holds few distinct
+        requirements)."""
         found = self._usable.get(requires)
         if found is None:
             groups = [caps for caps in self.free if requires <= caps]
-            biggest = max((self._biggest[caps] for caps in groups), default=0)
-            found = self._usable[requires] = (groups, biggest)
+            sizes = [size for caps in groups for _, size in self.members[caps]]
+            found = self._usable[requires] = (groups, max(sizes, default=0), sum(sizes))
         return found
 
-    def take(self, gpus: int, groups: list[frozenset[str]], rank: int) -> tuple[str, int] | None:
-        """The worker of ``groups`` with the fewest free devices, at least ``gpus``, for a job of
-        class ``rank``: its id and how many devices it had free; None when none fits."""
-        best: tuple[tuple[int, str], frozenset[str], int] | None = None
-        for caps in groups:
-            group = self.free[caps]
-            fit = bisect_left(group, (gpus, ""))
-            if fit < len(group) and (best is None or group[fit] < best[0]):
-                best = (group[fit], caps, fit)
-        if best is None:
-            return None
-        (count, worker_id), caps, fit = best
-        del self.free[caps][fit]
-        if count > gpus:
-            insort(self.free[caps], (count - gpus, worker_id))
+    def _set(self, worker_id: str, count: int) -> None:
+        """Change a worker's free count, keeping its group sorted."""
+        group = self.free[self.caps_of[worker_id]]
+        old = self.count[worker_id]
+        if old:
+            del group[bisect_left(group, (old, worker_id))]
+        if count:
+            insort(group, (count, worker_id))
+        self.count[worker_id] = count
+
+    def _given(self, worker_id: str, count: int, rank: int) -> None:
+        """Record that a worker with ``count`` free devices went to a job of class ``rank``."""
+        caps = self.caps_of[worker_id]
         given, above = self.given[caps], self.above[caps]
         given[rank] = max(given[rank], count)
         for lower in range(rank + 1, len(above)):
             above[lower] = max(above[lower], count)
-        return worker_id, count
+
+    def take(self, gpus: int, groups: list[frozenset[str]], rank: int) -> str | None:
+        """The worker of ``groups`` with the fewest free devices, at least ``gpus``, for a job of
+        class ``rank``, its devices taken; None when none fits."""
+        best: tuple[int, str] | None = None
+        for caps in groups:
+            group = self.free[caps]
+            fit = bisect_left(group, (gpus, ""))
+            if fit < len(group) and (best is None or group[fit] < best):
+                best = group[fit]
+        if best is None:
+            return None
+        count, worker_id = best
+        self._set(worker_id, count - gpus)
+        self._given(worker_id, count, rank)
+        return worker_id
+
+    def take_gang(self, gpus: int, groups: list[frozenset[str]], rank: int) -> list[tuple[str, int]] | None:
+        """A gang's (worker, share) in node-rank order, its devices taken, or None when the workers
+        of ``groups`` have too few free devices together (see :func:`gang_shares`)."""
+        shares = gang_shares(gpus, (entry for caps in groups for entry in self.free[caps]))
+        for worker_id, share in shares or ():
+            count = self.count[worker_id]
+            self._set(worker_id, count - share)
+            self._given(worker_id, count, rank)
+        return shares
+
+    def reserve(self, gpus: int, groups: list[frozenset[str]]) -> None:
+        """Hold back for a gang that cannot start the devices free now on the hosts it waits for,
+        up to its share of each (see :func:`reserved_shares`)."""
+        hosts = [(worker_id, size, self.count[worker_id])
+                 for caps in groups for worker_id, size in self.members[caps]]
+        for worker_id, share in reserved_shares(gpus, hosts):
+            held = min(share, self.count[worker_id])
+            if held:
+                self._set(worker_id, self.count[worker_id] - held)
+                self.reserved[worker_id] = held
+
+    def fits_but_for_reservation(self, gpus: int, groups: list[frozenset[str]], gang: bool) -> bool:
+        """Whether a job that found no room would have found it with the reserved devices."""
+        mine = [worker_id for worker_id in self.reserved if self.caps_of[worker_id] in groups]
+        if not mine:
+            return False
+        if gang:
+            free = sum(count for caps in groups for count, _ in self.free[caps])
+            return free + sum(self.reserved[worker_id] for worker_id in mine) >= gpus
+        return any(self.count[worker_id] + self.reserved[worker_id] >= gpus for worker_id in mine)
 
     def why_not(self, gpus: int, groups: list[frozenset[str]], rank: int) -> str:
         """Why a job of class ``rank`` found no worker of ``groups`` with ``gpus`` free devices."""
@@ -254,25 +311,47 @@ class _Capacity:
         return "no_capacity"
 
 
-def _place(
-    state: ClusterState, pool: _Pool, devices: dict[str, list[int]], result: Plan
-) -> tuple[list[WaitingJob], dict[int, int]]:
-    """Dispatch the pool's jobs in order onto its workers' free devices (best fit; ``devices`` is
-    updated as they are taken) and give every other job its reason and position; returns the
-    jobs left waiting, in order, and team -> GPUs held once this pass's dispatches run."""
+@dataclass
+class _Placed:
+    """What placing a pool's jobs leaves for preemption: the jobs left waiting (in order), team ->
+    GPUs held once this pass's dispatches run, the devices reserved for a gang (worker -> count)
+    and that gang's position (None: no gang reserved)."""
+
+    left: list[WaitingJob]
+    real_held: dict[int, int]
+    reserved: dict[str, int]
+    reserved_at: int | None
+
+
+def _dispatch(job: WaitingJob, shares: list[tuple[str, int]], devices: dict[str, list[int]]) -> Dispatch:
+    """The dispatch of ``job`` with ``shares`` (worker, count) in node-rank order: the lowest free
+    indices of each worker, taken from ``devices``."""
+    hosts = []
+    for worker_id, count in shares:
+        ids, devices[worker_id] = devices[worker_id][:count], devices[worker_id][count:]
+        hosts.append(Share(worker_id, tuple(ids)))
+    return Dispatch(job.id, hosts[0].worker_id, hosts[0].devices, tuple(hosts[1:]))
+
+
+def _place(state: ClusterState, pool: _Pool, devices: dict[str, list[int]], result: Plan) -> _Placed:
+    """Dispatch the pool's jobs in order onto its workers' free devices (best fit, or as a gang;
+    ``devices`` is updated as they are taken), reserve for the first gang that cannot start, and
+    give every other job its reason and position."""
     capacity = _Capacity(pool.workers, devices)
     real_held = dict(pool.held)  # grows with this pass's dispatches: quotas bind within one pass
     left: list[WaitingJob] = []
+    reserved_at: int | None = None
     for job in _order(state, pool):
         quota = _quota(state, job.team_id, pool.name)
-        groups, biggest = capacity.usable(job.requires)
+        groups, biggest, total = capacity.usable(job.requires)
+        gang = job.gpus > biggest
         if pool.name in state.held_pools:
             reason = "pool_held"
         elif not pool.workers:
             reason = "no_workers"
         elif not groups:
             reason = "no_capable_worker"
-        elif biggest < job.gpus:
+        elif total < job.gpus:
             reason = "too_large"
         elif job.backoff:
             reason = "backoff"
@@ -280,18 +359,28 @@ def _place(
             reason = "quota_exceeded"
         else:
             rank = _rank(job.priority)
-            taken = capacity.take(job.gpus, groups, rank)
-            if taken is not None:
-                worker_id = taken[0]
-                ids, devices[worker_id] = devices[worker_id][:job.gpus], devices[worker_id][job.gpus:]
+            if gang:
+                shares = capacity.take_gang(job.gpus, groups, rank)
+            else:
+                worker_id = capacity.take(job.gpus, groups, rank)
+                shares = None if worker_id is None else [(worker_id, job.gpus)]
+            if shares is not None:
                 real_held[job.team_id] = real_held.get(job.team_id, 0) + job.gpus
-                result.dispatch.append(Dispatch(job.id, worker_id, tuple(ids)))
+                result.dispatch.append(_dispatch(job, shares, devices))
                 continue
-            reason = capacity.why_not(job.gpus, groups, rank)
+            if capacity.fits_but_for_reservation(job.gpus, groups, gang):
+                reason = "reserved"
+            elif gang:
+                reason = "gang_forming"
+                if reserved_at is None:  # the first gang that waits for devices holds them as they free
+                    capacity.reserve(job.gpus, groups)
+                    reserved_at = len(left) + 1
+            else:
+                reason = capacity.why_not(job.gpus, groups, rank)
         left.append(job)
         result.pending[job.id] = reason
         result.position[job.id] = len(left)
-    return left, real_held
+    return _Placed(left, real_held, capacity.reserved, reserved_at)
 
 
 def _fair_shares(state: ClusterState, pool: _Pool) -> dict[int, float]:
@@ -302,14 +391,19 @@ def _fair_shares(state: ClusterState, pool: _Pool) -> dict[int, float]:
     return {team: pool_gpus * _weight(state, team) / total_weight for team in teams}
 
 
+def _all_live(holder: HoldingJob, live: dict[str, int]) -> bool:
+    return all(worker_id in live for worker_id, _ in hosts_held(holder))
+
+
 def _victims(pool: _Pool, live: dict[str, int]) -> list[HoldingJob]:
     """The pool's jobs that may be asked to yield, most preferred first: the lowest priority, then
-    the newest. Only running jobs on live workers: a job still starting or cancelling frees its
-    devices anyway, and one on a dead worker frees nothing."""
+    the newest. Only running jobs whose every host is live: a job still starting or cancelling
+    frees its devices anyway, one on a dead worker frees nothing, and a gang with a dead host is
+    requeued by the reaper."""
     candidates = [
         h
         for h in pool.holding
-        if h.status == "running" and not h.preempt_requested and _rank(h.priority) > 0 and h.worker_id in live
+        if h.status == "running" and not h.preempt_requested and _rank(h.priority) > 0 and _all_live(h, live)
     ]
     return sorted(candidates, key=lambda h: (-_rank(h.priority), -h.since, -h.id))
 
@@ -317,49 +411,58 @@ def _victims(pool: _Pool, live: dict[str, int]) -> list[HoldingJob]:
 def _preempt(
     state: ClusterState,
     pool: _Pool,
-    left: list[WaitingJob],
-    real_held: dict[int, int],
+    placed: _Placed,
     fair: dict[int, float],
     free: dict[str, int],
     result: Plan,
 ) -> None:
     """Let the pool's waiting ``high`` jobs that want devices claim some that are about to free, or
     else ask one running job of a team over its fair share to yield (see the module docstring).
-    ``free`` is worker -> devices still free after this pass's dispatches."""
+    ``free`` is worker -> devices still free after this pass's dispatches, reserved ones included:
+    only a job ahead of the reserving gang may count those."""
     live = {w.worker_id: w.gpus for w in pool.workers}
     capabilities = {w.worker_id: w.capabilities for w in pool.workers}
-    high = [job for job in left if _rank(job.priority) == 0 and result.pending[job.id] in _WANTS_A_WORKER]
+    high = [job for job in placed.left
+            if _rank(job.priority) == 0 and result.pending[job.id] in _WANTS_A_WORKER]
     # The quota check counts what the team will hold once this pass's preemptions land, so two
     # high jobs of one team cannot together overshoot its quota through preemption.
-    reserved = defaultdict(int, real_held)
+    reserved = defaultdict(int, placed.real_held)
 
-    def room(holder: HoldingJob, job: WaitingJob) -> int:
-        """The devices ``job`` would get from ``holder`` leaving; none on a worker it cannot use."""
-        if not job.requires <= capabilities[holder.worker_id]:
-            return 0
-        return free[holder.worker_id] + len(held_devices(holder, live[holder.worker_id]))
+    def room(holder: HoldingJob, job: WaitingJob) -> tuple[int, str]:
+        """The devices ``job`` would get on one host from ``holder`` leaving (that host's free ones
+        and the holder's there), on the host where that is most: none on a host it cannot use."""
+        behind = placed.reserved_at is not None and result.position[job.id] > placed.reserved_at
+        best = (0, "")
+        for worker_id, devices in sorted(hosts_held(holder), key=lambda host: host[0] or ""):
+            if worker_id in live and job.requires <= capabilities[worker_id]:
+                spare = max(0, free[worker_id] - (placed.reserved.get(worker_id, 0) if behind else 0))
+                best = max(best, (spare + len(_held_on(devices, live[worker_id])), worker_id),
+                           key=lambda pair: pair[0])
+        return best
 
-    def claim(job: WaitingJob, holder: HoldingJob) -> bool:
+    def claim(job: WaitingJob, holder: HoldingJob, worker_id: str) -> bool:
         quota = _quota(state, job.team_id, pool.name)
         if quota is not None and reserved[job.team_id] + job.gpus > quota:
             return False
         reserved[job.team_id] += job.gpus
         result.pending[job.id] = "preempting"
-        free[holder.worker_id] -= max(0, job.gpus - len(held_devices(holder, live[holder.worker_id])))
+        devices = dict(hosts_held(holder))[worker_id]
+        free[worker_id] -= max(0, job.gpus - len(_held_on(devices, live[worker_id])))
         return True
 
     # Devices whose job was already asked to yield are about to free: they go to a high job before
     # any new victim is chosen, so a preemption in flight is never doubled.
     freeing = [h for h in pool.holding
-               if h.status == "running" and h.preempt_requested and h.worker_id in live]
+               if h.status == "running" and h.preempt_requested and _all_live(h, live)]
     remaining = []
     for job in high:
-        fits = [h for h in freeing if room(h, job) >= job.gpus]
+        fits = [(room(h, job), h) for h in freeing]
+        fits = [(found, h) for found, h in fits if found[0] >= job.gpus]
         if not fits:
             remaining.append(job)
             continue
-        holder = min(fits, key=lambda h: (room(h, job), h.worker_id, h.id))
-        if claim(job, holder):
+        (_, worker_id), holder = min(fits, key=lambda pair: (pair[0], pair[1].id))
+        if claim(job, holder, worker_id):
             freeing.remove(holder)
 
     victims = _victims(pool, live)
@@ -367,17 +470,19 @@ def _preempt(
     for job in remaining:
         if not victims:
             break
-        victim = next(
+        chosen = next(
             (
-                h
+                (h, found[1])
                 for h in victims
-                if h.team_id != job.team_id and held[h.team_id] > fair[h.team_id] and room(h, job) >= job.gpus
+                if h.team_id != job.team_id and held[h.team_id] > fair[h.team_id]
+                and (found := room(h, job))[0] >= job.gpus
             ),
             None,
         )
-        if victim is not None and claim(job, victim):
+        if chosen is not None and claim(job, *chosen):
+            victim = chosen[0]
             victims.remove(victim)
-            held[victim.team_id] -= victim.gpus
+            held[victim.team_id] -= victim.gpus  # all its GPUs, on every host
             result.preempt.append(Preemption(victim.id, job.id))
 
 
@@ -393,9 +498,9 @@ def plan(state: ClusterState) -> Plan:
     result = Plan()
     devices = free_devices(state)
     for pool in _pools(state):
-        left, real_held = _place(state, pool, devices, result)
+        placed = _place(state, pool, devices, result)
         fair = _fair_shares(state, pool)
         result.fair_share.update({(team, pool.name): share for team, share in fair.items()})
         free = {w.worker_id: len(devices[w.worker_id]) for w in pool.workers}
-        _preempt(state, pool, left, real_held, fair, free, result)
+        _preempt(state, pool, placed, fair, free, result)
     return result
