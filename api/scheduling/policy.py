@@ -3,21 +3,42 @@
 No I/O, no clock, no randomness: :func:`plan` sees a :class:`api.cluster_state.ClusterState`
 snapshot (built by ``api.scheduling.scheduler`` from SQL and worker heartbeats) and returns a
 :class:`Plan`, so every rule below is unit-tested on hand-built states
-(``tests/api/test_policy.py``) and timed by ``benchmarks/scheduler_decision.py``.
+(``tests/api/test_policy.py``, ``tests/api/test_policy_gangs.py``) and timed by
+``benchmarks/scheduler_decision.py``.
 
 The rules, per pool (pools are independent):
 
 * Capacity is what live workers advertise, device by device. A worker owns ``gpus`` devices
   (indices ``0..gpus-1``); its free devices are those that neither a job holding it (by the
-  indices recorded with the dispatch; a holder with none recorded holds the whole worker) nor the
-  worker itself (``Worker.busy``: jobs SQL no longer gives it, still stopping) is using. A job's
-  GPUs all come from one worker (gang: all of them or none), so a job needing ``g`` GPUs needs a
-  worker with at least ``g`` free devices. Of the workers that fit, the one with the fewest free
-  devices is taken (best fit: big free blocks stay whole for big jobs), and the job gets its
-  ``g`` lowest free indices. Several jobs share a worker on disjoint devices.
+  indices recorded with the dispatch, on each of its hosts: node 0's and every share of
+  ``HoldingJob.gang``; a holder with none recorded holds the whole worker) nor the worker itself
+  (``Worker.busy``: jobs SQL no longer gives it, still stopping) is using. A gang with a dead
+  host is requeued by the reaper; until then its devices on its live hosts count as held. A job
+  that fits one capable worker (``g`` GPUs, a worker of at least ``g``) gets all of them from one
+  worker, never split: it needs a worker with at least ``g`` free devices. Of the workers that
+  fit, the one with the fewest free devices is taken (best fit: big free blocks stay whole for
+  big jobs), and the job gets its ``g`` lowest free indices. Several jobs share a worker on
+  disjoint devices.
+* A job larger than every capable worker of its pool is a gang: it starts on several capable
+  workers at once, all of them or none, each host's share a whole number of devices (its lowest
+  free indices there). Fewest hosts: the workers with the most free devices are taken whole until
+  what is left fits one worker, which is the best fit for it
+  (:func:`api.scheduling.gang_placement.gang_shares`). Node 0 (``Dispatch.worker_id``) is the
+  host with the biggest share; the others are ``Dispatch.gang`` in node-rank order (share
+  descending, then worker id). A job larger than all capable workers together is ``too_large``.
+* Reservation: the first gang in a pool's order that cannot start for want of free devices
+  (``gang_forming``) reserves the hosts it waits for: the fewest whose sizes hold it, preferring
+  those with the most devices free now (:func:`api.scheduling.gang_placement.reserved_shares`).
+  The devices free on them now, up to its share of each, go to no job after it in this pass
+  (such a job that would have fit but for them is ``reserved``); later jobs are still backfilled
+  onto the other workers and onto devices beyond the reserved shares. The policy keeps no state:
+  the reservation is chosen again each pass, and since the reserved hosts only gain free devices
+  as their jobs end, the same hosts stay chosen until the gang starts. Other gangs that cannot
+  start wait (``gang_forming``) without reserving.
 * A job runs only on a worker that advertises every capability it requires
   (``WaitingJob.requires``, e.g. ``code_sandbox`` for the code_tests reward): the other workers
   of its pool do not exist for it, neither for placement nor for preemption.
+* Quotas and the fair-share order count all of a gang's GPUs, on every host.
 * Order: priority class first (high, normal, low). Within a class, the next job is the oldest
   waiting job of the team with the lowest fair-share key
   ``(gpus the team holds in the pool + its recent usage) / weight``; every job placed in the
@@ -35,10 +56,15 @@ The rules, per pool (pools are independent):
   one running job of *another* team that is over its fair share of the pool (pool GPUs x weight
   / sum of the weights of teams with jobs in the pool), has a lower priority, and whose devices
   plus its worker's devices still free after this pass's dispatches are enough for the high
-  job: preemption frees exactly the victim's devices. The victim is the lowest-priority one,
-  newest first. A running job already asked to yield is counted as devices about to free up, so
-  the same high job never preempts twice. A high job that claims such devices also takes the
-  free devices of that worker it needs beyond them, which no later claim of the pass counts.
+  job: preemption frees exactly the victim's devices. A victim may be a gang whose every host is
+  live: it frees its devices on every host, and the room counted is that of the one host the
+  high job would use (free plus the gang's devices there; the host with the most room, then the
+  lowest id). Free devices reserved for a gang count only for a high job ahead of that gang in
+  the order. The victim is the lowest-priority one, newest first. A running job already asked to
+  yield is counted as devices about to free up, so the same high job never preempts twice. A
+  high job that claims such devices also takes the free devices of that worker it needs beyond
+  them, which no later claim of the pass counts. A gang never preempts (it reserves instead),
+  nor does a job waiting on a reservation (the devices it wants are promised to a gang ahead).
 * Every job left waiting gets a ``pending_reason`` (one of :data:`PENDING_REASONS`) and its
   1-based position in its pool's order.
 """
@@ -46,13 +72,12 @@ The rules, per pool (pools are independent):
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, insort
 from collections import defaultdict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from api.cluster_state import ClusterState, HoldingJob, Share, WaitingJob, Worker
-from api.scheduling.gang_placement import gang_shares, hosts_held, reserved_shares
+from api.scheduling.gang_placement import Capacity, hosts_held
 from api.vocabulary import PRIORITIES
 
 PRIORITY_ORDER = tuple(reversed(PRIORITIES))  # most urgent first
@@ -196,121 +221,6 @@ def free_devices(state: ClusterState) -> dict[str, list[int]]:
     return {w.worker_id: [d for d in range(w.gpus) if d not in taken[w.worker_id]] for w in state.workers}
 
 
-class _Capacity:
-    """A pool's free devices during one pass, its workers grouped by the capabilities they
-    advertise (a handful of distinct sets, usually one): a job looks only at the groups that cover
-    what it requires, and takes the best fit among them. Devices reserved for a gang are not free
-    for the jobs after it (``reserved``: worker -> how many)."""
-
-    def __init__(self, workers: list[Worker], devices: dict[str, list[int]]) -> None:
-        self.free: dict[frozenset[str], list[tuple[int, str]]] = {}  # (free devices, worker), ascending
-        self.count = {w.worker_id: len(devices[w.worker_id]) for w in workers}
-        self.caps_of = {w.worker_id: w.capabilities for w in workers}
-        self.members: dict[frozenset[str], list[tuple[str, int]]] = defaultdict(list)  # (worker, size)
-        self.reserved: dict[str, int] = {}
-        for worker in workers:
-            group = self.free.setdefault(worker.capabilities, [])
-            self.members[worker.capabilities].append((worker.worker_id, worker.gpus))
-            if self.count[worker.worker_id]:
-                group.append((self.count[worker.worker_id], worker.worker_id))
-        for group in self.free.values():
-            group.sort()
-        # Most free devices a worker of each group had when it went to a job of each class in this
-        # pass (``given``), and to a job of any class ahead of each class (``above``): a job that
-        # finds nothing free learns whether room it could have used went to a higher class or to
-        # its own. Kept as running maxima, since most of a long queue asks.
-        classes = len(PRIORITY_ORDER) + 1
-        self.given = {caps: [0] * classes for caps in self.free}
-        self.above = {caps: [0] * classes for caps in self.free}
-        self._usable: dict[frozenset[str], tuple[list[frozenset[str]], int, int]] = {}
-
-    def usable(self, requires: frozenset[str]) -> tuple[list[frozenset[str]], int, int]:
-        """The groups whose workers advertise everything in ``requires``, the most GPUs one of
-        their workers has and the GPUs of all of them (memoised: a queue holds few distinct
-        requirements)."""
-        found = self._usable.get(requires)
-        if found is None:
-            groups = [caps for caps in self.free if requires <= caps]
-            sizes = [size for caps in groups for _, size in self.members[caps]]
-            found = self._usable[requires] = (groups, max(sizes, default=0), sum(sizes))
-        return found
-
-    def _set(self, worker_id: str, count: int) -> None:
-        """Change a worker's free count, keeping its group sorted."""
-        group = self.free[self.caps_of[worker_id]]
-        old = self.count[worker_id]
-        if old:
-            del group[bisect_left(group, (old, worker_id))]
-        if count:
-            insort(group, (count, worker_id))
-        self.count[worker_id] = count
-
-    def _given(self, worker_id: str, count: int, rank: int) -> None:
-        """Record that a worker with ``count`` free devices went to a job of class ``rank``."""
-        caps = self.caps_of[worker_id]
-        given, above = self.given[caps], self.above[caps]
-        given[rank] = max(given[rank], count)
-        for lower in range(rank + 1, len(above)):
-            above[lower] = max(above[lower], count)
-
-    def take(self, gpus: int, groups: list[frozenset[str]], rank: int) -> str | None:
-        """The worker of ``groups`` with the fewest free devices, at least ``gpus``, for a job of
-        class ``rank``, its devices taken; None when none fits."""
-        best: tuple[int, str] | None = None
-        for caps in groups:
-            group = self.free[caps]
-            fit = bisect_left(group, (gpus, ""))
-            if fit < len(group) and (best is None or group[fit] < best):
-                best = group[fit]
-        if best is None:
-            return None
-        count, worker_id = best
-        self._set(worker_id, count - gpus)
-        self._given(worker_id, count, rank)
-        return worker_id
-
-    def take_gang(self, gpus: int, groups: list[frozenset[str]], rank: int) -> list[tuple[str, int]] | None:
-        """A gang's (worker, share) in node-rank order, its devices taken, or None when the workers
-        of ``groups`` have too few free devices together (see :func:`gang_shares`)."""
-        shares = gang_shares(gpus, (entry for caps in groups for entry in self.free[caps]))
-        for worker_id, share in shares or ():
-            count = self.count[worker_id]
-            self._set(worker_id, count - share)
-            self._given(worker_id, count, rank)
-        return shares
-
-    def reserve(self, gpus: int, groups: list[frozenset[str]]) -> None:
-        """Hold back for a gang that cannot start the devices free now on the hosts it waits for,
-        up to its share of each (see :func:`reserved_shares`)."""
-        hosts = [(worker_id, size, self.count[worker_id])
-                 for caps in groups for worker_id, size in self.members[caps]]
-        for worker_id, share in reserved_shares(gpus, hosts):
-            held = min(share, self.count[worker_id])
-            if held:
-                self._set(worker_id, self.count[worker_id] - held)
-                self.reserved[worker_id] = held
-
-    def fits_but_for_reservation(self, gpus: int, groups: list[frozenset[str]], gang: bool) -> bool:
-        """Whether a job that found no room would have found it with the reserved devices."""
-        mine = [worker_id for worker_id in self.reserved if self.caps_of[worker_id] in groups]
-        if not mine:
-            return False
-        if gang:
-            free = sum(count for caps in groups for count, _ in self.free[caps])
-            return free + sum(self.reserved[worker_id] for worker_id in mine) >= gpus
-        return any(self.count[worker_id] + self.reserved[worker_id] >= gpus for worker_id in mine)
-
-    def why_not(self, gpus: int, groups: list[frozenset[str]], rank: int) -> str:
-        """Why a job of class ``rank`` found no worker of ``groups`` with ``gpus`` free devices."""
-        for caps in groups:
-            if self.above[caps][rank] >= gpus:
-                return "lower_priority"
-        for caps in groups:
-            if self.given[caps][rank] >= gpus:
-                return "fair_share"
-        return "no_capacity"
-
-
 @dataclass
 class _Placed:
     """What placing a pool's jobs leaves for preemption: the jobs left waiting (in order), team ->
@@ -337,7 +247,7 @@ def _place(state: ClusterState, pool: _Pool, devices: dict[str, list[int]], resu
     """Dispatch the pool's jobs in order onto its workers' free devices (best fit, or as a gang;
     ``devices`` is updated as they are taken), reserve for the first gang that cannot start, and
     give every other job its reason and position."""
-    capacity = _Capacity(pool.workers, devices)
+    capacity = Capacity(pool.workers, devices, classes=len(PRIORITY_ORDER) + 1)
     real_held = dict(pool.held)  # grows with this pass's dispatches: quotas bind within one pass
     left: list[WaitingJob] = []
     reserved_at: int | None = None
