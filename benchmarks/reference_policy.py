@@ -5,7 +5,8 @@ no incremental bookkeeping: after every pop it re-sorts all remaining jobs of th
 fair-share key, and every total (GPUs held, quota use, fair share, a worker's free devices) is
 summed again from the raw lists when it is needed. It is O(N^2 log N) per pool, so it is only for cross-checks
 (``tests/api/test_policy.py``) and as the baseline of ``benchmarks/scheduler_decision.py``.
-Preemption is included, in the same naive style.
+Preemption is included, in the same naive style, and so are jobs spanning hosts (gangs): their
+shares and the hosts the first waiting gang reserves, the latter by trying every set of hosts.
 
 ``random_state`` builds the states both of them use. Not a package: import it by file path
 (the test) or with ``benchmarks/`` on ``sys.path`` (the benchmark).

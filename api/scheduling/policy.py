@@ -49,8 +49,9 @@ The rules, per pool (pools are independent):
 * A job requeued after a fault waits out its backoff (``WaitingJob.backoff``) before anything
   else is considered for it; it keeps its place in the order meanwhile.
 * A job is dispatched when its pool is not held, its team stays within its quota for the pool,
-  and a worker has enough free devices for it. Otherwise it is skipped and the next job is tried:
-  a smaller job behind a blocked one is backfilled into what is free.
+  and a worker (for a gang, its capable workers together) has enough free devices for it, not
+  counting those reserved for a gang ahead of it. Otherwise it is skipped and the next job is
+  tried: a smaller job behind a blocked one is backfilled into what is free.
 * Preemption: a ``high`` job that could not be placed for want of free devices, whose team is
   within its quota including this job (and those this pass already preempts for), may preempt
   one running job of *another* team that is over its fair share of the pool (pool GPUs x weight
