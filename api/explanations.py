@@ -13,11 +13,16 @@ PENDING_REASONS: dict[str, str] = {
     "no_workers": "no live worker serves this pool: start one (grpo worker --pool POOL)",
     "no_capable_worker": "no live worker of this pool offers everything the job's rewards need "
                          "(code_tests needs a worker with a working code sandbox)",
-    "too_large": "no live worker of this pool has as many GPUs as the job asks for",
+    "too_large": "the live workers of this pool (those offering what its rewards need) have fewer GPUs "
+                 "together than the job asks for",
     "backoff": "it went back to the queue after a fault and waits out its backoff before the next attempt",
     "quota_exceeded": "its team already holds its GPU quota in this pool: it starts when the team's "
                       "other jobs free GPUs",
     "preempting": "a lower-priority job is saving a checkpoint to make room for it",
+    "reserved": "the free GPUs that fit are reserved for a job spanning hosts ahead of it in the queue",
+    "gang_forming": "it needs more GPUs than any one worker has: it starts on several workers at once when "
+                    "enough GPUs are free across the pool's workers (the first such job in the queue has "
+                    "them reserved for it as they free)",
     "lower_priority": "the free GPUs went to jobs of a higher priority class",
     "fair_share": "the free GPUs went to a job ahead of it in the same priority class (another team's "
                   "turn by fair share, or an older job)",

@@ -94,6 +94,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "api.cluster_state": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     "api.scheduling.policy": ("api.store", "api.http", "api.streaming", "api.cli", "api.scheduling.scheduler",
                               "worker", *SERVICE_FRAMEWORKS),
+    "api.scheduling.gang_placement": ("api.store", "api.http", "api.streaming", "api.cli",
+                                      "api.scheduling.scheduler", "worker", *SERVICE_FRAMEWORKS),
     "api.scheduling": ("api.http", "api.streaming", "api.cli", "worker", "fastapi"),
     # The webhook sender shares the scheduler's process, not its code: the store, settings, signing
     # and an HTTP client; no Redis, no Celery (a stack without a scheduler leader still notifies).

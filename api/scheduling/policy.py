@@ -3,21 +3,42 @@
 No I/O, no clock, no randomness: :func:`plan` sees a :class:`api.cluster_state.ClusterState`
 snapshot (built by ``api.scheduling.scheduler`` from SQL and worker heartbeats) and returns a
 :class:`Plan`, so every rule below is unit-tested on hand-built states
-(``tests/api/test_policy.py``) and timed by ``benchmarks/scheduler_decision.py``.
+(``tests/api/test_policy.py``, ``tests/api/test_policy_gangs.py``) and timed by
+``benchmarks/scheduler_decision.py``.
 
 The rules, per pool (pools are independent):
 
 * Capacity is what live workers advertise, device by device. A worker owns ``gpus`` devices
   (indices ``0..gpus-1``); its free devices are those that neither a job holding it (by the
-  indices recorded with the dispatch; a holder with none recorded holds the whole worker) nor the
-  worker itself (``Worker.busy``: jobs SQL no longer gives it, still stopping) is using. A job's
-  GPUs all come from one worker (gang: all of them or none), so a job needing ``g`` GPUs needs a
-  worker with at least ``g`` free devices. Of the workers that fit, the one with the fewest free
-  devices is taken (best fit: big free blocks stay whole for big jobs), and the job gets its
-  ``g`` lowest free indices. Several jobs share a worker on disjoint devices.
+  indices recorded with the dispatch, on each of its hosts: node 0's and every share of
+  ``HoldingJob.gang``; a holder with none recorded holds the whole worker) nor the worker itself
+  (``Worker.busy``: jobs SQL no longer gives it, still stopping) is using. A gang with a dead
+  host is requeued by the reaper; until then its devices on its live hosts count as held. A job
+  that fits one capable worker (``g`` GPUs, a worker of at least ``g``) gets all of them from one
+  worker, never split: it needs a worker with at least ``g`` free devices. Of the workers that
+  fit, the one with the fewest free devices is taken (best fit: big free blocks stay whole for
+  big jobs), and the job gets its ``g`` lowest free indices. Several jobs share a worker on
+  disjoint devices.
+* A job larger than every capable worker of its pool is a gang: it starts on several capable
+  workers at once, all of them or none, each host's share a whole number of devices (its lowest
+  free indices there). Fewest hosts: the workers with the most free devices are taken whole until
+  what is left fits one worker, which is the best fit for it
+  (:func:`api.scheduling.gang_placement.gang_shares`). Node 0 (``Dispatch.worker_id``) is the
+  host with the biggest share; the others are ``Dispatch.gang`` in node-rank order (share
+  descending, then worker id). A job larger than all capable workers together is ``too_large``.
+* Reservation: the first gang in a pool's order that cannot start for want of free devices
+  (``gang_forming``) reserves the hosts it waits for: the fewest whose sizes hold it, preferring
+  those with the most devices free now (:func:`api.scheduling.gang_placement.reserved_shares`).
+  The devices free on them now, up to its share of each, go to no job after it in this pass
+  (such a job that would have fit but for them is ``reserved``); later jobs are still backfilled
+  onto the other workers and onto devices beyond the reserved shares. The policy keeps no state:
+  the reservation is chosen again each pass, and since the reserved hosts only gain free devices
+  as their jobs end, the same hosts stay chosen until the gang starts. Other gangs that cannot
+  start wait (``gang_forming``) without reserving.
 * A job runs only on a worker that advertises every capability it requires
   (``WaitingJob.requires``, e.g. ``code_sandbox`` for the code_tests reward): the other workers
   of its pool do not exist for it, neither for placement nor for preemption.
+* Quotas and the fair-share order count all of a gang's GPUs, on every host.
 * Order: priority class first (high, normal, low). Within a class, the next job is the oldest
   waiting job of the team with the lowest fair-share key
   ``(gpus the team holds in the pool + its recent usage) / weight``; every job placed in the
@@ -28,17 +49,23 @@ The rules, per pool (pools are independent):
 * A job requeued after a fault waits out its backoff (``WaitingJob.backoff``) before anything
   else is considered for it; it keeps its place in the order meanwhile.
 * A job is dispatched when its pool is not held, its team stays within its quota for the pool,
-  and a worker has enough free devices for it. Otherwise it is skipped and the next job is tried:
-  a smaller job behind a blocked one is backfilled into what is free.
+  and a worker (for a gang, its capable workers together) has enough free devices for it, not
+  counting those reserved for a gang ahead of it. Otherwise it is skipped and the next job is
+  tried: a smaller job behind a blocked one is backfilled into what is free.
 * Preemption: a ``high`` job that could not be placed for want of free devices, whose team is
   within its quota including this job (and those this pass already preempts for), may preempt
   one running job of *another* team that is over its fair share of the pool (pool GPUs x weight
   / sum of the weights of teams with jobs in the pool), has a lower priority, and whose devices
   plus its worker's devices still free after this pass's dispatches are enough for the high
-  job: preemption frees exactly the victim's devices. The victim is the lowest-priority one,
-  newest first. A running job already asked to yield is counted as devices about to free up, so
-  the same high job never preempts twice. A high job that claims such devices also takes the
-  free devices of that worker it needs beyond them, which no later claim of the pass counts.
+  job: preemption frees exactly the victim's devices. A victim may be a gang whose every host is
+  live: it frees its devices on every host, and the room counted is that of the one host the
+  high job would use (free plus the gang's devices there; the host with the most room, then the
+  lowest id). Free devices reserved for a gang count only for a high job ahead of that gang in
+  the order. The victim is the lowest-priority one, newest first. A running job already asked to
+  yield is counted as devices about to free up, so the same high job never preempts twice. A
+  high job that claims such devices also takes the free devices of that worker it needs beyond
+  them, which no later claim of the pass counts. A gang never preempts (it reserves instead),
+  nor does a job waiting on a reservation (the devices it wants are promised to a gang ahead).
 * Every job left waiting gets a ``pending_reason`` (one of :data:`PENDING_REASONS`) and its
   1-based position in its pool's order.
 """
@@ -46,12 +73,12 @@ The rules, per pool (pools are independent):
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, insort
 from collections import defaultdict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from api.cluster_state import ClusterState, HoldingJob, Share, WaitingJob, Worker
+from api.scheduling.gang_placement import Capacity, hosts_held
 from api.vocabulary import PRIORITIES
 
 PRIORITY_ORDER = tuple(reversed(PRIORITIES))  # most urgent first
@@ -65,6 +92,8 @@ PENDING_REASONS = (
     "backoff",  # requeued after a fault or a lost worker: waits out its backoff before a retry
     "quota_exceeded",  # the team would exceed its GPU quota for the pool
     "preempting",  # a lower-priority job is checkpointing to make room for this one
+    "reserved",  # free devices that fit are held back for a gang ahead of it in the order
+    "gang_forming",  # needs more GPUs than any one worker: waits for enough free across workers
     "lower_priority",  # free devices that fit went to a job of a higher priority class
     "fair_share",  # free devices that fit went to a job ahead in the same class (another team's turn)
     "no_capacity",  # no worker that is large enough has that many devices free
@@ -171,10 +200,15 @@ def _order(state: ClusterState, pool: _Pool) -> Iterator[WaitingJob]:
             yield job
 
 
+def _held_on(devices: tuple[int, ...], worker_gpus: int) -> frozenset[int]:
+    return frozenset(devices) if devices else frozenset(range(worker_gpus))
+
+
 def held_devices(holder: HoldingJob, worker_gpus: int) -> frozenset[int]:
-    """The devices ``holder`` keeps busy on its worker (of ``worker_gpus``): those recorded with its
-    dispatch, or all of them for a job dispatched before devices were recorded."""
-    return frozenset(holder.devices) if holder.devices else frozenset(range(worker_gpus))
+    """The devices ``holder`` keeps busy on its worker (node 0's, for a gang; of ``worker_gpus``):
+    those recorded with its dispatch, or all of them for a job dispatched before devices were
+    recorded."""
+    return _held_on(holder.devices, worker_gpus)
 
 
 def free_devices(state: ClusterState) -> dict[str, list[int]]:
@@ -182,97 +216,53 @@ def free_devices(state: ClusterState) -> dict[str, list[int]]:
     taken = {w.worker_id: set(w.busy) for w in state.workers}
     sizes = {w.worker_id: w.gpus for w in state.workers}
     for holder in state.holding:
-        if holder.worker_id in taken:  # a holder of a dead worker frees nothing and takes nothing
-            taken[holder.worker_id] |= held_devices(holder, sizes[holder.worker_id])
+        for worker_id, devices in hosts_held(holder):
+            if worker_id in taken:  # a holder's host that is dead frees nothing and takes nothing
+                taken[worker_id] |= _held_on(devices, sizes[worker_id])
     return {w.worker_id: [d for d in range(w.gpus) if d not in taken[w.worker_id]] for w in state.workers}
 
 
-class _Capacity:
-    """A pool's free devices during one pass, its workers grouped by the capabilities they
-    advertise (a handful of distinct sets, usually one): a job looks only at the groups that cover
-    what it requires, and takes the best fit among them."""
+@dataclass
+class _Placed:
+    """What placing a pool's jobs leaves for preemption: the jobs left waiting (in order), team ->
+    GPUs held once this pass's dispatches run, the devices reserved for a gang (worker -> count)
+    and that gang's position (None: no gang reserved)."""
 
-    def __init__(self, workers: list[Worker], devices: dict[str, list[int]]) -> None:
-        self.free: dict[frozenset[str], list[tuple[int, str]]] = {}  # (free devices, worker), ascending
-        biggest: dict[frozenset[str], int] = {}  # the most GPUs a worker of the group has
-        for worker in workers:
-            group = self.free.setdefault(worker.capabilities, [])
-            biggest[worker.capabilities] = max(biggest.get(worker.capabilities, 0), worker.gpus)
-            if devices[worker.worker_id]:
-                group.append((len(devices[worker.worker_id]), worker.worker_id))
-        for group in self.free.values():
-            group.sort()
-        self._biggest = biggest
-        # Most free devices a worker of each group had when it went to a job of each class in this
-        # pass (``given``), and to a job of any class ahead of each class (``above``): a job that
-        # finds nothing free learns whether room it could have used went to a higher class or to
-        # its own. Kept as running maxima, since most of a long queue asks.
-        classes = len(PRIORITY_ORDER) + 1
-        self.given = {caps: [0] * classes for caps in self.free}
-        self.above = {caps: [0] * classes for caps in self.free}
-        self._usable: dict[frozenset[str], tuple[list[frozenset[str]], int]] = {}
-
-    def usable(self, requires: frozenset[str]) -> tuple[list[frozenset[str]], int]:
-        """The groups whose workers advertise everything in ``requires``, and the most GPUs one of
-        their workers has (memoised: a queue holds few distinct requirements)."""
-        found = self._usable.get(requires)
-        if found is None:
-            groups = [caps for caps in self.free if requires <= caps]
-            biggest = max((self._biggest[caps] for caps in groups), default=0)
-            found = self._usable[requires] = (groups, biggest)
-        return found
-
-    def take(self, gpus: int, groups: list[frozenset[str]], rank: int) -> tuple[str, int] | None:
-        """The worker of ``groups`` with the fewest free devices, at least ``gpus``, for a job of
-        class ``rank``: its id and how many devices it had free; None when none fits."""
-        best: tuple[tuple[int, str], frozenset[str], int] | None = None
-        for caps in groups:
-            group = self.free[caps]
-            fit = bisect_left(group, (gpus, ""))
-            if fit < len(group) and (best is None or group[fit] < best[0]):
-                best = (group[fit], caps, fit)
-        if best is None:
-            return None
-        (count, worker_id), caps, fit = best
-        del self.free[caps][fit]
-        if count > gpus:
-            insort(self.free[caps], (count - gpus, worker_id))
-        given, above = self.given[caps], self.above[caps]
-        given[rank] = max(given[rank], count)
-        for lower in range(rank + 1, len(above)):
-            above[lower] = max(above[lower], count)
-        return worker_id, count
-
-    def why_not(self, gpus: int, groups: list[frozenset[str]], rank: int) -> str:
-        """Why a job of class ``rank`` found no worker of ``groups`` with ``gpus`` free devices."""
-        for caps in groups:
-            if self.above[caps][rank] >= gpus:
-                return "lower_priority"
-        for caps in groups:
-            if self.given[caps][rank] >= gpus:
-                return "fair_share"
-        return "no_capacity"
+    left: list[WaitingJob]
+    real_held: dict[int, int]
+    reserved: dict[str, int]
+    reserved_at: int | None
 
 
-def _place(
-    state: ClusterState, pool: _Pool, devices: dict[str, list[int]], result: Plan
-) -> tuple[list[WaitingJob], dict[int, int]]:
-    """Dispatch the pool's jobs in order onto its workers' free devices (best fit; ``devices`` is
-    updated as they are taken) and give every other job its reason and position; returns the
-    jobs left waiting, in order, and team -> GPUs held once this pass's dispatches run."""
-    capacity = _Capacity(pool.workers, devices)
+def _dispatch(job: WaitingJob, shares: list[tuple[str, int]], devices: dict[str, list[int]]) -> Dispatch:
+    """The dispatch of ``job`` with ``shares`` (worker, count) in node-rank order: the lowest free
+    indices of each worker, taken from ``devices``."""
+    hosts = []
+    for worker_id, count in shares:
+        ids, devices[worker_id] = devices[worker_id][:count], devices[worker_id][count:]
+        hosts.append(Share(worker_id, tuple(ids)))
+    return Dispatch(job.id, hosts[0].worker_id, hosts[0].devices, tuple(hosts[1:]))
+
+
+def _place(state: ClusterState, pool: _Pool, devices: dict[str, list[int]], result: Plan) -> _Placed:
+    """Dispatch the pool's jobs in order onto its workers' free devices (best fit, or as a gang;
+    ``devices`` is updated as they are taken), reserve for the first gang that cannot start, and
+    give every other job its reason and position."""
+    capacity = Capacity(pool.workers, devices, classes=len(PRIORITY_ORDER) + 1)
     real_held = dict(pool.held)  # grows with this pass's dispatches: quotas bind within one pass
     left: list[WaitingJob] = []
+    reserved_at: int | None = None
     for job in _order(state, pool):
         quota = _quota(state, job.team_id, pool.name)
-        groups, biggest = capacity.usable(job.requires)
+        groups, biggest, total = capacity.usable(job.requires)
+        gang = job.gpus > biggest
         if pool.name in state.held_pools:
             reason = "pool_held"
         elif not pool.workers:
             reason = "no_workers"
         elif not groups:
             reason = "no_capable_worker"
-        elif biggest < job.gpus:
+        elif total < job.gpus:
             reason = "too_large"
         elif job.backoff:
             reason = "backoff"
@@ -280,18 +270,28 @@ def _place(
             reason = "quota_exceeded"
         else:
             rank = _rank(job.priority)
-            taken = capacity.take(job.gpus, groups, rank)
-            if taken is not None:
-                worker_id = taken[0]
-                ids, devices[worker_id] = devices[worker_id][:job.gpus], devices[worker_id][job.gpus:]
+            if gang:
+                shares = capacity.take_gang(job.gpus, groups, rank)
+            else:
+                worker_id = capacity.take(job.gpus, groups, rank)
+                shares = None if worker_id is None else [(worker_id, job.gpus)]
+            if shares is not None:
                 real_held[job.team_id] = real_held.get(job.team_id, 0) + job.gpus
-                result.dispatch.append(Dispatch(job.id, worker_id, tuple(ids)))
+                result.dispatch.append(_dispatch(job, shares, devices))
                 continue
-            reason = capacity.why_not(job.gpus, groups, rank)
+            if capacity.fits_but_for_reservation(job.gpus, groups, gang):
+                reason = "reserved"
+            elif gang:
+                reason = "gang_forming"
+                if reserved_at is None:  # the first gang that waits for devices holds them as they free
+                    capacity.reserve(job.gpus, groups)
+                    reserved_at = len(left) + 1
+            else:
+                reason = capacity.why_not(job.gpus, groups, rank)
         left.append(job)
         result.pending[job.id] = reason
         result.position[job.id] = len(left)
-    return left, real_held
+    return _Placed(left, real_held, capacity.reserved, reserved_at)
 
 
 def _fair_shares(state: ClusterState, pool: _Pool) -> dict[int, float]:
@@ -302,14 +302,19 @@ def _fair_shares(state: ClusterState, pool: _Pool) -> dict[int, float]:
     return {team: pool_gpus * _weight(state, team) / total_weight for team in teams}
 
 
+def _all_live(holder: HoldingJob, live: dict[str, int]) -> bool:
+    return all(worker_id in live for worker_id, _ in hosts_held(holder))
+
+
 def _victims(pool: _Pool, live: dict[str, int]) -> list[HoldingJob]:
     """The pool's jobs that may be asked to yield, most preferred first: the lowest priority, then
-    the newest. Only running jobs on live workers: a job still starting or cancelling frees its
-    devices anyway, and one on a dead worker frees nothing."""
+    the newest. Only running jobs whose every host is live: a job still starting or cancelling
+    frees its devices anyway, one on a dead worker frees nothing, and a gang with a dead host is
+    requeued by the reaper."""
     candidates = [
         h
         for h in pool.holding
-        if h.status == "running" and not h.preempt_requested and _rank(h.priority) > 0 and h.worker_id in live
+        if h.status == "running" and not h.preempt_requested and _rank(h.priority) > 0 and _all_live(h, live)
     ]
     return sorted(candidates, key=lambda h: (-_rank(h.priority), -h.since, -h.id))
 
@@ -317,49 +322,58 @@ def _victims(pool: _Pool, live: dict[str, int]) -> list[HoldingJob]:
 def _preempt(
     state: ClusterState,
     pool: _Pool,
-    left: list[WaitingJob],
-    real_held: dict[int, int],
+    placed: _Placed,
     fair: dict[int, float],
     free: dict[str, int],
     result: Plan,
 ) -> None:
     """Let the pool's waiting ``high`` jobs that want devices claim some that are about to free, or
     else ask one running job of a team over its fair share to yield (see the module docstring).
-    ``free`` is worker -> devices still free after this pass's dispatches."""
+    ``free`` is worker -> devices still free after this pass's dispatches, reserved ones included:
+    only a job ahead of the reserving gang may count those."""
     live = {w.worker_id: w.gpus for w in pool.workers}
     capabilities = {w.worker_id: w.capabilities for w in pool.workers}
-    high = [job for job in left if _rank(job.priority) == 0 and result.pending[job.id] in _WANTS_A_WORKER]
+    high = [job for job in placed.left
+            if _rank(job.priority) == 0 and result.pending[job.id] in _WANTS_A_WORKER]
     # The quota check counts what the team will hold once this pass's preemptions land, so two
     # high jobs of one team cannot together overshoot its quota through preemption.
-    reserved = defaultdict(int, real_held)
+    reserved = defaultdict(int, placed.real_held)
 
-    def room(holder: HoldingJob, job: WaitingJob) -> int:
-        """The devices ``job`` would get from ``holder`` leaving; none on a worker it cannot use."""
-        if not job.requires <= capabilities[holder.worker_id]:
-            return 0
-        return free[holder.worker_id] + len(held_devices(holder, live[holder.worker_id]))
+    def room(holder: HoldingJob, job: WaitingJob) -> tuple[int, str]:
+        """The devices ``job`` would get on one host from ``holder`` leaving (that host's free ones
+        and the holder's there), on the host where that is most: none on a host it cannot use."""
+        behind = placed.reserved_at is not None and result.position[job.id] > placed.reserved_at
+        best = (0, "")
+        for worker_id, devices in sorted(hosts_held(holder), key=lambda host: host[0] or ""):
+            if worker_id in live and job.requires <= capabilities[worker_id]:
+                spare = max(0, free[worker_id] - (placed.reserved.get(worker_id, 0) if behind else 0))
+                best = max(best, (spare + len(_held_on(devices, live[worker_id])), worker_id),
+                           key=lambda pair: pair[0])
+        return best
 
-    def claim(job: WaitingJob, holder: HoldingJob) -> bool:
+    def claim(job: WaitingJob, holder: HoldingJob, worker_id: str) -> bool:
         quota = _quota(state, job.team_id, pool.name)
         if quota is not None and reserved[job.team_id] + job.gpus > quota:
             return False
         reserved[job.team_id] += job.gpus
         result.pending[job.id] = "preempting"
-        free[holder.worker_id] -= max(0, job.gpus - len(held_devices(holder, live[holder.worker_id])))
+        devices = dict(hosts_held(holder))[worker_id]
+        free[worker_id] -= max(0, job.gpus - len(_held_on(devices, live[worker_id])))
         return True
 
     # Devices whose job was already asked to yield are about to free: they go to a high job before
     # any new victim is chosen, so a preemption in flight is never doubled.
     freeing = [h for h in pool.holding
-               if h.status == "running" and h.preempt_requested and h.worker_id in live]
+               if h.status == "running" and h.preempt_requested and _all_live(h, live)]
     remaining = []
     for job in high:
-        fits = [h for h in freeing if room(h, job) >= job.gpus]
+        fits = [(room(h, job), h) for h in freeing]
+        fits = [(found, h) for found, h in fits if found[0] >= job.gpus]
         if not fits:
             remaining.append(job)
             continue
-        holder = min(fits, key=lambda h: (room(h, job), h.worker_id, h.id))
-        if claim(job, holder):
+        (_, worker_id), holder = min(fits, key=lambda pair: (pair[0], pair[1].id))
+        if claim(job, holder, worker_id):
             freeing.remove(holder)
 
     victims = _victims(pool, live)
@@ -367,17 +381,19 @@ def _preempt(
     for job in remaining:
         if not victims:
             break
-        victim = next(
+        chosen = next(
             (
-                h
+                (h, found[1])
                 for h in victims
-                if h.team_id != job.team_id and held[h.team_id] > fair[h.team_id] and room(h, job) >= job.gpus
+                if h.team_id != job.team_id and held[h.team_id] > fair[h.team_id]
+                and (found := room(h, job))[0] >= job.gpus
             ),
             None,
         )
-        if victim is not None and claim(job, victim):
+        if chosen is not None and claim(job, *chosen):
+            victim = chosen[0]
             victims.remove(victim)
-            held[victim.team_id] -= victim.gpus
+            held[victim.team_id] -= victim.gpus  # all its GPUs, on every host
             result.preempt.append(Preemption(victim.id, job.id))
 
 
@@ -393,9 +409,9 @@ def plan(state: ClusterState) -> Plan:
     result = Plan()
     devices = free_devices(state)
     for pool in _pools(state):
-        left, real_held = _place(state, pool, devices, result)
+        placed = _place(state, pool, devices, result)
         fair = _fair_shares(state, pool)
         result.fair_share.update({(team, pool.name): share for team, share in fair.items()})
         free = {w.worker_id: len(devices[w.worker_id]) for w in pool.workers}
-        _preempt(state, pool, left, real_held, fair, free, result)
+        _preempt(state, pool, placed, fair, free, result)
     return result

@@ -148,9 +148,11 @@ def test_best_fit_keeps_the_big_worker_for_the_big_job():
     assert placed(result) == {1: "small", 2: "big", 3: "mid-a"}  # equal sizes: lower worker id
 
 
-def test_gang_job_is_never_split():
-    result = plan(cluster([worker("w1"), worker("w2")], [job(1, 1, gpus=2)]))
-    assert result.dispatch == [] and result.pending == {1: "too_large"}
+def test_a_job_that_fits_one_worker_is_never_split():
+    # Two free devices on two workers, but the job fits the busy one: it waits for that one.
+    workers = [worker("big", 2), worker("w1"), worker("w2")]
+    result = plan(cluster(workers, [job(1, 1, gpus=2)], [hold(50, 2, "big", devices=(0,))]))
+    assert result.dispatch == [] and result.pending == {1: "no_capacity"}
 
 
 def test_free_workers_exclude_busy_ones_and_holders_of_dead_workers_free_nothing():
@@ -250,12 +252,15 @@ def test_positions_count_only_jobs_left_waiting_per_pool():
 
 def _reason_states() -> dict[str, tuple[ClusterState, int]]:
     """For each pending reason, a smallest state in which job 1 gets it."""
-    one = [worker("w1")]
+    one, two = [worker("w1")], [worker("w1"), worker("w2")]
     return {
         "pool_held": (cluster(one, [job(1, 1)], held_pools=frozenset({"a"})), 1),
         "no_workers": (cluster(one, [job(1, 1, pool="elsewhere")]), 1),
         "no_capable_worker": (cluster(one, [job(1, 1, requires=SANDBOX)]), 1),
         "too_large": (cluster(one, [job(1, 1, gpus=2)]), 1),
+        # Two workers of one device, one busy: the gang waits for it, the other is held for the gang.
+        "gang_forming": (cluster(two, [job(1, 1, gpus=2)], [hold(50, 2, "w1")]), 1),
+        "reserved": (cluster(two, [job(1, 1, gpus=2), job(2, 1)], [hold(50, 2, "w1")]), 2),
         "backoff": (cluster(one, [WaitingJob(1, 1, "a", 1, "normal", backoff=True)]), 1),
         "quota_exceeded": (cluster(one, [job(1, 1)], teams=[Team(1, 1.0, {"a": 0})]), 1),
         "preempting": (cluster(one, [job(1, 1, priority="high")], [hold(50, 2, "w1", priority="low")]), 1),
@@ -462,17 +467,24 @@ def test_decayed_usage_closed_forms():
 def _check_invariants(state: ClusterState, result: Plan) -> None:
     workers = {w.worker_id: w for w in state.workers}
     jobs = {j.id: j for j in state.waiting}
-    used = [(d.worker_id, device) for d in result.dispatch for device in d.devices]
+    used = [(host.worker_id, device) for d in result.dispatch for host in reference.hosts_of(d)
+            for device in host.devices]
     assert len(used) == len(set(used))  # no device is given twice
     taken = {(w.worker_id, device) for w in state.workers for device in w.busy}
     for h in state.holding:
-        if h.worker_id in workers:
-            taken |= {(h.worker_id, device) for device in h.devices or range(workers[h.worker_id].gpus)}
+        for host in reference.hosts_of(h):
+            if host.worker_id in workers:
+                taken |= {(host.worker_id, device)
+                          for device in host.devices or range(workers[host.worker_id].gpus)}
     assert not set(used) & taken  # nor one a holder or the worker itself uses
     for d in result.dispatch:
-        assert workers[d.worker_id].pool == jobs[d.job_id].pool
-        assert len(d.devices) == jobs[d.job_id].gpus and list(d.devices) == sorted(set(d.devices))
-        assert set(d.devices) <= set(range(workers[d.worker_id].gpus))
+        hosts = reference.hosts_of(d)
+        assert len({host.worker_id for host in hosts}) == len(hosts)  # a gang's hosts are distinct
+        assert sum(len(host.devices) for host in hosts) == jobs[d.job_id].gpus
+        for host in hosts:
+            assert workers[host.worker_id].pool == jobs[d.job_id].pool
+            assert host.devices and list(host.devices) == sorted(set(host.devices))
+            assert set(host.devices) <= set(range(workers[host.worker_id].gpus))
     assert set(result.pending) | {d.job_id for d in result.dispatch} == set(jobs)
     assert set(result.pending) == set(result.position)
     held = Counter()
