@@ -16,7 +16,7 @@ import redis
 from api.scheduling.scheduler import Scheduler
 from api.store import bus
 from api.store.db import session_scope
-from api.store.pools import ensure_pool, set_max_worker_gpus
+from api.store.pools import PoolSize, ensure_pool, set_size
 from api.store.tables import Job
 from api.vocabulary import Heartbeat
 
@@ -56,10 +56,11 @@ def test_a_submission_must_fit_a_known_pool(client_for, team_keys, job_spec, api
     assert error_of(unknown)["param"] == "resources.pool" and "default" in error_of(unknown)["message"]
     with session_scope(api_server.settings.database_url) as session:
         ensure_pool(session, "twogpu")
-        set_max_worker_gpus(session, "twogpu", 2)
+        set_size(session, "twogpu", PoolSize(largest_worker=2, total=2))  # one 2-GPU worker
     too_big = alpha.post("/v1/jobs", json=job_spec(resources={"pool": "twogpu", "gpus": 3},
                                                     grpo={"prompts_per_step": 3}))
     assert too_big.status_code == 422 and error_of(too_big)["param"] == "resources.gpus"
+    assert "have 2 together" in error_of(too_big)["message"]  # more than the whole pool (gangs: test_gang_views)
     uneven = alpha.post("/v1/jobs", json=job_spec(resources={"pool": "twogpu", "gpus": 2},
                                                   grpo={"prompts_per_step": 3}))
     assert uneven.status_code == 422 and error_of(uneven)["param"] == "grpo.prompts_per_step"
