@@ -3,7 +3,7 @@ the GPUs of the pool's live workers together (recorded by the scheduler from the
 not by its largest worker; a gang is one job in the cluster view, on the job's page and in the
 CLI's text, with each worker naming its share.
 
-Live workers are heartbeats advertised the way a worker does (``api.store.bus.advertise_worker``);
+Live workers are heartbeats advertised the way a worker does (the ``advertise`` fixture);
 a gang's placement is written to SQL as the scheduler's dispatch records it
 (``[{"worker": id, "devices": [...]}]``, node-rank order).
 """
@@ -11,43 +11,19 @@ a gang's placement is written to SQL as the scheduler's dispatch records it
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
-import redis
 from sqlalchemy import update
 
 from api import cluster_state
 from api.cli import term_view as tv
 from api.scheduling.cluster_views import cluster_view
 from api.scheduling.scheduler import Scheduler
-from api.store import bus
 from api.store.db import session_scope
 from api.store.dispatching import SchedulingState
 from api.store.pools import PoolSize, ensure_pool, get_pool, set_size
 from api.store.tables import Job
 from api.vocabulary import Heartbeat
-
-
-@pytest.fixture
-def live(api_server) -> Iterator:
-    """``live(pool, gpus, jobs={}) -> worker_id``: a live worker's heartbeat, gone after the test."""
-    client = redis.Redis.from_url(api_server.settings.redis_url)
-    keys = api_server.settings.redis_keys
-    made: list[str] = []
-
-    def add(pool: str, gpus: int, jobs: dict[int, list[int]] | None = None) -> str:
-        worker_id = f"g{len(made)}-{uuid.uuid4().hex[:6]}"  # sorts in the order made
-        beat = Heartbeat(worker_id=worker_id, pool=pool, gpus=gpus, hostname=f"host-{len(made)}",
-                         jobs=jobs or {})
-        bus.advertise_worker(client, keys, beat, 60)
-        made.append(worker_id)
-        return worker_id
-
-    yield add
-    for worker_id in made:
-        client.delete(keys.worker(worker_id), keys.worker_queue(worker_id))
-    client.close()
 
 
 def refusal(response) -> dict:
@@ -56,9 +32,9 @@ def refusal(response) -> dict:
 
 
 def test_a_job_larger_than_any_one_worker_is_accepted_up_to_the_pools_total(
-        alpha, client_for, team_keys, api_server, job_spec, pool, live) -> None:
-    live(pool, 2)
-    live(pool, 1)
+        alpha, client_for, team_keys, api_server, job_spec, pool, advertise) -> None:
+    advertise(pool, 2)
+    advertise(pool, 1)
     Scheduler(api_server.settings).tick()  # records the pool's size from the heartbeats
     pools = client_for(team_keys.admin).get("/v1/admin/pools").json()["items"]
     [recorded] = [p for p in pools if p["name"] == pool]
@@ -77,7 +53,7 @@ def test_a_job_larger_than_any_one_worker_is_accepted_up_to_the_pools_total(
                                                           grpo={"prompts_per_step": 4})))
     assert uneven["param"] == "grpo.prompts_per_step"  # each rank still trains on whole groups
 
-    live(pool, 2)  # a worker joins: the bound grows with the next pass, and only its total changed
+    advertise(pool, 2)  # a worker joins: the bound grows with the next pass, and only its total changed
     Scheduler(api_server.settings).tick()
     with session_scope(api_server.settings.database_url) as session:
         assert (get_pool(session, pool).max_worker_gpus, get_pool(session, pool).total_gpus) == (2, 5)
@@ -107,8 +83,8 @@ def hold_as_gang(settings, job_id: int, placement: list[dict]) -> None:
             attempt=1))
 
 
-def test_a_jobs_read_shows_every_worker_it_spans(alpha, api_server, job_spec, pool, live) -> None:
-    first, second = live(pool, 2), live(pool, 1)
+def test_a_jobs_read_shows_every_worker_it_spans(alpha, api_server, job_spec, pool, advertise) -> None:
+    first, second = advertise(pool, 2), advertise(pool, 1)
     job = alpha.post("/v1/jobs", json=job_spec(resources={"pool": pool, "gpus": 3},
                                                 grpo={"prompts_per_step": 3})).json()
     assert job["placement"] == []  # holds nothing while it waits
@@ -185,8 +161,8 @@ def test_a_gang_is_one_running_job_and_each_worker_shows_its_share() -> None:
 @pytest.mark.xfail(strict=True, reason="needs api.store.dispatching.load_state to fill HoldingJob.gang from "
                                        "jobs.placement (the lead's change): remove this mark when it lands")
 def test_the_cluster_route_shows_a_gang_from_sql_once_with_each_workers_share(
-        alpha, api_server, job_spec, pool, live) -> None:
-    first, second = live(pool, 2), live(pool, 1)
+        alpha, api_server, job_spec, pool, advertise) -> None:
+    first, second = advertise(pool, 2), advertise(pool, 1)
     job_id = alpha.post("/v1/jobs", json=job_spec(resources={"pool": pool, "gpus": 3},
                                                    grpo={"prompts_per_step": 3})).json()["id"]
     placement = [{"worker": first, "devices": [0, 1]}, {"worker": second, "devices": [0]}]
