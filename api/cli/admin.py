@@ -161,10 +161,11 @@ def _line(record: Any) -> str:
         return f"{record.id}\t{record.prefix}…\t{record.team}\t{role}\t{state}\t{record.label or ''}"
     if isinstance(record, PoolRead):
         gpus = "-" if record.max_worker_gpus is None else record.max_worker_gpus
+        total = "-" if record.total_gpus is None else record.total_gpus  # the most a job may ask
         overrides = record.limits.model_dump(exclude_none=True)
         limits = ", ".join(f"{name}={value}" for name, value in overrides.items())
         return (f"{record.name}\t{'held' if record.held else 'open'}\tmax_worker_gpus={gpus}\t"
-                f"limits: {limits or 'defaults'}")
+                f"total_gpus={total}\tlimits: {limits or 'defaults'}")
     if isinstance(record, VerifierRead):
         scope = f"team={record.team}" if record.team is not None else f"pool={record.pool}"
         auth = f"{record.auth_header}: (secret set)" if record.auth_secret_set else "no auth"

@@ -267,7 +267,7 @@ def jobs_table(jobs: Sequence[dict[str, Any]], width: int | None = None) -> list
 
 def job_details(job: dict[str, Any], width: int | None = None, team: str | None = None) -> list[str]:
     """``grpo show``: one ``field  value`` line per thing known about the job (``team``: its name)."""
-    where = f"attempt {job['attempt']}" + (f", worker {job['worker_id']}" if job.get("worker_id") else "")
+    where = f"attempt {job['attempt']}" + _hosts(job)
     error = job.get("error")
     fields = [
         ("status", f"{job['status']} ({where})"),
@@ -286,6 +286,22 @@ def job_details(job: dict[str, Any], width: int | None = None, team: str | None 
     lines = [f"job {job['id']}  {job['name']}"]
     lines += [f"{name:<11} {value}" for name, value in fields if value is not None]
     return [clip(line, width) for line in lines]
+
+
+def placement_text(placement: Sequence[dict[str, Any]]) -> str:
+    """``w1 [0,1] + w2 [0]``: every worker a job holds devices on, node-rank order (a worker alone
+    when its devices were not recorded: all of them)."""
+    return " + ".join(host["worker"] if host["devices"] is None
+                      else f"{host['worker']} [{','.join(map(str, host['devices']))}]" for host in placement)
+
+
+def _hosts(job: dict[str, Any]) -> str:
+    """``, worker w1 [0]`` or, for a job spanning hosts, ``, workers w1 [0,1] + w2 [0]``; a server from
+    before placements names its one worker."""
+    placement = job.get("placement") or []
+    if placement:
+        return f", {'workers' if len(placement) > 1 else 'worker'} {placement_text(placement)}"
+    return f", worker {job['worker_id']}" if job.get("worker_id") else ""
 
 
 def events_table(events: Sequence[dict[str, Any]], width: int | None = None) -> list[str]:
@@ -333,9 +349,22 @@ def _usage(held: int, quota: int | None) -> str:
     return f"[{bar(held / quota if quota else 1.0, 10)}] {held}/{quota}"
 
 
-def _devices(devices: Sequence[dict[str, Any]]) -> str:
-    """``0:12,1:free``: each device and its job (``busy``: another team's)."""
-    return ",".join(f"{d['index']}:{d['job_id'] or ('busy' if d['busy'] else 'free')}" for d in devices)
+def _devices(worker: dict[str, Any]) -> str:
+    """``0:12,1:free``: each device and its job (``busy``: another team's); a job spanning hosts
+    says its node rank on this worker and how many hosts it spans (``0:12(node 1/2)``)."""
+    gangs = {gang["job_id"]: f"(node {gang['node_rank']}/{gang['hosts']})"
+             for gang in worker.get("gangs") or ()}
+    return ",".join(f"{d['index']}:{d['job_id'] or ('busy' if d['busy'] else 'free')}"
+                    f"{gangs.get(d['job_id'], '')}" for d in worker["devices"])
+
+
+def _running_on(job: dict[str, Any]) -> str | None:
+    """Every worker and its devices (a server from before placements: its one worker's)."""
+    if job.get("placement"):
+        return placement_text(job["placement"])
+    if job["worker_id"] is None:
+        return None
+    return placement_text([{"worker": job["worker_id"], "devices": job["devices"]}])
 
 
 def cluster_lines(cluster: dict[str, Any], queue: dict[str, Any], now: datetime, width: int | None = None
@@ -345,7 +374,7 @@ def cluster_lines(cluster: dict[str, Any], queue: dict[str, Any], now: datetime,
               pool["gpus_free"], pool["waiting"], len(pool["workers"]), pool["max_worker_gpus"]]
              for pool in cluster["pools"]]
     workers = [[worker["worker_id"], pool["name"], worker["gpus"], worker["gpu_model"],
-                worker["gpu_memory_mb"], "busy" if worker["busy"] else "idle", _devices(worker["devices"]),
+                worker["gpu_memory_mb"], "busy" if worker["busy"] else "idle", _devices(worker),
                 worker["hostname"]]
                for pool in cluster["pools"] for worker in pool["workers"]]
     teams = [[team["team"], team["weight"], pool, usage["held_gpus"],
@@ -354,8 +383,7 @@ def cluster_lines(cluster: dict[str, Any], queue: dict[str, Any], now: datetime,
              for team in cluster["teams"] for pool, usage in team["pools"].items()]
     teams += [[team["team"], team["weight"], *[None] * 6] for team in cluster["teams"] if not team["pools"]]
     running = [[job["job_id"], job["team"], job["pool"], job["gpus"], job["priority"], job["status"],
-                job["worker_id"], ",".join(map(str, job["devices"] or ())) or None,
-                "yes" if job["preempt_requested"] else None] for job in cluster["running"]]
+                _running_on(job), "yes" if job["preempt_requested"] else None] for job in cluster["running"]]
     out = ["Pools", *table(["POOL", "STATE", "GPUS", "BUSY", "FREE", "WAITING", "WORKERS", "MAX/WORKER"],
                            pools, width)]
     headers = ["WORKER", "POOL", "GPUS", "MODEL", "GPU MB", "STATE", "DEVICE:JOB", "HOST"]
@@ -364,8 +392,8 @@ def cluster_lines(cluster: dict[str, Any], queue: dict[str, Any], now: datetime,
             *table(["TEAM", "WEIGHT", "POOL", "HELD", "QUOTA USE", "FAIR SHARE (GPUS)", "RECENT (AVG GPUS)",
                     "WAITING"], teams, width)]
     if running:
-        out += ["", "Running", *table(["JOB", "TEAM", "POOL", "GPUS", "PRIORITY", "STATUS", "WORKER",
-                                       "DEVICES", "PREEMPTING"], running, width)]
+        headers = ["JOB", "TEAM", "POOL", "GPUS", "PRIORITY", "STATUS", "WORKERS [DEVICES]", "PREEMPTING"]
+        out += ["", "Running", *table(headers, running, width)]
     return [*out, "", *queue_lines(queue, now, width)]
 
 

@@ -24,7 +24,7 @@ from api.settings import Settings
 from api.store.files import usable_file
 from api.store.job_deletion import hold_against_deletion
 from api.store.jobs import get_job
-from api.store.pools import admission, list_pools
+from api.store.pools import PoolSize, admission, list_pools
 from api.store.verifiers import endpoints_for
 from api.vocabulary import Heartbeat
 from grpo_core.errors import SpecError
@@ -166,21 +166,33 @@ def _check_path_source(source: str | None, root: Path, field: str,
 def check_placement(session: Session, spec: JobSpec, settings: Settings) -> None:
     """Raise :class:`InvalidSpec` for a pool nobody registered (a typo would wait forever), a
     job over one of the pool's limits (:mod:`api.pool_limits`), or one asking for more GPUs
-    than the pool's largest worker advertised (gang: one worker holds all of a job's GPUs). A
-    pool whose workers were never seen accepts any size."""
+    than the pool's live workers have together (a job larger than the largest worker runs across
+    several: a gang). A pool recorded before totals were (``total_gpus`` null) is bounded by its
+    largest worker; a pool whose workers were never seen accepts any size."""
     found = admission(session, spec.resources.pool)
     if found is None:
         known = ", ".join(sorted(p.name for p in list_pools(session))) or "none"
         raise InvalidSpec([SpecError("resources.pool", f"unknown pool '{spec.resources.pool}'; "
                                                        f"known pools: {known}")])
-    largest, overrides = found
+    size, overrides = found
     if problems := limit_problems(spec, effective_limits(overrides, settings)):
         raise InvalidSpec(problems)
-    if largest is not None and spec.resources.gpus > largest:
-        raise InvalidSpec([SpecError(
-            "resources.gpus", f"asks for {spec.resources.gpus} GPUs but the largest worker of pool "
-                              f"'{spec.resources.pool}' has {largest}; a job's GPUs must all be on "
-                              "one worker")])
+    if problem := gpus_problem(spec, size):
+        raise InvalidSpec([problem])
+
+
+def gpus_problem(spec: JobSpec, size: PoolSize) -> SpecError | None:
+    """``resources.gpus`` over the most the pool's workers offer together, naming both figures."""
+    bound = size.total if size.total is not None else size.largest_worker
+    if bound is None or spec.resources.gpus <= bound:
+        return None
+    pool = f"pool '{spec.resources.pool}'"
+    if size.total is None:
+        offered = f"the largest worker of {pool} has {size.largest_worker}"
+    else:
+        offered = (f"the live workers of {pool} have {size.total} together, its largest worker "
+                   f"{size.largest_worker}; a job larger than the largest worker runs across several workers")
+    return SpecError("resources.gpus", f"asks for {spec.resources.gpus} GPUs but {offered}")
 
 
 def check_capabilities(spec: JobSpec, live_workers: Callable[[], list[Heartbeat]]) -> None:

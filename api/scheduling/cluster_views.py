@@ -2,6 +2,12 @@
 them from what the scheduler sees (``api.store.dispatching.SchedulingState``, worker heartbeats,
 the policy's fair shares) or published (the queue snapshot).
 
+A job spanning hosts (a gang) is one job everywhere: it is listed once among the running jobs,
+with its placement (every worker and its devices, node-rank order) and its total GPUs, and each
+worker it holds devices on names its share (``WorkerView.gangs``). SQL is the truth of what a
+worker is promised: a holder's ``gang`` (from ``jobs.placement``) makes its followers' devices
+busy even before their heartbeats report the job.
+
 Scoping: a member sees every pool, worker and team's usage against its quota (that is what
 explains a wait), but only its own team's jobs; another team's job appears nowhere by id or
 name. An admin sees everything.
@@ -13,10 +19,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from api.cluster_state import HoldingJob
+from api.cluster_state import HoldingJob, Share
 from api.scheduling import policy
 from api.scheduling.liveness import NO_SCHEDULER
-from api.schemas.jobs import UtcDatetime
+from api.schemas.jobs import HostPlacement, UtcDatetime
 from api.store.dispatching import SchedulingState
 from api.vocabulary import Heartbeat
 
@@ -25,6 +31,15 @@ class DeviceView(BaseModel):
     index: int  # the scheduler's index on its worker (what CUDA_VISIBLE_DEVICES maps it to is the worker's)
     busy: bool  # held by a job SQL gives it, or used by one its heartbeat reports
     job_id: int | None  # the job on it; None also when the job is another team's (members)
+
+
+class GangShareView(BaseModel):
+    """A worker's part of a job spanning hosts (a gang)."""
+
+    job_id: int
+    node_rank: int  # 0 is the host that runs the rendezvous and reports the job's steps
+    hosts: int  # how many workers the job spans
+    devices: list[int] | None  # its indices on this worker; None: all (node 0 dispatched before devices were)
 
 
 class WorkerView(BaseModel):
@@ -37,6 +52,7 @@ class WorkerView(BaseModel):
     busy: bool  # any of its devices is
     devices: list[DeviceView]
     capabilities: list[str] = []  # checked at its start, e.g. code_sandbox (the code_tests reward)
+    gangs: list[GangShareView] = []  # its shares of jobs spanning hosts that the caller may see
 
 
 class PoolView(BaseModel):
@@ -72,8 +88,10 @@ class RunningView(BaseModel):
     gpus: int
     priority: str
     status: str
-    worker_id: str | None
+    worker_id: str | None  # node 0's, for a job spanning hosts
     devices: list[int] | None  # its indices on worker_id; None: dispatched before they were recorded
+    # Every worker it holds devices on, node-rank order: one, or several for a gang (gpus is the total).
+    placement: list[HostPlacement]
     preempt_requested: bool
 
 
@@ -105,10 +123,10 @@ def cluster_view(state: SchedulingState, heartbeats: list[Heartbeat],
                  fair_share: dict[tuple[int, str], float], scope: int | None) -> ClusterView:
     """``scope``: the caller's team id, or None for an admin."""
     cluster = state.cluster
-    on_worker: dict[str, list[HoldingJob]] = {}
+    on_worker: dict[str, list[tuple[int, HoldingJob]]] = {}  # worker -> (node rank, job) of each holder
     for job in cluster.holding:
-        if job.worker_id:
-            on_worker.setdefault(job.worker_id, []).append(job)
+        for rank, share in enumerate(_hosts(job)):
+            on_worker.setdefault(share.worker_id, []).append((rank, job))
     pool_names = sorted({*state.pools, *(beat.pool for beat in heartbeats)})
     waiting = _count((job.team_id, job.pool) for job in cluster.waiting)
     pools = []
@@ -136,9 +154,7 @@ def cluster_view(state: SchedulingState, heartbeats: list[Heartbeat],
                  for _, pool in sorted(keys)}
         teams.append(TeamView(team_id=team_id, team=state.team_names.get(team_id, str(team_id)),
                               weight=team.weight, pools=usage))
-    running = [RunningView(job_id=job.id, team=state.team_names.get(job.team_id), pool=job.pool,
-                           gpus=job.gpus, priority=job.priority, status=job.status, worker_id=job.worker_id,
-                           devices=list(job.devices) or None, preempt_requested=job.preempt_requested)
+    running = [_running_view(job, state.team_names.get(job.team_id))
                for job in sorted(cluster.holding, key=lambda job: job.id) if scope in (None, job.team_id)]
     return ClusterView(pools=pools, teams=teams, running=running)
 
@@ -159,21 +175,42 @@ def queue_view(snapshot: dict[str, Any] | None, scheduler_pass_at: str | None, s
                      waiting=dict(sorted(waiting.items())), items=mine)
 
 
-def _worker_view(beat: Heartbeat, holders: list[HoldingJob], scope: int | None) -> WorkerView:
+def _running_view(job: HoldingJob, team: str | None) -> RunningView:
+    """One row per job, a gang's too: its placement names every host."""
+    placement = [HostPlacement(worker=share.worker_id, devices=list(share.devices) or None)
+                 for share in _hosts(job)]
+    return RunningView(job_id=job.id, team=team, pool=job.pool, gpus=job.gpus, priority=job.priority,
+                       status=job.status, worker_id=job.worker_id, devices=list(job.devices) or None,
+                       placement=placement, preempt_requested=job.preempt_requested)
+
+
+def _hosts(job: HoldingJob) -> list[Share]:
+    """The job's share on each worker, node-rank order (node 0's ``devices`` empty: the whole worker)."""
+    return [Share(job.worker_id, job.devices), *job.gang] if job.worker_id else []
+
+
+def _worker_view(beat: Heartbeat, holders: list[tuple[int, HoldingJob]], scope: int | None) -> WorkerView:
     """Each device of the worker and the job on it: SQL's holders first (by the devices recorded
-    with their dispatch), then jobs only the heartbeat reports (an admin sees their ids; their
-    team is not known here)."""
+    with their dispatch, on this worker for a gang's node ``rank``), then jobs only the heartbeat
+    reports (an admin sees their ids; their team is not known here)."""
     owner: dict[int, int | None] = {}
     for job_id, devices in beat.jobs.items():
         owner.update(dict.fromkeys(devices, job_id if scope is None else None))
-    for job in holders:
-        owner.update(dict.fromkeys(policy.held_devices(job, beat.gpus),
-                                   job.id if scope in (None, job.team_id) else None))
+    gangs = []
+    for rank, job in holders:
+        share = _hosts(job)[rank]
+        held = policy.held_devices(job, beat.gpus) if rank == 0 else frozenset(share.devices)
+        visible = scope in (None, job.team_id)
+        owner.update(dict.fromkeys(held, job.id if visible else None))
+        if job.gang and visible:
+            gangs.append(GangShareView(job_id=job.id, node_rank=rank, hosts=1 + len(job.gang),
+                                       devices=list(share.devices) or None))
     devices = [DeviceView(index=index, busy=index in owner, job_id=owner.get(index))
                for index in range(beat.gpus)]
     return WorkerView(worker_id=beat.worker_id, hostname=beat.hostname, gpus=beat.gpus,
                       gpu_model=beat.gpu_model, gpu_memory_mb=beat.gpu_memory_mb, memory_mb=beat.memory_mb,
-                      busy=bool(owner), devices=devices, capabilities=beat.capabilities)
+                      busy=bool(owner), devices=devices, capabilities=beat.capabilities,
+                      gangs=sorted(gangs, key=lambda gang: gang.job_id))
 
 
 def _count(keys, amounts: list[int] | None = None) -> dict:

@@ -132,7 +132,11 @@ class PoolLimits(_Body):
 class PoolRead(BaseModel):
     name: str
     held: bool = Field(description="No job is dispatched into a held pool")
-    max_worker_gpus: int | None = Field(description="Largest GPU count a live worker advertised")
+    max_worker_gpus: int | None = Field(description="Largest GPU count a live worker advertised: the most a "
+                                        "job gets on one host")
+    total_gpus: int | None = Field(None, description="The GPUs of all the pool's live workers together, "
+                                   "when the scheduler last saw them change: the most a job may ask for (one "
+                                   "larger than max_worker_gpus runs across several workers)")
     limits: PoolLimits = Field(description="Overrides set by admins; null fields are the defaults")
     created_at: UtcDatetime
 

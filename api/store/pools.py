@@ -3,6 +3,8 @@ create pools ahead of their workers and hold one to stop dispatch into it."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
@@ -17,7 +19,8 @@ _POOLS = Pool.__table__
 
 def _read(pool: Pool) -> PoolRead:
     return PoolRead(name=pool.name, held=pool.held, max_worker_gpus=pool.max_worker_gpus,
-                    limits=PoolLimits.model_validate(pool.limits or {}), created_at=pool.created_at)
+                    total_gpus=pool.total_gpus, limits=PoolLimits.model_validate(pool.limits or {}),
+                    created_at=pool.created_at)
 
 
 def _insert(session: Session, name: str) -> bool:
@@ -49,15 +52,29 @@ def get_pool(session: Session, name: str) -> PoolRead:
     return _read(pool)
 
 
-_ADMISSION = select(_POOLS.c.max_worker_gpus, _POOLS.c.limits).where(_POOLS.c.name == bindparam("name"))
+@dataclass(frozen=True)
+class PoolSize:
+    """What a pool's live workers offered when the scheduler last saw them change (None: never seen)."""
+
+    largest_worker: int | None  # ``max_worker_gpus``: the most GPUs one job gets on one host
+    total: int | None  # ``total_gpus``: the most a job spanning hosts (a gang) may ask for
 
 
-def admission(session: Session, name: str) -> tuple[int | None, PoolLimits] | None:
-    """``(max_worker_gpus, limit overrides)`` of the pool, None if there is no such pool: what the
-    submit path checks, one prebuilt Core select (an ORM ``get`` of the row cost as much as
-    inserting the job)."""
+_ADMISSION = (select(_POOLS.c.max_worker_gpus, _POOLS.c.total_gpus, _POOLS.c.limits)
+              .where(_POOLS.c.name == bindparam("name")))
+
+
+def admission(session: Session, name: str) -> tuple[PoolSize, PoolLimits] | None:
+    """The pool's size and limit overrides, None if there is no such pool: what the submit path
+    checks, one prebuilt Core select (an ORM ``get`` of the row cost as much as inserting the job)."""
     row = session.execute(_ADMISSION, {"name": name}).first()
-    return None if row is None else (row[0], PoolLimits.model_validate(row[1] or {}))
+    return None if row is None else (PoolSize(row[0], row[1]), PoolLimits.model_validate(row[2] or {}))
+
+
+def pool_sizes(session: Session) -> dict[str, PoolSize]:
+    """Every pool's recorded size, for the scheduler to write only what changed."""
+    rows = session.execute(select(_POOLS.c.name, _POOLS.c.max_worker_gpus, _POOLS.c.total_gpus))
+    return {name: PoolSize(largest, total) for name, largest, total in rows}
 
 
 def set_limits(session: Session, name: str, limits: PoolLimits) -> PoolRead:
@@ -82,6 +99,7 @@ def set_held(session: Session, name: str, held: bool) -> PoolRead:
     return get_pool(session, name)
 
 
-def set_max_worker_gpus(session: Session, name: str, gpus: int | None) -> None:
-    """The largest GPU count a live worker of the pool advertises (None: no live worker)."""
-    _update(session, name, max_worker_gpus=gpus)
+def set_size(session: Session, name: str, size: PoolSize) -> None:
+    """The largest GPU count a live worker of the pool advertises and the GPUs of all its live
+    workers together (None: no live worker seen)."""
+    _update(session, name, max_worker_gpus=size.largest_worker, total_gpus=size.total)

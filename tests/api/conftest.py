@@ -355,6 +355,37 @@ def pool(api_server: LiveServer) -> str:
     return name
 
 
+@pytest.fixture
+def advertise(api_server: LiveServer) -> Iterator:
+    """``advertise(pool, gpus=1, capabilities=(), prefix="w") -> worker_id``: a live worker
+    heartbeat, advertised the way a worker does (``api.store.bus.advertise_worker``); removed after
+    the test."""
+    import uuid
+
+    import redis
+
+    from api.store import bus
+    from api.vocabulary import Heartbeat
+
+    client = redis.Redis.from_url(api_server.settings.redis_url)
+    keys = api_server.settings.redis_keys
+    made: list[str] = []
+
+    def add(pool: str, gpus: int = 1, capabilities: tuple[str, ...] = (), prefix: str = "w") -> str:
+        worker_id = f"{prefix}-{uuid.uuid4().hex[:6]}"
+        bus.advertise_worker(client, keys, Heartbeat(worker_id=worker_id, pool=pool, gpus=gpus,
+                                                       gpu_model="H200", gpu_memory_mb=143771,
+                                                       memory_mb=1024, hostname="node-1",
+                                                       capabilities=list(capabilities)), 60)
+        made.append(worker_id)
+        return worker_id
+
+    yield add
+    for worker_id in made:
+        client.delete(keys.worker(worker_id), keys.worker_queue(worker_id))
+    client.close()
+
+
 @pytest.fixture(params=["local", "s3"])
 def store_server(request, api_server, api_settings_factory, serve_api, monkeypatch):
     """``(server, store)``, each test twice (the Files API, the artifact quota): the module's

@@ -123,7 +123,7 @@ def test_pool_limits_change_only_the_flags_given(grpo) -> None:
     assert limits("--max-steps", "default", "--max-tokens-per-step", "65536") == (None, 8 * 2**30, 65536)
     code, out, _ = grpo("list-pools")
     expected = f"limits: max_tokens_per_step=65536, job_memory_bytes={memory}"
-    assert code == 0 and f"a100\topen\tmax_worker_gpus=-\t{expected}" in out
+    assert code == 0 and f"a100\topen\tmax_worker_gpus=-\ttotal_gpus=-\t{expected}" in out
     sandboxes = grpo.json("set-pool-limits", "a100", "--max-sandbox-memory-bytes", str(2**30))["limits"]
     assert (sandboxes["max_sandbox_memory_bytes"], sandboxes["max_tokens_per_step"]) == (2**30, 65536)
 

@@ -7,45 +7,18 @@ database, with worker heartbeats advertised the way a worker does (``api.store.b
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-
 import pytest
 import redis
 
 from api.scheduling.scheduler import Scheduler
-from api.store import bus
 from api.store.db import session_scope
-from api.store.pools import ensure_pool, set_max_worker_gpus
+from api.store.pools import PoolSize, ensure_pool, set_size
 from api.store.tables import Job
 from api.vocabulary import Heartbeat
 
 
 def error_of(response) -> dict:
     return response.json()["error"]
-
-
-@pytest.fixture
-def advertise(api_server) -> Iterator:
-    """``advertise(pool, gpus=1, capabilities=(), prefix="w") -> worker_id``: a live worker
-    heartbeat; removed after the test."""
-    client = redis.Redis.from_url(api_server.settings.redis_url)
-    keys = api_server.settings.redis_keys
-    made: list[str] = []
-
-    def add(pool: str, gpus: int = 1, capabilities: tuple[str, ...] = (), prefix: str = "w") -> str:
-        worker_id = f"{prefix}-{uuid.uuid4().hex[:6]}"
-        bus.advertise_worker(client, keys, Heartbeat(worker_id=worker_id, pool=pool, gpus=gpus,
-                                                       gpu_model="H200", gpu_memory_mb=143771,
-                                                       memory_mb=1024, hostname="node-1",
-                                                       capabilities=list(capabilities)), 60)
-        made.append(worker_id)
-        return worker_id
-
-    yield add
-    for worker_id in made:
-        client.delete(keys.worker(worker_id), keys.worker_queue(worker_id))
-    client.close()
 
 
 def test_a_submission_must_fit_a_known_pool(client_for, team_keys, job_spec, api_server) -> None:
@@ -56,10 +29,11 @@ def test_a_submission_must_fit_a_known_pool(client_for, team_keys, job_spec, api
     assert error_of(unknown)["param"] == "resources.pool" and "default" in error_of(unknown)["message"]
     with session_scope(api_server.settings.database_url) as session:
         ensure_pool(session, "twogpu")
-        set_max_worker_gpus(session, "twogpu", 2)
+        set_size(session, "twogpu", PoolSize(largest_worker=2, total=2))  # one 2-GPU worker
     too_big = alpha.post("/v1/jobs", json=job_spec(resources={"pool": "twogpu", "gpus": 3},
                                                     grpo={"prompts_per_step": 3}))
     assert too_big.status_code == 422 and error_of(too_big)["param"] == "resources.gpus"
+    assert "have 2 together" in error_of(too_big)["message"]  # the whole pool (see test_gang_views)
     uneven = alpha.post("/v1/jobs", json=job_spec(resources={"pool": "twogpu", "gpus": 2},
                                                   grpo={"prompts_per_step": 3}))
     assert uneven.status_code == 422 and error_of(uneven)["param"] == "grpo.prompts_per_step"

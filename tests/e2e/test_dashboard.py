@@ -459,3 +459,28 @@ def test_the_jobs_list_filters_by_tags_and_text(browser_page, keyed_stack, tiny_
         for job_id in ids[1:]:
             client.cancel(job_id)
         keyed_stack.admin("resume", "default")
+
+
+def test_the_pages_name_every_worker_and_device_a_job_holds(browser_page, keyed_stack, tiny_spec) -> None:
+    """A job's placement as the page writes it (a job spanning workers: each after the other, in
+    node-rank order), on the cluster's running list and the job's own page."""
+    page = browser_page
+    log_in_as(page, keyed_stack, "alpha")
+    written = page.evaluate("""async () => (await import("/static/format.js")).placement(
+        [{worker: "w1", devices: [0, 1]}, {worker: "w2", devices: [0]}])""")
+    assert written == "w1 [0, 1] + w2 [0]"
+    alpha = keyed_stack.client("alpha")
+    job_id = alpha.submit(tiny_spec("placed", max_steps=500))["id"]
+    try:
+        running = wait_until(lambda: (job := alpha.job(job_id))["status"] == "running" and job, 60,
+                             f"job {job_id} to run", interval=0.2)
+        [host] = running["placement"]
+        shown = f"{host['worker']} [{', '.join(map(str, host['devices']))}]"
+        page.goto("/#/cluster")
+        row = page.locator(f'[data-panel=running] tr[data-job-id="{job_id}"]')
+        row.locator("td", has_text=shown).wait_for()
+        page.goto(f"/#/jobs/{job_id}")
+        fact = page.locator("[data-panel=job] .facts div", has=page.locator("dt", has_text="worker"))
+        fact.locator("dd", has_text=shown).wait_for()
+    finally:
+        alpha.http.post(f"/v1/jobs/{job_id}/cancel")

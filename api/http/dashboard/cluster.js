@@ -6,7 +6,7 @@
 import {api} from "./api.js";
 import {reasonText} from "./codes.js";
 import {el, fill, jobLink, notice, section, statusBadge, table} from "./dom.js";
-import {age, megabytes, number} from "./format.js";
+import {age, megabytes, number, placement} from "./format.js";
 import {rememberTeams} from "./session.js";
 
 const REFRESH_MS = 3000;
@@ -63,11 +63,20 @@ function poolView(pool) {
       rowProps: (w) => ({dataset: {worker: w.worker_id}})}));
 }
 
-// Which job holds each device. A member is not shown which job of another team holds one.
+// Which job holds each device. A member is not shown which job of another team holds one. A job
+// spanning hosts (a gang) is one job: each worker's devices of it say its node rank and hosts.
 function runningOn(worker) {
   if (!worker.busy) return "idle";
+  const gangs = new Map((worker.gangs || []).map((g) => [g.job_id, g]));
   return worker.devices.flatMap((d, i) => [i ? ", " : null, `${d.index}: `,
-    d.job_id ? jobLink(d.job_id) : (d.busy ? "another team's job" : "free")]);
+    d.job_id ? jobLink(d.job_id) : (d.busy ? "another team's job" : "free"),
+    gangs.has(d.job_id) ? gangMark(gangs.get(d.job_id)) : null]);
+}
+
+function gangMark(gang) {
+  return el("span", {className: "muted gang", dataset: {gangJob: gang.job_id, nodeRank: gang.node_rank},
+    title: "This job spans several workers; node 0 runs its rendezvous and reports its steps"},
+  ` (node ${gang.node_rank} of ${gang.hosts} hosts)`);
 }
 
 function teamsTable(teams) {
@@ -107,9 +116,10 @@ function runningTable(running) {
     {title: "GPUs", className: "num", cell: (j) => j.gpus},
     {title: "priority", cell: (j) => j.priority},
     {title: "status", cell: (j) => [statusBadge(j.status), j.preempt_requested ? " preempting" : null]},
-    {title: "worker", cell: (j) => j.worker_id || "–"},
-    {title: "devices", cell: (j) => (j.devices || []).join(", ") || "–"},
-  ], running, {empty: "No job is running that this key may see."});
+    {title: "workers [devices]", cell: (j) => placement(j.placement) || "–",
+      help: "Every worker the job holds devices on: several for a job larger than any one worker"},
+  ], running, {empty: "No job is running that this key may see.",
+    rowProps: (j) => ({dataset: {jobId: j.job_id}})});
 }
 
 function queueView(queue) {

@@ -38,3 +38,10 @@ export function bytes(count) {
   }
   return unit === 0 ? `${value} B` : `${value.toFixed(1)} ${units[unit]}`;
 }
+
+// Every worker a job holds devices on, node-rank order: "w1 [0, 1] + w2 [0]" (a worker alone when
+// its devices were not recorded: all of them). Empty while the job holds none.
+export function placement(hosts) {
+  return (hosts || []).map((h) => (h.devices ? `${h.worker} [${h.devices.join(", ")}]` : h.worker))
+    .join(" + ");
+}

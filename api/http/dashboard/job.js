@@ -7,7 +7,7 @@ import {api} from "./api.js";
 import {ChartSet} from "./charts.js";
 import {errorText, reasonText} from "./codes.js";
 import {el, fill, notice, progressBar, section, statusBadge} from "./dom.js";
-import {time} from "./format.js";
+import {placement, time} from "./format.js";
 import {actionButtons, cancelButton, cloneButton, deleteButton, downloadButton, waitNote} from "./controls.js";
 import {isTerminal, offers, priorities} from "./lifecycle.js";
 import {followJob} from "./live.js";
@@ -127,7 +127,8 @@ function jobHeader(job, render, onError) {
     ["priority", offers(job, "set_priority") ? prioritySelect(job, render, onError) : job.priority],
     ["pool / GPUs", `${job.pool} / ${job.gpus}`],
     ["attempt", job.attempt],
-    ["worker", job.worker_id || "–"],
+    [(job.placement || []).length > 1 ? "workers" : "worker",
+      placement(job.placement) || job.worker_id || "–"],
     ["created", time(job.created_at)],
     ["started", time(job.started_at)],
     ["finished", time(job.finished_at)],
