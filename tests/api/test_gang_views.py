@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import uuid
 
-import pytest
 from sqlalchemy import update
 
 from api import cluster_state
@@ -158,8 +157,6 @@ def test_a_gang_is_one_running_job_and_each_worker_shows_its_share() -> None:
     assert running[2].split()[:2] == ["8", "beta"] and "w2 [1]" in running[2]
 
 
-@pytest.mark.xfail(strict=True, reason="needs api.store.dispatching.load_state to fill HoldingJob.gang from "
-                                       "jobs.placement (the lead's change): remove this mark when it lands")
 def test_the_cluster_route_shows_a_gang_from_sql_once_with_each_workers_share(
         alpha, api_server, job_spec, pool, advertise) -> None:
     first, second = advertise(pool, 2), advertise(pool, 1)
