@@ -20,12 +20,15 @@ from api.store.pools import admission
 from worker.devices import device_count
 
 
-def job_memory_limit(job: JobRead, settings: Settings) -> int:
+def job_memory_limit(job: JobRead, settings: Settings, devices_here: int | None = None) -> int:
+    """``devices_here``: how many of this worker's devices the job holds, for a gang's host (its
+    share, not the job's whole count); None: all the job's GPUs are here."""
     with session_scope(settings.database_url) as session:
         found = admission(session, job.pool)
     if found is not None and found[1].job_memory_bytes is not None:
         return found[1].job_memory_bytes
-    share = min(1.0, max(1, job.gpus) / max(1, device_count(settings)))
+    held = job.gpus if devices_here is None else devices_here
+    share = min(1.0, max(1, held) / max(1, device_count(settings)))
     return int(psutil.virtual_memory().total * settings.pool_job_memory_fraction * share)
 
 

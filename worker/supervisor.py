@@ -80,19 +80,20 @@ def supervise(job: JobRead, settings: Settings, worker_id: str, lease: JobLease,
     try:
         files = AttemptFiles(folder)
         files.write_call(job, absolute_settings(settings), worker_id, part)
-        return _Watch(job, settings, lease, files).run()
+        return _Watch(job, settings, lease, files, None if part is None else len(part.devices)).run()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
 class _Watch:
-    def __init__(self, job: JobRead, settings: Settings, lease: JobLease, files: AttemptFiles) -> None:
+    def __init__(self, job: JobRead, settings: Settings, lease: JobLease, files: AttemptFiles,
+                 devices_here: int | None = None) -> None:
         self.job, self.settings, self.lease, self.files = job, settings, lease, files
         self.stall_seconds = stall_limit(job, settings)
         self.poll_seconds = min(0.5, settings.heartbeat_seconds)
         self.last_step = job.last_step
         self.stop_asked_at: float | None = None
-        self.memory_limit, self.memory_peak = job_memory_limit(job, settings), 0
+        self.memory_limit, self.memory_peak = job_memory_limit(job, settings, devices_here), 0
 
     def run(self) -> Ended:
         oom_before = oom_kills()

@@ -4,8 +4,9 @@ of preemption to yield, record why every other waiting job waits, and publish th
 
 The order is ours, not the broker's: each worker consumes a queue of its own, and a job is sent
 only to the worker whose GPUs the plan gave it. Capacity is what live workers advertise
-(``api.store.bus.live_workers``); pools are registered, and their largest worker recorded, from the
-same heartbeats, which is what a submission is checked against.
+(``api.store.bus.live_workers``); pools are registered, and their largest worker and their live
+workers' GPUs together recorded, from the same heartbeats: a submission is checked against the
+total (a job larger than the largest worker spans several: a gang, one message to each host).
 
 One leader per namespace (``api.redis_keys``) at a time: a Redis lock (``SET NX PX``,
 renewed and released by compare-and-set), so it works whatever the SQL database is. Two leaders
