@@ -19,7 +19,8 @@ from api.schemas.jobs import JobRead
 from api.settings import Settings
 from api.store.db import session_scope
 from api.store.gangs import HostPart, publish_rendezvous, rendezvous
-from grpo_core.run.launch import HostGroup, PeerLost, free_port
+from grpo_core.run.host_group import HostGroup, free_port
+from grpo_core.run.launch import PeerLost
 
 log = logging.getLogger(__name__)
 _POLL_SECONDS = 0.5
@@ -54,6 +55,6 @@ def _published(job: JobRead, settings: Settings) -> tuple[str, int]:
         except SQLAlchemyError as exc:
             log.warning("job %s: reading the gang's rendezvous failed: %s", job.id, exc)
         if time.monotonic() > deadline:
-            raise PeerLost(0, f"the gang's node 0 published no rendezvous within "
-                              f"{settings.rank_timeout_seconds:.0f} s")
+            raise PeerLost(None, f"the gang's node 0 published no rendezvous within "
+                                 f"{settings.rank_timeout_seconds:.0f} s", "worker.rendezvous.NotPublished")
         time.sleep(_POLL_SECONDS)
