@@ -27,13 +27,14 @@ from typing import Any
 import pytest
 from run_records import assert_same_run, assert_same_samples, records
 from test_distributed import COMPARABLE_ADAM, HANG
+from test_launch import fail_on
 from test_sharding import job, train
 from waiting import wait_until
 
 from grpo_core.errors import GRPOError
 from grpo_core.parallel.distributed import Ranks
 from grpo_core.run.host_group import HostGroup, free_port
-from grpo_core.run.launch import PeerLost, launch_ranks, run_data_parallel
+from grpo_core.run.launch import PeerLost, RankFailed, launch_ranks, run_data_parallel
 from grpo_core.spec.run_spec import RunSpec
 
 pytestmark = pytest.mark.slow
@@ -213,3 +214,15 @@ def _kill_node_1(folder: Path, node: OtherHost, victim: str) -> None:
     pids = [folder / f"rank-{rank}.pid" for rank in (0, 1)]
     wait_until(lambda: all(p.exists() for p in pids), HANG.total_seconds(), "both ranks to sum")
     os.kill(node.process.pid if victim == "launcher" else int(pids[1].read_text()), signal.SIGKILL)
+
+
+def test_a_jobs_error_fails_its_own_host_and_the_other_loses_a_peer(tmp_path):
+    # Global rank 1 (node 1's) raises the job's error; rank 0 waits in a collective that breaks.
+    node_0, node_1 = host_groups((1, 1))
+    with other_host(tmp_path / "node-1", launch_ranks, fail_on, (1,), 1, device="cpu", hang_timeout=HANG,
+                    hosts=node_1) as node:
+        with pytest.raises(PeerLost) as lost:
+            launch_ranks(fail_on, (1,), 1, device="cpu", hang_timeout=HANG, hosts=node_0)
+        failed = ("RankFailed", "reward_error", "rank 1 failed: the reward raised at scoring")
+        assert node.outcome() == ("error", failed)
+    assert lost.value.local_rank == 0 and not isinstance(lost.value, RankFailed)
