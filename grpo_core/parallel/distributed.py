@@ -32,6 +32,9 @@ class Ranks:
     world_size: int = 1
     # Where collectives run: CPU for gloo, the rank's own GPU for NCCL.
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    # Ranks on each host, in host order, when they span hosts (global ranks follow host order);
+    # empty when they all run on one machine.
+    node_sizes: tuple[int, ...] = ()
 
     @property
     def is_main(self) -> bool:

@@ -1,7 +1,8 @@
 """``resources.sharding: fsdp``: the run's models sharded with FSDP2 across the data-parallel ranks,
 and the three places where a sharded model must be handled differently from a replicated one.
 
-FSDP2 (``torch.distributed.fsdp.fully_shard``) splits every parameter along dim 0 over the ranks;
+FSDP2 (``torch.distributed.fsdp.fully_shard``) splits every parameter along dim 0 over the ranks
+(over each host's ranks, replicated across hosts, when they span equal hosts: :func:`device_mesh`);
 each decoder layer is one unit (its parameters are all-gathered just before its forward and freed
 after), the root holds the rest (embeddings, final norm, LM head). Gradients arrive already
 reduce-scattered, so the optimizer, built after sharding, keeps a shard of its state too.
@@ -43,15 +44,30 @@ from grpo_core.parallel.distributed import Ranks
 
 
 def shard_models(models: PolicyAndReference, ranks: Ranks) -> None:
-    """Shard the policy and, when it is a separate module, the reference in place (one mesh
-    over all ranks: CPU for gloo, CUDA for NCCL). Call before building the optimizer, which
-    must hold the sharded parameters."""
-    from torch.distributed.device_mesh import init_device_mesh
-
-    mesh = init_device_mesh(ranks.device.type, (ranks.world_size,))
+    """Shard the policy and, when it is a separate module, the reference in place (over the
+    :func:`device_mesh` of the ranks). Call before building the optimizer, which must hold the
+    sharded parameters."""
+    mesh = device_mesh(ranks)
     _shard(models.policy, mesh)
     if models.reference is not None:
         _shard(models.reference, mesh)
+
+
+def device_mesh(ranks: Ranks):
+    """The ranks' mesh (CPU for gloo, CUDA for NCCL): one dimension over all ranks, or, when they
+    span hosts with as many on each, two (hybrid sharding, HSDP): each parameter sharded over
+    the ranks of one host and replicated across hosts. Then the all-gathers and reduce-scatters of
+    every layer stay on a host's own fast links, and only one all-reduce of each gradient shard
+    crosses hosts. Uneven hosts (e.g. 2 + 1 ranks) cannot be a grid: one dimension over all.
+    Either way the sums are the same, so the result equals one process's."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    sizes = ranks.node_sizes
+    if len(sizes) > 1 and len(set(sizes)) == 1:
+        # Global ranks follow host order, so row i of the grid is host i's ranks.
+        grid = (len(sizes), sizes[0])
+        return init_device_mesh(ranks.device.type, grid, mesh_dim_names=("replicate", "shard"))
+    return init_device_mesh(ranks.device.type, (ranks.world_size,))
 
 
 def _shard(model: torch.nn.Module, mesh) -> None:

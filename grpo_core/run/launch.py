@@ -8,11 +8,13 @@ rank joins a gloo (CPU) or NCCL (CUDA) process group and calls a module-level ``
 *args)`` with its :class:`Ranks`; the k-rank result equals the 1-process one
 (``grpo_core.parallel.distributed``).
 
-What reaches the caller when a rank fails: the launcher only knows exit codes, so each rank writes
-what it raised (type, :class:`GRPOError` code, message, traceback) into the launch's own folder
-before the process ends, and the caller gets :class:`RankFailed` with that rank's code, or
-:class:`RankDied` for a rank process that ended without raising (a signal such as the OOM killer's
-SIGKILL: the machine's fault, not the job's).
+The ranks may span hosts (a :class:`HostGroup` per host, every host calling :func:`launch_ranks`):
+each host's agent joins one rendezvous at node 0, and global ranks follow node order.
+
+What reaches the caller when a rank fails: :class:`RankFailed` with that rank's code,
+:class:`RankDied` for a rank process that ended without raising (the machine's fault, not the
+job's), or, across hosts, :class:`PeerLost` when this host's ranks only lost a peer host
+(``grpo_core.run.rank_failures`` tells them apart).
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import signal
 import sys
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -35,49 +36,31 @@ from typing import Any, TypeVar
 import torch
 import torch.distributed as dist
 
-from grpo_core.errors import GRPOError, SpecError, traceback_tail
+from grpo_core.errors import SpecError
 from grpo_core.parallel.distributed import Ranks
 from grpo_core.parallel.placement import pick_device
 from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
+from grpo_core.run.host_group import HostGroup
 from grpo_core.run.lifetime import die_with_parent
 from grpo_core.run.local_run import run_local
-from grpo_core.run.processes import signal_name, write_whole
+from grpo_core.run.processes import write_whole
+from grpo_core.run.rank_failures import (
+    PeerLost,
+    RankDied,
+    RankFailed,
+    qualified_name,
+    rank_error,
+    write_report,
+)
 from grpo_core.run.trainer import TrainResult
 from grpo_core.spec.run_spec import RunSpec
 
 T = TypeVar("T")
 DEFAULT_HANG_TIMEOUT = timedelta(minutes=30)
-# The agent's teardown signal for the surviving ranks once one has failed: a rank that ended by
-# it is collateral, never the cause.
-_TEARDOWN_SIGNAL = signal.SIGTERM
 _HANDLED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
-
-
-class RankFailed(GRPOError):
-    """A rank raised. ``code`` is its own :class:`GRPOError` code, ``rank_failed`` for any other
-    exception (``rank_code`` is then None); ``exception_type`` is the qualified name of what it
-    raised, ``reason`` its message and ``traceback`` its last lines."""
-
-    code = "rank_failed"
-
-    def __init__(self, rank: int, exception_type: str, message: str, traceback: str,
-                 code: str | None = None) -> None:
-        super().__init__(f"rank {rank} failed: {message}", code=code)
-        self.rank, self.exception_type, self.reason, self.traceback = rank, exception_type, message, traceback
-        self.rank_code = code
-
-
-class RankDied(GRPOError):
-    """A rank process ended without raising: killed by a signal (``signal_name``) or exited with
-    ``exitcode`` before it could say why. The machine's fault, not the job's."""
-
-    code = "rank_died"
-
-    def __init__(self, rank: int, exitcode: int, pid: int) -> None:
-        self.rank, self.exitcode, self.pid = rank, exitcode, pid
-        self.signal_name = signal_name(-exitcode) if exitcode < 0 else None
-        how = f"was killed by {self.signal_name}" if self.signal_name else f"exited with code {exitcode}"
-        super().__init__(f"rank {rank} (process {pid}) {how}")
+# What failed launches raise, importable from here as before.
+__all__ = ["HostGroup", "PeerLost", "RankDied", "RankFailed", "check_data_parallel", "launch_ranks",
+           "rank_process", "run_data_parallel"]
 
 
 def check_data_parallel(spec: RunSpec, nproc: int) -> None:
@@ -99,13 +82,17 @@ def run_data_parallel(
     progress: bool = True,
     hang_timeout: timedelta = DEFAULT_HANG_TIMEOUT,
     verifiers: dict[str, VerifierEndpoint] | None = None,
+    hosts: HostGroup | None = None,
 ) -> TrainResult:
-    """Train ``spec`` on ``nproc`` ranks; returns rank 0's result. A rank's failure raises
-    :class:`RankFailed` or :class:`RankDied` naming the rank; so does a rank that waits longer
-    than ``hang_timeout`` on the others (at the rendezvous or in a collective)."""
-    check_data_parallel(spec, nproc)
+    """Train ``spec`` on ``nproc`` ranks of this machine, or, with ``hosts``, on this host's
+    ``nproc`` ranks of a launch across hosts (every host calls this with its own
+    :class:`HostGroup`); returns this host's first rank's result (global rank 0's on node 0). A
+    rank's failure raises :class:`RankFailed` or :class:`RankDied` naming the rank, a peer host's
+    :class:`PeerLost`; so does a rank that waits longer than ``hang_timeout`` on the others (at
+    the rendezvous or in a collective)."""
+    check_data_parallel(spec, hosts.world_size if hosts else nproc)
     args = (spec, spec_dir, output_dir, resume, device, progress, verifiers)
-    return launch_ranks(_train_rank, args, nproc, device=device, hang_timeout=hang_timeout)[0]
+    return launch_ranks(_train_rank, args, nproc, device=device, hang_timeout=hang_timeout, hosts=hosts)[0]
 
 
 def _train_rank(ranks: Ranks, spec: RunSpec, spec_dir: Path, output_dir: Path, resume: bool,
@@ -115,26 +102,38 @@ def _train_rank(ranks: Ranks, spec: RunSpec, spec_dir: Path, output_dir: Path, r
 
 
 def launch_ranks(entry: Callable[..., T], args: Sequence[Any], nproc: int, *, device: str | None = None,
-                 hang_timeout: timedelta = DEFAULT_HANG_TIMEOUT) -> list[T]:
+                 hang_timeout: timedelta = DEFAULT_HANG_TIMEOUT, hosts: HostGroup | None = None) -> list[T]:
     """Run ``entry(ranks, *args)`` in ``nproc`` new processes, one per rank, and return each
     rank's value in rank order. ``entry`` must be a module-level function; it, ``args`` and its
     value travel pickled. Ranks train on ``device`` (default: CUDA when present, rank ``i`` on
     ``cuda:i`` of the devices this process sees); a rank waiting longer than ``hang_timeout`` on
     the others fails. Raises :class:`RankFailed` or :class:`RankDied`; all ranks are gone by
-    then, and they die with this process however it ends."""
+    then, and they die with this process however it ends.
+
+    With ``hosts``, these ``nproc`` ranks (``hosts.local_size``) are this host's share of a launch
+    across hosts: every host calls this with its own :class:`HostGroup`, node 0 hosting the
+    rendezvous at ``hosts.endpoint``; the values are this host's ranks', in local-rank order. When
+    this host's ranks fail only because a peer host went, the error is :class:`PeerLost`."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous import RendezvousError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    if hosts is not None and nproc != hosts.local_size:
+        raise ValueError(f"node {hosts.node_rank} of {hosts.node_sizes} starts {hosts.local_size} ranks, "
+                         f"not {nproc}")
     folder = Path(tempfile.mkdtemp(prefix="grpo-ranks-"))
     config = LaunchConfig(
-        min_nodes=1,
-        max_nodes=1,
+        min_nodes=hosts.nnodes if hosts else 1,
+        max_nodes=hosts.nnodes if hosts else 1,
         nproc_per_node=nproc,
-        run_id=f"grpo-{uuid.uuid4().hex[:12]}",
+        run_id=hosts.run_id if hosts else f"grpo-{uuid.uuid4().hex[:12]}",
         rdzv_backend="c10d",
-        rdzv_endpoint="127.0.0.1:0",  # a free port, as torchrun --standalone picks
+        # Alone: a free port, as torchrun --standalone picks.
+        rdzv_endpoint=hosts.endpoint if hosts else "127.0.0.1:0",
+        rdzv_configs=_host_configs(hosts, hang_timeout) if hosts else {},
+        local_addr=hosts.local_addr if hosts else None,
         max_restarts=0,  # a failed rank fails the attempt; retrying is the caller's decision
         rdzv_timeout=int(hang_timeout.total_seconds()),
         signals_to_handle=_HANDLED_SIGNALS,
@@ -143,25 +142,37 @@ def launch_ranks(entry: Callable[..., T], args: Sequence[Any], nproc: int, *, de
     # Each rank is a fresh interpreter (the launcher's command form, as torchrun runs a script),
     # not a multiprocessing child: the caller may be a process multiprocessing will not let have
     # children (a Celery pool process is daemonic to it). The call goes through the folder.
-    (folder / _CALL).write_bytes(pickle.dumps((entry, tuple(args), device, hang_timeout)))
+    (folder / _CALL).write_bytes(pickle.dumps((entry, tuple(args), device, hang_timeout, hosts)))
     command = ("-c", _BOOTSTRAP, json.dumps(sys.path), str(folder), str(os.getpid()))
     # The agent installs its own handlers for these (to take the ranks down before it exits) and
     # leaves them behind; the caller's come back afterwards.
     handlers = _current_handlers()
     try:
         elastic_launch(config, sys.executable)(*command)
-        return [pickle.loads((folder / _value_file(rank)).read_bytes()) for rank in range(nproc)]
+        return [pickle.loads((folder / _value_file(local)).read_bytes()) for local in range(nproc)]
     except ChildFailedError as exc:
-        raise _rank_error(exc, folder) from exc
+        raise rank_error(exc, folder, hosts.rank_offset if hosts else 0, hosts is not None) from exc
     except SignalException as exc:
         # The ranks are down; now the signal has the effect it would have had without us.
         _restore_handlers(handlers)
         shutil.rmtree(folder, ignore_errors=True)
         signal.raise_signal(exc.sigval)
         raise
+    except (RendezvousError, dist.DistError) as exc:
+        # The agent itself lost the others: the rendezvous or its store (hosted by node 0) went.
+        if hosts is None:
+            raise
+        raise PeerLost(None, f"{type(exc).__name__}: {exc}", qualified_name(exc)) from exc
     finally:
         _restore_handlers(handlers)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _host_configs(hosts: HostGroup, hang_timeout: timedelta) -> dict[str, Any]:
+    # is_host said outright: torch's guess (the endpoint names this machine) would make every
+    # host of a test on one machine try to host the store. read_timeout bounds how long a host
+    # started before node 0 keeps trying to reach its store (60 s by default).
+    return {"is_host": hosts.is_host, "read_timeout": int(hang_timeout.total_seconds())}
 
 
 # A rank's command: the launcher's import path first, so whatever it could import, the rank can.
@@ -172,62 +183,41 @@ _BOOTSTRAP = (
 _CALL = "call.pkl"
 
 
-def _value_file(rank: int) -> str:
-    return f"value-{rank}.pkl"
+def _value_file(local_rank: int) -> str:
+    return f"value-{local_rank}.pkl"
 
 
 def rank_process(folder: str, parent_pid: int) -> None:
-    """One rank, in a process the launcher started (rank and rendezvous in its environment):
-    run the launch's call and leave the value in ``folder``, or a report of what it raised."""
+    """One rank, in a process the launcher started (its local rank and the rendezvous in its
+    environment): run the launch's call and leave the value in ``folder``, or a report of what it
+    raised."""
     # First: loading the call imports for seconds. The launch runs in the caller's thread and
     # returns only once every rank has ended, so that thread outlives its ranks.
     die_with_parent(parent_pid)
-    path, rank = Path(folder), int(os.environ["RANK"])
+    path, local_rank = Path(folder), int(os.environ["LOCAL_RANK"])
+    rank = local_rank
     try:
-        entry, args, device, hang_timeout = pickle.loads((path / _CALL).read_bytes())
+        entry, args, device, hang_timeout, hosts = pickle.loads((path / _CALL).read_bytes())
+        # Across hosts the global rank follows node order, not the rendezvous' (host_group says why).
+        rank = hosts.rank_offset + local_rank if hosts else int(os.environ["RANK"])
+        world_size = int(os.environ["WORLD_SIZE"])
         cuda = pick_device(device).type == "cuda"
-        local_rank = int(os.environ["LOCAL_RANK"])
         comm_device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
         if cuda:
             torch.cuda.set_device(comm_device)
-        dist.init_process_group("nccl" if cuda else "gloo", timeout=hang_timeout)
-        value = entry(Ranks(dist.get_rank(), dist.get_world_size(), comm_device), *args)
-        write_whole(path / _value_file(rank), pickle.dumps(value))
+        dist.init_process_group("nccl" if cuda else "gloo", timeout=hang_timeout, rank=rank,
+                                world_size=world_size)
+        node_sizes = hosts.node_sizes if hosts else ()
+        value = entry(Ranks(rank, world_size, comm_device, node_sizes), *args)
+        write_whole(path / _value_file(local_rank), pickle.dumps(value))
     except Exception as exc:
         # Before the group goes: destroying it breaks the other ranks' collectives, and their
         # reports of that must come later than this one, the cause.
-        _write_report(path, rank, exc)
+        write_report(path, local_rank, rank, exc)
         raise
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def _write_report(folder: Path, rank: int, exc: Exception) -> None:
-    """What the rank raised, as JSON."""
-    report = {
-        "rank": rank,
-        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-        "code": exc.code if isinstance(exc, GRPOError) else None,
-        "message": exc.message if isinstance(exc, GRPOError) else f"{type(exc).__name__}: {exc}",
-        "traceback": traceback_tail(),
-        "time": time.time(),
-    }
-    write_whole(folder / f"rank-{rank}.json", json.dumps(report).encode())
-
-
-def _rank_error(exc: Any, folder: Path) -> GRPOError:
-    """The cause among the failed ranks (``exc``: torch's ChildFailedError). A rank that ended
-    without a report and not by the teardown signal died first: the others failed because it
-    went (a collective broke) or were torn down. Otherwise the earliest report is the cause."""
-    reports = {r["rank"]: r for r in (json.loads(p.read_text()) for p in folder.glob("rank-*.json"))}
-    failures = sorted(exc.failures.items())
-    died = [(rank, f) for rank, f in failures if rank not in reports and f.exitcode != -_TEARDOWN_SIGNAL]
-    if died or not reports:
-        rank, failure = died[0] if died else failures[0]
-        return RankDied(rank, failure.exitcode, failure.pid)
-    first = min(reports.values(), key=lambda r: r["time"])
-    return RankFailed(first["rank"], first["type"], first["message"], first["traceback"], first["code"])
 
 
 def _current_handlers() -> dict[signal.Signals, Any]:
