@@ -57,6 +57,8 @@ ERROR_CODES: dict[str, str] = {
     "storage_unavailable": "the worker could not reach the object store (GRPO_STORAGE_URL) for longer "
                            "than its retry budget, at a resume or at the job's end",
     "capability_missing": "the worker no longer offers something the job's rewards need",
+    "peer_lost": "a job spanning hosts lost one of them (its worker gone, or a rank on another host "
+                 "killed): it went back to the queue to resume on a new set of hosts",
     "too_many_attempts": "it went back to the queue after a fault (a worker lost, a process killed) "
                          "GRPO_MAX_ATTEMPTS times: the message names the last cause; grpo retry gives "
                          "it a fresh budget",
