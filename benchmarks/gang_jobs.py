@@ -68,7 +68,7 @@ def stack_env(database_url: str, storage: dict[str, str], models: Path, data: Pa
 
 
 @contextlib.contextmanager
-def processes(logs: Path) -> Iterator[list[subprocess.Popen]]:
+def processes() -> Iterator[list[subprocess.Popen]]:
     started: list[subprocess.Popen] = []
     try:
         yield started
@@ -91,32 +91,37 @@ def start(started: list[subprocess.Popen], args: list[str], env: dict[str, str],
                                         stderr=subprocess.STDOUT, start_new_session=True))
 
 
-def run_layout(layout: str, args: argparse.Namespace, base_env: dict[str, str], folder: Path) -> dict[str, Any]:
+def run_layout(layout: str, args: argparse.Namespace, base_env: dict[str, str],
+               folder: Path) -> dict[str, Any]:
     """One job of ``resources.gpus: 2`` through a fresh pool of ``layout``'s workers."""
     from api.job_spec import JobSpec
+    from api.settings import Settings
     from api.store.bus import connect, live_workers
     from api.store.db import session_scope
     from api.store.jobs import create_job, get_job
     from api.store.teams import DEFAULT_TEAM, team_id_by_name
     from api.store.telemetry import list_events, list_metrics
-    from api.settings import Settings
 
     pool = f"bench{uuid.uuid4().hex[:6]}"
     url = base_env["GRPO_DATABASE_URL"]
     logs = folder / f"logs-{pool}"
     logs.mkdir()
-    with processes(logs) as started:
+    with processes() as started:
         start(started, ["-m", "api.cli.main", "scheduler"], base_env, logs / "scheduler.log")
         for index, slots in enumerate(LAYOUTS[layout]):
             env = {**base_env, "GRPO_POOL": pool, "GRPO_WORKER_GPUS": str(slots),
-                   "GRPO_WORKER_ID": f"{pool}-host{index}", "GRPO_ARTIFACTS_ROOT": str(folder / f"{pool}-{index}")}
+                   "GRPO_WORKER_ID": f"{pool}-host{index}",
+                   "GRPO_ARTIFACTS_ROOT": str(folder / f"{pool}-{index}")}
             start(started, ["-m", "celery", "-A", "worker.celery_app", "worker", "--pool", "prefork",
                             "--without-gossip", "--without-mingle", "--loglevel", "WARNING",
                             "-n", f"{pool}-{index}@%h"], env, logs / f"worker{index}.log")
         settings = Settings(database_url=url, redis_url=REDIS_URL)
         client = connect(settings)
         deadline = time.monotonic() + 120
-        while len([w for w in live_workers(client, settings.redis_keys) if w.pool == pool]) < len(LAYOUTS[layout]):
+        def live() -> int:
+            return len([w for w in live_workers(client, settings.redis_keys) if w.pool == pool])
+
+        while live() < len(LAYOUTS[layout]):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"workers did not start; see {logs}")
             time.sleep(0.2)
@@ -141,11 +146,9 @@ def run_layout(layout: str, args: argparse.Namespace, base_env: dict[str, str], 
             records = list_metrics(session, job.id)
     steps = [m.values["step_time"] for m in records if m.step > args.warmup]
     dispatched = events["dispatched"]
-    first = min(m.ts for m in records) if hasattr(records[0], "ts") else None
     return {"layout": layout, "hosts": len(done.placement),
             "formation_s": (events["started"] - dispatched).total_seconds(),
-            "first_step_s": (first - dispatched).total_seconds() if first else float("nan"),
-            "step_times": steps}
+            "first_step_s": (records[0].ts - dispatched).total_seconds(), "step_times": steps}
 
 
 def main() -> int:
@@ -181,8 +184,8 @@ def main() -> int:
         first = statistics.median(r["first_step_s"] for r in runs[layout])
         step = statistics.median(t for r in runs[layout] for t in r["step_times"])
         reference = reference or (formation, step)
-        rows.append([layout, runs[layout][0]["hosts"], f"{formation:.2f}", f"{first:.2f}", f"{step * 1000:.0f}",
-                     f"{formation / reference[0]:.2f}", f"{step / reference[1]:.2f}"])
+        rows.append([layout, runs[layout][0]["hosts"], f"{formation:.2f}", f"{first:.2f}",
+                     f"{step * 1000:.0f}", f"{formation / reference[0]:.2f}", f"{step / reference[1]:.2f}"])
     print(f"\nload before: {loadavg()}; {args.repeats} repeats x {args.steps} steps (warmup {args.warmup}); "
           f"model hidden {args.hidden_size} x {args.num_layers} layers")
     print(format_table(["layout", "hosts", "formation s", "to 1st step s", "step ms", "formation/ref",

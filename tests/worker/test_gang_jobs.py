@@ -3,8 +3,9 @@ three worker processes act as hosts (each its own worker id, its own CPU slots, 
 folder; all they share is the S3 server process's bucket). A job larger than any one worker trains
 across two of them with the one-process metrics; the loss of one host (its whole worker killed
 mid-job) requeues the job, which resumes from its stored checkpoint on a new gang with every step
-recorded once; and a gang waiting behind 1-GPU jobs gets its reservation and starts before the
-1-GPU job queued after it."""
+recorded once; a pause, a preemption and a cancel reach every host's ranks (the gang checkpoints,
+stops everywhere and resumes on a new dispatch); and a gang waiting behind 1-GPU jobs gets its
+reservation and starts before the 1-GPU job queued after it."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ import pytest
 from same_records import assert_same_record
 
 from api.store.db import session_scope
+from api.store.dispatching import request_preempt
+from api.store.jobs import request_cancel, request_pause, resume
 from api.store.telemetry import list_events, list_metrics
 
 pytestmark = pytest.mark.slow
@@ -56,6 +59,23 @@ def metrics(database_url: str, job_id: int) -> list:
         return list_metrics(session, job_id)
 
 
+def gang_ranks(database_url: str, job_id: int, count: int = 2) -> list[psutil.Process]:
+    """The rank processes of the current dispatch on every host (descendants of the processes the
+    hosts' newest ``devices`` events name), once ``count`` of them run; else []."""
+    ranks = []
+    for event in events(database_url, job_id, "devices")[-count:]:
+        try:
+            children = psutil.Process(event.data["pid"]).children(recursive=True)
+            ranks += [p for p in children if "rank_process" in " ".join(p.cmdline())]
+        except psutil.NoSuchProcess:
+            return []
+    return ranks if len(ranks) == count else []
+
+
+def gone(ranks: list[psutil.Process]) -> bool:
+    return not any(rank.is_running() and rank.status() != psutil.STATUS_ZOMBIE for rank in ranks)
+
+
 def spec(tiny_spec: Callable[..., dict], pool: str, gpus: int, **fields: Any) -> dict:
     # Rewards that vary within each group, a token-mean loss and batch-scaled advantages: the update
     # needs whole-step statistics across every rank of every host.
@@ -86,7 +106,7 @@ def test_a_job_larger_than_any_worker_trains_across_two_with_the_one_process_met
     kinds = [e.type for e in events(database_url, gang, "started") + events(database_url, gang, "finished")]
     assert kinds == ["started", "finished"]  # rank 0 alone reported, from node 0
     [dispatched] = events(database_url, gang, "dispatched")
-    assert [host["worker"] for host in dispatched.data["placement"]] == [host.worker for host in done.placement]
+    assert [host["worker"] for host in dispatched.data["placement"]] == [h.worker for h in done.placement]
 
 
 def test_a_host_lost_mid_job_requeues_the_gang_which_resumes_on_a_new_one_with_each_step_once(
@@ -96,17 +116,20 @@ def test_a_host_lost_mid_job_requeues_the_gang_which_resumes_on_a_new_one_with_e
     hosts = start_hosts(processes, pool, 3, tmp_path, {**bucket_env, **SHORT_LEASE})
     processes.scheduler(**bucket_env, **SHORT_LEASE)
     wait_worker_ready(pool, processes, count=3)
-    job_id = submit(spec(tiny_spec, pool, 2, grpo={"max_steps": steps, "loss_type": "bnpo"}, checkpoint_every=3))
-    first = wait_for(lambda: (job := job_of(job_id)).latest_checkpoint and job.status == "running" and job, 240,
-                     "a first stored checkpoint", processes, interval=0.05)
+    job_id = submit(spec(tiny_spec, pool, 2, grpo={"max_steps": steps, "loss_type": "bnpo"},
+                         checkpoint_every=3))
+    first = wait_for(lambda: (job := job_of(job_id)).latest_checkpoint and job.status == "running" and job,
+                     240, "a first stored checkpoint", processes, interval=0.05)
     # The host that is not node 0: its whole worker dies at once (Celery's main and pool processes,
     # the job's process and its rank with them), as a machine that goes away.
     lost = first.placement[1].worker
     os.killpg(hosts[lost].pid, signal.SIGKILL)
-    [requeued] = wait_for(lambda: events(database_url, job_id, "requeued"), 90, "the gang's requeue", processes)
+    [requeued] = wait_for(lambda: events(database_url, job_id, "requeued"), 90, "the gang's requeue",
+                          processes)
     assert "a host of the gang was lost" in requeued.message, requeued.message
 
-    done = wait_for(lambda: finished(job_id), 300, "the job to resume on a new gang", processes, interval=0.5)
+    done = wait_for(lambda: finished(job_id), 300, "the job to resume on a new gang", processes,
+                    interval=0.5)
     assert done.status == "succeeded", done.error
     assert done.attempt == 2
     assert lost not in [host.worker for host in done.placement] and len(done.placement) == 2
@@ -114,6 +137,49 @@ def test_a_host_lost_mid_job_requeues_the_gang_which_resumes_on_a_new_one_with_e
     [resumed] = events(database_url, job_id, "resumed")
     assert resumed.data["step"] >= 3
     assert not psutil.pid_exists(hosts[lost].pid) or psutil.Process(hosts[lost].pid).status() == "zombie"
+
+
+def test_a_pause_a_preemption_and_a_cancel_reach_every_hosts_ranks(
+        processes, submit, tiny_spec, job_of, finished, wait_for, pool, database_url, wait_worker_ready,
+        bucket_env, tmp_path):
+    steps = 40
+    start_hosts(processes, pool, 2, tmp_path, bucket_env)
+    processes.scheduler(**bucket_env)
+    wait_worker_ready(pool, processes, count=2)
+    job_id = submit(spec(tiny_spec, pool, 2, grpo={"max_steps": steps, "loss_type": "bnpo"},
+                         checkpoint_every=50))
+    elsewhere = submit(spec(tiny_spec, f"{pool}x", 1, name="stands-in-for-an-urgent-job"))
+
+    def running_ranks() -> list[psutil.Process]:
+        job = job_of(job_id)
+        return job.status == "running" and job.last_step >= 1 and gang_ranks(database_url, job_id)
+
+    for stop in ("pause", "preempt"):
+        ranks = wait_for(running_ranks, 180, f"the gang to train before its {stop}", processes, interval=0.05)
+        with session_scope(database_url) as session:
+            if stop == "pause":
+                request_pause(session, job_id)
+            else:
+                assert request_preempt(session, job_id, elsewhere)
+        status = "paused" if stop == "pause" else "preempted"
+        stopped = wait_for(lambda s=status: (job := job_of(job_id)).status == s and job, 60, status,
+                           processes, interval=0.05)
+        # Rank 0 saw the stop and every rank on both hosts checkpointed and ended with it.
+        assert stopped.latest_checkpoint.endswith(f"step-{stopped.last_step}") and stopped.placement == []
+        wait_for(lambda r=ranks: gone(r), 30, f"every host's rank to end after the {stop}", processes)
+        if stop == "pause":
+            with session_scope(database_url) as session:
+                resume(session, job_id)
+
+    ranks = wait_for(running_ranks, 180, "the gang to train again", processes, interval=0.05)
+    with session_scope(database_url) as session:
+        request_cancel(session, job_id)
+    cancelled = wait_for(lambda: finished(job_id), 60, "the cancel", processes, interval=0.05)
+    assert cancelled.status == "cancelled"
+    wait_for(lambda: gone(ranks), 30, "every host's rank to end after the cancel", processes)
+    recorded = [m.step for m in metrics(database_url, job_id)]
+    assert recorded == list(range(1, cancelled.last_step + 1)) and cancelled.last_step < steps  # each once
+    assert len(events(database_url, job_id, "resumed")) == 2
 
 
 def test_a_gang_waiting_behind_one_gpu_jobs_gets_its_reservation_and_starts_before_a_later_one(
@@ -127,11 +193,12 @@ def test_a_gang_waiting_behind_one_gpu_jobs_gets_its_reservation_and_starts_befo
     processes.scheduler(**bucket_env)
     # The first 1-GPU job takes one host; the gang cannot form and reserves the other, which the
     # 1-GPU job queued after it may not take.
-    wait_for(lambda: job_of(gang).pending_reason == "gang_forming" and job_of(later).pending_reason == "reserved",
-             120, "the gang's reservation", processes, interval=0.1)
+    wait_for(lambda: job_of(gang).pending_reason == "gang_forming"
+             and job_of(later).pending_reason == "reserved", 120, "the gang's reservation", processes,
+             interval=0.1)
     assert job_of(later).status == "queued"
-    runs = {job_id: wait_for(lambda j=job_id: finished(j), 300, f"job {job_id} to end", processes, interval=0.5)
-            for job_id in (first, gang, later)}
+    runs = {job_id: wait_for(lambda j=job_id: finished(j), 300, f"job {job_id} to end", processes,
+                             interval=0.5) for job_id in (first, gang, later)}
     assert all(run.status == "succeeded" for run in runs.values()), {j: r.error for j, r in runs.items()}
     assert runs[first].finished_at <= runs[gang].started_at  # the gang took both hosts once free
     assert runs[gang].started_at < runs[later].started_at
