@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -226,3 +227,14 @@ def test_a_jobs_error_fails_its_own_host_and_the_other_loses_a_peer(tmp_path):
         failed = ("RankFailed", "reward_error", "rank 1 failed: the reward raised at scoring")
         assert node.outcome() == ("error", failed)
     assert lost.value.local_rank == 0 and not isinstance(lost.value, RankFailed)
+
+
+@pytest.mark.parametrize("node", [0, 1])
+def test_a_host_whose_peers_never_join_raises_peer_lost(node):
+    # Node 0 waits for node 1 at its rendezvous; node 1 for node 0's store, which never opens.
+    hosts = host_groups((1, 1))[node]
+    with pytest.raises(PeerLost) as lost:
+        launch_ranks(where_am_i, (node,), 1, device="cpu", hang_timeout=timedelta(seconds=3), hosts=hosts)
+    assert lost.value.local_rank is None  # the launcher noticed, before any rank started
+    expected = "RendezvousTimeoutError" if node == 0 else "RendezvousConnectionError"
+    assert lost.value.exception_type.endswith(expected)
