@@ -201,8 +201,11 @@ def rank_process(folder: str, parent_pid: int) -> None:
     rank = local_rank
     try:
         entry, args, device, hang_timeout, hosts = pickle.loads((path / _CALL).read_bytes())
-        # Across hosts the global rank follows node order, not the rendezvous' (host_group says why).
+        # Across hosts the global rank follows node order, not the rendezvous' (host_group says why);
+        # the environment says so too, for any library that reads it. With the agent's store
+        # every rank is a client of node 0's, so the process group takes any rank it is given.
         rank = hosts.rank_offset + local_rank if hosts else int(os.environ["RANK"])
+        os.environ["RANK"] = str(rank)
         world_size = int(os.environ["WORLD_SIZE"])
         cuda = pick_device(device).type == "cuda"
         comm_device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
