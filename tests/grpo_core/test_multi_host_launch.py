@@ -163,9 +163,12 @@ def shards_of_a_layer_weight(run: Path) -> int:
     return len(metadata.state_dict_metadata["model.model.layers.0.mlp.up_proj.weight"].chunks)
 
 
-def where_am_i(ranks: Ranks, node: int) -> tuple[int, int, int, tuple[int, ...]]:
-    """This rank's node, global rank, the rank torch's rendezvous gave its node, and the layout."""
-    return node, ranks.rank, int(os.environ["GROUP_RANK"]), ranks.node_sizes
+def where_am_i(ranks: Ranks, node: int) -> tuple[int, int, int, tuple[int, ...], float]:
+    """This rank's node, global rank, the rank torch's rendezvous gave its node, the layout, and
+    the ranks' count summed over the group. The sum also keeps a rank from leaving while gloo
+    still connects the others: a rank that ends right after joining closes its connections
+    under a peer still making its own ("Connection closed by peer" in connectFullMesh)."""
+    return node, ranks.rank, int(os.environ["GROUP_RANK"]), ranks.node_sizes, ranks.sum([1.0])[0]
 
 
 def test_global_rank_0_is_on_node_0_whatever_order_the_rendezvous_gives_the_nodes(tmp_path):
@@ -176,8 +179,8 @@ def test_global_rank_0_is_on_node_0_whatever_order_the_rendezvous_gives_the_node
                     hang_timeout=HANG, hosts=node_0) as node:
         here = launch_ranks(where_am_i, (1,), 2, device="cpu", hang_timeout=HANG, hosts=node_1)
         there = node.value()
-    assert there == [(0, 0, 1, (1, 2))]
-    assert here == [(1, 1, 0, (1, 2)), (1, 2, 0, (1, 2))]
+    assert there == [(0, 0, 1, (1, 2), 3.0)]
+    assert here == [(1, 1, 0, (1, 2), 3.0), (1, 2, 0, (1, 2), 3.0)]
 
 
 def sum_until_stopped(ranks: Ranks, folder: str) -> None:
