@@ -162,7 +162,8 @@ def launch_ranks(entry: Callable[..., T], args: Sequence[Any], nproc: int, *, de
         # The agent itself lost the others: the rendezvous or its store (hosted by node 0) went.
         if hosts is None:
             raise
-        raise PeerLost(None, f"{type(exc).__name__}: {exc}", qualified_name(exc)) from exc
+        reason = str(exc) or f"not every host joined the rendezvous within {hang_timeout}"
+        raise PeerLost(None, f"{type(exc).__name__}: {reason}", qualified_name(exc)) from exc
     finally:
         _restore_handlers(handlers)
         shutil.rmtree(folder, ignore_errors=True)
@@ -170,9 +171,11 @@ def launch_ranks(entry: Callable[..., T], args: Sequence[Any], nproc: int, *, de
 
 def _host_configs(hosts: HostGroup, hang_timeout: timedelta) -> dict[str, Any]:
     # is_host said outright: torch's guess (the endpoint names this machine) would make every
-    # host of a test on one machine try to host the store. read_timeout bounds how long a host
-    # started before node 0 keeps trying to reach its store (60 s by default).
-    return {"is_host": hosts.is_host, "read_timeout": int(hang_timeout.total_seconds())}
+    # host of a test on one machine try to host the store. join_timeout bounds the wait for the
+    # other hosts (the c10d rendezvous reads it, not rdzv_timeout: 600 s by default), read_timeout
+    # how long a host started before node 0 keeps trying to reach its store (60 s by default).
+    seconds = int(hang_timeout.total_seconds())
+    return {"is_host": hosts.is_host, "join_timeout": seconds, "read_timeout": seconds}
 
 
 # A rank's command: the launcher's import path first, so whatever it could import, the rank can.
@@ -198,8 +201,11 @@ def rank_process(folder: str, parent_pid: int) -> None:
     rank = local_rank
     try:
         entry, args, device, hang_timeout, hosts = pickle.loads((path / _CALL).read_bytes())
-        # Across hosts the global rank follows node order, not the rendezvous' (host_group says why).
+        # Across hosts the global rank follows node order, not the rendezvous' (host_group says why);
+        # the environment says so too, for any library that reads it. With the agent's store
+        # every rank is a client of node 0's, so the process group takes any rank it is given.
         rank = hosts.rank_offset + local_rank if hosts else int(os.environ["RANK"])
+        os.environ["RANK"] = str(rank)
         world_size = int(os.environ["WORLD_SIZE"])
         cuda = pick_device(device).type == "cuda"
         comm_device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")

@@ -79,7 +79,9 @@ def qualified_name(exc: BaseException) -> str:
 # Gloo's transport raises a plain RuntimeError whose message starts with its source location, e.g.
 # "[.../third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error [10.0.0.2]:32456: Connection
 # reset by peer" (seen with torch 2.13 when the peer's process was SIGKILLed mid all_reduce), or
-# "... unbound_buffer.cc ...] Timed out waiting ... for recv operation" for a frozen peer.
+# "... unbound_buffer.cc ...] Timed out waiting ... for recv operation" for a frozen peer; while
+# the group is being made, wrapped: "Gloo connectFullMesh failed with [.../gloo/transport/tcp/
+# pair.cc:553] Connection closed by peer" (seen when a peer left right after joining).
 _GLOO_TRANSPORT = "gloo/transport/"
 
 

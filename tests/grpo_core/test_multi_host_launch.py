@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -162,9 +163,12 @@ def shards_of_a_layer_weight(run: Path) -> int:
     return len(metadata.state_dict_metadata["model.model.layers.0.mlp.up_proj.weight"].chunks)
 
 
-def where_am_i(ranks: Ranks, node: int) -> tuple[int, int, int, tuple[int, ...]]:
-    """This rank's node, global rank, the rank torch's rendezvous gave its node, and the layout."""
-    return node, ranks.rank, int(os.environ["GROUP_RANK"]), ranks.node_sizes
+def where_am_i(ranks: Ranks, node: int) -> tuple[int, int, int, tuple[int, ...], float]:
+    """This rank's node, global rank, the rank torch's rendezvous gave its node, the layout, and
+    the ranks' count summed over the group. The sum also keeps a rank from leaving while gloo
+    still connects the others: a rank that ends right after joining closes its connections
+    under a peer still making its own ("Connection closed by peer" in connectFullMesh)."""
+    return node, ranks.rank, int(os.environ["GROUP_RANK"]), ranks.node_sizes, ranks.sum([1.0])[0]
 
 
 def test_global_rank_0_is_on_node_0_whatever_order_the_rendezvous_gives_the_nodes(tmp_path):
@@ -175,8 +179,8 @@ def test_global_rank_0_is_on_node_0_whatever_order_the_rendezvous_gives_the_node
                     hang_timeout=HANG, hosts=node_0) as node:
         here = launch_ranks(where_am_i, (1,), 2, device="cpu", hang_timeout=HANG, hosts=node_1)
         there = node.value()
-    assert there == [(0, 0, 1, (1, 2))]
-    assert here == [(1, 1, 0, (1, 2)), (1, 2, 0, (1, 2))]
+    assert there == [(0, 0, 1, (1, 2), 3.0)]
+    assert here == [(1, 1, 0, (1, 2), 3.0), (1, 2, 0, (1, 2), 3.0)]
 
 
 def sum_until_stopped(ranks: Ranks, folder: str) -> None:
@@ -226,3 +230,14 @@ def test_a_jobs_error_fails_its_own_host_and_the_other_loses_a_peer(tmp_path):
         failed = ("RankFailed", "reward_error", "rank 1 failed: the reward raised at scoring")
         assert node.outcome() == ("error", failed)
     assert lost.value.local_rank == 0 and not isinstance(lost.value, RankFailed)
+
+
+@pytest.mark.parametrize("node", [0, 1])
+def test_a_host_whose_peers_never_join_raises_peer_lost(node):
+    # Node 0 waits for node 1 at its rendezvous; node 1 for node 0's store, which never opens.
+    hosts = host_groups((1, 1))[node]
+    with pytest.raises(PeerLost) as lost:
+        launch_ranks(where_am_i, (node,), 1, device="cpu", hang_timeout=timedelta(seconds=3), hosts=hosts)
+    assert lost.value.local_rank is None  # the launcher noticed, before any rank started
+    expected = "RendezvousTimeoutError" if node == 0 else "RendezvousConnectionError"
+    assert lost.value.exception_type.endswith(expected)
