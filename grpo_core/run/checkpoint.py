@@ -19,10 +19,24 @@ full disk is reported as ``disk_full`` with the path and the space left. Once a 
 complete, rank 0 deletes those beyond the spec's ``checkpoint_keep_last`` and ``optimizer.pt``
 from all but the newest (``prune_checkpoints``); the sharded ``distributed/`` state, which holds
 the weights too, stays whole.
+
+When the ranks span hosts, the hosts share no disk: only node 0's folder is the checkpoint (the
+service uploads it, and every host fetches the stored checkpoint into its own folder before a
+resume), so a path rank 0 made means nothing on another host. There rank 0 writes everything
+and the other ranks write nothing, nor make any folder: every rank's share of a pending round
+comes to rank 0 over the process group (the same ``experience-rank{r}.pt`` files), and under fsdp
+the weights and optimizer state are gathered whole into rank 0's CPU memory and written in the
+non-distributed format (``optimizer.pt`` and the export, ``grpo_core.run.full_state``), which a
+sharded run loads on any number of ranks, and one process too. The cost: rank 0 holds the whole
+optimizer state (twice the weights in float32 for AdamW) in CPU memory at each checkpoint, which a
+large host affords up to ~10B parameters. The scalable way, each host uploading its own shards
+and node 0 marking the checkpoint complete once all are stored, is not built. Loading reads
+whichever format the folder has, so a run moves between one host and several either way.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
@@ -43,6 +57,7 @@ from grpo_core.io.paths import folder_bytes
 from grpo_core.io.prompt_data import PromptSampler
 from grpo_core.parallel.distributed import SINGLE, Ranks
 from grpo_core.parallel.sharding import is_sharded
+from grpo_core.run.full_state import OPTIMIZER_FILE, gathered_state, load_full_state
 from grpo_core.run.processes import process_alive
 
 if TYPE_CHECKING:
@@ -52,7 +67,6 @@ if TYPE_CHECKING:
 
 STATE_FILE = "trainer_state.json"
 DISTRIBUTED_DIR = "distributed"
-OPTIMIZER_FILE = "optimizer.pt"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 _TMP_DIR = re.compile(r"^\.step-\d+\.tmp-(\d+)$")  # rank 0's pid: the writer
 
@@ -94,56 +108,99 @@ def save_checkpoint(
     distributed: bool = False,
 ) -> Path:
     """Write ``root/step-{state.step}`` atomically and return it. Every rank calls this;
-    ``distributed`` selects the ``torch.distributed.checkpoint`` format (``sharding: fsdp``)."""
+    ``distributed`` selects the ``torch.distributed.checkpoint`` format (``sharding: fsdp``) on
+    one host. Across hosts rank 0 alone writes (the module docstring says why)."""
     final = root / f"step-{state.step}"
+    contents = _Contents(models, tokenizer, optimizer, scheduler, experience)
+    if _spans_hosts(ranks):
+        _save_on_rank_0(root, state, contents, ranks, distributed)
+        return final
     tmp = _shared_tmp_folder(root, state.step, ranks)
     # Whichever rank fails removes the shared folder: a half-written checkpoint is useless,
     # and on a full disk its bytes are the ones the next attempt needs.
     with disk_full_reported(tmp, "checkpoint", undo=lambda: shutil.rmtree(tmp, ignore_errors=True)):
-        _write_into(
-            tmp,
-            state,
-            models=models,
-            tokenizer=tokenizer,
-            optimizer=optimizer,
-            scheduler=scheduler,
-            experience=experience,
-            ranks=ranks,
-            distributed=distributed,
-        )
+        _write_into(tmp, state, contents, ranks, distributed)
     if ranks.is_main:
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
     return final
 
 
-def _write_into(
-    tmp: Path,
-    state: TrainerState,
-    *,
-    models: PolicyAndReference,
-    tokenizer: PreTrainedTokenizerBase,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    experience: Experience | None,
-    ranks: Ranks,
-    distributed: bool,
-) -> None:
-    weights = _save_distributed(tmp, models, optimizer) if distributed else None
+@dataclass(frozen=True)
+class _Contents:
+    """What a checkpoint saves besides the trainer state, as the trainer passed it."""
+
+    models: PolicyAndReference
+    tokenizer: PreTrainedTokenizerBase
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    experience: Experience | None
+
+
+def _write_into(tmp: Path, state: TrainerState, contents: _Contents, ranks: Ranks, distributed: bool) -> None:
+    weights = _save_distributed(tmp, contents.models, contents.optimizer) if distributed else None
     if ranks.is_main:
         # ``weights`` is the gathered state under fsdp; None saves the module's own.
-        models.policy.save_pretrained(tmp, safe_serialization=True, state_dict=weights)
-        tokenizer.save_pretrained(tmp)
-        if not distributed:
-            torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
-        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-        torch.save(rng_state(), tmp / "rng.pt")
-    if experience is not None:
-        torch.save(experience, tmp / _experience_file(ranks.rank, ranks.world_size))
+        _write_main_files(tmp, contents, weights, None if distributed else contents.optimizer.state_dict())
+    if contents.experience is not None:
+        torch.save(contents.experience, tmp / _experience_file(ranks.rank, ranks.world_size))
     ranks.barrier()
     if ranks.is_main:
-        # Written last: its presence marks the checkpoint complete.
-        (tmp / STATE_FILE).write_text(json.dumps(state.__dict__, indent=2))
+        _mark_complete(tmp, state)
+
+
+def _write_main_files(tmp: Path, contents: _Contents, weights: dict[str, torch.Tensor] | None,
+                      optimizer_state: dict[str, Any] | None) -> None:
+    """Rank 0's files: the export (``weights``, or the module's own when None), the tokenizer,
+    the optimizer state unless it is in the distributed format, the scheduler and RNG."""
+    contents.models.policy.save_pretrained(tmp, safe_serialization=True, state_dict=weights)
+    contents.tokenizer.save_pretrained(tmp)
+    if optimizer_state is not None:
+        torch.save(optimizer_state, tmp / OPTIMIZER_FILE)
+    torch.save(contents.scheduler.state_dict(), tmp / "scheduler.pt")
+    torch.save(rng_state(), tmp / "rng.pt")
+
+
+def _mark_complete(tmp: Path, state: TrainerState) -> None:
+    # Written last: its presence marks the checkpoint complete.
+    (tmp / STATE_FILE).write_text(json.dumps(state.__dict__, indent=2))
+
+
+def _spans_hosts(ranks: Ranks) -> bool:
+    return len(ranks.node_sizes) > 1
+
+
+def _save_on_rank_0(root: Path, state: TrainerState, contents: _Contents, ranks: Ranks,
+                    distributed: bool) -> None:
+    """Across hosts: what other ranks hold comes to rank 0, which writes the whole checkpoint in
+    its own folder; the others write nothing. Under fsdp the state is gathered whole (CPU)."""
+    optimizer = contents.optimizer
+    weights, optimizer_state = gathered_state(contents.models, optimizer) if distributed else (None, None)
+    # Each rank's pending share, serialized as that rank would have written its file.
+    experience = contents.experience
+    shares = ranks.gather_objects(None if experience is None else _serialized(experience))
+    if not ranks.is_main:
+        return
+    if not distributed:
+        optimizer_state = optimizer.state_dict()  # replicated under ddp: rank 0's is everyone's
+    final = root / f"step-{state.step}"
+    tmp = root / f".step-{state.step}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    with disk_full_reported(tmp, "checkpoint", undo=lambda: shutil.rmtree(tmp, ignore_errors=True)):
+        tmp.mkdir(parents=True)
+        _write_main_files(tmp, contents, weights, optimizer_state)
+        for rank, share in enumerate(shares):
+            if share is not None:
+                (tmp / _experience_file(rank, ranks.world_size)).write_bytes(share)
+        _mark_complete(tmp, state)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+
+
+def _serialized(experience: Experience) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(experience, buffer)
+    return buffer.getvalue()
 
 
 def sweep_stale_tmp_folders(root: Path) -> list[Path]:
@@ -292,18 +349,15 @@ def load_checkpoint(
         )
     if (path / DISTRIBUTED_DIR).is_dir():
         _load_distributed(path, models, optimizer)
-    elif is_sharded(models.policy):
-        raise GRPOError(
-            f"{path} was written under sharding: ddp; a sharded (fsdp) run resumes only from its "
-            "own distributed checkpoints",
-            code="resume_unsupported",
-        )
     elif not (path / OPTIMIZER_FILE).is_file():
         raise GRPOError(
             f"{path} has no optimizer state: checkpoint_keep_last keeps it only in the newest "
             "checkpoint, which is the one a run resumes from",
             code="resume_unsupported",
         )
+    elif is_sharded(models.policy):
+        # Written whole (across hosts, or by ddp): each rank keeps its shards of it.
+        load_full_state(path, models, optimizer)
     else:
         _load_weights(path, models)
         optimizer.load_state_dict(torch.load(path / OPTIMIZER_FILE, weights_only=False))
@@ -314,7 +368,10 @@ def load_checkpoint(
     experience = None
     if state.has_experience:
         file = path / _experience_file(ranks.rank, ranks.world_size)
-        experience = torch.load(file, weights_only=False)
+        # Across hosts a rank's file may have been written by a rank on other devices (another
+        # layout of hosts); a launched rank's device is its own.
+        where = ranks.device if _spans_hosts(ranks) else None
+        experience = torch.load(file, map_location=where, weights_only=False)
     return state, experience
 
 

@@ -4,105 +4,35 @@ service's workers of a gang are. The run equals the 1-process one under ddp and 
 and uneven hosts; global rank 0 is node 0's whatever order torch's rendezvous gives the nodes;
 and a host whose peer died raises PeerLost, not the job's failure.
 
-Both nodes write into one output folder, as the hosts of a gang share the run's folder: under
-fsdp every rank writes its shards of a checkpoint into the folder rank 0 made.
+Both nodes write into one output folder here; what is written where when hosts share no disk is
+test_multi_host_checkpoints's.
 """
 
 from __future__ import annotations
 
+import math
 import os
-import pickle
 import signal
-import subprocess
-import sys
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
+from multi_host import OtherHost, host_groups, other_host, train_on_hosts
 from run_records import assert_same_run, assert_same_samples, records
 from test_distributed import COMPARABLE_ADAM, HANG
 from test_launch import fail_on
 from test_sharding import job, train
 from waiting import wait_until
 
-from grpo_core.errors import GRPOError
+from grpo_core.io.model_loading import PolicyAndReference
 from grpo_core.parallel.distributed import Ranks
-from grpo_core.run.host_group import HostGroup, free_port
-from grpo_core.run.launch import PeerLost, RankFailed, launch_ranks, run_data_parallel
+from grpo_core.parallel.sharding import shard_models
+from grpo_core.run.launch import PeerLost, RankFailed, launch_ranks
 from grpo_core.spec.run_spec import RunSpec
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
-
-
-def host_groups(node_sizes: tuple[int, ...]) -> list[HostGroup]:
-    """Every node's HostGroup for one launch on this machine (all at 127.0.0.1)."""
-    port = free_port("127.0.0.1")
-    run_id = f"test-{uuid.uuid4().hex[:12]}"
-    return [HostGroup(node, node_sizes, f"127.0.0.1:{port}", run_id, "127.0.0.1")
-            for node in range(len(node_sizes))]
-
-
-def run_node(folder: str) -> None:
-    """In the other host's process: the call in ``folder``, its outcome written back."""
-    function, args, kwargs = pickle.loads((Path(folder) / "call.pkl").read_bytes())
-    try:
-        outcome: tuple[str, Any] = ("value", function(*args, **kwargs))
-    except GRPOError as exc:
-        outcome = ("error", (type(exc).__name__, exc.code, exc.message))
-    (Path(folder) / "outcome.pkl").write_bytes(pickle.dumps(outcome))
-
-
-@dataclass
-class OtherHost:
-    process: subprocess.Popen
-    folder: Path
-
-    def outcome(self) -> tuple[str, Any]:
-        assert self.process.wait(timeout=HANG.total_seconds()) == 0, "the other host's process failed"
-        return pickle.loads((self.folder / "outcome.pkl").read_bytes())
-
-    def value(self) -> Any:
-        kind, value = self.outcome()
-        assert kind == "value", value
-        return value
-
-
-@contextmanager
-def other_host(folder: Path, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Iterator[OtherHost]:
-    """``function(*args, **kwargs)`` in a new Python process (it must be importable: a module-level
-    function of the core or of this module); killed if the test leaves before it ends."""
-    folder.mkdir(parents=True)
-    (folder / "call.pkl").write_bytes(pickle.dumps((function, args, kwargs)))
-    script = "import sys; from test_multi_host_launch import run_node; run_node(sys.argv[1])"
-    path = [str(REPO), str(REPO / "tests"), str(Path(__file__).parent)]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
-    process = subprocess.Popen([sys.executable, "-c", script, str(folder)], env=env, cwd=REPO)
-    try:
-        yield OtherHost(process, folder)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-
-
-def train_on_hosts(spec: RunSpec, root: Path, name: str, node_sizes: tuple[int, ...]) -> Path:
-    """The run on two hosts: node 1 in a child process, node 0 here; one output folder."""
-    node_0, node_1 = host_groups(node_sizes)
-    out = root / name
-    common = dict(device="cpu", progress=False, hang_timeout=HANG)
-    with other_host(root / f"{name}-node-1", run_data_parallel, spec, root, out, node_sizes[1],
-                    hosts=node_1, **common) as node:
-        run_data_parallel(spec, root, out, node_sizes[0], hosts=node_0, **common)
-        assert node.value().step == spec.grpo.max_steps
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -136,13 +66,14 @@ def test_ddp_on_two_hosts_of_one_rank_trains_exactly_like_one_process(four_promp
 
 
 def test_hybrid_sharded_fsdp_on_two_hosts_of_two_ranks_trains_exactly_like_one_process(
-        four_prompts_single, runs_root):
+        four_prompts_single, runs_root, tiny_model_dir):
     # Heaviest here: 4 ranks. Equal hosts: each parameter sharded within a host, replicated across.
     spec, one = four_prompts_single
     four = train_on_hosts(with_sharding(spec, "fsdp"), runs_root, "hsdp-2+2", (2, 2))
     assert_same_samples(one, four)
     assert_same_run(one, four)
-    assert shards_of_a_layer_weight(four) == 2  # a host's 2 ranks; the other host holds copies
+    # A host's 2 ranks split each weight; the other host holds copies.
+    assert shards_of_a_layer_weight(tiny_model_dir, (2, 2), runs_root) == 2
 
 
 def test_fsdp_on_uneven_hosts_trains_exactly_like_one_process(tiny_model_dir, runs_root):
@@ -152,15 +83,31 @@ def test_fsdp_on_uneven_hosts_trains_exactly_like_one_process(tiny_model_dir, ru
     three = train_on_hosts(spec, runs_root, "fsdp-2+1", (2, 1))
     assert_same_samples(one, three)
     assert_same_run(one, three)
-    assert shards_of_a_layer_weight(three) == 3
+    assert shards_of_a_layer_weight(tiny_model_dir, (2, 1), runs_root) == 3
 
 
-def shards_of_a_layer_weight(run: Path) -> int:
-    """Into how many shards the sharded checkpoint of step 3 split a decoder layer's weight."""
-    import torch.distributed.checkpoint as dcp
+def shards_of_a_layer_weight(model_dir: Path, node_sizes: tuple[int, ...], root: Path) -> int:
+    """Into how many shards the ranks of ``node_sizes`` hosts split a decoder layer's weight, as a
+    run shards the model (its checkpoints across hosts are written whole, so they cannot say)."""
+    node_0, node_1 = host_groups(node_sizes)
+    common = dict(device="cpu", hang_timeout=HANG)
+    with other_host(root / f"shards-{node_1.run_id}", launch_ranks, _layer_weight_shards,
+                    (model_dir,), node_sizes[1], hosts=node_1, **common) as node:
+        shards = launch_ranks(_layer_weight_shards, (model_dir,), node_sizes[0], hosts=node_0, **common)
+        shards += node.value()
+    assert len(set(shards)) == 1, shards
+    return shards[0]
 
-    metadata = dcp.FileSystemReader(str(run / "checkpoints" / "step-3" / "distributed")).read_metadata()
-    return len(metadata.state_dict_metadata["model.model.layers.0.mlp.up_proj.weight"].chunks)
+
+def _layer_weight_shards(ranks: Ranks, model_dir: Path) -> int:
+    """On each rank: the model sharded as a run shards it, and over how many ranks the weight is split."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    shard_models(PolicyAndReference(model, None, uses_adapters=False), ranks)
+    weight = model.model.layers[0].mlp.up_proj.weight
+    return math.prod(weight.device_mesh.size(dim) for dim, placement in enumerate(weight.placements)
+                     if placement.is_shard())
 
 
 def where_am_i(ranks: Ranks, node: int) -> tuple[int, int, int, tuple[int, ...], float]:
