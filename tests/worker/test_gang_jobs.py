@@ -80,30 +80,36 @@ def gone(ranks: list[psutil.Process]) -> bool:
 def spec(tiny_spec: Callable[..., dict], pool: str, gpus: int, **fields: Any) -> dict:
     # Rewards that vary within each group, a token-mean loss and batch-scaled advantages: the update
     # needs whole-step statistics across every rank of every host.
-    return tiny_spec(resources={"pool": pool, "gpus": gpus},
-                     rewards=[{"name": "length_target", "args": {"target": 12}}],
-                     **{"grpo": {"loss_type": "bnpo", "scale_rewards": "batch"}, **fields})
+    return tiny_spec(**{"resources": {"pool": pool, "gpus": gpus},
+                        "rewards": [{"name": "length_target", "args": {"target": 12}}],
+                        "grpo": {"loss_type": "bnpo", "scale_rewards": "batch"}, **fields})
 
 
-def test_a_job_larger_than_any_worker_trains_across_two_with_the_one_process_metrics(
+def test_a_job_larger_than_any_worker_trains_across_two_with_the_one_process_metrics_ddp_and_fsdp(
         processes, submit, tiny_spec, job_of, finished, wait_for, pool, database_url, wait_worker_ready,
         bucket_env, tmp_path):
     hosts = start_hosts(processes, pool, 2, tmp_path, bucket_env)
     processes.scheduler(**bucket_env)
     wait_worker_ready(pool, processes, count=2)
     gang = submit(spec(tiny_spec, pool, 2, name="gang"))
-    done = wait_for(lambda: finished(gang), 240, "the gang job to end", processes, interval=0.5)
-    assert done.status == "succeeded", done.error
+    # The same across hosts with the model sharded (FSDP2 over the gang's ranks), checkpoints
+    # written whole by node 0: the hosts share no folder.
+    sharded = submit(spec(tiny_spec, pool, 2, name="gang-fsdp",
+                          resources={"pool": pool, "gpus": 2, "sharding": "fsdp"}))
     one = submit(spec(tiny_spec, pool, 1, name="alone"))
-    alone = wait_for(lambda: finished(one), 240, "the 1-process job to end", processes, interval=0.5)
-    assert alone.status == "succeeded", alone.error
+    runs = {job_id: wait_for(lambda j=job_id: finished(j), 240, f"job {job_id} to end", processes,
+                             interval=0.5) for job_id in (gang, sharded, one)}
+    assert all(run.status == "succeeded" for run in runs.values()), {j: r.error for j, r in runs.items()}
+    done = runs[gang]
 
     assert sorted(host.worker for host in done.placement) == sorted(hosts)
-    assert [host.devices for host in done.placement] == [[0], [0]]
-    two, single = metrics(database_url, gang), metrics(database_url, one)
-    assert [m.step for m in two] == [m.step for m in single] == [1, 2, 3, 4]
-    for a, b in zip(single, two, strict=True):
-        assert_same_record(a.values, b.values, f"step {a.step}")
+    assert [h.devices for h in done.placement] == [[0], [0]] == [h.devices for h in runs[sharded].placement]
+    single = metrics(database_url, one)
+    for job_id in (gang, sharded):
+        two = metrics(database_url, job_id)
+        assert [m.step for m in two] == [m.step for m in single] == [1, 2, 3, 4]
+        for a, b in zip(single, two, strict=True):
+            assert_same_record(a.values, b.values, f"job {job_id} step {a.step}")
     kinds = [e.type for e in events(database_url, gang, "started") + events(database_url, gang, "finished")]
     assert kinds == ["started", "finished"]  # rank 0 alone reported, from node 0
     [dispatched] = events(database_url, gang, "dispatched")
