@@ -159,7 +159,7 @@ def _after_peer_lost(job: JobRead, worker_id: str, settings: Settings, publish: 
     while time.monotonic() < deadline:
         try:
             with session_scope(settings.database_url) as session:
-                if not still_held(session, job.id, worker_id):
+                if not still_held(session, job.id, worker_id, job.dispatched_at):
                     log.info("job %s: a rank on another host went away; that host recorded why", job.id)
                     return "lost"
         except SQLAlchemyError as exc:

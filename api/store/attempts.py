@@ -12,7 +12,7 @@ from sqlalchemy import ColumnElement, Row, and_, or_, select, update
 from sqlalchemy.orm import Session
 
 from api.lifecycle import ACTIVE_STATUSES, ENDINGS, JobStatus, StopRequest, Transition, stop_requested
-from api.schemas.jobs import JobRead
+from api.schemas.jobs import JobRead, as_utc
 from api.store.clock import Backoff, db_now
 from api.store.gangs import lost_host
 from api.store.jobs import held_by, transition
@@ -55,10 +55,14 @@ def renew_lease(session: Session, job_id: int, worker_id: str) -> tuple[bool, St
     return (False, None) if row is None else (True, _stop_in(row))
 
 
-def still_held(session: Session, job_id: int, worker_id: str) -> bool:
-    """Whether ``worker_id`` still holds the job's running attempt (no one recorded its end)."""
-    return session.execute(select(_JOBS.c.id).where(_JOBS.c.id == job_id, _JOBS.c.status.in_(ACTIVE_STATUSES),
-                                                    held_by(worker_id))).first() is not None
+def still_held(session: Session, job_id: int, worker_id: str, dispatched_at: datetime | None) -> bool:
+    """Whether ``worker_id`` still holds the running attempt of the dispatch made at
+    ``dispatched_at`` (no one recorded its end). The dispatch's time tells it from a newer dispatch
+    of the same job that may already have put this worker in again."""
+    held = session.execute(select(_JOBS.c.dispatched_at).where(
+        _JOBS.c.id == job_id, _JOBS.c.status.in_(ACTIVE_STATUSES), held_by(worker_id))).first()
+    return held is not None and held.dispatched_at is not None and dispatched_at is not None \
+        and as_utc(held.dispatched_at) == as_utc(dispatched_at)
 
 
 def stop_request(session: Session, job_id: int) -> StopRequest | None:

@@ -99,12 +99,15 @@ def test_any_joined_host_may_record_the_ending_and_the_first_record_wins(submit,
         # host-c never joined: it may not record anything.
         assert finish(session, job_id, worker_id="host-c", outcome=JobStatus.FAILED, message="x",
                       error_code="reward_error") is None
-        assert still_held(session, job_id, "host-b")
+        dispatched_at = job_of(job_id).dispatched_at
+        assert still_held(session, job_id, "host-b", dispatched_at)
+        older_dispatch = dispatched_at - timedelta(seconds=1)
+        assert not still_held(session, job_id, "host-b", older_dispatch)
         failed = finish(session, job_id, worker_id="host-b", outcome=JobStatus.FAILED,
                         message="rank 2 failed: a reward raised", error_code="reward_error")
         assert failed is not None and failed.error.code == "reward_error"
         # node 0, which saw only its peer go, finds the job no longer its own
-        assert not still_held(session, job_id, "host-a")
+        assert not still_held(session, job_id, "host-a", dispatched_at)
         assert requeue_after_fault(session, job_id, worker_id="host-a", message="a host was lost",
                                    data={}, max_attempts=5) is None
     assert job_of(job_id).status == "failed"
