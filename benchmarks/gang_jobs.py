@@ -163,6 +163,7 @@ def main() -> int:
     from grpo_core.io.tiny_models import build_tiny_model
 
     runs: dict[str, list[dict[str, Any]]] = {layout: [] for layout in LAYOUTS}
+    load_before = loadavg()
     with tempfile.TemporaryDirectory(prefix="gang-bench-") as tmp, migrated_database("postgres") as url, \
             s3_server() as bucket:
         folder = Path(tmp)
@@ -186,7 +187,8 @@ def main() -> int:
         reference = reference or (formation, step)
         rows.append([layout, runs[layout][0]["hosts"], f"{formation:.2f}", f"{first:.2f}",
                      f"{step * 1000:.0f}", f"{formation / reference[0]:.2f}", f"{step / reference[1]:.2f}"])
-    print(f"\nload before: {loadavg()}; {args.repeats} repeats x {args.steps} steps (warmup {args.warmup}); "
+    print(f"\nload before: {load_before}, after: {loadavg()}; {args.repeats} repeats x {args.steps} steps "
+          f"(warmup {args.warmup}); "
           f"model hidden {args.hidden_size} x {args.num_layers} layers")
     print(format_table(["layout", "hosts", "formation s", "to 1st step s", "step ms", "formation/ref",
                         "step/ref"], rows))
