@@ -15,7 +15,7 @@ from grpo_core.algorithm.evaluation import EvalInputs, EvalResult, evaluate
 from grpo_core.algorithm.experience import Experience, make_experience
 from grpo_core.algorithm.metrics import experience_metrics, peak_memory_mb, sample_rows, tokens_in
 from grpo_core.algorithm.update import optimizer_step
-from grpo_core.errors import RewardTimeout, RewardUnavailable
+from grpo_core.errors import GRPOError, RewardTimeout, RewardUnavailable
 from grpo_core.run.callbacks import TrainerCallback
 from grpo_core.run.checkpoint import (
     TrainerState,
@@ -124,6 +124,7 @@ class GRPOTrainer:
         if self.ranks.is_main:
             sweep_stale_tmp_folders(self.checkpoint_dir)
         path = path or latest_checkpoint(self.checkpoint_dir)
+        self._same_checkpoint_everywhere(path)
         if path is None:
             return False
         c = self.components
@@ -142,6 +143,17 @@ class GRPOTrainer:
             {"step": self.state.step, "checkpoint": str(path)},
         )
         return True
+
+    def _same_checkpoint_everywhere(self, path: Path | None) -> None:
+        """Every rank reads its own checkpoint folder, which on ranks spanning hosts is its host's:
+        they must all have found the same newest checkpoint (or none), else their states and
+        collectives would part ways (one rank resuming at step N while another starts at 0)."""
+        found = self.ranks.gather_objects(None if path is None else path.name)
+        if len(set(found)) > 1:
+            seen = ", ".join(f"rank {rank}: {name or 'none'}" for rank, name in enumerate(found))
+            raise GRPOError(f"the ranks found different newest checkpoints ({seen}): hosts that share no "
+                            "folder need the object store (GRPO_STORAGE_URL) to resume from one",
+                            code="resume_unsupported")
 
     def train(self) -> TrainResult:
         if self.state.step == 0:

@@ -16,11 +16,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from multi_host import train_on_hosts
+from multi_host import host_groups, other_host, train_on_hosts
 from run_records import assert_same_run, records
-from test_distributed import COMPARABLE_ADAM
+from test_distributed import COMPARABLE_ADAM, HANG
 from test_sharding import job, train
 
+from grpo_core.run.launch import RankFailed, run_data_parallel
 from grpo_core.spec.run_spec import RunSpec
 
 pytestmark = pytest.mark.slow
@@ -118,3 +119,20 @@ def test_a_checkpoint_inside_a_generation_round_resumes_across_hosts(spec, one, 
     resumed, node_1 = fetched(root, hosts_to_step_3, 3, "hosts-3-to-4")
     train_on_hosts(spec, root, resumed.name, HOSTS, node_1_out=node_1, resume=True)
     assert_same_run(one, resumed, step=4)
+
+
+def test_hosts_that_found_different_newest_checkpoints_refuse_to_resume(spec, to_step_2, root):
+    # Node 1's folder never got node 0's checkpoint (no store between them): were it to start at
+    # step 0 while node 0 resumes at 2, their collectives would part ways. Both refuse instead.
+    resumed = root / "resumed-unfetched"
+    shutil.copytree(to_step_2, resumed)
+    node_0, node_1 = host_groups(HOSTS)
+    common = dict(resume=True, device="cpu", progress=False, hang_timeout=HANG)
+    with other_host(root / "unfetched-node-1", run_data_parallel, spec, root, root / "unfetched-node-1-out",
+                    HOSTS[1], hosts=node_1, **common) as node:
+        with pytest.raises(RankFailed) as refused:
+            run_data_parallel(spec, root, resumed, HOSTS[0], hosts=node_0, **common)
+        kind, (error, code, _) = node.outcome()
+    assert refused.value.code == code == "resume_unsupported" and (kind, error) == ("error", "RankFailed")
+    message = refused.value.message
+    assert "rank 0: step-2, rank 1: none" in message and "GRPO_STORAGE_URL" in message
