@@ -35,6 +35,14 @@ def dispatch_gang(database_url: str, job_id: int) -> None:
         assert dispatch_job(session, job_id, "host-a", (0, 1), GANG)
 
 
+def running_gang(database_url: str, job_id: int) -> None:
+    """Dispatched, claimed by node 0 (host-a) and joined by host-b; host-c never came."""
+    dispatch_gang(database_url, job_id)
+    with session_scope(database_url) as session:
+        assert claim(session, job_id, "host-a") is not None
+        assert join(session, job_id, "host-b") is not None
+
+
 def hosts_of(database_url: str, job_id: int) -> list[tuple[int, str, bool]]:
     with session_scope(database_url) as session:
         rows = session.query(JobHost).filter(JobHost.job_id == job_id).order_by(JobHost.node_rank).all()
@@ -92,10 +100,8 @@ def test_the_rendezvous_is_node_zeros_and_names_the_running_attempt(submit, tiny
 def test_any_joined_host_may_record_the_ending_and_the_first_record_wins(submit, tiny_spec, job_of,
                                                                         database_url):
     job_id = submit(tiny_spec())
-    dispatch_gang(database_url, job_id)
+    running_gang(database_url, job_id)
     with session_scope(database_url) as session:
-        claim(session, job_id, "host-a")
-        join(session, job_id, "host-b")
         # host-c never joined: it may not record anything.
         assert finish(session, job_id, worker_id="host-c", outcome=JobStatus.FAILED, message="x",
                       error_code="reward_error") is None
@@ -117,10 +123,8 @@ def test_any_joined_host_may_record_the_ending_and_the_first_record_wins(submit,
 def test_a_requeue_releases_every_host_so_a_host_of_the_old_dispatch_can_do_nothing(submit, tiny_spec, job_of,
                                                                                    database_url):
     job_id = submit(tiny_spec())
-    dispatch_gang(database_url, job_id)
+    running_gang(database_url, job_id)
     with session_scope(database_url) as session:
-        claim(session, job_id, "host-a")
-        join(session, job_id, "host-b")
         assert requeue_after_fault(session, job_id, worker_id="host-b", data={}, max_attempts=5,
                                    message="rank 1 was killed by SIGKILL") is not None
     job = job_of(job_id)
