@@ -12,6 +12,11 @@ What the supervisor saw becomes one of:
   honour in time (cancelled, or back to the queue);
 * nothing, when the lease was lost: another attempt owns the job.
 
+On a gang's host (:mod:`api.store.gangs`) the same, recorded by whichever host saw the cause
+first, and two more: a host other than node 0 whose ranks returned only marks its part done
+(node 0 records the outcome), and a host whose ranks only lost a peer on another host waits a
+moment for that host's record before it requeues the job as a lost host.
+
 The record is retried through transient database errors (:mod:`worker.retrying`; each is one
 guarded transition, so a retry whose first try committed changes nothing). If the database stays
 away for the whole budget the record is dropped: the lease then expires and the scheduler

@@ -1,7 +1,8 @@
 """Celery tasks: thin. Take an id, claim the row, hand over to :mod:`worker.runner`.
 
 The claim is one guarded UPDATE (``dispatched → running``), so a duplicate delivery of the same
-message finds the job already running (or finished) and returns without touching anything.
+message finds the job already running (or finished) and returns without touching anything. A
+gang's other hosts join it instead (one guarded UPDATE of their own row), and run their part.
 The task's process supervises the job's own process (:mod:`worker.runner`,
 :mod:`worker.supervisor`), which it confines to the job's devices first
 (:func:`worker.devices.confine`: the job's process inherits the environment). Torch never loads in
