@@ -45,7 +45,7 @@ from api.store.dispatching import (
     set_pending_reasons,
 )
 from api.store.jobs import transition
-from api.store.pools import PoolSize, ensure_pool, pool_sizes, set_size
+from api.store.pools import PoolSize, ensure_pool, set_size
 from api.store.tables import utcnow
 from api.vocabulary import RUN_JOB, Heartbeat
 
@@ -209,20 +209,21 @@ class Scheduler:
     def register_pools(self, state: SchedulingState, heartbeats: list[Heartbeat]) -> None:
         """Pools live workers serve exist; each records its largest live worker's GPU count and the
         GPUs of all its live workers together (what a submission is checked against: a job larger
-        than one worker runs across several), written only when they changed. ``state.pools`` knows
-        only the largest worker, so the recorded sizes are read here: one small select a pass."""
+        than one worker runs across several), written only when they changed from the sizes the
+        pass's state read (``state.pool_sizes``)."""
         seen: dict[str, PoolSize] = {}
         for beat in heartbeats:
             was = seen.get(beat.pool, PoolSize(0, 0))
             seen[beat.pool] = PoolSize(max(was.largest_worker or 0, beat.gpus), (was.total or 0) + beat.gpus)
         if not seen:
             return
+        changed = {pool: size for pool, size in seen.items() if state.pool_sizes.get(pool) != size}
+        if not changed:
+            return
         with session_scope(self.settings.database_url) as session:
-            recorded = pool_sizes(session)
-            for pool, size in seen.items():
-                if recorded.get(pool) != size:
-                    ensure_pool(session, pool)
-                    set_size(session, pool, size)
+            for pool, size in changed.items():
+                ensure_pool(session, pool)
+                set_size(session, pool, size)
 
     def run(self, stop: threading.Event) -> None:
         """Tick every interval while leader; errors are logged and retried, never fatal."""

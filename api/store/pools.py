@@ -71,12 +71,6 @@ def admission(session: Session, name: str) -> tuple[PoolSize, PoolLimits] | None
     return None if row is None else (PoolSize(row[0], row[1]), PoolLimits.model_validate(row[2] or {}))
 
 
-def pool_sizes(session: Session) -> dict[str, PoolSize]:
-    """Every pool's recorded size, for the scheduler to write only what changed."""
-    rows = session.execute(select(_POOLS.c.name, _POOLS.c.max_worker_gpus, _POOLS.c.total_gpus))
-    return {name: PoolSize(largest, total) for name, largest, total in rows}
-
-
 def set_limits(session: Session, name: str, limits: PoolLimits) -> PoolRead:
     """Replace the pool's overrides (a null field: the default). Jobs already accepted keep running."""
     _update(session, name, limits=limits.model_dump(exclude_none=True) or None)
