@@ -34,10 +34,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from api.lifecycle import StopRequest, stronger_stop
 from api.settings import Settings
 from api.store import bus
-from api.store.attempts import renew_lease, requeue_after_fault
+from api.store.attempts import renew_host_lease, renew_lease, requeue_after_fault
 from api.store.clock import Backoff, db_now
 from api.store.db import session_scope
-from api.store.gangs import renew_host_lease
 from api.vocabulary import Heartbeat
 from grpo_core.rewards.sandbox import CAPABILITY as SANDBOX
 from grpo_core.rewards.sandbox import check_sandbox

@@ -71,7 +71,7 @@ def train_rank(ranks: Ranks, job: JobRead, spec: JobSpec, settings: Settings,
     quiet_library_progress_bars()
     if ranks.is_main:
         return train_reporting(job, spec, settings, files, ranks)
-    first_here = part is not None and ranks.rank == sum(part.node_sizes[:part.node_rank])
+    first_here = part is not None and ranks.rank == part.rank_offset
     link = SupervisorLink(files, job.last_step) if first_here else TrainerCallback()
     train_job(job, spec, settings, link, ranks)
     return None

@@ -14,9 +14,9 @@ from sqlalchemy.orm import Session
 from api.lifecycle import ACTIVE_STATUSES, ENDINGS, JobStatus, StopRequest, Transition, stop_requested
 from api.schemas.jobs import JobRead, as_utc
 from api.store.clock import Backoff, db_now
-from api.store.gangs import lost_host
+from api.store.gangs import job_held, joined_host, lost_host
 from api.store.jobs import held_by, transition
-from api.store.tables import Job, utcnow
+from api.store.tables import Job, JobHost, utcnow
 
 _JOBS = Job.__table__
 
@@ -63,6 +63,20 @@ def still_held(session: Session, job_id: int, worker_id: str, dispatched_at: dat
         _JOBS.c.id == job_id, _JOBS.c.status.in_(ACTIVE_STATUSES), held_by(worker_id))).first()
     return held is not None and held.dispatched_at is not None and dispatched_at is not None \
         and as_utc(held.dispatched_at) == as_utc(dispatched_at)
+
+
+def renew_host_lease(session: Session, job_id: int, worker_id: str) -> tuple[bool, StopRequest | None]:
+    """A gang host's (not node 0's) lease renewal, its row of ``job_hosts``: ``(still_ours, the stop
+    the job is asked for)``, as :func:`renew_lease` answers node 0. Its place is gone once the job
+    stopped holding GPUs (requeued, ended): the host must end its part at once. While node 0 has
+    not claimed yet the job is still ``dispatched``, and the place holds."""
+    renewed = session.execute(
+        update(JobHost)
+        .where(joined_host(job_id, worker_id), job_held(job_id))
+        .values(heartbeat_at=db_now(session))
+        .execution_options(synchronize_session=False)
+    ).rowcount
+    return (True, stop_request(session, job_id)) if renewed == 1 else (False, None)
 
 
 def stop_request(session: Session, job_id: int) -> StopRequest | None:

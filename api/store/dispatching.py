@@ -141,15 +141,15 @@ def dispatch_job(session: Session, job_id: int, worker_id: str, devices: tuple[i
     it: :mod:`api.store.gangs`), and each host's child sees only its own devices."""
     recorded = None if devices is None else list(devices)
     hosts = [(worker_id, tuple(devices or ())), *((share.worker_id, share.devices) for share in gang)]
+    placement = None if devices is None else placement_record(hosts)
     # The database's clock: the lease reaper compares it with its own reading of that clock.
     values = {"worker_id": worker_id, "devices": recorded, "dispatched_at": db_now(session),
-              "pending_reason": None, "preempt_requested": False, "retry_at": None,
-              "placement": None if devices is None else placement_record(hosts)}
+              "pending_reason": None, "preempt_requested": False, "retry_at": None, "placement": placement}
     where = worker_id if devices is None else "; ".join(
         f"{host} devices {','.join(map(str, shares))}" for host, shares in hosts)
     data: dict = {"devices": recorded}
     if gang:
-        data["placement"] = placement_record(hosts)
+        data["placement"] = placement
     moved = transition(session, job_id, via=Transition.DISPATCH, values=values,
                        message=f"dispatched to {where}", data=data) is not None
     if moved and gang:

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from api.lifecycle import ACTIVE_STATUSES, HOLDING_STATUSES, StopRequest, stop_requested
+from api.lifecycle import ACTIVE_STATUSES, HOLDING_STATUSES
 from api.store.clock import db_now
 from api.store.tables import Job, JobHost
 
@@ -41,6 +41,11 @@ class HostPart:
     @property
     def leads(self) -> bool:
         return self.node_rank == 0
+
+    @property
+    def rank_offset(self) -> int:
+        """The global rank of this host's first rank (ranks are numbered in node order)."""
+        return sum(self.node_sizes[:self.node_rank])
 
 
 def placement_record(hosts: list[tuple[str, tuple[int, ...]]]) -> list[dict[str, Any]]:
@@ -62,19 +67,28 @@ def part_of(placement: list[dict[str, Any]] | None, node_rank: int) -> HostPart 
     return HostPart(node_rank, tuple(placement[node_rank]["devices"]), sizes)
 
 
+def job_held(job_id: int) -> ColumnElement[bool]:
+    """The job still holds its GPUs (dispatched or running, not deleted): its gang's rows count."""
+    return (select(_JOBS.c.id)
+            .where(_JOBS.c.id == job_id, _JOBS.c.status.in_(sorted(HOLDING_STATUSES)),
+                   _JOBS.c.deleted_at.is_(None))
+            .exists())
+
+
+def joined_host(job_id: int, worker_id: str) -> ColumnElement[bool]:
+    """``worker_id``'s row of the job's gang, once it joined."""
+    return and_(_HOSTS.c.job_id == job_id, _HOSTS.c.worker_id == worker_id, _HOSTS.c.joined_at.is_not(None))
+
+
 def join(session: Session, job_id: int, worker_id: str) -> HostPart | None:
     """``worker_id`` takes its place in the job's gang for this dispatch: its part, or None when it
     has none (not its gang, or a duplicate delivery that finds its place taken, or the job no
     longer held). Its lease starts now, on the database's clock. Node 0 joins through its claim."""
     now = db_now(session)
-    held = (select(_JOBS.c.id)
-            .where(_JOBS.c.id == job_id, _JOBS.c.status.in_(sorted(HOLDING_STATUSES)),
-                   _JOBS.c.deleted_at.is_(None))
-            .exists())
     row = session.execute(
         update(_HOSTS)
         .where(_HOSTS.c.job_id == job_id, _HOSTS.c.worker_id == worker_id, _HOSTS.c.node_rank > 0,
-               _HOSTS.c.joined_at.is_(None), held)
+               _HOSTS.c.joined_at.is_(None), job_held(job_id))
         .values(joined_at=now, heartbeat_at=now)
         .returning(_HOSTS.c.node_rank)
     ).first()
@@ -82,30 +96,6 @@ def join(session: Session, job_id: int, worker_id: str) -> HostPart | None:
         return None
     placement = session.execute(select(_JOBS.c.placement).where(_JOBS.c.id == job_id)).scalar()
     return part_of(placement, row.node_rank)
-
-
-def renew_host_lease(session: Session, job_id: int, worker_id: str) -> tuple[bool, StopRequest | None]:
-    """A joined host's lease renewal: ``(still_ours, the stop the job is asked for)``, as
-    :func:`api.store.attempts.renew_lease` answers node 0. Its place is gone once the job stopped
-    holding GPUs (requeued, ended): the host must end its part at once. While node 0 has not
-    claimed yet the job is still ``dispatched``, and the place holds."""
-    live = (select(_JOBS.c.id)
-            .where(_JOBS.c.id == job_id, _JOBS.c.status.in_(sorted(HOLDING_STATUSES)))
-            .exists())
-    renewed = session.execute(
-        update(_HOSTS)
-        .where(_HOSTS.c.job_id == job_id, _HOSTS.c.worker_id == worker_id, _HOSTS.c.joined_at.is_not(None),
-               live)
-        .values(heartbeat_at=db_now(session))
-        .execution_options(synchronize_session=False)
-    ).rowcount
-    if renewed != 1:
-        return False, None
-    row = session.execute(select(Job.cancel_requested, Job.status, Job.preempt_requested)
-                          .where(Job.id == job_id)).first()
-    if row is None:
-        return False, None
-    return True, stop_requested(cancel_requested=bool(row[0]), status=row[1], preempt_requested=bool(row[2]))
 
 
 def mark_joined(session: Session, job_id: int, worker_id: str) -> None:
@@ -158,6 +148,3 @@ def lost_host(cutoff: datetime) -> ColumnElement[bool]:
                        stale)
                 .exists())
 
-
-__all__ = ["HostPart", "finish_host", "join", "lost_host", "mark_joined", "part_of", "placement_record",
-           "publish_rendezvous", "record_hosts", "renew_host_lease", "rendezvous"]

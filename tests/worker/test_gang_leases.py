@@ -10,7 +10,15 @@ from datetime import timedelta
 
 from api.cluster_state import Share
 from api.lifecycle import JobStatus, StopRequest
-from api.store.attempts import claim, finish, renew_lease, requeue_after_fault, requeue_expired, still_held
+from api.store.attempts import (
+    claim,
+    finish,
+    renew_host_lease,
+    renew_lease,
+    requeue_after_fault,
+    requeue_expired,
+    still_held,
+)
 from api.store.clock import db_now
 from api.store.db import session_scope
 from api.store.dispatching import dispatch_job
@@ -21,7 +29,6 @@ from api.store.gangs import (
     mark_joined,
     publish_rendezvous,
     rendezvous,
-    renew_host_lease,
 )
 from api.store.jobs import request_cancel
 from api.store.tables import Job, JobHost
