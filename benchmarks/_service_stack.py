@@ -212,12 +212,12 @@ def uvicorn_server(
         print("server log (tail):", *tail, sep="\n", file=sys.stderr)
         raise
     finally:
-        _stop_group(proc, signal.SIGINT if profile_to is not None else signal.SIGTERM)
+        stop_group(proc, signal.SIGINT if profile_to is not None else signal.SIGTERM)
         log.close()
         folder.cleanup()
 
 
-def _stop_group(proc: subprocess.Popen, sig: int) -> None:
+def stop_group(proc: subprocess.Popen, sig: int) -> None:
     """Signal the server's own process group (it was started in a new session), then kill it."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)

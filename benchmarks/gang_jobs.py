@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import signal
 import statistics
 import subprocess
@@ -50,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import format_table
-from _service_stack import REDIS_URL, ROOT, loadavg, migrated_database, tiny_spec
+from _service_stack import REDIS_URL, ROOT, loadavg, migrated_database, server_env, stop_group, tiny_spec
 
 sys.path.append(str(ROOT / "tests"))
 from storage_server import s3_server  # noqa: E402 - tests/ is a plain folder of helpers too
@@ -59,30 +58,22 @@ LAYOUTS = {"one_host": [2], "two_hosts": [1, 1]}  # slots per worker
 
 
 def stack_env(database_url: str, storage: dict[str, str], models: Path, data: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GRPO_")}
-    env.update(GRPO_DATABASE_URL=database_url, GRPO_REDIS_URL=REDIS_URL, GRPO_MODELS_ROOT=str(models),
-               GRPO_DATA_ROOT=str(data), GRPO_HEARTBEAT_SECONDS="0.5", GRPO_SCHEDULER_INTERVAL_SECONDS="0.2",
-               GRPO_RANK_TIMEOUT_SECONDS="300", OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1",
-               PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(ROOT), **storage)
-    return env
+    """Every service process's environment: the benchmarks' own (``server_env``) plus this stack's."""
+    return {**server_env(database_url, models_root=models, data_root=data, heartbeat_seconds=0.5,
+                         scheduler_interval_seconds=0.2, rank_timeout_seconds=300),
+            "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONPATH": str(ROOT), **storage}
 
 
 @contextlib.contextmanager
 def processes() -> Iterator[list[subprocess.Popen]]:
+    """The processes started in the block, each its own group, stopped (TERM, then KILL) at its end."""
     started: list[subprocess.Popen] = []
     try:
         yield started
     finally:
         for process in started:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in started:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+            stop_group(process, signal.SIGTERM)
 
 
 def start(started: list[subprocess.Popen], args: list[str], env: dict[str, str], log: Path) -> None:
