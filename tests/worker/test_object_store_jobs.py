@@ -105,9 +105,14 @@ def test_the_store_killed_during_checkpoint_uploads_then_back_the_job_finishes_w
     with start_stack(processes, pool, wait_worker_ready, bucket_env, tmp_path) as api:
         wait_for(lambda: events("started"), 120, "the job to start training", processes)
         s3_server.kill()  # moto keeps objects in memory: what was stored is gone with it
-        [retry] = wait_for(lambda: events(UPLOAD_RETRY_EVENT), 120, "a checkpoint upload to fail", processes)
-        assert retry.level == "warning"
-        s3_server.restart()
+        try:
+            # One event per checkpoint that could not be stored: on a loaded machine a second
+            # checkpoint may fail before this poll sees the first.
+            retries = wait_for(lambda: events(UPLOAD_RETRY_EVENT), 120, "a checkpoint upload to fail",
+                               processes)
+        finally:
+            s3_server.restart()  # the session's server: the tests after this one need it back
+        assert [retry.level for retry in retries] == ["warning"] * len(retries)
         done = wait_for(lambda: finished(job_id), 300, "the job to end", processes)
         assert done.status == "succeeded", done.error
         assert job_of(job_id).attempt == 1  # trained on through the outage: never requeued
