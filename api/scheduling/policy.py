@@ -4,7 +4,9 @@ No I/O, no clock, no randomness: :func:`plan` sees a :class:`api.cluster_state.C
 snapshot (built by ``api.scheduling.scheduler`` from SQL and worker heartbeats) and returns a
 :class:`Plan`, so every rule below is unit-tested on hand-built states
 (``tests/api/test_policy.py``, ``tests/api/test_policy_gangs.py``) and timed by
-``benchmarks/scheduler_decision.py``.
+``benchmarks/scheduler_decision.py``. Placement is here; preemption, the pass's last step in a
+pool, is :mod:`api.scheduling.preemption`; the records both write are
+:mod:`api.scheduling.plan_parts`.
 
 The rules, per pool (pools are independent):
 
@@ -75,13 +77,35 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict, deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
-from api.cluster_state import ClusterState, HoldingJob, Share, WaitingJob, Worker
+from api.cluster_state import ClusterState, HoldingJob, Share, WaitingJob
 from api.scheduling.gang_placement import Capacity, hosts_held
-from api.vocabulary import PRIORITIES
+from api.scheduling.plan_parts import (
+    PRIORITY_ORDER,
+    Dispatch,
+    Placed,
+    Plan,
+    Pool,
+    Preemption,
+    held_on,
+    priority_rank,
+    team_quota,
+)
+from api.scheduling.preemption import preempt
 
-PRIORITY_ORDER = tuple(reversed(PRIORITIES))  # most urgent first
+# The policy is the scheduler's one entry point: the plan's records live in plan_parts (under this
+# module and preemption alike) but are read as policy.Plan, policy.Dispatch, policy.Preemption.
+__all__ = [
+    "PENDING_REASONS",
+    "PRIORITY_ORDER",
+    "Dispatch",
+    "Plan",
+    "Preemption",
+    "fair_shares",
+    "free_devices",
+    "held_devices",
+    "plan",
+]
 
 # Why a waiting job was not dispatched in the last pass, most specific first.
 PENDING_REASONS = (
@@ -100,66 +124,17 @@ PENDING_REASONS = (
 )
 
 
-@dataclass(frozen=True)
-class Dispatch:
-    job_id: int
-    worker_id: str  # the job's worker; for a gang, its first host (node rank 0)
-    devices: tuple[int, ...]  # the job's device indices on that worker, ascending
-    # A gang's shares on its other hosts, in node-rank order; empty for a job on one worker.
-    gang: tuple[Share, ...] = ()
-
-
-@dataclass(frozen=True)
-class Preemption:
-    victim_id: int
-    for_job_id: int
-
-
-@dataclass
-class Plan:
-    dispatch: list[Dispatch] = field(default_factory=list)  # in order
-    preempt: list[Preemption] = field(default_factory=list)
-    pending: dict[int, str] = field(default_factory=dict)  # job id -> a PENDING_REASONS entry
-    position: dict[int, int] = field(default_factory=dict)  # job id -> 1-based place in its pool
-    fair_share: dict[tuple[int, str], float] = field(default_factory=dict)  # (team, pool) -> GPUs
-
-
-# Reasons that mean "no worker has enough free devices now": the only ones preemption can help.
-_WANTS_A_WORKER = frozenset({"lower_priority", "fair_share", "no_capacity"})
-
-
-def _rank(priority: str) -> int:
-    # An unknown priority sorts after "low" instead of failing the whole tick.
-    return PRIORITY_ORDER.index(priority) if priority in PRIORITY_ORDER else len(PRIORITY_ORDER)
-
-
 def _weight(state: ClusterState, team_id: int) -> float:
     team = state.teams.get(team_id)
     return 1.0 if team is None else team.weight
 
 
-def _quota(state: ClusterState, team_id: int, pool: str) -> int | None:
-    team = state.teams.get(team_id)
-    return None if team is None else team.quotas.get(pool)
+def _pools(state: ClusterState) -> list[Pool]:
+    pools: dict[str, Pool] = {}
 
-
-@dataclass
-class _Pool:
-    """One pool's slice of the state; ``held`` is team -> GPUs of its holding jobs (all statuses)."""
-
-    name: str
-    workers: list[Worker] = field(default_factory=list)
-    waiting: list[WaitingJob] = field(default_factory=list)
-    holding: list[HoldingJob] = field(default_factory=list)
-    held: dict[int, int] = field(default_factory=lambda: defaultdict(int))
-
-
-def _pools(state: ClusterState) -> list[_Pool]:
-    pools: dict[str, _Pool] = {}
-
-    def get(name: str) -> _Pool:
+    def get(name: str) -> Pool:
         if name not in pools:
-            pools[name] = _Pool(name)
+            pools[name] = Pool(name)
         return pools[name]
 
     for worker in state.workers:
@@ -173,14 +148,14 @@ def _pools(state: ClusterState) -> list[_Pool]:
     return [pools[name] for name in sorted(pools)]  # sorted: the dispatch list is deterministic
 
 
-def _order(state: ClusterState, pool: _Pool) -> Iterator[WaitingJob]:
+def _order(state: ClusterState, pool: Pool) -> Iterator[WaitingJob]:
     """The pool's waiting jobs in dispatch order: class by class, and within a class the oldest job
     of the team with the lowest ``(GPUs + recent usage) / weight``, where every job taken adds its
     GPUs whether or not it is placed, so the order is the future dispatch order. One heap entry per
     team: only the team just served changes its key, so each step is O(log teams)."""
     queues: dict[tuple[int, int], deque[WaitingJob]] = defaultdict(deque)
     for job in sorted(pool.waiting, key=lambda j: j.id):
-        queues[(_rank(job.priority), job.team_id)].append(job)
+        queues[(priority_rank(job.priority), job.team_id)].append(job)
     counted = dict(pool.held)  # carries over from class to class
 
     def entry(team: int, queue: deque[WaitingJob]) -> tuple[float, int, int]:
@@ -200,15 +175,11 @@ def _order(state: ClusterState, pool: _Pool) -> Iterator[WaitingJob]:
             yield job
 
 
-def _held_on(devices: tuple[int, ...], worker_gpus: int) -> frozenset[int]:
-    return frozenset(devices) if devices else frozenset(range(worker_gpus))
-
-
 def held_devices(holder: HoldingJob, worker_gpus: int) -> frozenset[int]:
     """The devices ``holder`` keeps busy on its worker (node 0's, for a gang; of ``worker_gpus``):
     those recorded with its dispatch, or all of them for a job dispatched before devices were
     recorded."""
-    return _held_on(holder.devices, worker_gpus)
+    return held_on(holder.devices, worker_gpus)
 
 
 def free_devices(state: ClusterState) -> dict[str, list[int]]:
@@ -218,20 +189,8 @@ def free_devices(state: ClusterState) -> dict[str, list[int]]:
     for holder in state.holding:
         for worker_id, devices in hosts_held(holder):
             if worker_id in taken:  # a holder's host that is dead frees nothing and takes nothing
-                taken[worker_id] |= _held_on(devices, sizes[worker_id])
+                taken[worker_id] |= held_on(devices, sizes[worker_id])
     return {w.worker_id: [d for d in range(w.gpus) if d not in taken[w.worker_id]] for w in state.workers}
-
-
-@dataclass
-class _Placed:
-    """What placing a pool's jobs leaves for preemption: the jobs left waiting (in order), team ->
-    GPUs held once this pass's dispatches run, the devices reserved for a gang (worker -> count)
-    and that gang's position (None: no gang reserved)."""
-
-    left: list[WaitingJob]
-    real_held: dict[int, int]
-    reserved: dict[str, int]
-    reserved_at: int | None
 
 
 def _dispatch(job: WaitingJob, shares: list[tuple[str, int]], devices: dict[str, list[int]]) -> Dispatch:
@@ -244,7 +203,7 @@ def _dispatch(job: WaitingJob, shares: list[tuple[str, int]], devices: dict[str,
     return Dispatch(job.id, hosts[0].worker_id, hosts[0].devices, tuple(hosts[1:]))
 
 
-def _place(state: ClusterState, pool: _Pool, devices: dict[str, list[int]], result: Plan) -> _Placed:
+def _place(state: ClusterState, pool: Pool, devices: dict[str, list[int]], result: Plan) -> Placed:
     """Dispatch the pool's jobs in order onto its workers' free devices (best fit, or as a gang;
     ``devices`` is updated as they are taken), reserve for the first gang that cannot start, and
     give every other job its reason and position."""
@@ -253,7 +212,7 @@ def _place(state: ClusterState, pool: _Pool, devices: dict[str, list[int]], resu
     left: list[WaitingJob] = []
     reserved_at: int | None = None
     for job in _order(state, pool):
-        quota = _quota(state, job.team_id, pool.name)
+        quota = team_quota(state, job.team_id, pool.name)
         groups, biggest, total = capacity.usable(job.requires)
         gang = job.gpus > biggest
         if pool.name in state.held_pools:
@@ -269,7 +228,7 @@ def _place(state: ClusterState, pool: _Pool, devices: dict[str, list[int]], resu
         elif quota is not None and real_held.get(job.team_id, 0) + job.gpus > quota:
             reason = "quota_exceeded"
         else:
-            rank = _rank(job.priority)
+            rank = priority_rank(job.priority)
             if gang:
                 shares = capacity.take_gang(job.gpus, groups, rank)
             else:
@@ -291,110 +250,15 @@ def _place(state: ClusterState, pool: _Pool, devices: dict[str, list[int]], resu
         left.append(job)
         result.pending[job.id] = reason
         result.position[job.id] = len(left)
-    return _Placed(left, real_held, capacity.reserved, reserved_at)
+    return Placed(left, real_held, capacity.reserved, reserved_at)
 
 
-def _fair_shares(state: ClusterState, pool: _Pool) -> dict[int, float]:
+def _fair_shares(state: ClusterState, pool: Pool) -> dict[int, float]:
     """Pool GPUs x weight / the sum of the weights of the teams with jobs (waiting or holding) here."""
     teams = sorted({job.team_id for job in pool.waiting} | {job.team_id for job in pool.holding})
     total_weight = sum(_weight(state, team) for team in teams)
     pool_gpus = sum(w.gpus for w in pool.workers)
     return {team: pool_gpus * _weight(state, team) / total_weight for team in teams}
-
-
-def _all_live(holder: HoldingJob, live: dict[str, int]) -> bool:
-    return all(worker_id in live for worker_id, _ in hosts_held(holder))
-
-
-def _victims(pool: _Pool, live: dict[str, int]) -> list[HoldingJob]:
-    """The pool's jobs that may be asked to yield, most preferred first: the lowest priority, then
-    the newest. Only running jobs whose every host is live: a job still starting or cancelling
-    frees its devices anyway, one on a dead worker frees nothing, and a gang with a dead host is
-    requeued by the reaper."""
-    candidates = [
-        h
-        for h in pool.holding
-        if h.status == "running" and not h.preempt_requested and _rank(h.priority) > 0 and _all_live(h, live)
-    ]
-    return sorted(candidates, key=lambda h: (-_rank(h.priority), -h.since, -h.id))
-
-
-def _preempt(
-    state: ClusterState,
-    pool: _Pool,
-    placed: _Placed,
-    fair: dict[int, float],
-    free: dict[str, int],
-    result: Plan,
-) -> None:
-    """Let the pool's waiting ``high`` jobs that want devices claim some that are about to free, or
-    else ask one running job of a team over its fair share to yield (see the module docstring).
-    ``free`` is worker -> devices still free after this pass's dispatches, reserved ones included:
-    only a job ahead of the reserving gang may count those."""
-    live = {w.worker_id: w.gpus for w in pool.workers}
-    capabilities = {w.worker_id: w.capabilities for w in pool.workers}
-    high = [job for job in placed.left
-            if _rank(job.priority) == 0 and result.pending[job.id] in _WANTS_A_WORKER]
-    # The quota check counts what the team will hold once this pass's preemptions land, so two
-    # high jobs of one team cannot together overshoot its quota through preemption.
-    reserved = defaultdict(int, placed.real_held)
-
-    def room(holder: HoldingJob, job: WaitingJob) -> tuple[int, str]:
-        """The devices ``job`` would get on one host from ``holder`` leaving (that host's free ones
-        and the holder's there), on the host where that is most: none on a host it cannot use."""
-        behind = placed.reserved_at is not None and result.position[job.id] > placed.reserved_at
-        best = (0, "")
-        for worker_id, devices in sorted(hosts_held(holder), key=lambda host: host[0] or ""):
-            if worker_id in live and job.requires <= capabilities[worker_id]:
-                spare = max(0, free[worker_id] - (placed.reserved.get(worker_id, 0) if behind else 0))
-                best = max(best, (spare + len(_held_on(devices, live[worker_id])), worker_id),
-                           key=lambda pair: pair[0])
-        return best
-
-    def claim(job: WaitingJob, holder: HoldingJob, worker_id: str) -> bool:
-        quota = _quota(state, job.team_id, pool.name)
-        if quota is not None and reserved[job.team_id] + job.gpus > quota:
-            return False
-        reserved[job.team_id] += job.gpus
-        result.pending[job.id] = "preempting"
-        devices = dict(hosts_held(holder))[worker_id]
-        free[worker_id] -= max(0, job.gpus - len(_held_on(devices, live[worker_id])))
-        return True
-
-    # Devices whose job was already asked to yield are about to free: they go to a high job before
-    # any new victim is chosen, so a preemption in flight is never doubled.
-    freeing = [h for h in pool.holding
-               if h.status == "running" and h.preempt_requested and _all_live(h, live)]
-    remaining = []
-    for job in high:
-        fits = [(room(h, job), h) for h in freeing]
-        fits = [(found, h) for found, h in fits if found[0] >= job.gpus]
-        if not fits:
-            remaining.append(job)
-            continue
-        (_, worker_id), holder = min(fits, key=lambda pair: (pair[0], pair[1].id))
-        if claim(job, holder, worker_id):
-            freeing.remove(holder)
-
-    victims = _victims(pool, live)
-    held = defaultdict(int, pool.held)  # less the victims already chosen in this pass
-    for job in remaining:
-        if not victims:
-            break
-        chosen = next(
-            (
-                (h, found[1])
-                for h in victims
-                if h.team_id != job.team_id and held[h.team_id] > fair[h.team_id]
-                and (found := room(h, job))[0] >= job.gpus
-            ),
-            None,
-        )
-        if chosen is not None and claim(job, *chosen):
-            victim = chosen[0]
-            victims.remove(victim)
-            held[victim.team_id] -= victim.gpus  # all its GPUs, on every host
-            result.preempt.append(Preemption(victim.id, job.id))
 
 
 def fair_shares(state: ClusterState) -> dict[tuple[int, str], float]:
@@ -413,5 +277,5 @@ def plan(state: ClusterState) -> Plan:
         fair = _fair_shares(state, pool)
         result.fair_share.update({(team, pool.name): share for team, share in fair.items()})
         free = {w.worker_id: len(devices[w.worker_id]) for w in pool.workers}
-        _preempt(state, pool, placed, fair, free, result)
+        preempt(state, pool, placed, fair, free, result)
     return result
