@@ -26,7 +26,8 @@ from api.job_labels import DESCRIPTION_DESCRIPTION, TAGS_DESCRIPTION, Descriptio
 from api.vocabulary import DEFAULT_POOL, POOL_NAME_PATTERN, Priority
 from grpo_core.errors import SpecError, SpecWarning
 from grpo_core.spec import run_spec
-from grpo_core.spec.run_spec import FILE_SCHEME, RunSpec, file_source_id, split_source
+from grpo_core.spec.run_spec import RunSpec
+from grpo_core.spec.sources import FILE_SCHEME, file_source_id, split_source
 
 JOB_SCHEME = "job"
 # Another job's model: its final one (job:ID) or a kept checkpoint (job:ID@STEP).
@@ -43,7 +44,7 @@ def job_source(location: str) -> tuple[int, int | None]:
 
 
 def split_any_source(source: str) -> tuple[str, str]:
-    """:func:`~grpo_core.spec.run_spec.split_source` of a source valid in a job spec, ``job:``
+    """:func:`~grpo_core.spec.sources.split_source` of a source valid in a job spec, ``job:``
     sources included: ``"job:7@40"`` -> ``("job", "7@40")``."""
     if continued_job(source) is not None:
         return JOB_SCHEME, source.partition(":")[2].strip()

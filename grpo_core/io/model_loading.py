@@ -20,7 +20,8 @@ from grpo_core.install_hints import install_hint
 from grpo_core.io.hub_loading import is_hub_location, load_from_hub
 from grpo_core.io.paths import resolve_under_root
 from grpo_core.io.source_errors import unreachable
-from grpo_core.spec.run_spec import ModelSpec, split_source
+from grpo_core.spec.run_spec import ModelSpec
+from grpo_core.spec.sources import split_source
 
 T = TypeVar("T")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -26,7 +26,8 @@ from grpo_core.install_hints import install_hint
 from grpo_core.io.hub_loading import load_from_hub
 from grpo_core.io.paths import resolve_under_root
 from grpo_core.spec.prompt_rows import prompt_problem
-from grpo_core.spec.run_spec import DatasetSpec, split_source
+from grpo_core.spec.run_spec import DatasetSpec
+from grpo_core.spec.sources import split_source
 
 __all__ = ["MAX_ROWS", "PromptSampler", "check_rows_file", "columns_of", "load_rows", "render_prompt"]
 

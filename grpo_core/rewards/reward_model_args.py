@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from grpo_core.spec.run_spec import file_source_id, split_source
+from grpo_core.spec.sources import file_source_id, split_source
 
 __all__ = ["RewardModelArgs"]
 

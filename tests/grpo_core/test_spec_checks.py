@@ -12,7 +12,8 @@ from pydantic import ValidationError
 
 from grpo_core.errors import SpecError
 from grpo_core.rewards import validate_reward_specs
-from grpo_core.spec.run_spec import RewardSpec, RunSpec, split_source
+from grpo_core.spec.run_spec import RewardSpec, RunSpec
+from grpo_core.spec.sources import split_source
 
 PROMPTS = [{"prompt": "Is it yes?", "answer": "yes"}]
 
