@@ -116,6 +116,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # The HTTP client side of the CLI works against a remote service: HTTP only.
     "api.cli.client": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
     "api.cli.term_view": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker", "grpo_core"),
+    "api.cli.cluster_view": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker",
+                             "grpo_core"),
     "api.cli.printable": ("api", "worker", "grpo_core"),  # string handling only
     "api.cli.archives": ("api", "worker", "grpo_core"),
     "api.cli.field_setting": ("api", "worker", "grpo_core"),  # pure: --set text into plain data

@@ -272,7 +272,7 @@ def _download(client: Any, args: argparse.Namespace) -> Result:
 def _cluster(client: Any, args: argparse.Namespace) -> Result:
     from datetime import UTC, datetime
 
-    from api.cli.term_view import cluster_lines
+    from api.cli.cluster_view import cluster_lines
 
     cluster, queue = client.cluster(), client.queue()
     text = "\n".join(cluster_lines(cluster, queue, datetime.now(UTC), _width()))
@@ -282,7 +282,7 @@ def _cluster(client: Any, args: argparse.Namespace) -> Result:
 def _queue(client: Any, args: argparse.Namespace) -> Result:
     from datetime import UTC, datetime
 
-    from api.cli.term_view import queue_lines
+    from api.cli.cluster_view import queue_lines
 
     queue = client.queue(args.pool)
     if args.pool is not None and args.pool not in {pool["name"] for pool in client.cluster()["pools"]}:

@@ -16,6 +16,7 @@ from sqlalchemy import update
 
 from api import cluster_state
 from api.cli import term_view as tv
+from api.cli.cluster_view import cluster_lines
 from api.scheduling.cluster_views import cluster_view
 from api.scheduling.scheduler import Scheduler
 from api.store.db import session_scope
@@ -145,8 +146,8 @@ def test_a_gang_is_one_running_job_and_each_worker_shows_its_share() -> None:
     assert [(d.busy, d.job_id) for d in w2.devices] == [(True, None), (True, 8)]
     assert w1.gangs == [] and w2.gangs == []
 
-    lines = tv.cluster_lines(view.model_dump(mode="json"), {"updated_at": None, "scheduler_pass_at": None,
-                                                            "waiting": {}, "items": []}, None)
+    lines = cluster_lines(view.model_dump(mode="json"), {"updated_at": None, "scheduler_pass_at": None,
+                                                         "waiting": {}, "items": []}, None)
     assert [line.split()[:7] for line in lines if line.startswith("w")] == [
         ["w1", "a", "2", "-", "-", "busy", "0:7(node"],
         ["w2", "a", "2", "-", "-", "busy", "0:7(node"]]
