@@ -3,10 +3,10 @@
 No I/O, no clock, no randomness: :func:`plan` sees a :class:`api.cluster_state.ClusterState`
 snapshot (built by ``api.scheduling.scheduler`` from SQL and worker heartbeats) and returns a
 :class:`Plan`, so every rule below is unit-tested on hand-built states
-(``tests/api/test_policy.py``, ``tests/api/test_policy_gangs.py``) and timed by
-``benchmarks/scheduler_decision.py``. Placement is here; preemption, the pass's last step in a
-pool, is :mod:`api.scheduling.preemption`; the records both write are
-:mod:`api.scheduling.plan_parts`.
+(``tests/api/test_policy.py``, ``tests/api/test_policy_preemption.py``,
+``tests/api/test_policy_gangs.py``) and timed by ``benchmarks/scheduler_decision.py``. Placement
+is here; preemption, the pass's last step in a pool, is :mod:`api.scheduling.preemption`; the
+records both write are :mod:`api.scheduling.plan_parts`.
 
 The rules, per pool (pools are independent):
 

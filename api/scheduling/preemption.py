@@ -1,7 +1,8 @@
 """Preemption, the last step of a scheduling pass in a pool: once its jobs are placed
 (:func:`api.scheduling.policy.plan`), a waiting ``high`` job that wants devices claims some that
 are about to free, or else asks one running job of a team over its fair share to yield. The rules
-are the "Preemption" item of :mod:`api.scheduling.policy`'s docstring."""
+are the "Preemption" item of :mod:`api.scheduling.policy`'s docstring; they are tested through
+:func:`~api.scheduling.policy.plan` in ``tests/api/test_policy_preemption.py``."""
 
 from __future__ import annotations
 
