@@ -36,7 +36,7 @@ from api.store.files import get_file
 from api.uploads.model_archives import model_folder_prefix
 from grpo_core.errors import SourceUnavailable
 from grpo_core.io.paths import resolve_under_root
-from grpo_core.spec.run_spec import file_source_id, split_source
+from grpo_core.spec.sources import file_source_id, split_source
 from worker.file_cache import FileCache, UnsafeArchive
 from worker.retrying import retry_transient
 

@@ -19,9 +19,6 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from grpo_core.errors import SpecWarning
 from grpo_core.spec.grpo_config import GRPOConfig
 from grpo_core.spec.prompt_rows import prompt_problem, reserved_in
-
-# file_source_id is re-exported (the redundant alias): worker.file_sources still imports it from here.
-from grpo_core.spec.sources import file_source_id as file_source_id
 from grpo_core.spec.sources import split_source
 from grpo_core.spec.trl_fields import ignored_message
 
