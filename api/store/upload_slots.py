@@ -4,9 +4,11 @@ checked, so without a bound one team's parallel uploads could fill the disk ever
 need. A slot is taken before the body is read and given back once the upload is done with.
 
 The slots are a Redis sorted set per team (:meth:`api.redis_keys.RedisKeys.upload_slots`): one
-random token per upload, scored by when it was taken on the Redis server's clock. A slot whose
-process died without giving it back (a crash, a kill) is dropped once it is older than
-:data:`SLOT_SECONDS`, on the next take, so a lost slot costs its team that long at most.
+random token per upload, scored by when it was last renewed on the Redis server's clock. The
+process holding a slot renews it every quarter of :data:`SLOT_SECONDS` while its upload runs, however
+long that takes; a slot whose process died without giving it back (a crash, a kill) stops being
+renewed and is dropped once older than :data:`SLOT_SECONDS`, on the next take, so a lost slot costs
+its team two minutes at most (a fixed lifetime would have had to outlast the slowest upload: hours).
 
 A Redis outage must not turn into refusals or 5xx, as for the rate limits
 (:mod:`api.store.rate_buckets`): the process then counts its own uploads per team for
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
@@ -32,9 +35,10 @@ from api.store.rate_buckets import LOCAL_SECONDS, REDIS_TIMEOUT_SECONDS
 
 log = logging.getLogger(__name__)
 
-# Generous: the largest model upload (64 GiB by default) over a slow link, then its checks and
-# its copy to the store. Only a slot its process lost waits this long to be dropped.
-SLOT_SECONDS = 4 * 3600
+# How long a slot outlives its last renewal: only a slot its process lost waits this long to be
+# dropped. Renewed every quarter of it, so a renewal late by a busy event loop or a slow Redis
+# round trip does not lose a live upload its slot.
+SLOT_SECONDS = 120.0
 RETRY_AFTER_SECONDS = 5
 
 # Drop the stale slots, then take one if fewer than the limit (ARGV[1]) are held; 1: taken.
@@ -49,6 +53,15 @@ redis.call('EXPIRE', KEYS[1], lifetime)
 return 1
 """
 
+# Re-score a slot still held; one dropped meanwhile is not taken again behind the limit's back.
+_RENEW = """
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+local clock = redis.call('TIME')
+redis.call('ZADD', KEYS[1], tonumber(clock[1]) + tonumber(clock[2]) / 1000000, ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+
 
 class UploadSlots:
     """One per API process (on ``app.state``); used from the event loop only."""
@@ -57,6 +70,7 @@ class UploadSlots:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._redis = redis
         self._take_script = redis.register_script(_TAKE)
+        self._renew_script = redis.register_script(_RENEW)
         self._keys = keys
         self._clock = clock
         self._local: dict[int, set[str]] = {}  # team id -> tokens taken in this process while Redis is out
@@ -68,10 +82,12 @@ class UploadSlots:
         all are taken."""
         token = secrets.token_hex(8)
         in_redis = await self._take(team_id, limit, token)
+        renewing = asyncio.create_task(self._renew(team_id, token)) if in_redis else None
         try:
             yield
         finally:
-            if in_redis:
+            if renewing is not None:
+                renewing.cancel()
                 await self._give_back(team_id, token)
             else:
                 self._local[team_id].discard(token)
@@ -81,7 +97,7 @@ class UploadSlots:
         if self._clock() >= self._redis_from:
             try:
                 async with asyncio.timeout(REDIS_TIMEOUT_SECONDS):
-                    args = [limit, token, SLOT_SECONDS]
+                    args = [limit, token, math.ceil(SLOT_SECONDS)]
                     taken = await self._take_script(keys=[self._keys.upload_slots(team_id)], args=args)
                 if not taken:
                     raise _all_taken(limit)
@@ -96,12 +112,25 @@ class UploadSlots:
         held.add(token)
         return False
 
+    async def _renew(self, team_id: int, token: str) -> None:
+        """Keep ``token``'s slot young until cancelled; a failed renewal is retried at the next
+        turn (the slot expires only after several in a row)."""
+        key = self._keys.upload_slots(team_id)
+        while True:
+            await asyncio.sleep(SLOT_SECONDS / 4)
+            try:
+                async with asyncio.timeout(REDIS_TIMEOUT_SECONDS):
+                    await self._renew_script(keys=[key], args=[token, math.ceil(SLOT_SECONDS)])
+            except (RedisError, OSError, TimeoutError) as exc:
+                log.warning("upload slots: Redis did not renew a slot (%s); retrying in %g s",
+                            exc.__class__.__name__, SLOT_SECONDS / 4)
+
     async def _give_back(self, team_id: int, token: str) -> None:
         try:
             async with asyncio.timeout(REDIS_TIMEOUT_SECONDS):
                 await self._redis.zrem(self._keys.upload_slots(team_id), token)
         except (RedisError, OSError, TimeoutError) as exc:
-            log.warning("upload slots: Redis did not take back a slot (%s); it expires within %d s",
+            log.warning("upload slots: Redis did not take back a slot (%s); it expires within %g s",
                         exc.__class__.__name__, SLOT_SECONDS)
 
 

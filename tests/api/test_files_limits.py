@@ -12,6 +12,8 @@ import asyncio
 import json
 import os
 import socket
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -197,20 +199,49 @@ def test_a_redis_outage_bounds_uploads_in_each_process() -> None:
     asyncio.run(scenario())
 
 
-def test_a_slot_its_process_lost_expires(monkeypatch) -> None:
-    monkeypatch.setattr(upload_slots, "SLOT_SECONDS", 1)
+# A process that takes an upload slot and holds it until it is killed, as an API process that
+# died mid-upload: its slot is no longer renewed. argv: Redis URL, key namespace.
+_DIES_HOLDING_A_SLOT = """
+import asyncio, sys
+import redis.asyncio as aioredis
+from api.redis_keys import RedisKeys
+from api.store import upload_slots
+
+upload_slots.SLOT_SECONDS = 1.0
+
+async def hold():
+    slots = upload_slots.UploadSlots(aioredis.Redis.from_url(sys.argv[1]), RedisKeys(sys.argv[2]))
+    async with slots.held(3, 2):
+        print("taken", flush=True)
+        await asyncio.sleep(600)
+
+asyncio.run(hold())
+"""
+
+
+def test_a_slot_its_process_lost_expires_while_a_held_one_is_renewed(monkeypatch) -> None:
+    monkeypatch.setattr(upload_slots, "SLOT_SECONDS", 1.0)  # renewed every 0.25 s
+    redis_url, namespace = os.environ["GRPO_TEST_REDIS_URL"], f"t{uuid.uuid4().hex[:8]}"
+    dying = subprocess.Popen([sys.executable, "-c", _DIES_HOLDING_A_SLOT, redis_url, namespace],
+                             stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+    try:
+        assert dying.stdout.readline().strip() == "taken"
+    finally:
+        dying.kill()
+        dying.wait(10)
 
     async def scenario() -> None:
-        client = aioredis.Redis.from_url(os.environ["GRPO_TEST_REDIS_URL"])
-        slots = UploadSlots(client, RedisKeys(f"t{uuid.uuid4().hex[:8]}"))
-        lost = slots.held(3, 1)
-        await lost.__aenter__()  # never exited: its process died holding it
-        with pytest.raises(RateLimited):
-            async with slots.held(3, 1):
-                pass
-        await asyncio.sleep(1.2)
-        async with slots.held(3, 1):
-            pass
+        client = aioredis.Redis.from_url(redis_url)
+        slots = UploadSlots(client, RedisKeys(namespace))
+        async with slots.held(3, 2):  # the team's second slot, the killed process holding the first
+            with pytest.raises(RateLimited):
+                async with slots.held(3, 2):
+                    pass
+            await asyncio.sleep(2.5)  # past the lifetime, several times over for the held slot
+            async with slots.held(3, 2):  # the lost slot was dropped ...
+                with pytest.raises(RateLimited):  # ... and the held one kept
+                    async with slots.held(3, 2):
+                        pass
         await client.aclose()
 
     asyncio.run(scenario())
