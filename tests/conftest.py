@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import file_seconds
 import pytest
 from backing_services import provision
 from specs import tiny_spec as _tiny_spec
@@ -33,28 +32,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         _STOPS.pop()()
 
 
-# Folders whose files start real job, rank and service processes, for files with no recorded time.
+# The folders whose files start real job, rank and service processes: each file takes minutes.
 _SLOW_FOLDERS_FIRST = ("worker", "chaos", "e2e")
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
                                   items: list[pytest.Item]) -> None:
-    """Hand out the longest files first. With ``--dist loadfile`` xdist gives its workers whole
-    files in collection order (``--no-loadscope-reorder`` in pyproject: its default reorder puts
-    the files with the most tests first, which sent the few-test, minute-long service files to
-    the end, where one worker ran them alone while the other sat idle). Longest first, by the
-    seconds recorded in tests/file_seconds.json, the many short files fill in around the long
-    ones; files with no record follow, the slow folders' first. A stable sort: the order within
-    a file is unchanged."""
-    seconds = file_seconds.recorded()
-
-    def rank(item: pytest.Item) -> tuple[int, float]:
-        relative = Path(item.path).relative_to(config.rootpath)
-        if (recorded := seconds.get(relative.as_posix())) is not None:
-            return 0, -recorded
-        folder = relative.parts[1] if len(relative.parts) > 2 else ""
-        slow = _SLOW_FOLDERS_FIRST
-        return 1, slow.index(folder) if folder in slow else len(slow)
+    """Run the slowest folders' files first. With ``--dist loadfile`` xdist hands out whole files
+    in collection order; collected alphabetically, tests/worker came last, and one xdist worker
+    then ran its multi-minute files alone while the other sat idle. Started first, the many short
+    files fill in around them. A stable sort: order within a file is unchanged."""
+    def rank(item: pytest.Item) -> int:
+        parts = Path(item.path).relative_to(config.rootpath).parts  # ("tests", folder, ...)
+        folder = parts[1] if len(parts) > 2 else ""
+        last = len(_SLOW_FOLDERS_FIRST)
+        return _SLOW_FOLDERS_FIRST.index(folder) if folder in _SLOW_FOLDERS_FIRST else last
 
     items.sort(key=rank)
 
