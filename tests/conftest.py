@@ -32,25 +32,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         _STOPS.pop()()
 
 
-# The folders whose files start real job, rank and service processes: each file takes minutes.
-_SLOW_FOLDERS_FIRST = ("worker", "chaos", "e2e")
-
-
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
-                                  items: list[pytest.Item]) -> None:
-    """Run the slowest folders' files first. With ``--dist loadfile`` xdist hands out whole files
-    in collection order; collected alphabetically, tests/worker came last, and one xdist worker
-    then ran its multi-minute files alone while the other sat idle. Started first, the many short
-    files fill in around them. A stable sort: order within a file is unchanged."""
-    def rank(item: pytest.Item) -> int:
-        parts = Path(item.path).relative_to(config.rootpath).parts  # ("tests", folder, ...)
-        folder = parts[1] if len(parts) > 2 else ""
-        last = len(_SLOW_FOLDERS_FIRST)
-        return _SLOW_FOLDERS_FIRST.index(folder) if folder in _SLOW_FOLDERS_FIRST else last
-
-    items.sort(key=rank)
-
-
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random-init Llama-family model + tokenizer folder (no network)."""
