@@ -119,15 +119,18 @@ def where_am_i(ranks: Ranks, node: int) -> tuple[int, int, int, tuple[int, ...],
 
 
 def test_global_rank_0_is_on_node_0_whatever_order_the_rendezvous_gives_the_nodes(tmp_path):
-    # Node 0 is the child: its agent has the higher pid, and torch's rendezvous numbers the
-    # nodes by (address, pid), so it makes node 1 (this process) its group 0.
+    # Node 0 is the child. torch's rendezvous numbers the nodes by (address, pid), so it usually
+    # makes node 1 (this process, the older one) its group 0, the reverse of ours; once the pids
+    # wrapped (pid_max is 32,768 in a container, and a suite starts thousands of processes) the
+    # child's pid is the lower one and torch's order is ours. Either way global rank 0 is node 0's.
     node_0, node_1 = host_groups((1, 2))
     with other_host(tmp_path / "node-0", launch_ranks, where_am_i, (0,), 1, device="cpu",
                     hang_timeout=HANG, hosts=node_0) as node:
         here = launch_ranks(where_am_i, (1,), 2, device="cpu", hang_timeout=HANG, hosts=node_1)
         there = node.value()
-    assert there == [(0, 0, 1, (1, 2), 3.0)]
-    assert here == [(1, 1, 0, (1, 2), 3.0), (1, 2, 0, (1, 2), 3.0)]
+    group_0 = int(node.process.pid > os.getpid())  # the group torch gave node 0 (this process: the other)
+    assert there == [(0, 0, group_0, (1, 2), 3.0)]
+    assert here == [(1, 1, 1 - group_0, (1, 2), 3.0), (1, 2, 1 - group_0, (1, 2), 3.0)]
 
 
 def sum_until_stopped(ranks: Ranks, folder: str) -> None:
