@@ -24,6 +24,7 @@ from api.scheduling import policy
 from api.scheduling.liveness import NO_SCHEDULER
 from api.schemas.jobs import HostPlacement, UtcDatetime
 from api.store.dispatching import SchedulingState
+from api.store.pools import PoolSize
 from api.vocabulary import Heartbeat
 
 
@@ -135,9 +136,10 @@ def cluster_view(state: SchedulingState, heartbeats: list[Heartbeat],
                    for beat in heartbeats if beat.pool == name]
         total = sum(worker.gpus for worker in workers)
         busy = sum(device.busy for worker in workers for device in worker.devices)
-        held, most = state.pools.get(name, (False, None))
-        pools.append(PoolView(name=name, held=held, max_worker_gpus=most, gpus_total=total, gpus_busy=busy,
-                              gpus_free=total - busy, workers=sorted(workers, key=lambda w: w.worker_id),
+        held, size = state.pools.get(name, (False, PoolSize(None, None)))
+        pools.append(PoolView(name=name, held=held, max_worker_gpus=size.largest_worker, gpus_total=total,
+                              gpus_busy=busy, gpus_free=total - busy,
+                              workers=sorted(workers, key=lambda w: w.worker_id),
                               waiting=sum(n for (_, pool), n in waiting.items() if pool == name)))
     held_gpus = _count(((job.team_id, job.pool) for job in cluster.holding),
                        [job.gpus for job in cluster.holding])

@@ -210,14 +210,15 @@ class Scheduler:
         """Pools live workers serve exist; each records its largest live worker's GPU count and the
         GPUs of all its live workers together (what a submission is checked against: a job larger
         than one worker runs across several), written only when they changed from the sizes the
-        pass's state read (``state.pool_sizes``)."""
+        pass's state read (``state.pools``)."""
         seen: dict[str, PoolSize] = {}
         for beat in heartbeats:
             was = seen.get(beat.pool, PoolSize(0, 0))
             seen[beat.pool] = PoolSize(max(was.largest_worker or 0, beat.gpus), (was.total or 0) + beat.gpus)
         if not seen:
             return
-        changed = {pool: size for pool, size in seen.items() if state.pool_sizes.get(pool) != size}
+        recorded = {pool: size for pool, (_, size) in state.pools.items()}
+        changed = {pool: size for pool, size in seen.items() if recorded.get(pool) != size}
         if not changed:
             return
         with session_scope(self.settings.database_url) as session:

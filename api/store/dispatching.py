@@ -46,12 +46,11 @@ class WaitingInfo:
 @dataclass
 class SchedulingState:
     cluster: cluster_state.ClusterState
-    pools: dict[str, tuple[bool, int | None]]  # name -> (held, max_worker_gpus)
+    # name -> (held, its recorded size: largest worker, all live workers' GPUs); the scheduler
+    # compares the size with the heartbeats, to write it only when it changed
+    pools: dict[str, tuple[bool, PoolSize]]
     team_names: dict[int, str]
     waiting_info: dict[int, WaitingInfo] = field(default_factory=dict)
-    # name -> its recorded size (largest worker, all live workers' GPUs): what the scheduler
-    # compares the heartbeats with, to write a pool's size only when it changed
-    pool_sizes: dict[str, PoolSize] = field(default_factory=dict)
 
 
 def gang_of(placement: list[dict] | None) -> tuple[cluster_state.Share, ...]:
@@ -110,9 +109,8 @@ def load_state(session: Session, heartbeats: list[Heartbeat], now: datetime, hal
     for team_id, name, weight in session.execute(select(Team.id, Team.name, Team.weight)):
         teams[team_id] = cluster_state.Team(team_id, weight, quotas.get(team_id, {}))
         names[team_id] = name
-    pool_rows = session.execute(select(Pool.name, Pool.held, Pool.max_worker_gpus, Pool.total_gpus)).all()
-    pools = {name: (bool(held), most) for name, held, most, _ in pool_rows}
-    sizes = {name: PoolSize(most, total) for name, _, most, total in pool_rows}
+    pools = {name: (bool(held), PoolSize(most, total)) for name, held, most, total in
+             session.execute(select(Pool.name, Pool.held, Pool.max_worker_gpus, Pool.total_gpus))}
     horizon = now - timedelta(seconds=USAGE_HORIZON_HALF_LIVES * half_life)
     recent = or_(Allocation.ended_at.is_(None), Allocation.ended_at > horizon)
     intervals = [
@@ -129,7 +127,7 @@ def load_state(session: Session, heartbeats: list[Heartbeat], now: datetime, hal
         held_pools=frozenset(name for name, (held, _) in pools.items() if held),
         recent_usage=cluster_state.decayed_usage(intervals, now.timestamp(), half_life),
     )
-    return SchedulingState(cluster, pools, names, info, sizes)
+    return SchedulingState(cluster, pools, names, info)
 
 
 def dispatch_job(session: Session, job_id: int, worker_id: str, devices: tuple[int, ...] | None = None,

@@ -118,7 +118,7 @@ def gang_state(pool: str) -> tuple[SchedulingState, list[Heartbeat]]:
              Heartbeat(worker_id="w2", pool=pool, gpus=2, jobs={8: [1]})]
     workers = tuple(cluster_state.Worker(b.worker_id, pool, b.gpus) for b in beats)
     state = cluster_state.ClusterState(workers, (), (gang, other), {})
-    return SchedulingState(state, {pool: (False, 2)}, {1: "alpha", 2: "beta"}), beats
+    return SchedulingState(state, {pool: (False, PoolSize(2, 4))}, {1: "alpha", 2: "beta"}), beats
 
 
 def test_a_gang_is_one_running_job_and_each_worker_shows_its_share() -> None:

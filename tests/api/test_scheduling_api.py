@@ -170,7 +170,7 @@ def test_a_packed_worker_shows_each_device_and_its_job_and_keeps_unknown_jobs_de
     state = cluster_state.ClusterState((worker,), waiting, tuple(holding), {})
     assert policy.plan(state).dispatch == [policy.Dispatch(20, "w1", (1,))]
 
-    scheduling = SchedulingState(state, {"a": (False, 4)}, {1: "alpha", 2: "beta"})
+    scheduling = SchedulingState(state, {"a": (False, PoolSize(4, 4))}, {1: "alpha", 2: "beta"})
 
     def devices(scope: int | None) -> list[tuple[int, bool, int | None]]:
         view = cluster_view(scheduling, [beat], {}, scope)
