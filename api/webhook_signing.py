@@ -6,7 +6,7 @@ can drop a repeat), ``Webhook-Timestamp`` (Unix seconds when this attempt was si
 ``Webhook-Signature: v1=<hex>``, the HMAC-SHA256, keyed with the webhook's secret, of
 ``f"{timestamp}.{body}"`` over the exact body bytes. The timestamp is signed so a captured request
 cannot be replayed later: receivers should refuse one older than a few minutes. ``v1`` names the
-scheme, so a later one can be sent beside it. Standard library only; the README's Notifications
+scheme, so a later one can be sent beside it. Standard library only; docs/user_guide.md (Notifications)
 shows a receiver's check in five lines.
 """
 

@@ -83,7 +83,7 @@ def build_parser(load_spec: SpecLoader = load_run_spec) -> argparse.ArgumentPars
     train = commands.add_parser(
         "train", help="run a job spec on this machine", description="Run a job spec on this machine.",
         epilog="Every field of a spec is described, with its default and bounds, at /docs of a running "
-        "service, schema JobSpec (`grpo dev` serves one at http://127.0.0.1:8000/docs); README.md "
+        "service, schema JobSpec (`grpo dev` serves one at http://127.0.0.1:8000/docs); docs/user_guide.md "
         "explains TRL's names (under grpo:) and the rewards, and examples/*.yaml show them in use.")
     train.add_argument("spec", type=Path, help="YAML or JSON JobSpec")
     train.add_argument("--output-dir", type=Path, required=True)

@@ -29,7 +29,7 @@ _404 = {404: {"description": "No such webhook (or another team's)"}}
 def create_webhook(body: WebhookCreate, session: SessionDep, principal: PrincipalDep,
                    settings: SettingsDep) -> WebhookCreated:
     """Deliveries of ``events`` for the team's jobs are POSTed to ``url``, signed with the
-    returned ``secret`` (shown only in this answer; see the README's Notifications)."""
+    returned ``secret`` (shown only in this answer; see docs/user_guide.md, Notifications)."""
     allowed = settings.webhook_hosts
     if allowed and (urlsplit(body.url).hostname or "").lower() not in allowed:
         raise InvalidInput(f"webhooks may only call these hosts: {', '.join(sorted(allowed))}", param="url")
