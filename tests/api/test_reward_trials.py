@@ -73,6 +73,21 @@ def test_rows_a_grader_cannot_score_say_why(member) -> None:
 
 
 @needs_sandbox
+def test_a_grader_that_rewrites_its_harness_still_scores_nothing_out_of_range(member) -> None:
+    # The route issue 32 found: the range check ran in the interpreter the grader controls.
+    source = ("import sys\n"
+              "sys.modules['__main__']._value = lambda result: {'value': result}\n"
+              "def grade(sample, item):\n"
+              "    return {'a': 1e308, 'b': -5, 'c': 1000}.get(sample['output_text'], 0.5)\n")
+    response = trial(member, [{"name": "python", "args": {"source": source}}],
+                     [sample("a"), sample("b"), sample("c"), sample("d")])
+    assert response.status_code == 200, response.text
+    items = response.json()["items"]
+    assert [item["rewards"]["python"] for item in items] == [None, None, None, 0.5]
+    assert all("outside [0, 1]" in item["problems"]["python"] for item in items[:3])
+
+
+@needs_sandbox
 @pytest.mark.parametrize(("reward", "param", "says"), [
     ({"name": "python", "args": {"source": "def grade(sample, item):\nreturn 1\n"}}, "rewards.0.args.source",
      "does not compile"),
