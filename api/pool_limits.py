@@ -25,6 +25,7 @@ from api.schemas.admin import PoolLimits
 from api.settings import Settings
 from grpo_core.errors import SpecError
 from grpo_core.rewards import available_rewards, sandbox_footprints
+from grpo_core.spec.run_spec import RewardSpec
 
 MIB = 2**20
 # The args that size a reward's sandboxes, named in a refusal where the reward has them.
@@ -73,7 +74,8 @@ def limit_problems(spec: JobSpec, limits: PoolLimits) -> list[SpecError]:
     if limits.max_inline_dataset_bytes is not None:
         problems += inline_bytes_problems(spec, limits.max_inline_dataset_bytes)
     if limits.max_sandbox_memory_bytes is not None:
-        problems += sandbox_problems(spec, limits.max_sandbox_memory_bytes)
+        problems += sandbox_problems(spec.rewards, spec.resources.pool, spec.resources.gpus,
+                                     limits.max_sandbox_memory_bytes)
     return problems
 
 
@@ -126,17 +128,18 @@ def _json_bytes(rows: list[dict] | None) -> int:
     return 0 if rows is None else len(json.dumps(rows, separators=(",", ":")).encode())
 
 
-def sandbox_problems(spec: JobSpec, limit: int) -> list[SpecError]:
-    """The job's sandbox memory over ``limit``: its rewards are called one after another, so its
-    largest reward's footprint, held by every rank at once (all on one host)."""
-    footprints = sandbox_footprints(spec.rewards)
+def sandbox_problems(rewards: list[RewardSpec], pool: str, ranks: int, limit: int) -> list[SpecError]:
+    """The sandbox memory of ``rewards`` over ``limit``: they are called one after another, so
+    the largest reward's footprint, held by each of ``ranks`` at once (all on one host). A job's
+    ranks are its ``resources.gpus``; a rewards dry run scores in one process (one rank), and is
+    held to the same limit by this same check."""
+    footprints = sandbox_footprints(rewards)
     if not footprints:
         return []
     index, largest = max(footprints, key=lambda footprint: footprint[1])
-    ranks = spec.resources.gpus
     if largest * ranks <= limit:
         return []
-    name = spec.rewards[index].name
+    name = rewards[index].name
     fields = available_rewards()[name].args_model.model_fields
     knobs = " or ".join(arg for arg in SANDBOX_SIZING_ARGS if arg in fields) or "its args"
     held = f"{largest / MIB:,.0f} MiB at once"
@@ -144,7 +147,7 @@ def sandbox_problems(spec: JobSpec, limit: int) -> list[SpecError]:
         held += f" on each of {ranks} ranks (resources.gpus): {largest * ranks / MIB:,.0f} MiB"
         knobs += " or resources.gpus"
     return [SpecError(f"rewards.{index}.args", (
-        f"{name}'s sandboxes may hold {held}; pool '{spec.resources.pool}' allows at most "
+        f"{name}'s sandboxes may hold {held}; pool '{pool}' allows at most "
         f"{limit / MIB:,.0f} MiB ({limit:,} bytes): lower {knobs}"))]
 
 

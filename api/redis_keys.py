@@ -103,6 +103,10 @@ class RedisKeys:
         (``api.store.upload_slots``), shared by all API processes."""
         return f"{self._prefix}uploads:{team_id}"
 
+    def reward_trial_slots(self, team_id: int) -> str:
+        """A team's rewards dry runs in progress, as ``upload_slots`` (``api.store.trial_slots``)."""
+        return f"{self._prefix}reward-trial-slots:{team_id}"
+
     def stat(self, name: str) -> str:
         """A service-wide counter (``api.store.bus.COUNTERS``)."""
         return f"{self._prefix}stats:{name}"

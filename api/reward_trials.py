@@ -21,9 +21,12 @@ code on either host.
 
 from __future__ import annotations
 
+from api.pool_limits import effective_limits, sandbox_problems
+from api.schemas.admin import PoolLimits
 from api.schemas.reward_trials import RewardTrialRead, RewardTrialRequest, SampleScoresRead
 from api.settings import Settings
 from api.store.db import session_scope
+from api.store.pools import admission
 from api.store.verifiers import endpoints_for
 from api.vocabulary import DEFAULT_POOL
 from grpo_core.errors import RewardFailed, SpecError
@@ -32,6 +35,7 @@ from grpo_core.rewards import (
     bind_rewards,
     model_sources,
     required_capabilities,
+    sandbox_footprints,
     validate_reward_specs,
 )
 from grpo_core.rewards.http_verifier import verifier_names
@@ -73,6 +77,20 @@ def _refuse_without_sandbox(specs: list[RewardSpec]) -> None:
         raise InvalidSpec(problems)
 
 
+def _refuse_over_pool_limits(specs: list[RewardSpec], pool: str, settings: Settings) -> None:
+    """The pool's limit on sandbox memory, as a job of the pool is held to it at submit
+    (:func:`api.pool_limits.sandbox_problems`, one rank: a dry run scores in one process). A
+    pool nobody registered has the deployment's defaults (its dry run goes nowhere anyway)."""
+    if not sandbox_footprints(specs):
+        return
+    with session_scope(settings.database_url) as session:
+        found = admission(session, pool)
+    overrides = found[1] if found is not None else PoolLimits()
+    limit = effective_limits(overrides, settings).max_sandbox_memory_bytes
+    if limit is not None and (problems := sandbox_problems(specs, pool, 1, limit)):
+        raise InvalidSpec(problems)
+
+
 def _verifiers(specs: list[RewardSpec], team_id: int, pool: str,
                settings: Settings) -> dict[str, VerifierEndpoint]:
     named = verifier_names(specs)
@@ -94,7 +112,8 @@ def _columns(request: RewardTrialRequest) -> set[str]:
 
 def check_trial(request: RewardTrialRequest, team_id: int,
                 settings: Settings) -> dict[str, VerifierEndpoint]:
-    """What a submit would refuse, and models: :class:`InvalidSpec` naming each field. The
+    """What a submit would refuse (the rewards' args, the pool's limit on their sandboxes' memory),
+    and models: :class:`InvalidSpec` naming each field. The
     verifiers the team's ``http_verifier`` rewards may reach, when they all are registered."""
     specs = request.rewards or []
     try:
@@ -102,7 +121,9 @@ def check_trial(request: RewardTrialRequest, team_id: int,
     except SpecError as exc:
         raise InvalidSpec([exc]) from None
     _refuse_models(specs)
-    return _verifiers(specs, team_id, request.pool or DEFAULT_POOL, settings)
+    pool = request.pool or DEFAULT_POOL
+    _refuse_over_pool_limits(specs, pool, settings)
+    return _verifiers(specs, team_id, pool, settings)
 
 
 def score_trial(request: RewardTrialRequest, verifiers: dict[str, VerifierEndpoint]) -> RewardTrialRead:

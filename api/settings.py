@@ -119,6 +119,11 @@ class Settings(BaseSettings):
         2, ge=1, le=16, description="Rewards dry runs (`POST /v1/rewards/run`) scored at once, each in a "
         "thread off the event loop; more wait their turn. A sandboxed grader scored in the API "
         "(`GRPO_REWARD_TRIAL_HOST`) runs as a process of its host.")
+    reward_trial_slots_per_team: int = Field(
+        1, ge=1, le=16, description="Rewards dry runs one team may have in progress at once, all API "
+        "processes together (admin keys are not held to it); one more is a 429 with Retry-After. Keep "
+        "it below `GRPO_REWARD_TRIAL_SLOTS`, so that another team's dry run starts at once while one "
+        "team is at its share.")
     reward_trial_host: Literal["auto", "workers"] = Field(
         "auto", description="Where a rewards dry run's sandboxed rewards (`python`, `code_tests`) run: "
         "`auto`: in the API host's own sandbox when it has one, else on a worker of the request's pool "

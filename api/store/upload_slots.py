@@ -66,6 +66,8 @@ return 1
 class UploadSlots:
     """One per API process (on ``app.state``); used from the event loop only."""
 
+    kind = "upload slots"  # in its log lines
+
     def __init__(self, redis: aioredis.Redis, keys: RedisKeys,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._redis = redis
@@ -75,6 +77,13 @@ class UploadSlots:
         self._clock = clock
         self._local: dict[int, set[str]] = {}  # team id -> tokens taken in this process while Redis is out
         self._redis_from = 0.0
+
+    def _key(self, team_id: int) -> str:
+        """The team's sorted set of slots (another kind of slot names its own: ``api.store.trial_slots``)."""
+        return self._keys.upload_slots(team_id)
+
+    def _refusal(self, limit: int) -> RateLimited:
+        return _all_taken(limit)
 
     @asynccontextmanager
     async def held(self, team_id: int, limit: int) -> AsyncIterator[None]:
@@ -98,40 +107,40 @@ class UploadSlots:
             try:
                 async with asyncio.timeout(REDIS_TIMEOUT_SECONDS):
                     args = [limit, token, math.ceil(SLOT_SECONDS)]
-                    taken = await self._take_script(keys=[self._keys.upload_slots(team_id)], args=args)
+                    taken = await self._take_script(keys=[self._key(team_id)], args=args)
                 if not taken:
-                    raise _all_taken(limit)
+                    raise self._refusal(limit)
                 return True
             except (RedisError, OSError, TimeoutError) as exc:
-                log.warning("upload slots: Redis did not answer (%s); counting in this process for %g s",
-                            exc.__class__.__name__, LOCAL_SECONDS)
+                log.warning("%s: Redis did not answer (%s); counting in this process for %g s",
+                            self.kind, exc.__class__.__name__, LOCAL_SECONDS)
                 self._redis_from = self._clock() + LOCAL_SECONDS
         held = self._local.setdefault(team_id, set())
         if len(held) >= limit:
-            raise _all_taken(limit)
+            raise self._refusal(limit)
         held.add(token)
         return False
 
     async def _renew(self, team_id: int, token: str) -> None:
         """Keep ``token``'s slot young until cancelled; a failed renewal is retried at the next
         turn (the slot expires only after several in a row)."""
-        key = self._keys.upload_slots(team_id)
+        key = self._key(team_id)
         while True:
             await asyncio.sleep(SLOT_SECONDS / 4)
             try:
                 async with asyncio.timeout(REDIS_TIMEOUT_SECONDS):
                     await self._renew_script(keys=[key], args=[token, math.ceil(SLOT_SECONDS)])
             except (RedisError, OSError, TimeoutError) as exc:
-                log.warning("upload slots: Redis did not renew a slot (%s); retrying in %g s",
-                            exc.__class__.__name__, SLOT_SECONDS / 4)
+                log.warning("%s: Redis did not renew a slot (%s); retrying in %g s",
+                            self.kind, exc.__class__.__name__, SLOT_SECONDS / 4)
 
     async def _give_back(self, team_id: int, token: str) -> None:
         try:
             async with asyncio.timeout(REDIS_TIMEOUT_SECONDS):
-                await self._redis.zrem(self._keys.upload_slots(team_id), token)
+                await self._redis.zrem(self._key(team_id), token)
         except (RedisError, OSError, TimeoutError) as exc:
-            log.warning("upload slots: Redis did not take back a slot (%s); it expires within %g s",
-                        exc.__class__.__name__, SLOT_SECONDS)
+            log.warning("%s: Redis did not take back a slot (%s); it expires within %g s",
+                        self.kind, exc.__class__.__name__, SLOT_SECONDS)
 
 
 def _all_taken(limit: int) -> RateLimited:

@@ -8,11 +8,19 @@ service never imports it to run it) and its input comes on stdin as one JSON doc
     {"source": "<the grader's code>", "rows": [{"sample": {...}, "item": {...}}, ...]}
 
 Output protocol, on the file descriptor that was stdout when it started (the grader's own
-``print`` output is kept from it, so a chatty grader cannot corrupt the results):
+``print`` output is kept from it, so a chatty grader cannot corrupt the results by accident):
 
 * ``{"load_error": "..."}`` once, when the source does not run or defines no callable ``grade``;
-* else per row, in order: ``{"i": N, "value": <number or null>}``, or
-  ``{"i": N, "error": "..."}`` when ``grade`` raised or returned something that is not a number.
+* else per row, in order: ``{"i": N, "value": <what grade returned>}`` when that is ``None``, a
+  bool, an int or a float (as JSON: NaN and infinities as ``NaN``/``Infinity``);
+  ``{"i": N, "returned": "<its type and repr>"}`` for anything else; ``{"i": N, "error": "..."}``
+  when ``grade`` raised.
+
+Nothing here checks a value: this interpreter runs the team's code, which can rewrite anything in
+it (this module's functions through ``sys.modules['__main__']``, builtins, ``json``, the results
+descriptor itself). The caller (:func:`grpo_core.rewards.python_grader.grade_rows`, outside the
+sandbox) parses every line strictly and keeps only numbers in [0, 1]; whatever reaches it from
+here is untrusted text.
 
 Each line is flushed as it is written, so rows scored before a timeout still count. Messages are
 cut to :data:`MESSAGE_CHARS` so the caller can bound the output it reads by the number of rows.
@@ -20,7 +28,6 @@ cut to :data:`MESSAGE_CHARS` so the caller can bound the output it reads by the 
 
 import io
 import json
-import math
 import os
 import sys
 import traceback
@@ -57,15 +64,12 @@ def _short(exc):
     return f"{type(exc).__name__}: {exc}{where}"[:MESSAGE_CHARS]
 
 
-def _value(result):
-    if result is None:
-        return {"value": None}
-    if isinstance(result, bool) or not isinstance(result, int | float):
-        return {"error": f"grade returned {type(result).__name__} {result!r:.60}, not a number"}
-    number = float(result)
-    if not math.isfinite(number) or not 0.0 <= number <= 1.0:
-        return {"error": f"grade returned {number!r}, outside [0, 1]"}
-    return {"value": number}
+def _raw(result):
+    """grade's return value as it is, for the caller to check: numbers and None as JSON values,
+    anything else described (an object JSON cannot carry, a string the caller would not score)."""
+    if result is None or isinstance(result, bool | int | float):
+        return {"value": result}
+    return {"returned": f"{type(result).__name__} {result!r:.60}"}
 
 
 def main():
@@ -77,7 +81,11 @@ def main():
     sys.stdout = printed
 
     def emit(record):
-        results.write(json.dumps(record) + "\n")
+        try:
+            line = json.dumps(record)
+        except (TypeError, ValueError):  # an int past Python's digit limit, a float subclass's repr
+            line = json.dumps({"i": record.get("i"), "returned": "a value that does not serialise"})
+        results.write(line + "\n")
         results.flush()
 
     payload = json.loads(sys.stdin.read())
@@ -92,7 +100,7 @@ def main():
         return
     for index, row in enumerate(payload["rows"]):
         try:
-            record = _value(grade(row["sample"], row["item"]))
+            record = _raw(grade(row["sample"], row["item"]))
         except BaseException as exc:  # SystemExit too: one row's failure, not the call's
             record = {"error": _short(exc)}
         record["i"] = index

@@ -39,6 +39,7 @@ __all__ = ["MAX_SOURCE_CHARS", "PYTHON_GRADER", "GradedRows", "PythonGraderArgs"
 MAX_SOURCE_CHARS = 65536
 _HARNESS = (Path(__file__).with_name("grader_harness.py")).read_text(encoding="utf-8")
 _HARNESS_LINE_BYTES = 512  # a result line's most: the harness cuts its messages to 300 characters
+_MESSAGE_CHARS = 300  # what is kept of a message the sandbox sent (it is the team's text)
 # Columns the scorer adds for other rewards; not part of the dataset row a grader sees.
 _NOT_ROW_COLUMNS = frozenset({"raw_completions", "prompt_messages"})
 
@@ -122,7 +123,12 @@ def _rows(completions: list[str], prompts: list[str], columns: dict[str, list[An
 def grade_rows(source: str, rows: list[dict[str, Any]], limits: Limits) -> GradedRows:
     """Score ``rows`` (``{"sample", "item"}`` each) with the grader in one sandboxed run.
     A grader that does not load (an exception at import, no ``grade``) is the job's fault:
-    a GRPOError ``reward_error`` with the grader's message."""
+    a GRPOError ``reward_error`` with the grader's message.
+
+    The harness only passes on what ``grade`` returned; each value is checked here, outside the
+    sandbox's interpreter, where the team's code cannot reach the check (:func:`_score`). Its
+    output is untrusted text: a line that is no JSON object, or a second result for a row, scores
+    nothing."""
     payload = json.dumps({"source": source, "rows": rows}, default=str)
     sized = replace(limits, output_bytes=4096 + _HARNESS_LINE_BYTES * len(rows))
     outcome = run_python(_HARNESS, payload, sized)
@@ -130,25 +136,63 @@ def grade_rows(source: str, rows: list[dict[str, Any]], limits: Limits) -> Grade
     problems: dict[int, str] = {}
     seen: set[int] = set()
     for line in outcome.stdout.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a line cut by a kill; its row is reported missing below
+        record = _record(line)
+        if record is None:
+            continue  # a line cut by a kill, or not the harness's; its row is reported missing below
         if "load_error" in record:
-            raise GRPOError(f"the python grader does not load: {record['load_error']}", code="reward_error")
+            raise GRPOError(f"the python grader does not load: {_text(record['load_error'])}",
+                            code="reward_error")
         index = record.get("i")
-        if not isinstance(index, int) or not 0 <= index < len(rows):
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(rows):
+            continue
+        if index in seen:
+            values[index], problems[index] = None, "more than one result for this row"
             continue
         seen.add(index)
-        if "error" in record:
-            problems[index] = str(record["error"])
-        else:
-            values[index] = record.get("value")
+        values[index], problem = _score(record)
+        if problem is not None:
+            problems[index] = problem
     missing = _why_missing(outcome)
     for index in range(len(rows)):
         if index not in seen:
             problems[index] = missing
     return GradedRows(values, problems)
+
+
+def _record(line: str) -> dict[str, Any] | None:
+    """One output line as a JSON object, or None for anything else (bad JSON, nesting too deep
+    to parse, an integer past Python's digit limit, a bare value)."""
+    try:
+        # NaN and the infinities read as floats, for _score to refuse as not finite.
+        record = json.loads(line, parse_constant=float)
+    except (ValueError, RecursionError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _text(value: Any) -> str:
+    return str(value)[:_MESSAGE_CHARS]
+
+
+def _score(record: dict[str, Any]) -> tuple[float | None, str | None]:
+    """A row's score and, when it has none, why: a number in [0, 1] scores; None does not
+    apply (no problem); anything else is a problem, whatever the sandbox said about it."""
+    if "error" in record:
+        return None, _text(record["error"])
+    if "value" not in record:
+        return None, f"grade returned {_text(record.get('returned', 'nothing'))}, not a number"
+    value = record["value"]
+    if value is None:
+        return None, None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None, f"grade returned {type(value).__name__} {value!r:.60}, not a number"
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float
+        return None, f"grade returned an integer of {value.bit_length()} bits, outside [0, 1]"
+    if not math.isfinite(number) or not 0.0 <= number <= 1.0:
+        return None, f"grade returned {number!r}, outside [0, 1]"
+    return number, None
 
 
 def _why_missing(outcome: Any) -> str:

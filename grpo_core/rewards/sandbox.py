@@ -9,6 +9,7 @@ the working directory); fresh ``/proc``, a minimal read-only ``/dev`` (so no POS
 in ``/dev/shm``); uid/gid 65534 inside; an empty environment; a Python under /usr
 (:func:`interpreter`) run with ``-I -S`` (no site-packages, no user paths); a seccomp filter
 (:mod:`grpo_core.rewards.seccomp_filter`: no ptrace, SysV IPC, namespaces, mounts, keyring, bpf,
+``modify_ldt``, sockets of any family but ``AF_UNIX``,
 ...). ``--die-with-parent`` and ``--new-session`` keep it from outliving us or reaching our terminal.
 
 Limits: a fixed launcher (trusted text, :data:`_LAUNCHER`) is the sandbox's init (pid 1,

@@ -15,7 +15,16 @@ the filter is a mandatory protection):
   through ``/proc/1/mem`` went this way), SysV IPC (shared memory outside ``RLIMIT_AS``: 768 MiB
   held under a 256 MiB limit), memory the address-space limit does not count (memfd), new
   namespaces and mounts (a private tmpfs past the ``/tmp`` cap), the kernel's keyring, BPF,
-  perf, modules, kexec, userfaultfd and io_uring (kernel attack surface a test program never needs);
+  perf, modules, kexec, userfaultfd and io_uring (kernel attack surface a test program never needs),
+  ``modify_ldt`` (x86's per-process descriptor tables: a long line of kernel exploits, and nothing a
+  64-bit program uses);
+* ``socket`` and ``socketpair`` for any address family but ``AF_UNIX`` fail with ``EAFNOSUPPORT``,
+  as on a kernel built without that family (so a program that probes for one takes its usual
+  fallback). The network namespace has no route out, but it does not isolate every family:
+  ``AF_VSOCK`` reaches the hypervisor's host and other VMs' services whatever the namespace, and
+  netlink, packet and the rest are kernel surface a test program never needs. ``AF_UNIX`` stays:
+  Python's ``multiprocessing`` and ``socket.socketpair`` use it, and it reaches nothing outside the
+  sandbox's own mount view;
 * ``clone`` with any ``CLONE_NEW*`` flag fails with ``EPERM`` (a plain fork or thread is fine);
 * ``clone3`` fails with ``ENOSYS``: its flags live in a struct that seccomp cannot read, so it
   cannot be filtered like ``clone``; ``ENOSYS`` makes libc fall back to ``clone``;
@@ -28,7 +37,7 @@ import errno
 import platform
 import struct
 
-__all__ = ["DENIED", "SeccompUnsupported", "seccomp_program"]
+__all__ = ["AF_UNIX", "DENIED", "FAMILY_CHECKED", "SeccompUnsupported", "seccomp_program"]
 
 # name: (number on x86_64, number on aarch64, why). None: the call does not exist there.
 DENIED: dict[str, tuple[int | None, int | None, str]] = {
@@ -93,7 +102,11 @@ DENIED: dict[str, tuple[int | None, int | None, str]] = {
     "ioperm": (173, None, "port I/O"),
     "uselib": (134, None, "obsolete loader call"),
     "nfsservctl": (180, 42, "obsolete"),
+    "modify_ldt": (154, None, "x86 descriptor tables: kernel attack surface"),
 }
+# Calls whose first argument is an address family: allowed for AF_UNIX only. name -> (x86_64, aarch64)
+FAMILY_CHECKED: dict[str, tuple[int, int]] = {"socket": (41, 198), "socketpair": (53, 199)}
+AF_UNIX = 1
 _CLONE = {"x86_64": 56, "aarch64": 220}
 _CLONE3 = 435  # the same number on both
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME: all in clone's low 32 bits.
@@ -129,6 +142,15 @@ def _deny(number: int, error: int) -> bytes:
     return _instruction(_JEQ_K, number, 0, 1) + _instruction(_RET_K, _RET_ERRNO | error)
 
 
+def _unix_only(number: int) -> bytes:
+    """If the call is ``number``, allow it for ``AF_UNIX`` and fail it with ``EAFNOSUPPORT`` for
+    every other family; both end the program, so the accumulator is the call's number again for
+    the next test. Only the argument's low 32 bits are read: the kernel's ``int family`` is those."""
+    return (_instruction(_JEQ_K, number, 0, 4) + _instruction(_LD_W_ABS, _ARG0_LOW)
+            + _instruction(_JEQ_K, AF_UNIX, 0, 1) + _instruction(_RET_K, _RET_ALLOW)
+            + _instruction(_RET_K, _RET_ERRNO | errno.EAFNOSUPPORT))
+
+
 def seccomp_program(machine: str | None = None) -> bytes:
     """The filter for ``machine`` (``platform.machine()`` by default), ready to hand to bwrap."""
     machine = machine or platform.machine()
@@ -147,6 +169,8 @@ def seccomp_program(machine: str | None = None) -> bytes:
         if numbers[column] is not None:
             program += _deny(numbers[column], errno.EPERM)
     program += _deny(_CLONE3, errno.ENOSYS)
+    for numbers in FAMILY_CHECKED.values():
+        program += _unix_only(numbers[column])
     # Last, so that both its outcomes fall through to the final allow.
     program += _instruction(_JEQ_K, _CLONE[machine], 0, 3)
     program += _instruction(_LD_W_ABS, _ARG0_LOW)

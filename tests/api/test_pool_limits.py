@@ -185,3 +185,30 @@ def test_a_pools_sandbox_limit_bounds_the_largest_reward_on_every_rank(admin, al
 
     admin.put(url, json={"max_sandbox_memory_bytes": None})
     assert submit([GRADER, code_tests()], gpus=2).status_code == 201  # 16,512 MiB: the default admits it
+
+
+def dry_run(client, pool: str, rewards: list[dict]):
+    samples = [{"prompt": row["prompt"], "completion": "print(2 * int(input()))",
+                "columns": {"tests": row["tests"]}} for row in CODE_ROWS]
+    return client.post("/v1/rewards/run", json={"rewards": rewards, "samples": samples, "pool": pool})
+
+
+@pytest.mark.parametrize("reward", [
+    {"name": "python", "args": {**GRADER["args"], "memory_mb": 4096, "max_processes": 64}},
+    code_tests(parallel=16, max_processes=256, memory_mb=8192)], ids=["python", "code_tests"])
+def test_a_rewards_dry_run_is_refused_by_the_pool_limit_as_a_job_with_its_rewards_is(
+        admin, alpha, sandboxed_pool, job_spec, reward) -> None:
+    job = refusal(alpha.post("/v1/jobs", json=sandbox_job(job_spec, sandboxed_pool, [reward])),
+                  "rewards.0.args")
+    assert refusal(dry_run(alpha, sandboxed_pool, [reward]), "rewards.0.args") == job
+    assert "allows at most 81,920 MiB" in job
+    # An admin's override of the pool's limit holds dry runs too: code_tests' defaults are 8,256 MiB.
+    url = f"/v1/admin/pools/{sandboxed_pool}/limits"
+    assert admin.put(url, json={"max_sandbox_memory_bytes": 4 * 2**30}).status_code == 200
+    try:
+        job = refusal(alpha.post("/v1/jobs", json=sandbox_job(job_spec, sandboxed_pool, [code_tests()])),
+                      "rewards.0.args")
+        assert refusal(dry_run(alpha, sandboxed_pool, [code_tests()]), "rewards.0.args") == job
+        assert "8,256 MiB at once;" in job
+    finally:
+        admin.put(url, json={"max_sandbox_memory_bytes": None})

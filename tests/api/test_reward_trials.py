@@ -10,11 +10,13 @@ import threading
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 from sandbox_guard import needs_sandbox
 from test_jobs_api import row_counts
 from verifier_server import verifier_server
+from waiting import wait_until
 
 from api.schemas.reward_trials import MAX_SAMPLES
 
@@ -70,6 +72,21 @@ def test_rows_a_grader_cannot_score_say_why(member) -> None:
     problems = [item["problems"]["python"] for item in items]
     assert "outside [0, 1]" in problems[0] and "not a number" in problems[1]
     assert "ZeroDivisionError" in problems[2] and "grader.py line 3" in problems[2]
+
+
+@needs_sandbox
+def test_a_grader_that_rewrites_its_harness_still_scores_nothing_out_of_range(member) -> None:
+    # The route issue 32 found: the range check ran in the interpreter the grader controls.
+    source = ("import sys\n"
+              "sys.modules['__main__']._value = lambda result: {'value': result}\n"
+              "def grade(sample, item):\n"
+              "    return {'a': 1e308, 'b': -5, 'c': 1000}.get(sample['output_text'], 0.5)\n")
+    response = trial(member, [{"name": "python", "args": {"source": source}}],
+                     [sample("a"), sample("b"), sample("c"), sample("d")])
+    assert response.status_code == 200, response.text
+    items = response.json()["items"]
+    assert [item["rewards"]["python"] for item in items] == [None, None, None, 0.5]
+    assert all("outside [0, 1]" in item["problems"]["python"] for item in items[:3])
 
 
 @needs_sandbox
@@ -139,6 +156,46 @@ def test_a_slow_grader_does_not_hold_the_event_loop(member, client_for, team_key
     finally:
         running.join(30)
     assert answers[0].status_code == 200 and [i["reward"] for i in answers[0].json()["items"]] == [1.0, 1.0]
+
+
+@needs_sandbox
+def test_a_team_at_its_share_is_told_to_retry_and_another_teams_dry_run_starts_at_once(
+        member, client_for, team_keys, api_server, serve_api) -> None:
+    # Team A floods the dry runs with a grader that sleeps; its share (GRPO_REWARD_TRIAL_SLOTS_PER_TEAM,
+    # 1) runs, the rest are 429s at once, and team B's trivial dry run is answered while A's runs.
+    slow = "import time\ndef grade(sample, item):\n    time.sleep(5)\n    return 1.0\n"
+    answered: list = []
+    patient = httpx.Client(base_url=member.base_url, headers=member.headers, timeout=60, trust_env=False)
+    rewards = [{"name": "python", "args": {"source": slow}}]
+    flood = [threading.Thread(target=lambda: answered.append(trial(patient, rewards, [sample("a")] * 3,
+                                                                   reward_timeout_seconds=30)))
+             for _ in range(3)]
+    for thread in flood:
+        thread.start()
+    try:
+        wait_until(lambda: len(answered) >= 2, 60, "two of team A's dry runs to be answered")
+        refused = [response for response in answered if response.status_code == 429]
+        assert len(refused) == 2, [response.text for response in answered]
+        assert all(int(response.headers["Retry-After"]) > 0 for response in refused)
+        assert refused[0].json()["error"]["code"] == "rate_limited"
+        contains = [{"name": "contains", "args": {"text": "4"}}]
+        other = trial(client_for(team_keys.beta), contains, [sample("4")])
+        assert other.status_code == 200 and other.json()["items"][0]["reward"] == 1.0
+        # The share is the team's across API processes: another app (its own slots) refuses too.
+        with serve_api(api_server.settings) as second, \
+                httpx.Client(base_url=second.http_url, headers=member.headers, trust_env=False) as there:
+            elsewhere = trial(there, contains, [sample("4")])
+        assert elsewhere.status_code == 429, elsewhere.text
+        assert len(answered) == 2  # team A's running dry run had not been answered yet
+    finally:
+        for thread in flood:
+            thread.join(60)
+        patient.close()
+    [ran] = [response for response in answered if response.status_code != 429]
+    assert ran.status_code == 200 and [item["reward"] for item in ran.json()["items"]] == [1.0] * 3
+    # Its slot is given back: the team's next dry run runs.
+    again = trial(member, [{"name": "contains", "args": {"text": "4"}}], [sample("4")])
+    assert again.status_code == 200, again.text
 
 
 @needs_sandbox

@@ -166,3 +166,75 @@ def test_the_example_learns_with_its_inline_grader_on_one_and_two_ranks(tiny_mod
     ranked = run_example("python_grader.yaml", tmp_path, {}, "--nproc-per-node", "2", steps=1)
     for name in ("reward", "reward_std", "rewards/python/mean"):
         assert ranked[0][name] == pytest.approx(records[0][name], rel=1e-6, abs=1e-9), name
+
+
+
+# Each grader reaches into the interpreter it shares with the harness to have its rows scored out
+# of [0, 1] or as a non-number. The harness only passes values on and the check runs outside it,
+# so every such row is unscored with a reason.
+WRITE_RESULT = ("def write_result(text):\n"
+                "    frame = sys._getframe()\n"
+                "    while 'results' not in frame.f_locals:\n"
+                "        frame = frame.f_back\n"
+                "    os.write(frame.f_locals['results'].fileno(), text.encode() + b'\\n')\n")
+TAMPERING = {
+    "the harness's checker in sys.modules": (
+        "import sys\n"
+        "sys.modules['__main__']._value = lambda result: {'value': result}\n"
+        "def grade(sample, item):\n    return 1e308\n"),
+    "the harness's functions through a frame": (
+        "import sys\n"
+        "def grade(sample, item):\n"
+        "    harness = sys._getframe(1).f_globals\n"
+        "    for name in [name for name in harness if name in ('_value', '_raw')]:\n"
+        "        harness[name] = lambda result: {'value': result}\n"
+        "    return -5\n"),
+    "builtins, float and math": (
+        "import builtins, math\n"
+        "class Liar(float):\n"
+        "    __le__ = __ge__ = __lt__ = __gt__ = lambda self, other: True\n"
+        "builtins.float = Liar\n"
+        "real_isinstance = isinstance\n"
+        "builtins.isinstance = lambda value, kinds: kinds is not bool and real_isinstance(value, kinds)\n"
+        "math.isfinite = lambda value: True\n"
+        "def grade(sample, item):\n    return 1000\n"),
+    "the json module": (
+        "import json\n"
+        "real_dumps = json.dumps\n"
+        "json.dumps = lambda record, **kw: real_dumps({**record, 'value': 1000} if 'i' in record"
+        " else record)\n"
+        "def grade(sample, item):\n    return 0.5\n"),
+    "the results descriptor, then exit before the harness writes": (
+        "import os, sys\n" + WRITE_RESULT +
+        "def grade(sample, item):\n"
+        "    write_result('{\"i\": %d, \"value\": 1e308}' % int(sample['output_text']))\n"
+        "    os._exit(0)\n"),
+    "hand-made lines the harness never writes": (
+        "import os, sys\n" + WRITE_RESULT +
+        "def grade(sample, item):\n"
+        "    for line in ('{\"i\": 0, \"value\": NaN}', '{\"i\": 0, \"value\": Infinity}',\n"
+        "                 '{\"i\": true, \"value\": 1000}', '{\"i\": 0, \"value\": true}',\n"
+        "                 '{\"i\": 0, \"value\": \"1\"}', '{\"i\": 0, \"value\": ' + '9' * 400 + '}',\n"
+        "                 '[' * 5000 + ']' * 5000, '1e308', '{\"i\": 0, \"value\": -5}'):\n"
+        "        write_result(line)\n"
+        "    os._exit(0)\n"),
+}
+
+
+@pytest.mark.parametrize("route", TAMPERING)
+def test_a_grader_tampering_with_its_harness_cannot_score_out_of_range(route) -> None:
+    # Two rows: a route that patches the harness while its first row is graded acts on the second.
+    scores = run(bind_one("python", source=TAMPERING[route]), ["0", "1"])
+    assert list(scores) == [None, None], scores.problems
+    assert scores.unscored == 2 and all(scores.problems.values()), scores.problems
+
+
+def test_a_forged_result_for_a_row_makes_it_unscored_not_its_value() -> None:
+    source = ("import os, sys\n" + WRITE_RESULT +
+              "def grade(sample, item):\n"
+              "    if sample['output_text'] == '0':\n"
+              "        write_result('{\"i\": 0, \"value\": 1.0}')\n"
+              "    return 0.25\n")
+    scores = run(bind_one("python", source=source), ["0", "1"])
+    assert list(scores) == [None, 0.25]
+    assert scores.problems == {0: "more than one result for this row"}

@@ -32,7 +32,7 @@ from grpo_core.rewards.sandbox_cgroup import (
     filesystem_type,
 )
 from grpo_core.rewards.sandbox_mounts import interpreter_mounts, ldd_paths
-from grpo_core.rewards.seccomp_filter import DENIED, SeccompUnsupported, seccomp_program
+from grpo_core.rewards.seccomp_filter import DENIED, FAMILY_CHECKED, SeccompUnsupported, seccomp_program
 
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}  # libseccomp's arch tokens are these
 
@@ -46,7 +46,8 @@ def _libseccomp():
 def test_the_denied_calls_numbers_are_the_kernels_for_both_architectures() -> None:
     resolve = _libseccomp().seccomp_syscall_resolve_name_arch
     resolve.argtypes, resolve.restype = [ctypes.c_uint32, ctypes.c_char_p], ctypes.c_int
-    for name, (x86_64, aarch64, _) in DENIED.items():
+    checked = {name: (x86_64, aarch64) for name, (x86_64, aarch64, _) in DENIED.items()}
+    for name, (x86_64, aarch64) in {**checked, **FAMILY_CHECKED}.items():
         for arch, number in (("x86_64", x86_64), ("aarch64", aarch64)):
             known = resolve(AUDIT_ARCH[arch], name.encode())
             if number is None:

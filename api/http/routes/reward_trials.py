@@ -1,6 +1,7 @@
 """``POST /v1/rewards/run``: score a few samples with a spec's rewards, without a job
 (:mod:`api.reward_trials`). The scoring runs off the event loop, a bounded number at a time; sandboxed
-rewards may be relayed to a worker (:mod:`api.http.reward_trial_relay`), waited on without a thread."""
+rewards may be relayed to a worker (:mod:`api.http.reward_trial_relay`), waited on without a thread.
+Each team holds at most its share of dry runs at once (:mod:`api.store.trial_slots`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from api.http.spec_intake import SpecIntake, slots_on
 from api.http.yaml_body import parse_yaml
 from api.reward_trials import check_trial, runs_on_a_worker, score_trial
 from api.schemas.reward_trials import MAX_REWARDS, MAX_TRIAL_SECONDS, RewardTrialRead, RewardTrialRequest
+from api.store.trial_slots import RewardTrialSlots
 from grpo_core.errors import SpecError
 from grpo_core.spec.run_spec import RewardSpec
 from grpo_core.spec.spec_file import InvalidSpec, field_path
@@ -29,7 +31,17 @@ def _slots(state: Any) -> SpecIntake:
     return slots_on(state, "reward_trials", state.settings.reward_trial_slots)
 
 
+def _team_slots(state: Any) -> RewardTrialSlots:
+    """The process's handle on the teams' shares (``app.state``), made on first use."""
+    found = getattr(state, "reward_trial_team_slots", None)
+    if found is None:
+        found = state.reward_trial_team_slots = RewardTrialSlots(state.redis, state.settings.redis_keys)
+    return found
+
+
 @router.post("/run", response_model=RewardTrialRead, responses={
+    429: {"description": "`rate_limited`: the team already has `GRPO_REWARD_TRIAL_SLOTS_PER_TEAM` dry runs "
+                         "in progress (Retry-After says when to try again)"},
     422: {"description": "A reward does not validate (as at submit), cannot run here, or fails as it would "
                          "fail a job (a grader that does not load): `param` names it; or it needs the code "
                          "sandbox and no live worker of the pool advertises one"},
@@ -39,11 +51,21 @@ async def run_rewards(body: RewardTrialRequest, request: Request, principal: Pri
                       settings: SettingsDep, redis: RedisDep) -> RewardTrialRead:
     """Each sample's scores, in sample order, as a training step would compute them from the same
     rewards: each reward after its clip and gate, and their weighted sum. Nothing is queued.
-    Sandboxed rewards run where a sandbox is (``GRPO_REWARD_TRIAL_HOST``)."""
-    done = await _slots(request.app.state).run(_trial, body, principal.team_id, settings)
+    Sandboxed rewards run where a sandbox is (``GRPO_REWARD_TRIAL_HOST``). A team has at most
+    ``GRPO_REWARD_TRIAL_SLOTS_PER_TEAM`` in progress, held from here to its answer (a relayed one's
+    wait included), so it cannot take the slots another team's dry run needs."""
+    if principal.is_admin:  # as for the other per-team limits: admin keys are the operator's
+        return await _run(body, request, principal.team_id, settings, redis)
+    async with _team_slots(request.app.state).held(principal.team_id, settings.reward_trial_slots_per_team):
+        return await _run(body, request, principal.team_id, settings, redis)
+
+
+async def _run(body: RewardTrialRequest, request: Request, team_id: int, settings: Any,
+               redis: Any) -> RewardTrialRead:
+    done = await _slots(request.app.state).run(_trial, body, team_id, settings)
     if isinstance(done, RewardTrialRead):
         return done
-    return await ask_a_worker(redis, settings, done, principal.team_id)
+    return await ask_a_worker(redis, settings, done, team_id)
 
 
 def _trial(body: RewardTrialRequest, team_id: int, settings: Any) -> RewardTrialRead | RewardTrialRequest:
