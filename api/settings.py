@@ -265,6 +265,12 @@ class Settings(BaseSettings):
         limits = {"dataset": self.max_dataset_upload_bytes, "model": self.max_model_upload_bytes}
         return limits.get(purpose or "", max(limits.values()))
 
+    @field_validator("secret_key")
+    @classmethod
+    def _no_empty_key(cls, value: SecretStr | None) -> SecretStr | None:
+        # `GRPO_SECRET_KEY=` (compose's `${GRPO_SECRET_KEY:-}`) is no key, not a malformed one.
+        return value if value is None or value.get_secret_value().strip() else None
+
     @field_validator("webhook_allowed_networks")
     @classmethod
     def _networks(cls, value: str) -> str:
