@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from api.domain_errors import Conflict, NotFound
@@ -32,9 +32,10 @@ def _read(row: Webhook) -> WebhookRead:
 def create_webhook(session: Session, team_id: int, url: str, events: list[str], box: SecretBox,
                    max_per_team: int) -> WebhookCreated:
     """Register it with a new secret, returned this once and stored sealed by ``box``; a team
-    already at ``max_per_team`` webhooks is a :class:`Conflict`. The team's row is locked first
-    (Postgres), so registrations racing each other are counted one after the other."""
-    session.execute(select(Team.id).where(Team.id == team_id).with_for_update())
+    already at ``max_per_team`` webhooks is a :class:`Conflict`. The team's row is written first
+    (an UPDATE that changes nothing), so registrations racing each other are counted one after the
+    other: Postgres locks the row, SQLite takes its one write lock before the count is read."""
+    session.execute(update(Team).where(Team.id == team_id).values(weight=Team.weight))
     count = session.scalar(select(func.count()).select_from(Webhook).where(Webhook.team_id == team_id))
     if count >= max_per_team:
         raise Conflict(f"the team has {count} webhooks, its limit (GRPO_WEBHOOK_MAX_PER_TEAM: "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from cryptography.fernet import Fernet
@@ -164,6 +165,17 @@ def test_a_team_registers_up_to_its_limit(api_server, serve_api, client_for, tea
         assert refused.status_code == 409
         assert "GRPO_WEBHOOK_MAX_PER_TEAM" in refused.json()["error"]["message"]
         register(beta, "https://hooks.example.com/beta")  # another team's count is its own
+        assert len(alpha.get("/v1/webhooks").json()["items"]) == 3
+
+
+def test_registrations_racing_each_other_stop_at_the_limit(api_server, serve_api, client_for,
+                                                          team_keys) -> None:
+    with serve_api(sender_settings(api_server, webhook_max_per_team=3)) as server:
+        alpha = client_for(team_keys.alpha, server)
+        with ThreadPoolExecutor(12) as pool:
+            answers = list(pool.map(lambda n: alpha.post("/v1/webhooks", json={
+                "url": f"https://hooks.example.com/{n}", "events": ["job.failed"]}).status_code, range(12)))
+        assert sorted(answers) == [201] * 3 + [409] * 9
         assert len(alpha.get("/v1/webhooks").json()["items"]) == 3
 
 
