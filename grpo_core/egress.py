@@ -38,7 +38,6 @@ import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-import certifi
 import httpcore
 import httpx
 
@@ -263,7 +262,7 @@ class EgressTransport(httpx.HTTPTransport):
                  resolver: Resolver = _system_resolver, ssl_context: ssl.SSLContext | None = None) -> None:
         super().__init__(trust_env=False)
         self._pool = httpcore.ConnectionPool(
-            ssl_context=ssl_context or ssl.create_default_context(cafile=certifi.where()),
+            ssl_context=ssl_context or httpx.create_ssl_context(trust_env=False),
             max_connections=None, max_keepalive_connections=0, retries=0,
             network_backend=_GuardedBackend(policy, deadline_seconds, resolver))
 

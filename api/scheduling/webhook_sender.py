@@ -28,7 +28,6 @@ from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from urllib.parse import urlsplit
 
-import certifi
 import httpx
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -106,8 +105,7 @@ class WebhookSender:
         self.backoff = Backoff(settings.webhook_retry_seconds, settings.webhook_retry_max_seconds)
         self.box = SecretBox.from_key(settings.secret_key)
         self.client = guarded_client(EgressPolicy.from_cidrs(settings.webhook_networks),
-                                     settings.webhook_timeout_seconds,
-                                     ssl_context=ssl.create_default_context(cafile=certifi.where()))
+                                     settings.webhook_timeout_seconds)
         self.in_flight = InFlight(settings.webhook_max_in_flight_per_team,
                                   settings.webhook_max_in_flight_per_destination)
         self.pool = ThreadPoolExecutor(settings.webhook_max_in_flight, thread_name_prefix="webhook")
