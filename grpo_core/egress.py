@@ -115,7 +115,7 @@ def refusal(address: Address | str, policy: EgressPolicy) -> str | None:
     # An address carrying an IPv4 one reaches that one (mapped, NAT64, 6to4): it is what counts.
     for rule, matches in _RULES:
         if matches(inner or address):
-            return rule if inner is None else f"{rule} (inside {address})"
+            return rule if inner is None else f"{rule} (the IPv4 address {inner} inside)"
     return None
 
 
