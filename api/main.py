@@ -21,13 +21,19 @@ from api.http import access_log, openapi_bodies, openapi_stream
 from api.http.error_responses import BodySizeLimit, install_error_handlers
 from api.http.routes import build_router
 from api.http.upload_body import UPLOAD_ROUTES
+from api.secret_box import SecretBox
 from api.settings import Settings, get_settings
-from api.store import bus
+from api.store import bus, webhooks
+from api.store.db import session_scope
 
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
+    # Stored webhook secrets must be readable with the key given: a missing or changed
+    # GRPO_SECRET_KEY stops the process here, saying so, not at the first delivery.
+    with session_scope(settings.database_url) as session:
+        webhooks.secrets_readable(session, SecretBox.from_key(settings.secret_key), reseal=False)
     # Its timeouts exceed the stream's XREAD BLOCK, so a blocked read is never taken for a dead socket.
     app.state.redis = bus.connect_async(settings)
     # Sessions commit in worker threads (sync routes and dependencies), so what they staged for

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -203,10 +204,34 @@ class Settings(BaseSettings):
     # Webhooks (``POST /v1/webhooks``), sent by the scheduler process (api.scheduling.webhook_sender).
     webhook_allowed_hosts: str = Field(
         "", description="Comma-separated hosts a webhook URL may name (exactly, case-insensitive); "
-        "empty: any host. Checked when a webhook is registered.")
+        "empty: any host. Checked when a webhook is registered, on top of the address rules "
+        "(`GRPO_WEBHOOK_ALLOWED_NETWORKS`), which every host must also pass.")
+    webhook_allowed_networks: str = Field(
+        "", description="Comma-separated CIDR networks a webhook may reach besides public addresses "
+        "(e.g. `10.20.0.0/16` for a receiver inside your network, `127.0.0.0/8,::1/128` for a test on "
+        "loopback); empty: public unicast addresses only. Checked at registration and on the address "
+        "each delivery connects to.")
     webhook_timeout_seconds: float = Field(
-        5.0, gt=0, le=60, description="One webhook request's limit; a slower receiver's delivery is "
-        "retried later. Redirects are never followed.")
+        5.0, gt=0, le=60, description="One webhook request's deadline, connect, send and answer "
+        "together; a slower receiver's delivery is cut there and retried later. Redirects are never "
+        "followed.")
+    webhook_max_in_flight: int = Field(
+        32, ge=1, le=1024, description="Most webhook requests one scheduler process has in flight.")
+    webhook_max_in_flight_per_team: int = Field(
+        4, ge=1, le=1024, description="Most webhook requests of one team in flight in one scheduler "
+        "process, so a team's slow receivers delay only its own deliveries; keep it below "
+        "`GRPO_WEBHOOK_MAX_IN_FLIGHT`.")
+    webhook_max_in_flight_per_destination: int = Field(
+        2, ge=1, le=1024, description="Most webhook requests to one host and port in flight in one "
+        "scheduler process.")
+    webhook_max_per_team: int = Field(
+        20, ge=1, le=10_000, description="Most webhooks one team may register; another is a 409 naming "
+        "this limit.")
+    secret_key: SecretStr | None = Field(
+        None, description="Comma-separated Fernet keys that encrypt webhook secrets at rest (make one "
+        "with `python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'`"
+        "): the first encrypts, every one decrypts, so a new key goes first and the old one stays "
+        "until the scheduler has re-encrypted (docs/operators.md). Required once webhooks exist.")
     webhook_max_attempts: int = Field(
         8, ge=1, le=50, description="A webhook delivery not answered 2xx after this many attempts is "
         "marked `failed`.")
@@ -244,6 +269,25 @@ class Settings(BaseSettings):
         """The limit of an upload of ``purpose`` (None: not told yet, the larger one)."""
         limits = {"dataset": self.max_dataset_upload_bytes, "model": self.max_model_upload_bytes}
         return limits.get(purpose or "", max(limits.values()))
+
+    @field_validator("secret_key")
+    @classmethod
+    def _no_empty_key(cls, value: SecretStr | None) -> SecretStr | None:
+        # `GRPO_SECRET_KEY=` (compose's `${GRPO_SECRET_KEY:-}`) is no key, not a malformed one.
+        return value if value is None or value.get_secret_value().strip() else None
+
+    @field_validator("webhook_allowed_networks")
+    @classmethod
+    def _networks(cls, value: str) -> str:
+        for cidr in (c.strip() for c in value.split(",")):
+            if cidr:
+                ipaddress.ip_network(cidr, strict=False)  # ValueError names the bad one
+        return value
+
+    @property
+    def webhook_networks(self) -> tuple[str, ...]:
+        """``webhook_allowed_networks`` as a tuple of CIDR texts."""
+        return tuple(c.strip() for c in self.webhook_allowed_networks.split(",") if c.strip())
 
     @property
     def webhook_hosts(self) -> frozenset[str]:

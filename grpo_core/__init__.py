@@ -4,7 +4,8 @@ Sub-packages by role, each importing only those listed before it:
 
 - top-level foundations: ``errors`` (the core's error codes), ``oom`` (out of memory recognised),
   ``json_values`` (records fit for JSON), ``install_hints`` (how to install an optional
-  library); they import nothing else of the core;
+  library), ``egress`` (the one guard every outbound request a tenant can aim goes through,
+  torch-free); they import nothing else of the core;
 - ``spec``: what a run is asked to do, torch-free;
 - ``io``: models, tokenizers, datasets and exported models in and out;
 - ``parallel``: ranks, devices and sharding;

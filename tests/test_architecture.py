@@ -32,6 +32,8 @@ def _core_layer_rules() -> dict[str, tuple[str, ...]]:
     foundations = ("grpo_core.errors", "grpo_core.oom", "grpo_core.json_values", "grpo_core.install_hints")
     for foundation in foundations:
         rules[foundation] = (*SERVICE, *CORE_LAYERS)
+    # The egress guard serves the web and scheduler processes too, which never load torch.
+    rules["grpo_core.egress"] = (*SERVICE, *CORE_LAYERS, "torch", "transformers")
     return rules
 
 
@@ -60,6 +62,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "api.domain_errors": ("api", "worker", "grpo_core"),
     # How a webhook is signed: the standard library only, so receivers can copy it.
     "api.webhook_signing": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
+    # Secrets sealed at rest: cryptography and the signing scheme's prefix, nothing of the service.
+    "api.secret_box": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "api.settings",
+                       "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     # Pure: where stored specs differ, for the compare route and its unit tests.
     "api.spec_diff": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     # Words for people, read by the HTTP layer and by the CLI (which may run far from the service).

@@ -1,7 +1,8 @@
 """A webhook receiver for tests: a threaded ``http.server`` on a local port that records every
 request (headers and exact body bytes) and answers 204, unless a test scripted what the next
-requests get: another status, or a hang of some seconds first. Imported by name (tests/ is on
-sys.path), like ``verifier_server``."""
+requests get: another status, a hang of some seconds first, a wait for an event (a receiver
+that hangs until the test lets it go), or an answer trickled a byte at a time. Imported by name
+(tests/ is on sys.path), like ``verifier_server``."""
 
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ class Received:
 @dataclass
 class Receiver:
     port: int
-    script: list[tuple[str, Any]] = field(default_factory=list)  # ("status", 500) or ("hang", seconds)
+    # ("status", 500), ("hang", seconds), ("block", threading.Event) or ("trickle", seconds a byte)
+    script: list[tuple[str, Any]] = field(default_factory=list)
+    always: tuple[str, Any] | None = None  # what every request gets once the script is done
     seen: list[Received] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -36,7 +39,7 @@ class Receiver:
 
     def next_action(self) -> tuple[str, Any]:
         with self.lock:
-            return self.script.pop(0) if self.script else ("status", 204)
+            return self.script.pop(0) if self.script else (self.always or ("status", 204))
 
 
 def receiver_url(port: int) -> str:
@@ -60,8 +63,21 @@ def _handler(state: Receiver) -> type[BaseHTTPRequestHandler]:
             with state.lock:
                 state.seen.append(Received(dict(self.headers), body))
             kind, value = state.next_action()
+            if kind == "trickle":  # an answer that keeps coming, a byte at a time, never quite done
+                for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-Slow: " + b"." * 200:
+                    time.sleep(value)
+                    try:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                    except OSError:  # the sender hung up: what the test wants
+                        break
+                self.close_connection = True
+                return
             if kind == "hang":
                 time.sleep(value)
+                value = 200
+            if kind == "block":
+                value.wait(60)
                 value = 200
             self.send_response(value)
             self.send_header("Content-Length", "0")

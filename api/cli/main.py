@@ -26,7 +26,7 @@ from api.cli.files_command import FILES_COMMAND, add_files_command
 from api.cli.health import add_health_command
 from api.cli.monitor import MONITOR_COMMANDS, add_monitor_commands
 from api.cli.reward_commands import add_reward_commands
-from api.cli.schema_check import schema_ready
+from api.cli.schema_check import schema_ready, webhook_secrets_sealed
 from api.cli.usage_command import ME_COMMAND, USAGE_COMMAND, add_usage_commands
 from grpo_core import cli as core_cli
 from grpo_core.errors import SpecWarning
@@ -59,6 +59,7 @@ def _scheduler(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     schema_ready(get_settings())
+    webhook_secrets_sealed(get_settings())  # before the sender signs anything
     # In this process, off the API's request path, beside the scheduling loop.
     sender = webhook_sender.start(get_settings(), stop)
     # Beside them, what a failed storage call left behind is removed (api.scheduling.storage_sweeper).

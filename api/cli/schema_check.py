@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["schema_ready"]
+__all__ = ["schema_ready", "webhook_secrets_sealed"]
 
 
 def schema_ready(settings: Any) -> None:
@@ -18,3 +18,17 @@ def schema_ready(settings: Any) -> None:
         ensure_schema(settings.database_url, settings.auto_migrate)
     except SchemaBehind as exc:
         raise SystemExit(f"error: {exc} (GRPO_AUTO_MIGRATE=false)") from None
+
+
+def webhook_secrets_sealed(settings: Any) -> None:
+    """Every stored webhook secret sealed under the first key of ``GRPO_SECRET_KEY`` (plain ones
+    from before encryption, an older key's after a rotation), or exit saying what is wrong."""
+    from api.secret_box import SecretBox, SecretKeyError
+    from api.store import webhooks
+    from api.store.db import session_scope
+
+    try:
+        with session_scope(settings.database_url) as session:
+            webhooks.secrets_readable(session, SecretBox.from_key(settings.secret_key), reseal=True)
+    except SecretKeyError as exc:
+        raise SystemExit(f"error: {exc}") from None

@@ -1,8 +1,9 @@
 """Wire schemas of per-team webhooks (``/v1/webhooks``) and their deliveries.
 
-A webhook's URL follows the verifiers' rules (http or https, a host, no credentials in it); the
-deployment may further restrict hosts (``GRPO_WEBHOOK_ALLOWED_HOSTS``, checked by the route, which
-has the settings). The secret is shown once, in :class:`WebhookCreated`; reads never carry it.
+A webhook's URL follows the verifiers' rules (http or https, a host, no credentials in it); where
+it may point (public addresses, ``GRPO_WEBHOOK_ALLOWED_NETWORKS``, ``GRPO_WEBHOOK_ALLOWED_HOSTS``)
+is checked by the route, which has the settings, through :mod:`grpo_core.egress`.
+The secret is shown once, in :class:`WebhookCreated`; reads never carry it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from grpo_core.rewards.verifier_endpoint import MAX_URL_LENGTH, check_verifier_u
 WEBHOOK_EVENTS = ("job.succeeded", "job.failed", "job.cancelled", "job.eval")
 WebhookEvent = Literal["job.succeeded", "job.failed", "job.cancelled", "job.eval"]
 DeliveryStatus = Literal["pending", "delivered", "failed"]
+DeliveryError = Literal["timeout", "connect_failed", "tls", "http_status", "destination_not_allowed"]
 
 
 class WebhookCreate(BaseModel):
@@ -64,6 +66,8 @@ class DeliveryRead(BaseModel):
     attempts: int
     next_attempt_at: UtcDatetime | None = Field(description="When it is tried again (pending only)")
     last_status_code: int | None
-    last_error: str | None
+    last_error: DeliveryError | None = Field(description="Why the last attempt failed, as a class "
+                                             "only: never the receiver's answer or our exception text")
+    last_duration_ms: int | None = Field(description="How long the last attempt took")
     created_at: UtcDatetime
     delivered_at: UtcDatetime | None

@@ -291,8 +291,9 @@ class Checkpoint(Base):
 class Webhook(Base):
     """A team's notification endpoint (``POST /v1/webhooks``): ``events`` it wants
     (:data:`api.schemas.webhooks.WEBHOOK_EVENTS`), POSTed to ``url`` and signed with ``secret``.
-    The secret is stored as given out, since signing needs it; the API shows it only in the
-    answer that creates it. Deleting a webhook deletes its deliveries, pending ones included."""
+    The secret is stored sealed under the operator's key (:mod:`api.secret_box`), since signing
+    needs it; the API shows it only in the answer that creates it.
+    Deleting a webhook deletes its deliveries, pending ones included."""
 
     __tablename__ = "webhooks"
 
@@ -326,7 +327,9 @@ class WebhookDelivery(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     last_status_code: Mapped[int | None] = mapped_column(Integer)
+    # An error class only (api.scheduling.webhook_sender.ERROR_CLASSES): never a receiver's words.
     last_error: Mapped[str | None] = mapped_column(Text)
+    last_duration_ms: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 

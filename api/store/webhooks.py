@@ -12,14 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from api.domain_errors import NotFound
+from api.domain_errors import Conflict, NotFound
 from api.schemas.jobs import JobRead
 from api.schemas.webhooks import DeliveryRead, WebhookCreated, WebhookRead
+from api.secret_box import SecretBox, SecretKeyError
 from api.store.clock import db_now
-from api.store.tables import Job, Webhook, WebhookDelivery, utcnow
+from api.store.tables import Job, Team, Webhook, WebhookDelivery, utcnow
 from api.webhook_signing import new_secret
 
 
@@ -28,12 +29,38 @@ def _read(row: Webhook) -> WebhookRead:
                        created_at=row.created_at)
 
 
-def create_webhook(session: Session, team_id: int, url: str, events: list[str]) -> WebhookCreated:
-    """Register it with a new secret, returned this once."""
-    row = Webhook(team_id=team_id, url=url, events=events, secret=new_secret(), created_at=utcnow())
+def create_webhook(session: Session, team_id: int, url: str, events: list[str], box: SecretBox,
+                   max_per_team: int) -> WebhookCreated:
+    """Register it with a new secret, returned this once and stored sealed by ``box``; a team
+    already at ``max_per_team`` webhooks is a :class:`Conflict`. The team's row is written first
+    (an UPDATE that changes nothing), so registrations racing each other are counted one after the
+    other: Postgres locks the row, SQLite takes its one write lock before the count is read."""
+    session.execute(update(Team).where(Team.id == team_id).values(weight=Team.weight))
+    count = session.scalar(select(func.count()).select_from(Webhook).where(Webhook.team_id == team_id))
+    if count >= max_per_team:
+        raise Conflict(f"the team has {count} webhooks, its limit (GRPO_WEBHOOK_MAX_PER_TEAM: "
+                       f"{max_per_team}); delete one first", param="url")
+    secret = new_secret()
+    row = Webhook(team_id=team_id, url=url, events=events, secret=box.seal(secret), created_at=utcnow())
     session.add(row)
     session.flush()
-    return WebhookCreated(**_read(row).model_dump(), secret=row.secret)
+    return WebhookCreated(**_read(row).model_dump(), secret=secret)
+
+
+def secrets_readable(session: Session, box: SecretBox | None, *, reseal: bool) -> int:
+    """Check that every stored webhook secret can be read (:class:`SecretKeyError` if not: no key
+    while webhooks exist, or no key that decrypts them); with ``reseal``, also store each under
+    the first key (plain ones from before encryption sealed, an older key's rotated). How many."""
+    rows = session.scalars(select(Webhook).order_by(Webhook.id)).all()
+    if rows and box is None:
+        raise SecretKeyError(f"{len(rows)} webhooks are stored and their deliveries are signed: set "
+                             "GRPO_SECRET_KEY (docs/operators.md, Webhooks)")
+    for row in rows:
+        if reseal:
+            row.secret = box.reseal(row.secret)
+        else:
+            box.open(row.secret)
+    return len(rows)
 
 
 def _owned(session: Session, webhook_id: int, team_id: int | None) -> Webhook:
@@ -47,8 +74,11 @@ def get_webhook(session: Session, webhook_id: int, team_id: int | None) -> Webho
     return _read(_owned(session, webhook_id, team_id))
 
 
-def list_webhooks(session: Session, team_id: int | None) -> list[WebhookRead]:
-    query = select(Webhook).order_by(Webhook.id)
+def list_webhooks(session: Session, team_id: int | None, after: int = 0,
+                  limit: int = 50) -> list[WebhookRead]:
+    """Oldest first; ``after``: the last id seen. Only ids are compared, never looked up, so an
+    id of another team's webhook pages exactly as an unknown one would."""
+    query = select(Webhook).where(Webhook.id > after).order_by(Webhook.id).limit(limit)
     if team_id is not None:
         query = query.where(Webhook.team_id == team_id)
     return [_read(row) for row in session.scalars(query)]
@@ -63,7 +93,8 @@ def delete_webhook(session: Session, webhook_id: int, team_id: int | None) -> We
 
 def list_deliveries(session: Session, webhook_id: int, team_id: int | None, after: int = 0,
                     limit: int = 50) -> list[DeliveryRead]:
-    """The webhook's deliveries, newest first; ``after``: the last id seen (0: from the newest)."""
+    """The webhook's deliveries, newest first; ``after``: the last id seen (0: from the newest),
+    compared, never looked up (another webhook's delivery id pages as an unknown one)."""
     _owned(session, webhook_id, team_id)
     query = (select(WebhookDelivery).where(WebhookDelivery.webhook_id == webhook_id)
              .order_by(WebhookDelivery.id.desc()).limit(limit))
@@ -73,6 +104,7 @@ def list_deliveries(session: Session, webhook_id: int, team_id: int | None, afte
                          status=row.status, attempts=row.attempts,
                          next_attempt_at=row.next_attempt_at if row.status == "pending" else None,
                          last_status_code=row.last_status_code, last_error=row.last_error,
+                         last_duration_ms=row.last_duration_ms,
                          created_at=row.created_at, delivered_at=row.delivered_at)
             for row in session.scalars(query)]
 

@@ -40,6 +40,8 @@ def fresh_sqlite_url(tmp_path: Path) -> str:
 API_TOKEN = "api-test-operator-token-7c1e9a40d2b3"
 # The session's Redis (tests/backing_services.py: GRPO_TEST_REDIS_URL, or one started for the session).
 API_REDIS_URL = os.environ["GRPO_TEST_REDIS_URL"]
+TEST_SECRET_KEY = "mbdUdtmXOnOAOSz9sFWIAN0z39VYGg_4p2JGwz0bRIo="  # a Fernet key, for tests only
+LOOPBACK_NETWORKS = "127.0.0.0/8,::1/128"
 
 
 @pytest.fixture(scope="module", params=["postgres", "sqlite"])
@@ -80,7 +82,9 @@ def api_settings_factory(service_roots: dict[str, Path], tmp_path_factory: pytes
     def factory(database_url: str, **overrides) -> Settings:
         values = {"database_url": database_url, "redis_url": API_REDIS_URL, "api_token": API_TOKEN,
                   "models_root": service_roots["models"], "data_root": service_roots["data"],
-                  "artifacts_root": tmp_path_factory.mktemp("artifacts"), "stream_maxlen": 100_000}
+                  "artifacts_root": tmp_path_factory.mktemp("artifacts"), "stream_maxlen": 100_000,
+                  # Webhook secrets are sealed under a key; receivers of the tests listen on loopback.
+                  "secret_key": TEST_SECRET_KEY, "webhook_allowed_networks": LOOPBACK_NETWORKS}
         return Settings(**{**values, **overrides})
 
     return factory

@@ -5,10 +5,12 @@ the last eval point (the final step) apart from the training metrics."""
 
 from __future__ import annotations
 
+from cryptography.fernet import Fernet
 from sqlalchemy import select
 from test_final_model import run_to_the_end
 
 from api.artifact_paths import model_dir
+from api.secret_box import SecretBox
 from api.store.db import session_scope
 from api.store.tables import JobMetric, WebhookDelivery
 from api.store.webhooks import create_webhook
@@ -23,9 +25,11 @@ EVAL_PROMPTS = [{"prompt": "Say yes."}, {"prompt": "Is it yes?"}, {"prompt": "no
 
 def test_an_evaluating_job_announces_each_eval_point_and_its_card_states_the_last(
         task_settings, submit, tiny_spec, database_url, team_id) -> None:
+    box = SecretBox(Fernet.generate_key().decode())
     with session_scope(database_url) as session:
-        hook = create_webhook(session, team_id, "https://hooks.example.com/grpo", ["job.eval"])
-        endings_only = create_webhook(session, team_id, "https://hooks.example.com/end", ["job.succeeded"])
+        hook = create_webhook(session, team_id, "https://hooks.example.com/grpo", ["job.eval"], box, 2)
+        endings_only = create_webhook(session, team_id, "https://hooks.example.com/end", ["job.succeeded"],
+                                      box, 2)
     grpo = {"eval_strategy": "steps", "eval_steps": 2, "eval_on_start": True, "eval_num_generations": 2}
     job_id = submit(tiny_spec("evaluated", max_steps=3, checkpoint_every=3, grpo=grpo,
                               eval_dataset={"prompts": EVAL_PROMPTS}))
