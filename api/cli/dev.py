@@ -33,6 +33,7 @@ from pathlib import Path
 
 import httpx
 import redis
+from cryptography.fernet import Fernet
 
 from api.settings import Settings
 from grpo_core.run.lifetime import die_with_parent
@@ -107,7 +108,22 @@ def dev_environment(base: dict[str, str], port: int | None, spec: Path | None,
         chosen = flag or (Path(env[name]) if env.get(name) else folder) or Path(fallback)
         env[name] = str(chosen.resolve())
     env.setdefault("GRPO_ARTIFACTS_ROOT", str(Path("artifacts").resolve()))
+    if not env.get("GRPO_SECRET_KEY"):
+        env["GRPO_SECRET_KEY"] = dev_secret_key(Path(env["GRPO_ARTIFACTS_ROOT"]))
     return env
+
+
+def dev_secret_key(artifacts_root: Path) -> str:
+    """The key webhook secrets are sealed under (``GRPO_SECRET_KEY``), made once and kept beside
+    the artifacts, readable by its owner only: webhooks work under ``grpo dev`` with nothing to set,
+    and the next run of the same folder still opens the secrets the last one sealed."""
+    path = artifacts_root / "secret.key"
+    if not path.exists():
+        artifacts_root.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(Fernet.generate_key().decode())
+    return path.read_text().strip()
 
 
 def start_role(role: str, env: MutableMapping[str, str], log_dir: Path) -> subprocess.Popen:
