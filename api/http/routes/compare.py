@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from api.domain_errors import InvalidInput, NotFound
 from api.http.deps import PrincipalDep, SessionDep
-from api.http.params import MAX_BIGINT
+from api.http.params import MAX_BIGINT, ascii_digits
 from api.schemas.compare import ComparedJob, Comparison, SpecDifference
 from api.spec_diff import spec_differences
 from api.store import metric_series
@@ -34,10 +34,10 @@ def listed(values: list[str] | None) -> list[str]:
 
 def job_ids(values: list[str] | None) -> list[int]:
     """The distinct ids asked for; :class:`InvalidInput` naming ``ids`` unless there are 2 to 10
-    of them, each a job id."""
+    of them, each a job id in ASCII digits (``int`` alone would read ``٤`` as 4, and fail on ``²``)."""
     texts = listed(values)
-    if not all(text.isdigit() and 1 <= int(text) <= MAX_BIGINT for text in texts):
-        raise InvalidInput("ids are job ids: whole numbers from 1", param="ids")
+    if not all(ascii_digits(text) and 1 <= int(text) <= MAX_BIGINT for text in texts):
+        raise InvalidInput("ids are job ids: whole numbers from 1, in ASCII digits", param="ids")
     ids = list(dict.fromkeys(int(text) for text in texts))
     if not MIN_JOBS <= len(ids) <= MAX_JOBS:
         raise InvalidInput(f"compare {MIN_JOBS} to {MAX_JOBS} distinct jobs", param="ids")
