@@ -98,21 +98,27 @@ def _targeted_config(workdir: Path, jobs: list[int], file_id: str, webhook_id: i
 
 @pytest.mark.parametrize("api_database_url", ["postgres"], indirect=True)
 def test_no_5xx_on_the_files_webhooks_compare_usage_and_rewards_routes(api_server, api_settings_factory,
-                                                                       serve_api, team_keys, client_for,
-                                                                       job_spec, tmp_path: Path) -> None:
+                                                                       serve_api, team_keys, job_spec,
+                                                                       tmp_path: Path) -> None:
+    import httpx
+
+    # As beta: the run over every operation above spends alpha's write budget and fills its queue.
+    key = team_keys.beta
     settings = api_settings_factory(api_server.settings.database_url, team_write_burst=100_000,
                                     team_read_burst=100_000, storage_url=api_server.settings.storage_url)
-    with serve_api(settings) as server:
-        alpha = client_for(team_keys.alpha)
-        jobs = [alpha.post("/v1/jobs", json=job_spec(name=f"fuzz-{n}")).json()["id"] for n in (1, 2)]
-        uploaded = alpha.post("/v1/files", data={"purpose": "dataset"},
-                              files={"file": ("rows.jsonl", b'{"prompt": "hi"}\n')})
+    with serve_api(settings) as server, httpx.Client(base_url=server.http_url, trust_env=False, timeout=10,
+                                                     headers={"Authorization": f"Bearer {key}"}) as client:
+        submitted = [client.post("/v1/jobs", json=job_spec(name=f"fuzz-{n}")) for n in (1, 2)]
+        assert all(response.status_code == 201 for response in submitted), submitted[-1].text
+        uploaded = client.post("/v1/files", data={"purpose": "dataset"},
+                               files={"file": ("rows.jsonl", b'{"prompt": "hi"}\n')})
         assert uploaded.status_code == 201, uploaded.text
-        hook = alpha.post("/v1/webhooks", json={"url": "https://hooks.example.com/in",
-                                                "events": ["job.succeeded"]})
+        hook = client.post("/v1/webhooks", json={"url": "https://hooks.example.com/in",
+                                                 "events": ["job.succeeded"]})
         webhook_id = hook.json()["id"] if hook.status_code == 201 else None
-        config = _targeted_config(tmp_path, jobs, uploaded.json()["id"], webhook_id)
-        result = _schemathesis(tmp_path, server.http_url, team_keys.alpha, "--include-path-regex", TARGETED,
+        config = _targeted_config(tmp_path, [response.json()["id"] for response in submitted],
+                                  uploaded.json()["id"], webhook_id)
+        result = _schemathesis(tmp_path, server.http_url, key, "--include-path-regex", TARGETED,
                                phases="examples,coverage,fuzzing,stateful", examples=TARGETED_EXAMPLES,
                                config=config)
     assert result.returncode == 0, f"{result.stdout[-8000:]}{result.stderr[-2000:]}"
