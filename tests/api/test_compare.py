@@ -146,6 +146,18 @@ def test_ten_jobs_of_large_specs_answer_within_the_byte_budget(api, api_server, 
                                for n, job_id in enumerate(ids)}
 
 
+def test_series_share_a_bound_on_points_in_all(api, job_spec, worker) -> None:
+    """2 jobs x 20 metrics share 40,000 points: 1,000 a series, not 2,000 (10 jobs x 20 metrics at
+    2,000 each made 400,000 points, ~10 MB)."""
+    ids = [api.post("/v1/jobs", json=job_spec(name=f"many-{n}")).json()["id"] for n in (1, 2)]
+    worker.start(ids[0])
+    worker.burst(ids[0], range(1, 2502))
+    metrics = ",".join(["reward", *(f"absent_{n}" for n in range(19))])
+    body = api.get(COMPARE, params={"ids": f"{ids[0]},{ids[1]}", "metrics": metrics}).json()
+    steps = [step for step, _ in body["metrics"]["reward"][str(ids[0])]]
+    assert 500 < len(steps) <= 1000 and steps[0] == 1 and steps[-1] == 2501
+
+
 @pytest.mark.parametrize("params", [{"ids": "1"}, {"ids": "1,1"}, {"ids": ",".join(map(str, range(1, 12)))},
                                     {"ids": "1,x"}, {"ids": "1,0"}, {"ids": "1,2", "metrics": "m" * 201},
                                     {"ids": "1,2", "metrics": ",".join(f"m{n}" for n in range(21))}])
