@@ -6,8 +6,9 @@ reads the path, the query string and a JSON body before routing and answers 422 
 field (``q``, ``metrics``, ``rewards.0.args.x``). The same pass refuses what Python's JSON
 parser fails on mid-route: nesting deeper than :data:`MAX_JSON_DEPTH` (a RecursionError) and
 integers longer than Python converts (``sys.get_int_max_str_digits()``). Form fields (uploads,
-which stream past this guard) and specs written in YAML use :func:`text_fault` where they are
-parsed (:mod:`api.http.upload_body`, :mod:`api.http.submission`).
+which stream past this guard) and specs written in YAML meet the same rule where they are parsed
+(:func:`text_problem` in :mod:`api.http.upload_body`, :func:`text_fault` in
+:mod:`api.http.submission`).
 
 A JSON body is screened on the event loop by byte patterns that every offending body must
 hold (a ``\\u0000`` or surrogate escape, a digit run that long, more brackets than the depth
@@ -50,8 +51,8 @@ def text_problem(text: str) -> str | None:
 
 
 def text_fault(value: Any, loc: tuple[Any, ...] = ()) -> tuple[str, str] | None:
-    """``(field path, reason)`` of the first string (or key) in ``value`` that no column can
-    hold, or None. Iterative: a parsed body's depth is not bounded by Python's stack here."""
+    """``(field path, reason)`` of a string (or key) in ``value`` that no column can hold, or
+    None when there is none. Iterative: a parsed body's depth is not bounded by Python's stack here."""
     pending: list[tuple[tuple[Any, ...], Any]] = [(loc, value)]
     while pending:
         where, item = pending.pop()
