@@ -19,6 +19,7 @@ from fastapi import FastAPI
 
 from api.http import access_log, openapi_bodies, openapi_stream
 from api.http.error_responses import BodySizeLimit, install_error_handlers
+from api.http.input_guard import InputGuard
 from api.http.routes import build_router
 from api.http.upload_body import UPLOAD_ROUTES
 from api.secret_box import SecretBox
@@ -65,6 +66,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     access_log.install()  # uvicorn logs request paths: no credential in a query reaches them
     install_error_handlers(app)
+    # Text no column holds (NUL, lone surrogates) in a path, query or JSON body: a 422 before any
+    # route runs. Added first, so it runs inside the size guard, on a body already bounded.
+    app.add_middleware(InputGuard, streamed=UPLOAD_ROUTES)
     # An upload streams to a spool file under its own limits (api.http.upload_body), never buffered.
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_request_bytes, streamed=UPLOAD_ROUTES)
     app.include_router(build_router())

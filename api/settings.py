@@ -134,6 +134,11 @@ class Settings(BaseSettings):
         2 * 1024 * 1024, ge=1024, description="`GET /v1/jobs?include=spec` ends a page early once its "
         "specs add up to this many bytes (as stored JSON; a page holds at least one job): a page of "
         "megabyte specs cannot take the API's memory. `next_after` continues as usual.")
+    compare_diff_bytes: int = Field(
+        256 * 1024, ge=1024, le=64 * 1024 * 1024, description="`GET /v1/jobs/compare` answers the spec "
+        "fields that differ (dotted paths, each job's value) up to this many bytes of JSON: a difference "
+        "that does not fit in the room left is left out and counted in `spec_diff_omitted`, so ten jobs "
+        "of megabyte specs cannot make a megabyte answer.")
     # Per-team limits: the defaults; admins override them per team (PUT /v1/admin/teams/{team}/limits).
     # Admin keys are held to none of them but the queue cap.
     team_max_priority: Priority = Field(

@@ -1,11 +1,12 @@
 """Where job specs differ: each spec flattened to dotted paths (``grpo.learning_rate``; a list's
 items by index, ``rewards.0.name``), then the paths whose values are not all the same. A path
-one spec lacks counts as ``None`` there. Pure: the compare route and its tests feed it stored
-specs."""
+one spec lacks counts as ``None`` there; :func:`within_budget` keeps as many of them as fit in a
+byte budget. Pure: the compare route and its tests feed it stored specs."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -43,3 +44,20 @@ def _comparable(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return (type(value).__name__, repr(value))
     return ("number", float(value))
+
+
+def within_budget(differences: Iterable[dict[str, Any]], budget: int) -> tuple[list[dict[str, Any]], int]:
+    """``(kept, left out)``: the differences in order, each kept while its JSON (as the answer
+    writes it) fits in the bytes ``budget`` has left; one that does not fit is left out and
+    counted, and a smaller one after it may still fit (a huge prompt list does not hide a
+    changed learning rate further on)."""
+    kept: list[dict[str, Any]] = []
+    left_out, room = 0, budget
+    for row in differences:
+        size = len(json.dumps(row, ensure_ascii=False, separators=(",", ":"), default=str).encode())
+        if size > room:
+            left_out += 1
+            continue
+        kept.append(row)
+        room -= size + 1  # the comma between rows
+    return kept, left_out

@@ -1,6 +1,7 @@
 """``grpo compare ID ID ... [--metric NAME ...]``: jobs side by side (``GET /v1/jobs/compare``).
 Per metric a table of each job's last value, lowest, highest and steps, with a sparkline of its
-series on a terminal; then the spec fields whose values differ. Exit codes and ``--json`` as
+series on a terminal; then the spec fields whose values differ, as the server computed them
+(with how many it left out to stay within its byte budget). Exit codes and ``--json`` as
 the other client commands (``api.cli.calling``)."""
 
 from __future__ import annotations
@@ -46,12 +47,16 @@ def _summary(points: list[list[float]]) -> list[float | None]:
 def _difference_lines(view: dict[str, Any], width: int | None) -> list[str]:
     from api.cli.term_view import table
 
+    # The server bounds the differences by bytes (GRPO_COMPARE_DIFF_BYTES) and counts what it left out.
+    omitted = view.get("spec_diff_omitted") or 0
+    left_out = [f"{omitted} more differing field(s) left out: the answer's byte budget"] if omitted else []
     if not view["spec_diff"]:
-        return ["the specs do not differ"]
+        return left_out or ["the specs do not differ"]
     ids = [str(job["id"]) for job in view["jobs"]]
     rows = [[row["field"], *(_shown(row["values"].get(job_id)) for job_id in ids)]
             for row in view["spec_diff"]]
-    return ["spec differences:", *table(["FIELD", *(f"JOB {job_id}" for job_id in ids)], rows, width)]
+    headers = ["FIELD", *(f"JOB {job_id}" for job_id in ids)]
+    return ["spec differences:", *table(headers, rows, width), *left_out]
 
 
 def _shown(value: Any) -> str:

@@ -10,14 +10,14 @@ Torch-free, like everything the web process imports.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy.orm import Session
 
 from api.artifact_paths import has_model_to_continue
 from api.domain_errors import NotFound
+from api.http.input_guard import text_fault
 from api.job_spec import JobSpec, continued_job, file_sources, mixed_reward_models, split_any_source
 from api.pool_limits import effective_limits, limit_problems
 from api.settings import Settings
@@ -33,7 +33,7 @@ from grpo_core.rewards import check_reward_rows, model_sources, required_capabil
 from grpo_core.rewards.http_verifier import verifier_names
 from grpo_core.spec.prompt_rows import reward_column_names
 from grpo_core.spec.run_spec import DatasetSpec, RewardSpec
-from grpo_core.spec.spec_file import InvalidSpec, field_path
+from grpo_core.spec.spec_file import InvalidSpec
 
 # NAME_MAX of every common filesystem: a longer component is refused before the OS is asked.
 MAX_NAME_BYTES = 255
@@ -42,7 +42,10 @@ MAX_NAME_BYTES = 255
 def check_submission(spec: JobSpec, settings: Settings) -> None:
     """Raise :class:`InvalidSpec` listing every problem found (a NUL anywhere, ``model.source``,
     ``dataset.source``, ``eval_dataset.source``, ``rewards.N.name``, ``rewards.N.args.FIELD``)."""
-    problems: list[SpecError | None] = list(_nul_characters(spec.model_dump(mode="json")))
+    # A spec written in YAML is parsed past the input guard (api.http.input_guard), so its text
+    # is checked here by the same rule: Postgres stores no NUL, UTF-8 no lone surrogate.
+    fault = text_fault(spec.model_dump(mode="json"))
+    problems: list[SpecError | None] = [SpecError(*fault)] if fault else []
     # A reward's model (reward_model's args.model) is checked like model.source.
     reward_models = model_sources(spec.rewards)
     datasets = _datasets(spec)
@@ -92,22 +95,6 @@ def _reward_rows_problem(rewards: list[RewardSpec], dataset: DatasetSpec) -> Spe
     except SpecError as exc:
         return exc
     return None
-
-
-def _nul_characters(value: Any, loc: tuple[Any, ...] = ()) -> Iterator[SpecError]:
-    """A NUL in any string (name, source, prompt, reward args): Postgres cannot store one in a
-    text or JSON column, and no file name holds one, so it is refused here, naming the field."""
-    if isinstance(value, str):
-        if "\x00" in value:
-            yield SpecError(field_path(loc), "must not contain a NUL character")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if "\x00" in key:
-                yield SpecError(field_path(loc), "a key must not contain a NUL character")
-            yield from _nul_characters(item, (*loc, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _nul_characters(item, (*loc, index))
 
 
 def _check_hub_allowed(source: str | None, settings: Settings, field: str) -> SpecError | None:

@@ -27,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from api.domain_errors import InvalidInput, SpoolFull, TooLarge
+from api.http.input_guard import text_problem
 from api.settings import Settings
 
 # The routes whose bodies stream here, past the general body-size guard (api.http.error_responses).
@@ -127,9 +128,12 @@ class _Reader:
     def on_part_end(self) -> None:
         if self.part in TEXT_FIELDS:
             try:
-                self.upload.fields[self.part] = self.text.decode("utf-8").strip()
+                text = self.text.decode("utf-8").strip()
             except UnicodeDecodeError:
                 raise InvalidInput(f"'{self.part}' is not UTF-8 text", param=self.part) from None
+            if reason := text_problem(text):  # the input guard's rule; this body streams past it
+                raise InvalidInput(f"{self.part}: {reason}", param=self.part)
+            self.upload.fields[self.part] = text
 
     def write_pending(self) -> None:
         """Hash and write what the parser gave so far (from the threadpool, in order: one call at

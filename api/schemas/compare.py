@@ -24,4 +24,9 @@ class Comparison(BaseModel):
     metrics: dict[str, dict[int, list[tuple[int, float]]]] = Field(
         description="metric -> job id -> [[step, value], ...] in step order, thinned evenly when long")
     metric_names: list[str] = Field(description="Every numeric metric any of the jobs recorded")
-    spec_diff: list[SpecDifference]
+    spec_diff: list[SpecDifference] = Field(description=(
+        "The spec fields whose values differ, in path order, as many as fit in `GRPO_COMPARE_DIFF_BYTES` "
+        "of JSON (256 KiB by default)"))
+    spec_diff_omitted: int = Field(0, description=(
+        "Differing fields left out of `spec_diff` because they did not fit in its byte budget (0: it is "
+        "whole)"))

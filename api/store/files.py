@@ -101,12 +101,14 @@ def usable_file(session: Session, file_id: str, team_id: int) -> FileRead | None
 
 def list_files(session: Session, team_id: int | None, after: str | None = None,
                limit: int = 50) -> list[FileRead]:
-    """Newest first; ``after``: the last id of the previous page (an unknown one: from the newest)."""
+    """Newest first; ``after``: the last id of the previous page (an unknown one: from the newest).
+    Another team's id is as unknown as a never-used one: placing the page by its upload time would
+    tell the caller that it exists and when it was uploaded."""
     query = select(UploadedFile).order_by(UploadedFile.created_at.desc(), UploadedFile.id.desc()).limit(limit)
     if team_id is not None:
         query = query.where(UploadedFile.team_id == team_id)
     last = session.get(UploadedFile, after) if after else None
-    if last is not None:
+    if last is not None and (team_id is None or last.team_id == team_id):
         query = query.where(or_(UploadedFile.created_at < last.created_at,
                                 and_(UploadedFile.created_at == last.created_at, UploadedFile.id < last.id)))
     return [_read(row) for row in session.scalars(query)]

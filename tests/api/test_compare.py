@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from api.spec_diff import flatten, spec_differences
+from api.spec_diff import flatten, spec_differences, within_budget
 from api.store.metric_series import sampling_stride
 
 COMPARE = "/v1/jobs/compare"
@@ -34,6 +34,14 @@ def test_spec_differences_treats_equal_numbers_alike_but_not_booleans_or_text() 
     assert spec_differences({1: {"a": 1}, 2: {"a": 1.0}}) == []
     assert spec_differences({1: {"a": 1}, 2: {"a": True}}) == [{"field": "a", "values": {1: 1, 2: True}}]
     assert spec_differences({1: {"a": "1"}, 2: {"a": 1}}) == [{"field": "a", "values": {1: "1", 2: 1}}]
+
+
+def test_within_budget_leaves_out_what_does_not_fit_and_keeps_smaller_ones_after_it() -> None:
+    big = {"field": "dataset.prompts", "values": {1: "x" * 5000, 2: "y"}}
+    small = {"field": "grpo.learning_rate", "values": {1: 1e-3, 2: 5e-4}}
+    assert within_budget([small, big, small], 100_000) == ([small, big, small], 0)
+    assert within_budget([big, small, big, small], 1000) == ([small, small], 2)
+    assert within_budget([big], 1000) == ([], 1)
 
 
 # ---- pure: thinning ----
@@ -87,6 +95,7 @@ def test_compare_overlays_metrics_and_diffs_specs(api, two_jobs) -> None:
     assert fields["grpo.learning_rate"] == {str(first): 1e-3, str(second): 5e-4}
     assert fields["name"] == {str(first): "first", str(second): "second"}
     assert "grpo.beta" not in fields
+    assert body["spec_diff_omitted"] == 0
 
 
 def test_compare_defaults_to_reward_and_takes_repeated_ids(api, two_jobs) -> None:
@@ -109,6 +118,44 @@ def test_compare_thins_a_long_series_evenly(api, job_spec, worker) -> None:
     assert steps[0] == 1 and steps[-1] == 4501 and steps == sorted(steps)
     assert len({b - a for a, b in zip(steps[:-2], steps[1:-1], strict=True)}) == 1  # one stride
     assert body["metrics"]["reward"][str(ids[1])] == []
+
+
+def test_ten_jobs_of_large_specs_answer_within_the_byte_budget(api, api_server, job_spec) -> None:
+    """Issue 32 item 10: ten jobs of ~0.8 MiB specs that differ everywhere made an 8.4 MiB answer;
+    the differences are now bounded by GRPO_COMPARE_DIFF_BYTES, the rest counted as left out."""
+    import json
+
+    budget = api_server.settings.compare_diff_bytes
+    ids = []
+    for n in range(10):
+        prompts = [{"prompt": f"job {n} row {row}: " + "abcdefgh" * 100} for row in range(1000)]
+        spec = job_spec(name=f"large-{n}", dataset={"prompts": prompts})
+        assert len(json.dumps(spec)) > 800_000
+        response = api.post("/v1/jobs", json=spec)
+        assert response.status_code == 201, response.text[:300]
+        ids.append(response.json()["id"])
+    response = api.get(COMPARE, params={"ids": ",".join(map(str, ids))})
+    assert response.status_code == 200, response.text[:300]
+    body = response.json()
+    assert len(json.dumps(body["spec_diff"], separators=(",", ":"))) <= budget
+    assert len(response.content) <= budget + 16 * 1024  # the jobs, metric names and empty series
+    assert body["spec_diff_omitted"] > 0
+    first = body["spec_diff"][0]
+    assert first["field"] == "dataset.prompts.0.prompt"  # in path order, each job's value
+    assert first["values"] == {str(job_id): f"job {n} row 0: " + "abcdefgh" * 100
+                               for n, job_id in enumerate(ids)}
+
+
+def test_series_share_a_bound_on_points_in_all(api, job_spec, worker) -> None:
+    """2 jobs x 20 metrics share 40,000 points: 1,000 a series, not 2,000 (10 jobs x 20 metrics at
+    2,000 each made 400,000 points, ~10 MB)."""
+    ids = [api.post("/v1/jobs", json=job_spec(name=f"many-{n}")).json()["id"] for n in (1, 2)]
+    worker.start(ids[0])
+    worker.burst(ids[0], range(1, 2502))
+    metrics = ",".join(["reward", *(f"absent_{n}" for n in range(19))])
+    body = api.get(COMPARE, params={"ids": f"{ids[0]},{ids[1]}", "metrics": metrics}).json()
+    steps = [step for step, _ in body["metrics"]["reward"][str(ids[0])]]
+    assert 500 < len(steps) <= 1000 and steps[0] == 1 and steps[-1] == 2501
 
 
 @pytest.mark.parametrize("params", [{"ids": "1"}, {"ids": "1,1"}, {"ids": ",".join(map(str, range(1, 12)))},

@@ -1,6 +1,7 @@
 // #/compare?ids=1,2: jobs side by side (GET /v1/jobs/compare). One metric at a time, picked from
 // those any of the jobs recorded, drawn as a line per job; then the spec fields whose values
-// differ between them (a field a spec lacks shows as "–").
+// differ between them, as the server computed them within its byte budget (a field a spec lacks
+// shows as "–"; a note counts the differences the budget left out).
 
 import {api} from "./api.js";
 import {plotSeries} from "./charts.js";
@@ -31,7 +32,7 @@ export function mount(container, {ids}) {
         .map((name) => el("option", {value: name}, name)));
       picker.value = metric;
       fill(jobsBox, jobsTable(view.jobs));
-      fill(diffBox, diffTable(view.jobs, view.spec_diff));
+      fill(diffBox, diffTable(view.jobs, view.spec_diff), omittedNote(view.spec_diff_omitted));
       const byJob = view.metrics[metric] || {};
       await plotSeries(chart, metric,
         view.jobs.map((job) => ({name: `#${job.id} ${job.name}`, points: byJob[job.id] || []})));
@@ -64,4 +65,10 @@ function diffTable(jobs, differences) {
     {title: "field", cell: (row) => el("code", {}, row.field)},
     ...jobs.map((job) => ({title: `#${job.id} ${job.name}`, cell: (row) => shown(row.values[job.id])})),
   ], differences, {empty: "The specs do not differ.", rowProps: (row) => ({dataset: {field: row.field}})});
+}
+
+// The server keeps the differences within GRPO_COMPARE_DIFF_BYTES and counts the ones it left out.
+function omittedNote(omitted) {
+  return omitted ? el("p", {className: "hint", dataset: {specDiffOmitted: omitted}},
+    `${omitted} more differing field(s) left out to keep the answer small.`) : null;
 }

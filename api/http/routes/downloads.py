@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header
-from fastapi import Path as PathParam
 from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.requests import HTTPConnection
@@ -35,7 +34,7 @@ from api.domain_errors import NotFound
 from api.http.deps import PrincipalDep, SessionDep, SettingsDep
 from api.http.download_pins import PINS_DIR, DownloadPins
 from api.http.error_responses import error_response
-from api.http.params import MAX_INT, JobId
+from api.http.params import JobId, StepNumber
 from api.http.tar_stream import TarStream, parse_range
 from api.job_spec import JobSpec
 from api.storage import ObjectInfo, ObjectStore
@@ -121,7 +120,7 @@ def _files_under(folder: Path) -> dict[str, Path]:
 
 
 @router.get("/checkpoints/{step}/archive", response_class=StreamingResponse, responses=_RESPONSES)
-def download_checkpoint(job_id: JobId, step: Annotated[int, PathParam(ge=1, le=MAX_INT)],
+def download_checkpoint(job_id: JobId, step: StepNumber,
                         session: SessionDep, principal: PrincipalDep, settings: SettingsDep, pins: PinsDep,
                         range_: Annotated[str | None, Header(alias="Range")] = None) -> Response:
     """A kept checkpoint as a model folder: its weights (or adapter) and tokenizer, with a

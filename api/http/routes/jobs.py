@@ -137,7 +137,7 @@ async def list_jobs(
     settings: SettingsDep,
     redis: RedisDep,
     status_in: Annotated[list[JobStatus] | None, Query(alias="status")] = None,
-    after: Annotated[int, id_cursor("Cursor: `next_after` of the previous page")] = 0,
+    after: Annotated[int, *id_cursor("Cursor: `next_after` of the previous page")] = 0,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
     order: Annotated[Literal["asc", "desc"], Query(description="`desc`: newest first")] = "asc",
     include: Annotated[Literal["spec"] | None, Query(description=(

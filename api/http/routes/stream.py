@@ -91,8 +91,8 @@ async def stream_job(
     settings: SettingsDep,
     cache: KeyCacheDep,
     redis: RedisDep,
-    after: Annotated[int, step_cursor("Only steps after this one")] = BEFORE_FIRST_STEP,
-    after_event: Annotated[int, id_cursor("Only events after this id")] = 0,
+    after: Annotated[int, *step_cursor("Only steps after this one")] = BEFORE_FIRST_STEP,
+    after_event: Annotated[int, *id_cursor("Only events after this id")] = 0,
 ) -> None:
     await run_in_threadpool(_job_or_404, settings.database_url, job_id, principal.scope)
     # Redis down: refused here with 503 (the app's outage handler) rather than accepted and then

@@ -23,7 +23,7 @@ _ERRORS = {401: {"description": "Missing or wrong bearer token"}, 404: {"descrip
 
 @router.get("/events", response_model=Page[EventRead], responses=_ERRORS)
 def list_events(job_id: JobId, session: SessionDep, principal: PrincipalDep,
-                after: Annotated[int, id_cursor("Cursor: an event id")] = 0,
+                after: Annotated[int, *id_cursor("Cursor: an event id")] = 0,
                 limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Page[EventRead]:
     """Lifecycle events in order; pass ``next_after`` back as ``after`` for the next page."""
     job_store.get_job(session, job_id, principal.scope)
@@ -34,7 +34,7 @@ def list_events(job_id: JobId, session: SessionDep, principal: PrincipalDep,
 
 @router.get("/metrics", response_model=Page[MetricRead], responses=_ERRORS)
 def list_metrics(job_id: JobId, session: SessionDep, principal: PrincipalDep,
-                 after_step: Annotated[int, step_cursor("Only steps after this one")] = BEFORE_FIRST_STEP,
+                 after_step: Annotated[int, *step_cursor("Only steps after this one")] = BEFORE_FIRST_STEP,
                  limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
                  names: Annotated[list[str] | None,
                                   Query(description=_NAMES_HELP, max_length=MAX_METRIC_NAMES)] = None,
@@ -51,7 +51,7 @@ def list_metrics(job_id: JobId, session: SessionDep, principal: PrincipalDep,
 
 @router.get("/samples", response_model=Page[SamplesRead], responses=_ERRORS)
 def list_samples(job_id: JobId, session: SessionDep, principal: PrincipalDep,
-                 step: Annotated[int | None, step_cursor(_SAMPLE_STEP_HELP, ge=0)] = None,
+                 step: Annotated[int | None, *step_cursor(_SAMPLE_STEP_HELP, ge=0)] = None,
                  limit: Annotated[int, Query(ge=1, le=100)] = 20) -> Page[SamplesRead]:
     """Sample completions (kept every ``log_completions_every`` steps), newest step first."""
     job_store.get_job(session, job_id, principal.scope)
