@@ -22,7 +22,7 @@ from api.http.error_responses import BodySizeLimit, install_error_handlers
 from api.http.input_guard import InputGuard
 from api.http.routes import build_router
 from api.http.upload_body import UPLOAD_ROUTES
-from api.secret_box import SecretBox
+from api.security.secret_box import SecretBox
 from api.settings import Settings, get_settings
 from api.store import bus, webhooks
 from api.store.db import session_scope

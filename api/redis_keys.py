@@ -95,7 +95,7 @@ class RedisKeys:
         return f"{self._prefix}stream-ticket:{ticket_hash}"
 
     def rate_bucket(self, team_id: int, kind: str) -> str:
-        """A team's token bucket of one kind (``api.rate_limits``), shared by all API processes."""
+        """A team's token bucket of one kind (``api.limits.rate_limits``), shared by all API processes."""
         return f"{self._prefix}rate:{team_id}:{kind}"
 
     def upload_slots(self, team_id: int) -> str:

@@ -4,7 +4,7 @@ heartbeat. The service owns them: the training core knows none of them. Pure (no
 the scheduler, the worker, the HTTP layer and the CLI can all import it. Queue names belong to a
 deployment's namespace: ``api.redis_keys``.
 
-The job's statuses and their transitions live in :mod:`api.lifecycle`.
+The job's statuses and their transitions live in :mod:`api.domain.lifecycle`.
 """
 
 from __future__ import annotations

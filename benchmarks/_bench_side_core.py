@@ -42,7 +42,7 @@ def _time_lean_decoder(clock: Any) -> None:
 
 
 def _core_spec(args: argparse.Namespace) -> Any:
-    from api.job_spec import JobSpec
+    from api.domain.job_spec import JobSpec
 
     return JobSpec.model_validate(
         {

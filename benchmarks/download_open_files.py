@@ -55,8 +55,8 @@ def finished_job(database_url: str, artifacts: Path, model: Path, weights_bytes:
     sys.path.append(str(CODE_ROOT / "tests"))
     from specs import tiny_spec
 
-    from api.artifact_paths import model_dir
-    from api.job_spec import JobSpec
+    from api.artifacts.paths import model_dir
+    from api.domain.job_spec import JobSpec
     from api.settings import Settings
     from api.store.db import session_scope
     from api.store.jobs import create_job

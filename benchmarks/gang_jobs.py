@@ -85,7 +85,7 @@ def start(started: list[subprocess.Popen], args: list[str], env: dict[str, str],
 def run_layout(layout: str, args: argparse.Namespace, base_env: dict[str, str],
                folder: Path) -> dict[str, Any]:
     """One job of ``resources.gpus: 2`` through a fresh pool of ``layout``'s workers."""
-    from api.job_spec import JobSpec
+    from api.domain.job_spec import JobSpec
     from api.settings import Settings
     from api.store.bus import connect, live_workers
     from api.store.db import session_scope

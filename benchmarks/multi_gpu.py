@@ -146,7 +146,7 @@ def run_side(args: argparse.Namespace) -> dict[str, Any]:
     """One run (``--side one|ddp|fsdp``), in this fresh interpreter; returns its figures."""
     import torch
 
-    from api.job_spec import JobSpec
+    from api.domain.job_spec import JobSpec
     from grpo_core.run.launch import run_data_parallel
     from grpo_core.run.local_run import run_local
 

@@ -18,7 +18,7 @@ import random
 from dataclasses import replace
 from itertools import combinations
 
-from api.cluster_state import ClusterState, HoldingJob, Share, Team, WaitingJob, Worker
+from api.domain.cluster_state import ClusterState, HoldingJob, Share, Team, WaitingJob, Worker
 from api.scheduling.policy import PRIORITY_ORDER, Dispatch, Plan, Preemption
 
 WANTS_A_WORKER = ("lower_priority", "fair_share", "no_capacity")

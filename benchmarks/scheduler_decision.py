@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import format_table, median  # noqa: E402
 from reference_policy import random_state, reference_plan  # noqa: E402
 
-from api.cluster_state import ClusterState  # noqa: E402
+from api.domain.cluster_state import ClusterState  # noqa: E402
 from api.scheduling.policy import Plan, plan  # noqa: E402
 
 TARGET_MS = 200.0

@@ -187,7 +187,7 @@ def make_teams(database_url: str) -> tuple[str, str]:
     """Member keys of two new teams, made through the store as ``grpo admin`` does, and
     :data:`FLOOD_JOBS` big jobs of the flooding team (through the store too, past its limits), so
     its spec-carrying lists carry a full page of specs from the first request."""
-    from api.job_spec import JobSpec
+    from api.domain.job_spec import JobSpec
     from api.store import teams
     from api.store.db import session_scope
     from api.store.jobs import create_job

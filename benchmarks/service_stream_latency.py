@@ -140,7 +140,7 @@ def run_subscribers(args: argparse.Namespace) -> None:
 
 
 def running_job(database_url: str) -> int:
-    from api.job_spec import JobSpec
+    from api.domain.job_spec import JobSpec
     from api.store import attempts, jobs, teams
     from api.store.db import session_scope
     from api.store.dispatching import dispatch_job
@@ -158,7 +158,7 @@ def publish_steps(database_url: str, job_id: int, steps: int, rate: float) -> di
     """The worker's step path at a fixed schedule; per step: t0 and the time just before XADD."""
     import redis
 
-    from api.lifecycle import JobStatus
+    from api.domain.lifecycle import JobStatus
     from api.redis_keys import RedisKeys, namespace_for
     from api.store import attempts, bus
     from api.store.db import session_scope

@@ -234,7 +234,7 @@ def upload_each(client, bucket: str, prefix: str, files: list[Path]) -> None:
 
 
 def checkpoint_rows(args: argparse.Namespace, work: Path, s3) -> list[list]:
-    from api.artifact_paths import COMPLETE_MARK, checkpoint_key
+    from api.artifacts.paths import COMPLETE_MARK, checkpoint_key
     from api.storage import open_store
 
     folder = realistic_checkpoint(work)

@@ -35,9 +35,9 @@ from _service_stack import ROOT, migrated_database, server_env, stop_group, tiny
 sys.path.append(str(ROOT / "tests"))
 from webhook_receiver import webhook_receiver  # noqa: E402
 
-from api.job_spec import JobSpec  # noqa: E402
+from api.domain.job_spec import JobSpec  # noqa: E402
 from api.schemas.jobs import JobRead  # noqa: E402
-from api.secret_box import SecretBox  # noqa: E402
+from api.security.secret_box import SecretBox  # noqa: E402
 from api.store.db import session_scope  # noqa: E402
 from api.store.jobs import create_job  # noqa: E402
 from api.store.teams import create_team  # noqa: E402

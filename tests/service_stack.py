@@ -29,8 +29,8 @@ from service_db import fresh_postgres_url, migrated
 from waiting import wait_until
 
 from api.cli.dev import free_port, start_redis, stop_process
-from api.job_spec import JobSpec
-from api.lifecycle import TERMINAL_STATUSES, Transition
+from api.domain.job_spec import JobSpec
+from api.domain.lifecycle import TERMINAL_STATUSES, Transition
 from api.settings import Settings, get_settings
 from api.store.attempts import claim
 from api.store.db import session_scope

@@ -50,53 +50,69 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # Key names only, pure: a database URL is parsed (sqlalchemy's make_url) for the namespace.
     "api.redis_keys": ("api", "worker", "grpo_core", "fastapi", "starlette", "celery", "redis", "alembic",
                        "uvicorn"),
-    "api.lifecycle": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
+    "api.domain.lifecycle": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     # The service's own words: the core defines none of them, and they need nothing of it.
     "api.vocabulary": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     # The service's job spec: the core's run spec plus the service's words; the web app validates
     # with it, so like the core's spec it loads no torch.
-    "api.job_spec": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
+    "api.domain.job_spec": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
                      *CORE_LAYERS[1:], *SERVICE_FRAMEWORKS, "torch", "transformers"),
     # A job's tags and description: the spec, the PATCH body and the list's filter share them.
-    "api.job_labels": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
-    "api.domain_errors": ("api", "worker", "grpo_core"),
+    "api.domain.job_labels": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
+    "api.domain.errors": ("api", "worker", "grpo_core"),
     # How a webhook is signed: the standard library only, so receivers can copy it.
-    "api.webhook_signing": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
+    "api.security.webhook_signing": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     # Secrets sealed at rest: cryptography and the signing scheme's prefix, nothing of the service.
-    "api.secret_box": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "api.settings",
-                       "worker", "grpo_core", *SERVICE_FRAMEWORKS),
+    "api.security.secret_box": (
+        "api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "api.settings", "worker",
+        "grpo_core", *SERVICE_FRAMEWORKS),
     # Pure: where stored specs differ, for the compare route and its unit tests.
-    "api.spec_diff": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
+    "api.domain.spec_diff": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     # Words for people, read by the HTTP layer and by the CLI (which may run far from the service).
-    "api.explanations": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
-    "api.artifact_paths": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
+    "api.domain.explanations": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
+    "api.artifacts.paths": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
                            "grpo_core", *SERVICE_FRAMEWORKS),
     # A team's artifact bytes on disk: the worker's quota check and the API's GET /v1/me count alike.
-    "api.artifact_usage": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
+    "api.artifacts.usage": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
                            *CORE_LAYERS[2:], *SERVICE_FRAMEWORKS),
     # What a backend outage raises: the two clients' exceptions, nothing of this project's.
     "api.outages": ("api", "worker", "grpo_core", "fastapi", "starlette", "celery"),
     # Checked at submit (api.http) and, for a run counted on the worker, by the worker.
-    "api.pool_limits": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
-                        *SERVICE_FRAMEWORKS),
+    "api.limits.pool_limits": (
+        "api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
+        *SERVICE_FRAMEWORKS),
     # Pure rules over a team's limits (the store, the HTTP layer and the CLI read them alike).
-    "api.team_limits": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
-                        *SERVICE_FRAMEWORKS),
-    "api.rate_limits": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
-                        *SERVICE_FRAMEWORKS),
+    "api.limits.team_limits": (
+        "api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
+        *SERVICE_FRAMEWORKS),
+    "api.limits.rate_limits": (
+        "api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
+        *SERVICE_FRAMEWORKS),
+    # The role packages' own __init__ modules hold docstrings only; each module has its rule above.
+    "api.domain": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
+                   *SERVICE_FRAMEWORKS),
+    "api.limits": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
+                   *SERVICE_FRAMEWORKS),
+    "api.artifacts": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
+                      *SERVICE_FRAMEWORKS),
+    "api.trials": ("api.http", "api.scheduling", "api.streaming", "api.cli", "worker", "fastapi",
+                   "starlette"),
+    "api.security": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
+                     *SERVICE_FRAMEWORKS),
     "api.schemas": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
                     "sqlalchemy", "redis", "fastapi"),
     # A rewards dry run: the core's rewards and the store's verifiers, called by the HTTP layer.
-    "api.reward_trials": ("api.http", "api.scheduling", "api.streaming", "api.cli", "worker", "fastapi",
-                          "starlette", "torch", "transformers"),
+    "api.trials.reward_trials": (
+        "api.http", "api.scheduling", "api.streaming", "api.cli", "worker", "fastapi", "starlette",
+        "torch", "transformers"),
     # The messages of a dry run the API relays to a worker: plain data both sides read.
-    "api.reward_trial_messages": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli",
-                                  "api.reward_trials", "worker", *SERVICE_FRAMEWORKS, "torch",
-                                  "transformers"),
-    # The store reads the cluster's state (api.cluster_state) for the scheduler, never the scheduler.
+    "api.trials.reward_trial_messages": (
+        "api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "api.trials.reward_trials",
+        "worker", *SERVICE_FRAMEWORKS, "torch", "transformers"),
+    # The store reads the cluster's state (api.domain.cluster_state) for the scheduler, never the scheduler.
     "api.store": ("api.http", "api.streaming", "api.cli", "worker", "fastapi", "starlette", "api.scheduling"),
     # Plain data the store builds and the policy decides on.
-    "api.cluster_state": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
+    "api.domain.cluster_state": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     "api.scheduling.policy": ("api.store", "api.http", "api.streaming", "api.cli", "api.scheduling.scheduler",
                               "worker", *SERVICE_FRAMEWORKS),
     "api.scheduling.plan_parts": ("api.store", "api.http", "api.streaming", "api.cli",
@@ -245,3 +261,13 @@ def test_the_cycle_finder_finds_cycles(tmp_path: Path) -> None:
     assert graph["pkg.d"] == {"pkg.a"} and graph["pkg.c"] == {"pkg.a"} and graph["other"] == {"pkg.d"}
     assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.c"], ["pkg.e", "pkg.sub"]]
     assert cycles({"x": {"y"}, "y": set()}) == []
+
+
+# What belongs to every role stays at api's top; everything else lives in the package of its role,
+# so the top of the tree shows the service's parts (docs/architecture.md §7).
+API_TOP = {"__init__", "main", "settings", "vocabulary", "redis_keys", "outages"}
+
+
+def test_the_api_package_top_holds_only_what_every_role_shares() -> None:
+    loose = {path.stem for path in (REPO / "api").glob("*.py")}
+    assert loose <= API_TOP, f"loose at api's top: {sorted(loose - API_TOP)}; move each to its role's package"

@@ -1,5 +1,5 @@
 """``docs/architecture.md`` says what the code does, where the code can say it back: the job
-statuses, their groups, every transition and every user action (``api/lifecycle.py``), one row
+statuses, their groups, every transition and every user action (``api/domain/lifecycle.py``), one row
 per package with each of its modules named, the import rules (``tests/test_architecture.py``'s
 ``FORBIDDEN``) and the metric names the core emits."""
 
@@ -12,7 +12,7 @@ import pytest
 import test_architecture
 from doc_citations import REPO
 
-from api import lifecycle
+from api.domain import lifecycle
 
 DOC = REPO / "docs" / "architecture.md"
 SOURCE_PACKAGES = ("api", "worker", "grpo_core")
@@ -63,9 +63,9 @@ def test_every_transition_is_documented_as_the_state_machine_has_it() -> None:
     expected = {transition.value: ({s.value for s in rule.sources}, rule.target.value, rule.event)
                 for transition, rule in lifecycle.RULES.items()}
     documented = documented_transitions()
-    assert documented.keys() == expected.keys(), "the doc's transitions are not api.lifecycle's"
+    assert documented.keys() == expected.keys(), "the doc's transitions are not api.domain.lifecycle's"
     wrong = {name: documented[name] for name in expected if documented[name] != expected[name]}
-    assert not wrong, f"sources, target or event differ from api.lifecycle.RULES: {wrong}"
+    assert not wrong, f"sources, target or event differ from api.domain.lifecycle.RULES: {wrong}"
 
 
 def test_every_action_is_documented_where_it_applies() -> None:

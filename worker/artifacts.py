@@ -1,7 +1,7 @@
 """A team's artifact byte quota (``teams.artifact_quota_bytes``), checked before each checkpoint
 so that a team cannot fill the storage that every team's jobs write to.
 
-The quota counts what storage holds, as ``api.artifact_usage`` says (the same count as
+The quota counts what storage holds, as ``api.artifacts.usage`` says (the same count as
 ``GET /v1/me`` and the upload check): the team's jobs' artifacts where they are kept (retention
 has already removed old checkpoints, so it counts what they really hold) and its uploaded files,
 plus the estimated size of the checkpoint about to be written. Over it, the job fails
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 
-from api.artifact_usage import ArtifactUsage, job_artifact_bytes
-from api.domain_errors import QuotaExceeded
+from api.artifacts.usage import ArtifactUsage, job_artifact_bytes
+from api.domain.errors import QuotaExceeded
 from api.outages import DATABASE_DOWN
 from api.settings import Settings
 from api.storage import StorageError

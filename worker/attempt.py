@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from api.artifact_paths import remote_store
-from api.job_spec import JobSpec
-from api.lifecycle import JobStatus
+from api.artifacts.paths import remote_store
+from api.domain.job_spec import JobSpec
+from api.domain.lifecycle import JobStatus
 from api.schemas.jobs import JobRead
 from api.settings import Settings
 from api.storage import StorageUnavailable

@@ -15,7 +15,7 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-from api.lifecycle import StopRequest, stronger_stop
+from api.domain.lifecycle import StopRequest, stronger_stop
 from api.schemas.jobs import JobRead
 from api.settings import Settings
 from api.store.gangs import HostPart
@@ -37,7 +37,7 @@ class AttemptFiles:
 
     def request_stop(self, reason: StopRequest) -> None:
         """``cancel``, ``pause`` or ``preempt``; a request replaces an earlier one only if it
-        outranks it (:func:`api.lifecycle.stronger_stop`)."""
+        outranks it (:func:`api.domain.lifecycle.stronger_stop`)."""
         current = self.stop_reason()
         if stronger_stop(current, reason) != current:
             write_whole(self.folder / _STOP, json.dumps({"reason": reason}).encode())

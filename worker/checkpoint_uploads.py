@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from api.artifact_paths import COMPLETE_MARK, checkpoint_key
+from api.artifacts.paths import COMPLETE_MARK, checkpoint_key
 from api.storage import ObjectStore, StorageUnavailable
 from grpo_core.run.callbacks import CallbackList, TrainerCallback
 from grpo_core.run.checkpoint import OPTIMIZER_FILE

@@ -3,11 +3,11 @@ the pool's limits there; the trainer's ``started`` event carries the counts.
 
 * The step count of a job that trains by epochs (``grpo.max_steps: -1``) over a file or hub
   dataset: unknown at submit, where the dataset is not read. Checked against the pool's step
-  limits (:func:`api.pool_limits.step_limit_problems`) and stored so the API and the dashboard
+  limits (:func:`api.limits.pool_limits.step_limit_problems`) and stored so the API and the dashboard
   show the job's length.
 * The eval prompts of an ``eval_dataset`` from a file or the hub: an eval point generates for
   all of them, so they are held to the pool's per-step token bound
-  (:func:`api.pool_limits.eval_limit_problems`), as inline eval rows are at submit.
+  (:func:`api.limits.pool_limits.eval_limit_problems`), as inline eval rows are at submit.
 
 A job over a limit fails ``invalid_spec`` naming the field, before its first step (and before an
 eval at step 0); nothing is stored, so a retry after the limits were raised is checked again.
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.job_spec import JobSpec
-from api.pool_limits import effective_limits, eval_limit_problems, step_limit_problems
+from api.domain.job_spec import JobSpec
+from api.limits.pool_limits import effective_limits, eval_limit_problems, step_limit_problems
 from api.schemas.admin import PoolLimits
 from api.schemas.jobs import JobRead
 from api.settings import Settings

@@ -26,9 +26,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from api.artifact_paths import object_store
-from api.domain_errors import NotFound
-from api.job_spec import JobSpec, file_sources, mixed_reward_models
+from api.artifacts.paths import object_store
+from api.domain.errors import NotFound
+from api.domain.job_spec import JobSpec, file_sources, mixed_reward_models
 from api.settings import Settings
 from api.storage import ChecksumMismatch, ObjectNotFound
 from api.store.db import session_scope

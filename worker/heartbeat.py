@@ -31,7 +31,7 @@ import redis
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
-from api.lifecycle import StopRequest, stronger_stop
+from api.domain.lifecycle import StopRequest, stronger_stop
 from api.settings import Settings
 from api.store import bus
 from api.store.attempts import renew_host_lease, renew_lease, requeue_after_fault

@@ -1,5 +1,5 @@
 """A ``job:ID[@STEP]`` model source, resolved where the artifacts are: the other job's final
-model or checkpoint folder (:func:`api.artifact_paths.model_to_continue`; with an object store
+model or checkpoint folder (:func:`api.artifacts.paths.model_to_continue`; with an object store
 apart from the artifacts folder, fetched from it first), loaded like a
 ``path:`` source under the artifacts root. The API checked at submit that the job is the same
 team's and had the model; retention may have deleted a checkpoint since, which the job cannot
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from api.artifact_paths import model_to_continue, remote_store, stored_model_to_continue
-from api.job_spec import JobSpec, continued_job
+from api.artifacts.paths import model_to_continue, remote_store, stored_model_to_continue
+from api.domain.job_spec import JobSpec, continued_job
 from api.settings import Settings
 from grpo_core.errors import SourceUnavailable
 from worker.file_sources import SourceRoots, with_files

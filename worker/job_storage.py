@@ -1,5 +1,5 @@
 """A job's artifacts between the worker's own folder and a store it shares with the API
-(``GRPO_STORAGE_URL`` other than ``GRPO_ARTIFACTS_ROOT``, :func:`api.artifact_paths.remote_store`):
+(``GRPO_STORAGE_URL`` other than ``GRPO_ARTIFACTS_ROOT``, :func:`api.artifacts.paths.remote_store`):
 the worker trains in its artifacts folder as with the default, and copies there what it resumes
 from and to the store what it wrote. With the default store nothing here runs: the store is
 that folder.
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from api.artifact_paths import (
+from api.artifacts.paths import (
     CHECKPOINTS_DIR,
     COMPLETE_MARK,
     MODEL_DIR,

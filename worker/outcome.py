@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.lifecycle import JobStatus, StopRequest
+from api.domain.lifecycle import JobStatus, StopRequest
 
 
 @dataclass

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from api.job_spec import JobSpec
-from api.lifecycle import JobStatus
+from api.domain.job_spec import JobSpec
+from api.domain.lifecycle import JobStatus
 from api.schemas.jobs import JobRead
 from api.settings import Settings
 from api.storage import StorageUnavailable

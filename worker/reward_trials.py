@@ -1,7 +1,7 @@
 """The worker's side of a relayed rewards dry run (:mod:`api.http.reward_trial_relay`): a thread of
 the Celery main process pops the dry runs of the worker's pool (``RedisKeys.reward_trials``) while
 the worker advertises ``code_sandbox``, scores each in this host's sandbox exactly as the API
-would (:func:`api.reward_trials.run_trial`: the same checks, ``reward_model`` refused, the
+would (:func:`api.trials.reward_trials.run_trial`: the same checks, ``reward_model`` refused, the
 team's verifiers looked up in SQL), and pushes the answer to the request's reply key.
 
 One request at a time. The scoring path is torch-free (a grader runs as a sandboxed process),
@@ -18,10 +18,10 @@ from collections.abc import Callable
 
 from redis.exceptions import RedisError
 
-from api.reward_trial_messages import RelayedTrial, answer_of, error_answer, read_request
-from api.reward_trials import run_trial
 from api.settings import Settings
 from api.store import bus
+from api.trials.reward_trial_messages import RelayedTrial, answer_of, error_answer, read_request
+from api.trials.reward_trials import run_trial
 from grpo_core.spec.spec_file import InvalidSpec
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ import time
 import redis
 from sqlalchemy.exc import SQLAlchemyError
 
-from api.lifecycle import JobStatus, StopRequest
+from api.domain.lifecycle import JobStatus, StopRequest
 from api.schemas.jobs import JobRead
 from api.settings import Settings
 from api.store import bus, outbox

@@ -17,7 +17,7 @@ import os
 from celery import shared_task
 from sqlalchemy.orm import Session
 
-from api.lifecycle import JobStatus
+from api.domain.lifecycle import JobStatus
 from api.schemas.jobs import JobRead
 from api.settings import Settings, get_settings
 from api.store import bus, outbox

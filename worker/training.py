@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from api.artifact_paths import checkpoint_dir, job_dir, model_dir, remote_store
-from api.job_spec import JobSpec
-from api.lifecycle import JobStatus, StopRequest
+from api.artifacts.paths import checkpoint_dir, job_dir, model_dir, remote_store
+from api.domain.job_spec import JobSpec
+from api.domain.lifecycle import JobStatus, StopRequest
 from api.schemas.jobs import JobRead
 from api.settings import Settings
 from api.store import bus

@@ -5,7 +5,7 @@ job's process builds its rewards, so a changed URL or secret takes effect at the
 
 from __future__ import annotations
 
-from api.job_spec import JobSpec
+from api.domain.job_spec import JobSpec
 from api.settings import Settings
 from api.store.db import session_scope
 from api.store.verifiers import endpoints_for

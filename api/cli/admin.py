@@ -73,7 +73,7 @@ def _changed(current: Any, args: argparse.Namespace, flags: tuple[str, ...]) -> 
     keep their value. Checked by the schema, the HTTP route's own."""
     from pydantic import ValidationError
 
-    from api.domain_errors import InvalidInput
+    from api.domain.errors import InvalidInput
 
     given = {name: getattr(args, name) for name in flags if hasattr(args, name)}  # SUPPRESS: not given
     try:
@@ -116,7 +116,7 @@ def _set_verifier(session: Any, args: argparse.Namespace) -> Any:
 
     from pydantic import ValidationError
 
-    from api.domain_errors import InvalidInput
+    from api.domain.errors import InvalidInput
     from api.schemas.verifiers import VerifierSet
 
     secret = None
@@ -199,7 +199,7 @@ def _handler(command: Command) -> Callable[[argparse.Namespace], int]:
         from sqlalchemy.exc import SQLAlchemyError
 
         from api.cli.schema_check import schema_ready
-        from api.domain_errors import ServiceError
+        from api.domain.errors import ServiceError
         from api.settings import get_settings
         from api.store.db import session_scope
 

@@ -20,7 +20,7 @@ import httpx
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.sync.client import connect
 
-from api.lifecycle import TERMINAL_STATUSES
+from api.domain.lifecycle import TERMINAL_STATUSES
 from api.vocabulary import BEFORE_FIRST_STEP
 
 __all__ = ["ApiClient", "ApiError"]

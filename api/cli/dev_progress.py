@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.lifecycle import TERMINAL_STATUSES
+from api.domain.lifecycle import TERMINAL_STATUSES
 
 RECENT_JOBS = 50  # the newest jobs are the ones being watched; older ones have ended long ago
 

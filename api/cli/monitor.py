@@ -24,7 +24,7 @@ from typing import Any
 from api.cli.calling import BadArgument, Result, call_api
 from api.cli.field_setting import FieldSettingError, parse_setting, with_settings
 from api.cli.printable import printable
-from api.lifecycle import TERMINAL_STATUSES, Action, JobStatus
+from api.domain.lifecycle import TERMINAL_STATUSES, Action, JobStatus
 
 MONITOR_COMMANDS = ("submit", "list", "show", "watch", "cancel", "pause", "resume", "retry", "clone",
                     "rm", "delete", "events", "metrics", "download", "cluster", "queue")

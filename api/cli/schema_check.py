@@ -23,7 +23,7 @@ def schema_ready(settings: Any) -> None:
 def webhook_secrets_sealed(settings: Any) -> None:
     """Every stored webhook secret sealed under the first key of ``GRPO_SECRET_KEY`` (plain ones
     from before encryption, an older key's after a rotation), or exit saying what is wrong."""
-    from api.secret_box import SecretBox, SecretKeyError
+    from api.security.secret_box import SecretBox, SecretKeyError
     from api.store import webhooks
     from api.store.db import session_scope
 

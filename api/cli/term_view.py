@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from api.explanations import error_code_text, pending_reason_text
-from api.lifecycle import TERMINAL_STATUSES
+from api.domain.explanations import error_code_text, pending_reason_text
+from api.domain.lifecycle import TERMINAL_STATUSES
 
 NOTABLE_EVENTS = ("running", "requeued", "resumed", "checkpoint", "stopped", "cancel_requested",
                   "preempt_requested", "preempted", "priority_changed")

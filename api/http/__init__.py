@@ -2,7 +2,7 @@
 request-body middleware, submit-time checks, the Prometheus export and the dashboard's files.
 
 May import: ``api.store``, ``api.streaming``, ``api.scheduling`` (its pure views and policy),
-``api.schemas``, ``api.vocabulary``, ``api.lifecycle``, ``api.settings``, ``api.domain_errors`` and
+``api.schemas``, ``api.vocabulary``, ``api.domain.lifecycle``, ``api.settings``, ``api.domain.errors`` and
 ``grpo_core``'s spec, catalog and error modules. Never torch (the web app starts without it),
 never ``api.cli`` or ``worker``.
 """

@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING
 
 from starlette.requests import HTTPConnection
 
-from api.domain_errors import ServiceError, Unauthorized
+from api.domain.errors import ServiceError, Unauthorized
 from api.settings import Settings
 
 if TYPE_CHECKING:
     from api.store.teams import KeyGrant
 
 
-class NotReady(ServiceError):  # noqa: N818 - domain vocabulary, like api.domain_errors
+class NotReady(ServiceError):  # noqa: N818 - domain vocabulary, like api.domain.errors
     """The service cannot answer yet (its database is not migrated)."""
 
     code = "not_ready"

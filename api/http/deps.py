@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
-from api.domain_errors import Forbidden, Unauthorized
+from api.domain.errors import Forbidden, Unauthorized
 from api.http import stream_auth
 from api.http.auth import (
     KeyCache,

@@ -1,7 +1,7 @@
 """Every error leaves the API as ``{"error": {"code", "message", "param"}}`` (plus ``errors``,
 one ``{"param", "message"}`` per invalid field, when validation found several).
 
-Domain errors (:class:`api.domain_errors.ServiceError`) know nothing of HTTP; the one table below maps
+Domain errors (:class:`api.domain.errors.ServiceError`) know nothing of HTTP; the one table below maps
 their ``code`` to a status. The body-size guard lives here too because it answers with the same
 shape, before anything has parsed the request.
 """
@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.domain_errors import RateLimited, ServiceError, Unavailable
+from api.domain.errors import RateLimited, ServiceError, Unavailable
 from api.outages import OUTAGES, backend_down
 from api.storage import StorageUnavailable
 from grpo_core.errors import SpecError

@@ -13,8 +13,8 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from api.artifact_usage import ArtifactUsage, job_artifact_bytes
-from api.domain_errors import InvalidInput, NotFound, QuotaExceeded, TooLarge, Unavailable
+from api.artifacts.usage import ArtifactUsage, job_artifact_bytes
+from api.domain.errors import InvalidInput, NotFound, QuotaExceeded, TooLarge, Unavailable
 from api.http.upload_body import MULTIPART_SLACK_BYTES, SpooledUpload
 from api.schemas.files import FileRead
 from api.settings import Settings

@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic.json_schema import models_json_schema
 
-from api.job_spec import JobSpec
+from api.domain.job_spec import JobSpec
 
 _REF = "#/components/schemas/{model}"
 

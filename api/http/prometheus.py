@@ -20,7 +20,7 @@ from prometheus_client.exposition import generate_latest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from api.lifecycle import JOB_STATUSES, WAITING_STATUSES
+from api.domain.lifecycle import JOB_STATUSES, WAITING_STATUSES
 from api.store.tables import Job, JobMetric, Team
 from api.vocabulary import Heartbeat
 

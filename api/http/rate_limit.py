@@ -1,5 +1,5 @@
 """Every ``/v1`` request of a team member pays its cost from its team's bucket
-(:mod:`api.rate_limits`, :mod:`api.store.rate_buckets`): before it runs, one token plus its body's
+(:mod:`api.limits.rate_limits`, :mod:`api.store.rate_buckets`): before it runs, one token plus its body's
 size; a bucket that cannot pay is a 429 ``rate_limited`` with ``Retry-After``. A route whose answer
 carries specs charges their size afterwards (:func:`charge_answer`). Admin keys and the operator
 token are not limited: an admin throttled in an incident could not even raise a team's limit.
@@ -18,11 +18,11 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import HTTPConnection
 
-from api.domain_errors import RateLimited
+from api.domain.errors import RateLimited
 from api.http.deps import PrincipalDep, SettingsDep
 from api.http.spec_intake import media_type
 from api.http.yaml_body import YAML_MEDIA_TYPES
-from api.rate_limits import COST_UNIT_BYTES, YAML_WEIGHT, Bucket, bucket_kind, bucket_of, cost_of
+from api.limits.rate_limits import COST_UNIT_BYTES, YAML_WEIGHT, Bucket, bucket_kind, bucket_of, cost_of
 from api.schemas.admin import TeamLimits
 from api.settings import Settings
 from api.store.db import session_scope

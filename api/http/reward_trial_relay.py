@@ -1,7 +1,8 @@
-"""A rewards dry run whose sandboxed rewards run on a worker (:func:`api.reward_trials.runs_on_a_worker`):
-the API pushes the request onto its pool's list (``RedisKeys.reward_trials``), a worker of that
-pool that advertises ``code_sandbox`` pops it and pushes its answer to the request's reply key
-(:mod:`worker.reward_trials`; the messages: :mod:`api.reward_trial_messages`).
+"""A rewards dry run whose sandboxed rewards run on a worker
+(:func:`api.trials.reward_trials.runs_on_a_worker`): the API pushes the request onto its pool's
+list (``RedisKeys.reward_trials``), a worker of that pool that advertises ``code_sandbox`` pops it
+and pushes its answer to the request's reply key
+(:mod:`worker.reward_trials`; the messages: :mod:`api.trials.reward_trial_messages`).
 
 The API waits on the reply with the app's async Redis client, so the wait holds neither the event
 loop nor a thread: in short BLPOPs (each within the client's socket timeout) until the request's
@@ -17,12 +18,12 @@ import uuid
 
 import redis.asyncio as aioredis
 
-from api.domain_errors import Unavailable
+from api.domain.errors import Unavailable
 from api.http.submission import capability_problems
-from api.reward_trial_messages import RelayedTrial, read_answer, request_message
 from api.schemas.reward_trials import RewardTrialRead, RewardTrialRequest
 from api.settings import Settings
 from api.store import bus
+from api.trials.reward_trial_messages import RelayedTrial, read_answer, request_message
 from api.vocabulary import DEFAULT_POOL
 from grpo_core.spec.spec_file import InvalidSpec
 

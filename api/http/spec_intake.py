@@ -20,9 +20,9 @@ import yaml
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from api.domain_errors import InvalidInput
+from api.domain.errors import InvalidInput
+from api.domain.job_spec import JobSpec
 from api.http.yaml_body import YAML_MEDIA_TYPES, parse_yaml
-from api.job_spec import JobSpec
 from grpo_core.errors import SpecError
 from grpo_core.spec.spec_file import InvalidSpec, field_path, spec_error_reason
 

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from api.artifact_paths import has_model_to_continue
-from api.domain_errors import NotFound
+from api.artifacts.paths import has_model_to_continue
+from api.domain.errors import NotFound
+from api.domain.job_spec import JobSpec, continued_job, file_sources, mixed_reward_models, split_any_source
 from api.http.input_guard import text_fault
-from api.job_spec import JobSpec, continued_job, file_sources, mixed_reward_models, split_any_source
-from api.pool_limits import effective_limits, limit_problems
+from api.limits.pool_limits import effective_limits, limit_problems
 from api.settings import Settings
 from api.store.files import usable_file
 from api.store.job_deletion import hold_against_deletion
@@ -152,7 +152,7 @@ def _check_path_source(source: str | None, root: Path, field: str,
 
 def check_placement(session: Session, spec: JobSpec, settings: Settings) -> None:
     """Raise :class:`InvalidSpec` for a pool nobody registered (a typo would wait forever), a
-    job over one of the pool's limits (:mod:`api.pool_limits`), or one asking for more GPUs
+    job over one of the pool's limits (:mod:`api.limits.pool_limits`), or one asking for more GPUs
     than the pool's live workers have together (a job larger than the largest worker runs across
     several: a gang). A pool recorded before totals were (``total_gpus`` null) is bounded by its
     largest worker; a pool whose workers were never seen accepts any size."""

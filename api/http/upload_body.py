@@ -26,7 +26,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from api.domain_errors import InvalidInput, SpoolFull, TooLarge
+from api.domain.errors import InvalidInput, SpoolFull, TooLarge
 from api.http.input_guard import text_problem
 from api.settings import Settings
 

@@ -3,8 +3,8 @@ out each tick (``scheduler``), the pure views of the cluster and the queue (``cl
 the webhook sender and the storage sweep that run beside the scheduler in its process
 (``webhook_sender``, ``storage_sweeper``).
 
-May import: ``api.store``, ``api.vocabulary``, ``api.lifecycle``, ``api.settings``,
-``api.domain_errors``, ``api.schemas``, ``api.storage`` and ``api.artifact_paths`` (the storage
+May import: ``api.store``, ``api.vocabulary``, ``api.domain.lifecycle``, ``api.settings``,
+``api.domain.errors``, ``api.schemas``, ``api.storage`` and ``api.artifacts.paths`` (the storage
 sweep). ``policy`` and ``cluster_views`` import no I/O library.
 Never ``api.http``, ``api.cli`` or ``worker`` (jobs are sent by task name).
 """

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from api.cluster_state import HoldingJob, Share
+from api.domain.cluster_state import HoldingJob, Share
 from api.scheduling import policy
 from api.scheduling.liveness import NO_SCHEDULER
 from api.schemas.jobs import HostPlacement, UtcDatetime

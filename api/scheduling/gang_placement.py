@@ -16,7 +16,7 @@ from bisect import bisect_left, insort
 from collections import defaultdict
 from collections.abc import Iterable
 
-from api.cluster_state import HoldingJob, Worker
+from api.domain.cluster_state import HoldingJob, Worker
 
 
 def hosts_held(holder: HoldingJob) -> list[tuple[str | None, tuple[int, ...]]]:

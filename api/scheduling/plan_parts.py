@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from api.cluster_state import ClusterState, HoldingJob, Share, WaitingJob, Worker
+from api.domain.cluster_state import ClusterState, HoldingJob, Share, WaitingJob, Worker
 from api.vocabulary import PRIORITIES
 
 PRIORITY_ORDER = tuple(reversed(PRIORITIES))  # most urgent first

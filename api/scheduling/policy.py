@@ -1,6 +1,6 @@
 """The scheduling policy: a pure function from the cluster's state to the scheduler's decisions.
 
-No I/O, no clock, no randomness: :func:`plan` sees a :class:`api.cluster_state.ClusterState`
+No I/O, no clock, no randomness: :func:`plan` sees a :class:`api.domain.cluster_state.ClusterState`
 snapshot (built by ``api.scheduling.scheduler`` from SQL and worker heartbeats) and returns a
 :class:`Plan`, so every rule below is unit-tested on hand-built states
 (``tests/api/test_policy.py``, ``tests/api/test_policy_preemption.py``,
@@ -46,8 +46,8 @@ The rules, per pool (pools are independent):
   ``(gpus the team holds in the pool + its recent usage) / weight``; every job placed in the
   order adds its GPUs to its team's count, so teams take turns in proportion to their weights
   (progressive filling). Recent usage is the team's GPU count averaged over the past with a
-  half-life (:func:`api.cluster_state.decayed_usage`), so a team that just had the pool for hours waits behind
-  one that did not. Ties go to the older job (lower id).
+  half-life (:func:`api.domain.cluster_state.decayed_usage`), so a team that just had the pool
+  for hours waits behind one that did not. Ties go to the older job (lower id).
 * A job requeued after a fault waits out its backoff (``WaitingJob.backoff``) before anything
   else is considered for it; it keeps its place in the order meanwhile.
 * A job is dispatched when its pool is not held, its team stays within its quota for the pool,
@@ -78,7 +78,7 @@ import heapq
 from collections import defaultdict, deque
 from collections.abc import Iterator
 
-from api.cluster_state import ClusterState, HoldingJob, Share, WaitingJob
+from api.domain.cluster_state import ClusterState, HoldingJob, Share, WaitingJob
 from api.scheduling.gang_placement import Capacity, hosts_held
 from api.scheduling.plan_parts import (
     PRIORITY_ORDER,

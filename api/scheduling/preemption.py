@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from api.cluster_state import ClusterState, HoldingJob, WaitingJob
+from api.domain.cluster_state import ClusterState, HoldingJob, WaitingJob
 from api.scheduling.gang_placement import hosts_held
 from api.scheduling.plan_parts import Placed, Plan, Pool, Preemption, held_on, priority_rank, team_quota
 

@@ -30,7 +30,7 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from api.lifecycle import Transition
+from api.domain.lifecycle import Transition
 from api.scheduling import liveness, policy
 from api.settings import Settings
 from api.store import bus

@@ -29,7 +29,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from api.artifact_paths import JOBS_DIR, job_prefix
+from api.artifacts.paths import JOBS_DIR, job_prefix
 from api.settings import Settings
 from api.storage import ObjectStore, StorageError, open_store
 from api.storage.keys import FILES_DIR, file_key

@@ -15,7 +15,7 @@ is never read. What is recorded is a status code, a duration and an error class
 
 Every scheduler process runs one, leader or not: taking a delivery is row-guarded
 (:mod:`api.store.webhook_deliveries`), so more senders only share the work. Signed as
-:mod:`api.webhook_signing` says, with the secret :mod:`api.secret_box` unseals.
+:mod:`api.security.webhook_signing` says, with the secret :mod:`api.security.secret_box` unseals.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ from urllib.parse import urlsplit
 import httpx
 from sqlalchemy.exc import SQLAlchemyError
 
-from api.secret_box import SecretBox, SecretKeyError
+from api.security.secret_box import SecretBox, SecretKeyError
+from api.security.webhook_signing import signed_headers
 from api.settings import Settings
 from api.store.clock import Backoff
 from api.store.db import session_scope
 from api.store.webhook_deliveries import DueDelivery, record_attempt, take_due
-from api.webhook_signing import signed_headers
 from grpo_core.egress import DestinationRefused, EgressPolicy, guarded_client
 
 log = logging.getLogger(__name__)

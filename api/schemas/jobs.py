@@ -9,8 +9,8 @@ from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field, model_validator
 
-from api.job_labels import DESCRIPTION_DESCRIPTION, TAGS_DESCRIPTION, Description, Tags
-from api.lifecycle import actions_for
+from api.domain.job_labels import DESCRIPTION_DESCRIPTION, TAGS_DESCRIPTION, Description, Tags
+from api.domain.lifecycle import actions_for
 from api.vocabulary import Priority
 
 T = TypeVar("T")
@@ -184,14 +184,14 @@ class Page(BaseModel, Generic[T]):
 
 
 class CodesRead(BaseModel):
-    """What each code a job may show means, in words (``api.explanations``)."""
+    """What each code a job may show means, in words (``api.domain.explanations``)."""
 
     pending_reasons: dict[str, str] = Field(description="A waiting job's `pending_reason` -> why it waits")
     error_codes: dict[str, str] = Field(description="A failed job's `error.code` -> what went wrong")
 
 
 class LifecycleRead(BaseModel):
-    """The job lifecycle as a client needs it (``api.lifecycle``): one table that the dashboard
+    """The job lifecycle as a client needs it (``api.domain.lifecycle``): one table that the dashboard
     and the CLI read, so none keeps its own copy of the statuses or of which action applies when."""
 
     statuses: list[str] = Field(description="Every status a job may have")

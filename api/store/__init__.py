@@ -8,7 +8,7 @@ names are ``api.redis_keys``'s) and the outbox that publishes what a transaction
 
 Repository functions take a ``Session`` and return wire schemas (``api.schemas``) or plain
 values; callers own the transaction (``api.store.db.session_scope``). May import:
-``api.schemas``, ``api.vocabulary``, ``api.lifecycle``, ``api.settings``, ``api.domain_errors``,
+``api.schemas``, ``api.vocabulary``, ``api.domain.lifecycle``, ``api.settings``, ``api.domain.errors``,
 ``grpo_core.spec.run_spec``. Never ``api.http``, ``api.scheduling`` (beyond its pure ``policy`` types),
 ``api.streaming``, ``api.cli`` or ``worker``.
 """

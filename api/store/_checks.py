@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 
-from api.domain_errors import InvalidInput
+from api.domain.errors import InvalidInput
 from api.vocabulary import MAX_ARTIFACT_QUOTA_BYTES, MAX_LABEL_LENGTH, MAX_QUOTA_GPUS, NAME_PATTERN
 
 _NAME = re.compile(NAME_PATTERN)

@@ -9,7 +9,7 @@ from sqlalchemy import Executable, Row, Table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from api.lifecycle import HOLDING_STATUSES, WAITING_STATUSES
+from api.domain.lifecycle import HOLDING_STATUSES, WAITING_STATUSES
 from api.schemas.jobs import ErrorInfo, HostPlacement, JobRead
 from api.store.tables import Job
 

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Row, and_, or_, select, update
 from sqlalchemy.orm import Session
 
-from api.lifecycle import ACTIVE_STATUSES, ENDINGS, JobStatus, StopRequest, Transition, stop_requested
+from api.domain.lifecycle import ACTIVE_STATUSES, ENDINGS, JobStatus, StopRequest, Transition, stop_requested
 from api.schemas.jobs import JobRead, as_utc
 from api.store.clock import Backoff, db_now
 from api.store.gangs import job_held, joined_host, lost_host

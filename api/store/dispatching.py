@@ -1,4 +1,4 @@
-"""The scheduler's side of the store: the cluster's state (:mod:`api.cluster_state`) that the
+"""The scheduler's side of the store: the cluster's state (:mod:`api.domain.cluster_state`) that the
 scheduling policy decides on, and the writes that carry out a plan (dispatch to a worker, ask a
 job to yield, pending reasons).
 
@@ -14,8 +14,8 @@ from datetime import datetime, timedelta
 from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
-from api import cluster_state
-from api.lifecycle import HOLDING_STATUSES, WAITING_STATUSES, JobStatus, Transition
+from api.domain import cluster_state
+from api.domain.lifecycle import HOLDING_STATUSES, WAITING_STATUSES, JobStatus, Transition
 from api.schemas.jobs import as_utc
 from api.store.clock import db_now
 from api.store.gangs import placement_record, record_hosts

@@ -10,9 +10,9 @@ import secrets
 from sqlalchemy import and_, delete, func, or_, select
 from sqlalchemy.orm import Session
 
-from api.domain_errors import Conflict, NotFound
-from api.job_spec import file_sources
-from api.lifecycle import TERMINAL_STATUSES
+from api.domain.errors import Conflict, NotFound
+from api.domain.job_spec import file_sources
+from api.domain.lifecycle import TERMINAL_STATUSES
 from api.schemas.files import FileRead
 from api.store.tables import Job, Team, UploadedFile, utcnow
 
@@ -43,7 +43,7 @@ def add_file(session: Session, file_id: str, team_id: int, purpose: str, filenam
 
 
 def team_file_bytes(session: Session, team_id: int) -> int:
-    """The bytes of the team's files that count against its artifact quota (``api.artifact_usage``)."""
+    """The bytes of the team's files that count against its artifact quota (``api.artifacts.usage``)."""
     total = session.scalar(select(func.coalesce(func.sum(UploadedFile.bytes), 0)).where(
         UploadedFile.team_id == team_id, UploadedFile.status.in_(HOLDING_STATUSES)))
     return int(total or 0)

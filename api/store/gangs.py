@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from api.lifecycle import ACTIVE_STATUSES, HOLDING_STATUSES
+from api.domain.lifecycle import ACTIVE_STATUSES, HOLDING_STATUSES
 from api.store.clock import db_now
 from api.store.tables import Job, JobHost
 

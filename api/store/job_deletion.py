@@ -18,8 +18,8 @@ from __future__ import annotations
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.orm import Session
 
-from api.domain_errors import Conflict, NotFound
-from api.lifecycle import TERMINAL_STATUSES
+from api.domain.errors import Conflict, NotFound
+from api.domain.lifecycle import TERMINAL_STATUSES
 from api.store.tables import Checkpoint, Job, JobEvent, JobMetric, JobSample, JobTag, utcnow
 
 _CHILD_ROWS = (JobEvent, JobMetric, JobSample, Checkpoint, JobTag)

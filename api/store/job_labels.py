@@ -1,4 +1,4 @@
-"""A job's tags and description (:mod:`api.job_labels`): written at submit and by ``PATCH``, and
+"""A job's tags and description (:mod:`api.domain.job_labels`): written at submit and by ``PATCH``, and
 the list's filters on them (``GET /v1/jobs?tag=&q=``).
 
 A job's tags live in three places, written together in one transaction: ``jobs.tags`` (their
@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Select, delete, exists, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from api.job_labels import unset
+from api.domain.job_labels import unset
 from api.store.tables import Job, JobTag
 
 

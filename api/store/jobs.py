@@ -1,5 +1,5 @@
 """Jobs and their lifecycle. :func:`transition` is the only writer of ``jobs.status``: each move
-of :mod:`api.lifecycle` is one UPDATE guarded by the rule's source statuses, plus its
+of :mod:`api.domain.lifecycle` is one UPDATE guarded by the rule's source statuses, plus its
 ``job_events`` row and its stream message in the same transaction: two actors can never both win."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 from sqlalchemy import ColumnElement, Row, bindparam, delete, insert, or_, select, update
 from sqlalchemy.orm import Session, defer
 
-from api.domain_errors import Conflict, InvalidInput, NotFound
-from api.job_spec import JobSpec
-from api.lifecycle import (
+from api.domain.errors import Conflict, InvalidInput, NotFound
+from api.domain.job_spec import JobSpec
+from api.domain.lifecycle import (
     ACTIONS,
     ALREADY_ASKED,
     HOLDING_STATUSES,
@@ -196,7 +196,7 @@ def transition(
     values: Mapping[str, Any] | None = None,
 ) -> JobRead | None:
     """The one writer of ``jobs.status``: move ``job_id`` as the rule of ``via`` says
-    (:data:`api.lifecycle.RULES`), setting ``values`` too; None when the job was not in one of the
+    (:data:`api.domain.lifecycle.RULES`), setting ``values`` too; None when the job was not in one of the
     rule's sources (another actor moved it first), or failed ``guard``, or, with ``worker_id``,
     is not held by that worker. A move opens the job's allocation on dispatch and closes it
     when the job stops holding GPUs, releases a job that goes back to the queue or pauses from
@@ -336,7 +336,7 @@ def retry(session: Session, job_id: int, team_id: int | None = None) -> JobRead:
 
 
 def _not_moved(session: Session, job_id: int, action: Action, refusal: str) -> JobRead:
-    """None of ``action``'s moves could start. Decided by :data:`api.lifecycle.ACTIONS` on the
+    """None of ``action``'s moves could start. Decided by :data:`api.domain.lifecycle.ACTIONS` on the
     status as it is now (the ORM's copy may predate the UPDATEs), so a 409 comes exactly where a
     job read leaves the action out: the job as it is when the action was asked already, else a
     :class:`Conflict` saying ``refusal`` (formatted with ``id`` and ``status``)."""

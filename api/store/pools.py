@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
-from api.domain_errors import Conflict, NotFound
+from api.domain.errors import Conflict, NotFound
 from api.schemas.admin import PoolLimits, PoolRead
 from api.store._checks import check_name
 from api.store._rows import dialect_insert

@@ -1,4 +1,4 @@
-"""The teams' token buckets (:mod:`api.rate_limits`) in Redis, so every API process of a
+"""The teams' token buckets (:mod:`api.limits.rate_limits`) in Redis, so every API process of a
 deployment draws on the same ones: behind a load balancer a per-process bucket would allow a
 team the limit once per process, more as replicas are added. One script call per request takes
 the token atomically, timed by the Redis server's clock, never a process's.
@@ -19,7 +19,7 @@ from collections.abc import Callable
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from api.rate_limits import Bucket, charge_tokens, take_tokens
+from api.limits.rate_limits import Bucket, charge_tokens, take_tokens
 from api.redis_keys import RedisKeys
 
 log = logging.getLogger(__name__)

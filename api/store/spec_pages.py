@@ -16,7 +16,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session, defer
 from sqlalchemy.sql.functions import FunctionElement
 
-from api.domain_errors import NotFound
+from api.domain.errors import NotFound
 from api.schemas.jobs import JobRead
 from api.store._rows import job_read
 from api.store.tables import Job

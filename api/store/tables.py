@@ -25,7 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from api.lifecycle import JOB_STATUSES
+from api.domain.lifecycle import JOB_STATUSES
 from api.vocabulary import PRIORITIES
 
 # Deterministic constraint names so Alembic revisions are reproducible on every database.
@@ -291,7 +291,7 @@ class Checkpoint(Base):
 class Webhook(Base):
     """A team's notification endpoint (``POST /v1/webhooks``): ``events`` it wants
     (:data:`api.schemas.webhooks.WEBHOOK_EVENTS`), POSTed to ``url`` and signed with ``secret``.
-    The secret is stored sealed under the operator's key (:mod:`api.secret_box`), since signing
+    The secret is stored sealed under the operator's key (:mod:`api.security.secret_box`), since signing
     needs it; the API shows it only in the answer that creates it.
     Deleting a webhook deletes its deliveries, pending ones included."""
 

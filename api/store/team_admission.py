@@ -1,5 +1,5 @@
 """Whether a team may put one more job in the queue, and at which priority: the reads and the
-count behind :mod:`api.team_limits`, run in the transaction that queues the job (a submit, a
+count behind :mod:`api.limits.team_limits`, run in the transaction that queues the job (a submit, a
 clone, a retry, a resume), after its write, so a refusal rolls the write back.
 
 The count includes the job just queued, and it is taken holding the team's row (``FOR NO KEY
@@ -14,13 +14,13 @@ from __future__ import annotations
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
-from api.domain_errors import NotFound, QueueFull
-from api.job_spec import JobSpec
-from api.lifecycle import WAITING_STATUSES
+from api.domain.errors import NotFound, QueueFull
+from api.domain.job_spec import JobSpec
+from api.domain.lifecycle import WAITING_STATUSES
+from api.limits.team_limits import check_priority, default_priority, effective_team_limits
 from api.schemas.admin import TeamLimits
 from api.settings import Settings
 from api.store.tables import Job, Team
-from api.team_limits import check_priority, default_priority, effective_team_limits
 
 _LIMITS = select(Team.limits).where(Team.id == bindparam("team"))
 _LIMITS_LOCKED = _LIMITS.with_for_update(key_share=True)
@@ -39,8 +39,8 @@ def team_limits(session: Session, team_id: int, settings: Settings, *, lock: boo
 
 def admit(session: Session, team_id: int, priority: str, settings: Settings, *, member: bool) -> None:
     """Call after queuing one of the team's jobs at ``priority``, in the same transaction:
-    :class:`~api.domain_errors.InvalidInput` naming ``priority`` when a member (``member``) asked for a
-    class above the team's highest, :class:`~api.domain_errors.QueueFull` when the team now has more
+    :class:`~api.domain.errors.InvalidInput` naming ``priority`` when a member (``member``) asked for a
+    class above the team's highest, :class:`~api.domain.errors.QueueFull` when the team now has more
     jobs waiting than its ``max_queued_jobs``."""
     limits = team_limits(session, team_id, settings, lock=True)
     if member:

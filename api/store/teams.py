@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Row, delete, select, update
 from sqlalchemy.orm import Session
 
-from api.domain_errors import Conflict, InvalidInput, NotFound
+from api.domain.errors import Conflict, InvalidInput, NotFound
 from api.schemas.admin import MAX_QUOTA_GPUS, KeyRead, TeamLimits, TeamRead
 from api.store import api_keys
 from api.store._checks import check_bytes, check_gpus, check_label, check_name, check_weight

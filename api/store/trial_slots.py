@@ -12,7 +12,7 @@ share gets a 429 with ``Retry-After`` at once rather than a place in a line.
 
 from __future__ import annotations
 
-from api.domain_errors import RateLimited
+from api.domain.errors import RateLimited
 from api.store.upload_slots import UploadSlots
 
 # A dry run lasts seconds (its rewards' budget is at most 30 s each); one of the team's ends soon.

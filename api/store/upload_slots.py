@@ -29,7 +29,7 @@ from contextlib import asynccontextmanager
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from api.domain_errors import RateLimited
+from api.domain.errors import RateLimited
 from api.redis_keys import RedisKeys
 from api.store.rate_buckets import LOCAL_SECONDS, REDIS_TIMEOUT_SECONDS
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from sqlalchemy import delete, or_, select
 from sqlalchemy.orm import Session
 
-from api.domain_errors import NotFound
+from api.domain.errors import NotFound
 from api.schemas.verifiers import VerifierRead, VerifierSet
 from api.store._checks import check_name
 from api.store.tables import Pool, Team, Verifier, utcnow

@@ -33,7 +33,7 @@ CANDIDATES_PER_SLOT = 4
 @dataclass(frozen=True)
 class DueDelivery:
     """What one attempt needs: whose, where, the secret to sign with (sealed, as stored:
-    :mod:`api.secret_box`), and the exact body bytes."""
+    :mod:`api.security.secret_box`), and the exact body bytes."""
 
     id: int
     attempt: int

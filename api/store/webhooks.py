@@ -15,13 +15,13 @@ from typing import Any
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
-from api.domain_errors import Conflict, NotFound
+from api.domain.errors import Conflict, NotFound
 from api.schemas.jobs import JobRead
 from api.schemas.webhooks import DeliveryRead, WebhookCreated, WebhookRead
-from api.secret_box import SecretBox, SecretKeyError
+from api.security.secret_box import SecretBox, SecretKeyError
+from api.security.webhook_signing import new_secret
 from api.store.clock import db_now
 from api.store.tables import Job, Team, Webhook, WebhookDelivery, utcnow
-from api.webhook_signing import new_secret
 
 
 def _read(row: Webhook) -> WebhookRead:

@@ -8,7 +8,7 @@ authenticates and accepts the socket, then hands it to :func:`serve`.
 - ``subscriber``: one connection's cursor and queue; ``cursor``: stream ids and duplicate-dropping;
   ``messages``: stream entries → client messages and their encoding; ``config``: the tunables.
 
-May import: ``api.store``, ``api.schemas``, ``api.lifecycle``, ``api.vocabulary``, ``api.settings``
+May import: ``api.store``, ``api.schemas``, ``api.domain.lifecycle``, ``api.vocabulary``, ``api.settings``
 and starlette. Never ``api.http`` (the route is a thin adapter over this package) or ``api.cli``.
 """
 

@@ -1,7 +1,7 @@
 """A dataset upload: its format, told by its name's suffix (the one way the worker tells it too),
 and its rows, checked by the core's own reader and prompt rules
 (:func:`grpo_core.io.prompt_data.check_rows_file`), so an upload accepted here is one a job loads.
-A bad one raises :class:`~api.domain_errors.InvalidInput` naming ``file`` (or ``prompt_field``)
+A bad one raises :class:`~api.domain.errors.InvalidInput` naming ``file`` (or ``prompt_field``)
 and the first bad row."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path, PurePosixPath
 
-from api.domain_errors import InvalidInput
+from api.domain.errors import InvalidInput
 from grpo_core.errors import SpecError
 from grpo_core.io.prompt_data import check_rows_file
 

@@ -8,7 +8,7 @@ Refused: members that could land outside the folder being unpacked (absolute nam
 links and devices; pickled weights (``*.bin``, ``*.pt``, …: loading them runs code) and Python
 files (a model's own code, which the service never runs); an archive without ``config.json``,
 ``*.safetensors`` weights or tokenizer files. Every refusal raises
-:class:`~api.domain_errors.InvalidInput` naming ``file`` and the member."""
+:class:`~api.domain.errors.InvalidInput` naming ``file`` and the member."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import json
 import tarfile
 from pathlib import Path, PurePosixPath
 
-from api.domain_errors import InvalidInput
+from api.domain.errors import InvalidInput
 
 # Weights formats that unpickle (torch.load, pickle): loading them may run code.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".joblib")

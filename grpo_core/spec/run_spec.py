@@ -1,6 +1,6 @@
 """``RunSpec``: what the core needs to run GRPO (the model, its prompts, the rewards, the
 hyper-parameters, checkpoints, trackers, devices), read by ``grpo train`` from a YAML file and by
-the worker. It knows nothing of the service: the service's job spec (``api.job_spec.JobSpec``)
+the worker. It knows nothing of the service: the service's job spec (``api.domain.job_spec.JobSpec``)
 adds priority, pool, stall limit and ``job:`` sources on top of it. Every field carries a
 description: it is what ``/docs`` (the OpenAPI schema) shows a user, and a test keeps it so.
 

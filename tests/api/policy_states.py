@@ -4,7 +4,7 @@ cluster from them, and which worker each dispatched job got."""
 
 from __future__ import annotations
 
-from api.cluster_state import ClusterState, HoldingJob, WaitingJob, Worker
+from api.domain.cluster_state import ClusterState, HoldingJob, WaitingJob, Worker
 from api.scheduling.policy import Plan
 
 SANDBOX = frozenset({"code_sandbox"})

@@ -81,7 +81,7 @@ class ScriptedWorker:
     def finish(self, job_id: int, status: str = "succeeded", worker_id: str = "scripted",
                publish: bool = True) -> None:
         """``publish=False``: the outcome reaches SQL only, as when the worker's publish fails."""
-        from api.lifecycle import JobStatus
+        from api.domain.lifecycle import JobStatus
         from api.store import attempts
         from api.store.db import session_scope
 

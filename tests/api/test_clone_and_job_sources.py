@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shutil
 
-from api.artifact_paths import checkpoint_dir, model_dir
+from api.artifacts.paths import checkpoint_dir, model_dir
 
 
 def submitted(client, spec) -> dict:

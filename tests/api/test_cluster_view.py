@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from api.cli.cluster_view import cluster_lines, queue_lines
-from api.explanations import PENDING_REASONS
+from api.domain.explanations import PENDING_REASONS
 
 
 def test_cluster_and_queue_views() -> None:

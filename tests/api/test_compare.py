@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from api.spec_diff import flatten, spec_differences, within_budget
+from api.domain.spec_diff import flatten, spec_differences, within_budget
 from api.store.metric_series import sampling_stride
 
 COMPARE = "/v1/jobs/compare"

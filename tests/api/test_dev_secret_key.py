@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 
 from api.cli.dev import dev_environment
-from api.secret_box import SecretBox
+from api.security.secret_box import SecretBox
 
 
 def _environment(base: dict[str, str], tmp_path: Path) -> dict[str, str]:

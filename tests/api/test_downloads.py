@@ -20,7 +20,7 @@ import pytest
 import torch
 from waiting import wait_until
 
-from api.artifact_paths import checkpoint_dir, model_dir
+from api.artifacts.paths import checkpoint_dir, model_dir
 from api.cli.main import main
 from api.http.download_pins import PINS_DIR, DownloadPins
 from api.http.tar_stream import TarStream
@@ -268,7 +268,7 @@ def test_a_file_replaced_before_its_turn_breaks_the_archive_off(tmp_path) -> Non
 def test_tensorboard_files_download_as_written(alpha, finished_job, api_server, job_spec) -> None:
     from tensorboard_events import read_scalars
 
-    from api.artifact_paths import tensorboard_dir
+    from api.artifacts.paths import tensorboard_dir
     from grpo_core.run.tracking import TensorBoardTracker
 
     job_id = finished_job["id"]

@@ -10,7 +10,7 @@ from api.store.jobs import MAX_MESSAGE_CHARS, MAX_TRACEBACK_CHARS, storable_text
 def test_a_failure_with_nul_bytes_and_an_overlong_traceback_is_stored_and_shown(
     api, api_server, worker, job_spec
 ) -> None:
-    from api.lifecycle import JobStatus
+    from api.domain.lifecycle import JobStatus
     from api.store import attempts
     from api.store.db import session_scope
 

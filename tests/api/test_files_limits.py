@@ -25,7 +25,7 @@ import redis.asyncio as aioredis
 from full_disk import small_disk
 from waiting import wait_until
 
-from api.domain_errors import RateLimited
+from api.domain.errors import RateLimited
 from api.redis_keys import RedisKeys
 from api.store import teams, upload_slots
 from api.store.db import session_scope

@@ -14,9 +14,9 @@ import uuid
 
 from sqlalchemy import update
 
-from api import cluster_state
 from api.cli import term_view as tv
 from api.cli.cluster_view import cluster_lines
+from api.domain import cluster_state
 from api.scheduling.cluster_views import cluster_view
 from api.scheduling.scheduler import Scheduler
 from api.store.db import session_scope

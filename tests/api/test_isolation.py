@@ -118,7 +118,7 @@ def present(api_server) -> dict[tuple[str, str], str]:
 def alpha_job(client_for, team_keys, job_spec, api_server) -> int:
     """A job of team alpha, with a final model, TensorBoard files and a checkpoint of step 1 to
     download."""
-    from api.artifact_paths import checkpoint_dir, model_dir, tensorboard_dir
+    from api.artifacts.paths import checkpoint_dir, model_dir, tensorboard_dir
 
     response = client_for(team_keys.alpha).post("/v1/jobs", json=job_spec(name="alpha-only"))
     assert response.status_code == 201, response.text

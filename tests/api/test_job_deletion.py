@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
-from api.artifact_paths import checkpoint_dir, job_dir, model_dir, tensorboard_dir
+from api.artifacts.paths import checkpoint_dir, job_dir, model_dir, tensorboard_dir
 from api.storage import StorageUnavailable
 from api.storage.local import LocalStore
 from api.store.db import session_scope

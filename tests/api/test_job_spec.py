@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from api.cli.main import build_parser
-from api.job_spec import JobSpec
+from api.domain.job_spec import JobSpec
 from grpo_core import cli as core_cli
 from grpo_core.errors import SpecError
 from grpo_core.spec.run_spec import RunSpec

@@ -375,7 +375,7 @@ def test_a_priority_change_is_one_value_in_the_row_and_the_spec(api, job_spec) -
 
 def test_a_failures_traceback_is_shown_to_admins_only(api, api_server, worker, job_spec, client_for,
                                                       make_key) -> None:
-    from api.lifecycle import JobStatus
+    from api.domain.lifecycle import JobStatus
     from api.store import attempts
     from api.store.db import session_scope
 

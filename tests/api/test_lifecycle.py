@@ -1,4 +1,4 @@
-"""The job state machine: a table written out here by hand (not read from ``api.lifecycle``)
+"""The job state machine: a table written out here by hand (not read from ``api.domain.lifecycle``)
 says, for every (status, transition) pair, whether the move is allowed, where it leads and what
 event it records. The pure module and the store's one writer of ``jobs.status`` must both agree
 with it, on SQLite and Postgres; and no other module may write ``status``."""
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, update
 
-from api import lifecycle
-from api.lifecycle import (
+from api.domain import lifecycle
+from api.domain.lifecycle import (
     JOB_STATUSES,
     JobStatus,
     Transition,
@@ -77,7 +77,7 @@ def team_id(api_database_url: str) -> int:
 def job_in(api_database_url: str, team_id: int, job_spec):
     """``job_in(status, worker_id="w1")``: a new job put in ``status`` by hand; one that holds
     GPUs is held by ``worker_id`` and has an open allocation, as a dispatch leaves it."""
-    from api.job_spec import JobSpec
+    from api.domain.job_spec import JobSpec
     from api.store.db import session_scope
     from api.store.jobs import create_job
     from api.store.tables import Allocation, Job

@@ -1,5 +1,5 @@
 """Which user actions apply in which status: a table written out here by hand (not read from
-``api.lifecycle``) that every job read's ``actions`` must follow, and ``GET /v1/lifecycle`` must
+``api.domain.lifecycle``) that every job read's ``actions`` must follow, and ``GET /v1/lifecycle`` must
 serve; and, over real HTTP (Postgres and SQLite), each action's route answers a 409 exactly
 where a job read leaves the action out (a cancel or pause asked again is no error)."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import update
 
-from api import lifecycle
+from api.domain import lifecycle
 from api.store.db import session_scope
 from api.store.tables import Job
 from api.vocabulary import PRIORITIES

@@ -1,6 +1,6 @@
 """No client keeps its own copy of the lifecycle: the dashboard's scripts read the statuses,
 terminal set and priorities from ``GET /v1/lifecycle`` and which actions apply from each job's
-``actions``; the CLI uses ``api.lifecycle``'s names. A status compared with a literal, or a list
+``actions``; the CLI uses ``api.domain.lifecycle``'s names. A status compared with a literal, or a list
 of statuses, actions or priority classes written out, is such a copy."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from api.lifecycle import JOB_STATUSES, Action
+from api.domain.lifecycle import JOB_STATUSES, Action
 from api.vocabulary import PRIORITIES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,4 +73,4 @@ def test_the_dashboard_keeps_no_copy_of_the_lifecycle(path: Path) -> None:
 
 @pytest.mark.parametrize("path", sorted(CLI.glob("*.py")), ids=lambda path: path.name)
 def test_the_cli_keeps_no_copy_of_the_lifecycle(path: Path) -> None:
-    assert python_copies(path.read_text()) == [], f"{path.name}: use api.lifecycle's names"
+    assert python_copies(path.read_text()) == [], f"{path.name}: use api.domain.lifecycle's names"

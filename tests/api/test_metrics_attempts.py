@@ -10,7 +10,7 @@ import pytest
 from specs import tiny_spec
 from sqlalchemy import select
 
-from api.job_spec import JobSpec
+from api.domain.job_spec import JobSpec
 from api.store.clock import Backoff, db_now
 from api.store.db import session_scope
 from api.store.jobs import create_job

@@ -255,8 +255,8 @@ def test_cluster_and_queue(grpo, alpha, api_server, job_spec, own_pool) -> None:
 
 
 def test_show_and_queue_say_what_each_code_means(grpo, alpha, api_server, job_spec, pool, worker) -> None:
-    from api.explanations import ERROR_CODES, PENDING_REASONS
-    from api.lifecycle import JobStatus
+    from api.domain.explanations import ERROR_CODES, PENDING_REASONS
+    from api.domain.lifecycle import JobStatus
     from api.store import attempts
 
     waiting = new_job(alpha, job_spec, resources={"pool": pool})  # a pool without workers

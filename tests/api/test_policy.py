@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from policy_states import SANDBOX, cluster, hold, job, placed, worker
 
-from api.cluster_state import ClusterState, Interval, Team, WaitingJob, Worker, decayed_usage
+from api.domain.cluster_state import ClusterState, Interval, Team, WaitingJob, Worker, decayed_usage
 from api.scheduling.policy import PENDING_REASONS, Dispatch, Plan, plan
 
 # benchmarks/ is not a package: load the reference by its path.

@@ -6,7 +6,7 @@ quotas and preemption. The rules are the docstring of ``api.scheduling.policy``;
 
 from __future__ import annotations
 
-from api.cluster_state import ClusterState, HoldingJob, Share, Team, WaitingJob, Worker
+from api.domain.cluster_state import ClusterState, HoldingJob, Share, Team, WaitingJob, Worker
 from api.scheduling.gang_placement import gang_shares, reserved_shares
 from api.scheduling.policy import Dispatch, Plan, Preemption, plan
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from policy_states import SANDBOX, cluster, hold, job, worker
 
-from api.cluster_state import ClusterState, Team
+from api.domain.cluster_state import ClusterState, Team
 from api.scheduling.policy import Dispatch, Preemption, plan
 
 

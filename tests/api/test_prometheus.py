@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from waiting import wait_until
 from websockets.sync.client import connect
 
-from api.lifecycle import JOB_STATUSES
+from api.domain.lifecycle import JOB_STATUSES
 from api.scheduling.scheduler import Scheduler
 from api.store import bus
 from api.store.attempts import set_progress

@@ -1,11 +1,11 @@
-"""The token-bucket arithmetic (``api.rate_limits``) against hand-computed values; the Redis
+"""The token-bucket arithmetic (``api.limits.rate_limits``) against hand-computed values; the Redis
 script that mirrors it is exercised over HTTP in tests/api/test_rate_limits.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from api.rate_limits import Bucket, bucket_kind, charge_tokens, cost_of, take_tokens
+from api.limits.rate_limits import Bucket, bucket_kind, charge_tokens, cost_of, take_tokens
 
 BUCKET = Bucket(rate=2.0, burst=10)  # two tokens a second, ten at most
 

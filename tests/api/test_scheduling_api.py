@@ -154,7 +154,7 @@ def test_a_retried_telemetry_write_is_reported_as_a_duplicate(api, api_server, j
 
 def test_a_packed_worker_shows_each_device_and_its_job_and_keeps_unknown_jobs_devices_busy() -> None:
     """Pure: heartbeats and SQL's holders as the scheduler reads them, no server."""
-    from api import cluster_state
+    from api.domain import cluster_state
     from api.scheduling import policy
     from api.scheduling.cluster_views import cluster_view
     from api.store.dispatching import SchedulingState, schedulable_workers

@@ -44,8 +44,8 @@ def test_unset_the_store_is_the_artifacts_folder_as_before(tmp_path: Path) -> No
     settings = Settings(artifacts_root=tmp_path / "artifacts")
     store = open_store(settings.storage_location)
     assert isinstance(store, LocalStore) and store.root == tmp_path / "artifacts"
-    # The same path the worker writes today (api.artifact_paths): nothing moves for a deployment.
-    from api.artifact_paths import model_dir
+    # The same path the worker writes today (api.artifacts.paths): nothing moves for a deployment.
+    from api.artifacts.paths import model_dir
 
     store.put_stream("jobs/4/model/config.json", [b"{}"])
     assert (model_dir(settings, 4) / "config.json").read_bytes() == b"{}"

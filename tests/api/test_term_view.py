@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from api.cli import term_view as tv
-from api.explanations import ERROR_CODES, PENDING_REASONS
+from api.domain.explanations import ERROR_CODES, PENDING_REASONS
 
 NAN, INF = float("nan"), float("inf")
 

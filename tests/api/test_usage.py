@@ -22,7 +22,7 @@ def at(seconds: float, base: datetime = T0) -> datetime:
 def allocate(api_database_url: str, job_spec):
     """``allocate(team, pool, gpus, start, end)``: a job of ``team`` (created on first use)
     holding ``gpus`` GPUs of ``pool`` from ``start`` to ``end`` (None: still holding)."""
-    from api.job_spec import JobSpec
+    from api.domain.job_spec import JobSpec
     from api.store.db import session_scope
     from api.store.jobs import create_job
     from api.store.tables import Allocation

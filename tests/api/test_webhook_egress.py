@@ -25,7 +25,7 @@ from api.cli.schema_check import webhook_secrets_sealed
 from api.main import create_app
 from api.scheduling import webhook_sender
 from api.scheduling.webhook_sender import ERROR_CLASSES, WebhookSender
-from api.secret_box import SecretBox, SecretKeyError
+from api.security.secret_box import SecretBox, SecretKeyError
 from api.store.db import session_scope
 from api.store.tables import Webhook
 

@@ -12,7 +12,7 @@ import redis
 from service_db import fresh_postgres_url, migrated
 from service_stack import settings_of
 
-from api.job_spec import JobSpec
+from api.domain.job_spec import JobSpec
 from api.store.bus import live_workers
 from api.store.db import session_scope
 from api.store.jobs import create_job, get_job

@@ -26,7 +26,7 @@ from waiting import wait_until
 
 from api.cli.client import ApiClient
 from api.cli.dev import free_port
-from api.lifecycle import TERMINAL_STATUSES
+from api.domain.lifecycle import TERMINAL_STATUSES
 
 TOKEN = "e2e-secret-operator-token-0123456789"
 

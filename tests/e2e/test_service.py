@@ -15,7 +15,7 @@ import pytest
 import yaml
 from websockets.sync.client import connect
 
-from api.lifecycle import TERMINAL_STATUSES
+from api.domain.lifecycle import TERMINAL_STATUSES
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import torch
 from full_disk import small_disk
 from transformers import AutoModelForCausalLM
 
-from api.job_spec import JobSpec
+from api.domain.job_spec import JobSpec
 from grpo_core.errors import GRPOError
 from grpo_core.io.model_export import ADAPTER_DIR, export_model, generated_files, model_card, model_files
 from grpo_core.spec.run_spec import RunSpec

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import redis
 
-from api.lifecycle import Transition
+from api.domain.lifecycle import Transition
 from api.store.attempts import TOO_MANY_ATTEMPTS, claim, requeue_after_fault, requeue_expired
 from api.store.db import session_scope
 from api.store.jobs import request_cancel, transition

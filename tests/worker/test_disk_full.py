@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from api.lifecycle import Transition
+from api.domain.lifecycle import Transition
 from api.store.attempts import claim
 from api.store.db import session_scope
 from api.store.jobs import transition
@@ -23,7 +23,7 @@ real_save = torch.save
 def test_a_full_disk_at_a_checkpoint_fails_the_job_as_disk_full_and_cleans_up(
     task_settings, submit, tiny_spec, job_of, database_url, monkeypatch, tmp_path
 ):
-    from api.artifact_paths import checkpoint_dir
+    from api.artifacts.paths import checkpoint_dir
     from worker.attempt import run_attempt
     from worker.attempt_files import AttemptFiles
     from worker.runner import record_outcome
@@ -55,7 +55,7 @@ def test_a_full_disk_at_a_checkpoint_fails_the_job_as_disk_full_and_cleans_up(
 
 def test_retention_removes_pruned_checkpoints_from_the_jobs_list(task_settings, submit, tiny_spec, job_of,
                                                                  database_url):
-    from api.artifact_paths import checkpoint_dir
+    from api.artifacts.paths import checkpoint_dir
     from api.store.telemetry import list_checkpoints
     from worker.tasks import run_job
 

@@ -19,7 +19,7 @@ from sqlalchemy import select
 from tensorboard_events import read_scalar_events
 from waiting import wait_until
 
-from api.artifact_paths import tensorboard_dir
+from api.artifacts.paths import tensorboard_dir
 from api.cli.client import ApiClient
 from api.store.db import session_scope
 from api.store.tables import JobMetric, JobSample

@@ -9,8 +9,8 @@ from cryptography.fernet import Fernet
 from sqlalchemy import select
 from test_final_model import run_to_the_end
 
-from api.artifact_paths import model_dir
-from api.secret_box import SecretBox
+from api.artifacts.paths import model_dir
+from api.security.secret_box import SecretBox
 from api.store.db import session_scope
 from api.store.tables import JobMetric, WebhookDelivery
 from api.store.webhooks import create_webhook

@@ -97,8 +97,8 @@ def artifact_quota(database_url):
 
 def test_a_checkpoint_over_the_teams_artifact_quota_fails_before_writing_anything(
         submit, tiny_spec, run_in_process, artifact_quota, task_settings):
-    from api.artifact_paths import checkpoint_dir
-    from api.artifact_usage import job_artifact_bytes
+    from api.artifacts.paths import checkpoint_dir
+    from api.artifacts.usage import job_artifact_bytes
 
     artifact_quota(1000)  # far below the tiny model's checkpoint
     job = run_in_process(submit(tiny_spec(max_steps=2, checkpoint_every=1)))
@@ -222,8 +222,8 @@ def test_deleting_a_finished_job_frees_the_teams_artifact_quota(
     more than the second's one checkpoint is estimated at)."""
     from fastapi.testclient import TestClient
 
-    from api.artifact_paths import job_dir
-    from api.artifact_usage import job_artifact_bytes
+    from api.artifacts.paths import job_dir
+    from api.artifacts.usage import job_artifact_bytes
     from api.main import create_app
     from api.store.teams import artifact_quota as quota_and_jobs
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_file_cache import CountingStore, model_archive, upload
 
-from api.job_spec import JobSpec
+from api.domain.job_spec import JobSpec
 from api.settings import Settings
 from api.store.db import session_scope
 from api.store.files import add_file, new_file_id, set_status

@@ -15,8 +15,8 @@ from safetensors.torch import load_file
 from tensorboard_events import read_scalars
 from transformers import AutoModelForCausalLM
 
-from api.artifact_paths import checkpoint_dir, model_dir, tensorboard_dir
-from api.lifecycle import Transition
+from api.artifacts.paths import checkpoint_dir, model_dir, tensorboard_dir
+from api.domain.lifecycle import Transition
 from api.store.db import session_scope
 from api.store.jobs import transition
 from api.store.tables import utcnow

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from api.cluster_state import Share
-from api.lifecycle import JobStatus, StopRequest
+from api.domain.cluster_state import Share
+from api.domain.lifecycle import JobStatus, StopRequest
 from api.store.attempts import (
     claim,
     finish,

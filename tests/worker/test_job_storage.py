@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from api.artifact_paths import checkpoint_dir, checkpoint_key, remote_store, stored_checkpoint_steps
+from api.artifacts.paths import checkpoint_dir, checkpoint_key, remote_store, stored_checkpoint_steps
 from api.settings import Settings
 from api.storage import StorageUnavailable
 from api.storage.local import LocalStore

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from sandbox_guard import needs_sandbox
 
-from api.lifecycle import Transition
+from api.domain.lifecycle import Transition
 from api.store.attempts import claim
 from api.store.db import session_scope
 from api.store.jobs import transition

@@ -18,7 +18,7 @@ from full_disk import small_disk
 from safetensors.torch import load_file
 from sqlalchemy import select
 
-from api.artifact_paths import CHECKPOINTS_DIR, checkpoint_dir, job_dir, model_dir
+from api.artifacts.paths import CHECKPOINTS_DIR, checkpoint_dir, job_dir, model_dir
 from api.store.db import session_scope
 from api.store.tables import JobMetric
 

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from api.artifact_paths import MODEL_MARK, checkpoint_key, model_key, stored_checkpoint_steps
+from api.artifacts.paths import MODEL_MARK, checkpoint_key, model_key, stored_checkpoint_steps
 from api.storage import open_store
 from api.store.db import session_scope
 from api.store.tables import JobMetric

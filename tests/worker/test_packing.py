@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from api.lifecycle import TERMINAL_STATUSES
+from api.domain.lifecycle import TERMINAL_STATUSES
 from api.scheduling.scheduler import Scheduler
 from api.store import bus
 from api.store.db import session_scope

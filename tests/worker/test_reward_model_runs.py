@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from test_run_job import dispatch_by_hand
 
+from api.domain.job_spec import JobSpec
 from api.http.submission import check_submission
-from api.job_spec import JobSpec
 from api.scheduling.scheduler import celery_client
 from api.store.db import session_scope
 from api.store.telemetry import list_metrics

@@ -7,7 +7,7 @@ not check (this job is queued through the store)."""
 
 from __future__ import annotations
 
-from api.lifecycle import Transition
+from api.domain.lifecycle import Transition
 from api.store.attempts import claim
 from api.store.db import session_scope
 from api.store.jobs import transition

@@ -25,9 +25,9 @@ from waiting import wait_until
 from api.cli.dev import free_port
 from api.http.reward_trial_relay import MARGIN_SECONDS, RETRY_AFTER_SECONDS
 from api.redis_keys import RedisKeys
-from api.reward_trial_messages import RelayedTrial, request_message
 from api.schemas.reward_trials import RewardTrialRequest
 from api.store import bus
+from api.trials.reward_trial_messages import RelayedTrial, request_message
 from api.vocabulary import Heartbeat
 from grpo_core.rewards.sandbox import CAPABILITY as SANDBOX
 from worker.reward_trials import RewardTrialResponder

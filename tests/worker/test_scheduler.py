@@ -19,7 +19,7 @@ from celery import Celery
 from sqlalchemy import func, select
 
 from api.cli.dev import free_port
-from api.lifecycle import JobStatus
+from api.domain.lifecycle import JobStatus
 from api.redis_keys import RedisKeys
 from api.scheduling.scheduler import LeaderLock, Scheduler
 from api.store import bus

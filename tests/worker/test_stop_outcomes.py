@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from api.lifecycle import JobStatus, StopRequest
+from api.domain.lifecycle import JobStatus, StopRequest
 from api.schemas.jobs import JobRead
 from api.settings import Settings
 from grpo_core.run.trainer import TrainResult

@@ -15,8 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from api.job_spec import JobSpec
-from api.lifecycle import HOLDING_STATUSES, TERMINAL_STATUSES
+from api.domain.job_spec import JobSpec
+from api.domain.lifecycle import HOLDING_STATUSES, TERMINAL_STATUSES
 from api.main import create_app
 from api.store.db import session_scope
 from api.store.jobs import create_job

@@ -10,7 +10,7 @@ import pytest
 from test_run_job import dispatch_by_hand, events
 from verifier_server import closed_port_url, verifier_server
 
-from api.lifecycle import Transition
+from api.domain.lifecycle import Transition
 from api.scheduling.scheduler import celery_client
 from api.schemas.verifiers import VerifierSet
 from api.store import verifiers

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Query, Request, status
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from api.artifact_usage import ArtifactUsage, job_artifact_bytes
+from api.artifacts.usage import ArtifactUsage, job_artifact_bytes
 from api.http.deps import KeyCacheDep, PrincipalDep, SessionDep, SettingsDep, require_admin
 from api.http.params import MAX_NAME_LENGTH, KeyId, PoolName, TeamName, VerifierName
 from api.http.rate_limit import limits_cache

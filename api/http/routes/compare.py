@@ -10,11 +10,11 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from sqlalchemy import select
 
-from api.domain_errors import InvalidInput, NotFound
+from api.domain.errors import InvalidInput, NotFound
+from api.domain.spec_diff import spec_differences, within_budget
 from api.http.deps import PrincipalDep, SessionDep, SettingsDep
 from api.http.params import MAX_BIGINT, ascii_digits
 from api.schemas.compare import ComparedJob, Comparison, SpecDifference
-from api.spec_diff import spec_differences, within_budget
 from api.store import metric_series
 from api.store.tables import Job
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse
 
-from api.domain_errors import NotFound
+from api.domain.errors import NotFound
 
 router = APIRouter(include_in_schema=False)
 

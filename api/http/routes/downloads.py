@@ -4,7 +4,7 @@ volume (:mod:`api.http.tar_stream`): team-scoped like every job route, exact ``C
 ``Range`` for a download that broke off. Each file is opened only while its bytes stream, and
 pinned (:mod:`api.http.download_pins`) so that retention deleting it meanwhile breaks nothing.
 
-With ``GRPO_STORAGE_URL`` apart from the artifacts folder (:func:`api.artifact_paths.remote_store`),
+With ``GRPO_STORAGE_URL`` apart from the artifacts folder (:func:`api.artifacts.paths.remote_store`),
 the workers' artifacts are in the store, not on this host: the same archives are streamed from
 its objects, a stored folder counting once its mark (stored last) is there."""
 
@@ -19,7 +19,7 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.requests import HTTPConnection
 
-from api.artifact_paths import (
+from api.artifacts.paths import (
     COMPLETE_MARK,
     MODEL_MARK,
     artifact_key,
@@ -30,13 +30,13 @@ from api.artifact_paths import (
     remote_store,
     tensorboard_dir,
 )
-from api.domain_errors import NotFound
+from api.domain.errors import NotFound
+from api.domain.job_spec import JobSpec
 from api.http.deps import PrincipalDep, SessionDep, SettingsDep
 from api.http.download_pins import PINS_DIR, DownloadPins
 from api.http.error_responses import error_response
 from api.http.params import JobId, StepNumber
 from api.http.tar_stream import TarStream, parse_range
-from api.job_spec import JobSpec
 from api.storage import ObjectInfo, ObjectStore
 from api.store import jobs as job_store
 from api.store import telemetry

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query, Request, status
 from fastapi.responses import Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from api.domain_errors import Conflict
+from api.domain.errors import Conflict
 from api.http.deps import ObjectStoreDep, PrincipalDep, SessionDep, SettingsDep
 from api.http.file_uploads import accept_upload, refuse_hopeless, remove_object, storage_errors
 from api.http.params import FileId

@@ -19,8 +19,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import State
 from starlette.responses import Response as PlainResponse
 
-from api.artifact_paths import job_prefix
-from api.domain_errors import NotFound, Unavailable
+from api.artifacts.paths import job_prefix
+from api.domain.errors import NotFound, Unavailable
+from api.domain.job_labels import MAX_SEARCH_CHARS, MAX_TAGS, Tag
+from api.domain.job_spec import JobSpec
+from api.domain.lifecycle import JOB_STATUSES, WAITING_STATUSES
 from api.http.auth import Principal
 from api.http.deps import PrincipalDep, RedisDep, SessionDep, SettingsDep
 from api.http.error_responses import RETRY_AFTER_SECONDS
@@ -37,9 +40,7 @@ from api.http.submission import (
     check_verifiers,
 )
 from api.http.views import job_for
-from api.job_labels import MAX_SEARCH_CHARS, MAX_TAGS, Tag
-from api.job_spec import JobSpec
-from api.lifecycle import JOB_STATUSES, WAITING_STATUSES
+from api.limits.team_limits import check_priority
 from api.scheduling import liveness
 from api.schemas.jobs import JobRead, JobUpdate, Page
 from api.settings import Settings
@@ -50,7 +51,6 @@ from api.store.db import session_scope
 from api.store.job_labels import set_labels
 from api.store.spec_pages import StoredSpecs, job_with_spec, with_specs
 from api.store.team_admission import admit, team_limits, with_team_priority
-from api.team_limits import check_priority
 from grpo_core.spec.spec_file import with_changes
 
 log = logging.getLogger(__name__)

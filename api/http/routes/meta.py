@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from api import explanations, lifecycle
+from api.domain import explanations, lifecycle
 from api.http.deps import RedisDep, SettingsDep, caller_is_admin
 from api.http.error_responses import error_body
 from api.scheduling import liveness

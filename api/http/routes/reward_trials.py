@@ -1,5 +1,5 @@
 """``POST /v1/rewards/run``: score a few samples with a spec's rewards, without a job
-(:mod:`api.reward_trials`). The scoring runs off the event loop, a bounded number at a time; sandboxed
+(:mod:`api.trials.reward_trials`). The scoring runs off the event loop, a bounded number at a time; sandboxed
 rewards may be relayed to a worker (:mod:`api.http.reward_trial_relay`), waited on without a thread.
 Each team holds at most its share of dry runs at once (:mod:`api.store.trial_slots`)."""
 
@@ -15,9 +15,9 @@ from api.http.deps import PrincipalDep, RedisDep, SettingsDep
 from api.http.reward_trial_relay import ask_a_worker
 from api.http.spec_intake import SpecIntake, slots_on
 from api.http.yaml_body import parse_yaml
-from api.reward_trials import check_trial, runs_on_a_worker, score_trial
 from api.schemas.reward_trials import MAX_REWARDS, MAX_TRIAL_SECONDS, RewardTrialRead, RewardTrialRequest
 from api.store.trial_slots import RewardTrialSlots
+from api.trials.reward_trials import check_trial, runs_on_a_worker, score_trial
 from grpo_core.errors import SpecError
 from grpo_core.spec.run_spec import RewardSpec
 from grpo_core.spec.spec_file import InvalidSpec, field_path

@@ -49,7 +49,7 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from api import streaming
-from api.domain_errors import Unauthorized
+from api.domain.errors import Unauthorized
 from api.http import stream_auth
 from api.http.auth import KeyCache, Principal
 from api.http.deps import KeyCacheDep, PrincipalDep, RedisDep, SettingsDep, principal_for_key

@@ -9,7 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from api.domain_errors import InvalidInput
+from api.domain.errors import InvalidInput
 from api.http.deps import PrincipalDep, SessionDep
 from api.schemas.usage import SECONDS_PER_HOUR, UsageItem, UsageView
 from api.store import usage

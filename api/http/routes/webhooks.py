@@ -10,12 +10,12 @@ from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Query, status
 
-from api.domain_errors import Forbidden, InvalidInput, NotFound, Unavailable
+from api.domain.errors import Forbidden, InvalidInput, NotFound, Unavailable
 from api.http.deps import PrincipalDep, SessionDep, SettingsDep
 from api.http.params import WebhookId, id_cursor
 from api.schemas.jobs import Page
 from api.schemas.webhooks import DeliveryRead, WebhookCreate, WebhookCreated, WebhookRead
-from api.secret_box import SecretBox
+from api.security.secret_box import SecretBox
 from api.settings import Settings
 from api.store import webhooks
 from api.store.teams import team_id_by_name

@@ -3,7 +3,7 @@
 It is the core's :class:`~grpo_core.spec.run_spec.RunSpec` (what a run needs) plus what only the
 service means: the scheduler's ``priority``, the ``resources.pool`` of workers to run on, a
 ``stall_seconds`` limit, ``tags`` and a ``description`` to find the job by
-(:mod:`api.job_labels`), ``job:ID[@STEP]`` model sources (another job's model, which the
+(:mod:`api.domain.job_labels`), ``job:ID[@STEP]`` model sources (another job's model, which the
 worker resolves to a folder, :mod:`worker.job_sources`, before the core sees it) and ``file:ID``
 sources (a file the team uploaded, ``POST /v1/files``: a model archive or a dataset, also a
 ``reward_model``'s model), which the worker fetches from the object store. A subclass, so
@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from api.job_labels import DESCRIPTION_DESCRIPTION, TAGS_DESCRIPTION, Description, Tags, unset
+from api.domain.job_labels import DESCRIPTION_DESCRIPTION, TAGS_DESCRIPTION, Description, Tags, unset
 from api.vocabulary import DEFAULT_POOL, POOL_NAME_PATTERN, Priority
 from grpo_core.errors import SpecError, SpecWarning
 from grpo_core.spec import run_spec

@@ -21,7 +21,7 @@ code on either host.
 
 from __future__ import annotations
 
-from api.pool_limits import effective_limits, sandbox_problems
+from api.limits.pool_limits import effective_limits, sandbox_problems
 from api.schemas.admin import PoolLimits
 from api.schemas.reward_trials import RewardTrialRead, RewardTrialRequest, SampleScoresRead
 from api.settings import Settings
@@ -79,7 +79,7 @@ def _refuse_without_sandbox(specs: list[RewardSpec]) -> None:
 
 def _refuse_over_pool_limits(specs: list[RewardSpec], pool: str, settings: Settings) -> None:
     """The pool's limit on sandbox memory, as a job of the pool is held to it at submit
-    (:func:`api.pool_limits.sandbox_problems`, one rank: a dry run scores in one process). A
+    (:func:`api.limits.pool_limits.sandbox_problems`, one rank: a dry run scores in one process). A
     pool nobody registered has the deployment's defaults (its dry run goes nowhere anyway)."""
     if not sandbox_footprints(specs):
         return

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 
-from api.job_spec import JobSpec
+from api.domain.job_spec import JobSpec
 from api.schemas.admin import PoolLimits
 from api.settings import Settings
 from grpo_core.errors import SpecError

@@ -9,7 +9,7 @@ raise a team's limit).
 
 from __future__ import annotations
 
-from api.domain_errors import InvalidInput
+from api.domain.errors import InvalidInput
 from api.schemas.admin import TeamLimits
 from api.settings import Settings
 from api.vocabulary import PRIORITIES

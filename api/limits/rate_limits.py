@@ -47,7 +47,7 @@ def bucket_kind(scope_type: str, method: str | None) -> BucketKind:
 
 
 def bucket_of(limits: TeamLimits, kind: BucketKind) -> Bucket:
-    """``limits``: effective ones (:func:`api.team_limits.effective_team_limits`), no field None."""
+    """``limits``: effective ones (:func:`api.limits.team_limits.effective_team_limits`), no field None."""
     if kind == "reads":
         return Bucket(float(limits.reads_per_second or 0), int(limits.read_burst or 0))
     return Bucket(float(limits.writes_per_second or 0), int(limits.write_burst or 0))

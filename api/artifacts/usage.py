@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from api.artifact_paths import job_dir, job_prefix, remote_store
+from api.artifacts.paths import job_dir, job_prefix, remote_store
 from api.settings import Settings
 from api.storage import ObjectStore
 from grpo_core.io.paths import folder_bytes

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
-from api.webhook_signing import SECRET_PREFIX
+from api.security.webhook_signing import SECRET_PREFIX
 
 
 class SecretKeyError(Exception):
