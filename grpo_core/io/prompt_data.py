@@ -14,7 +14,6 @@ name the 1-based line instead, since that is what an editor shows. Bad input rai
 from __future__ import annotations
 
 import csv
-import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +24,15 @@ from grpo_core.errors import SourceUnavailable, SpecError
 from grpo_core.install_hints import install_hint
 from grpo_core.io.hub_loading import load_from_hub
 from grpo_core.io.paths import resolve_under_root
+from grpo_core.io.row_checks import (
+    MAX_PARQUET_DECODED_BYTES,
+    PARQUET_BATCH_ROWS,
+    check_depth,
+    check_text,
+    decoded_bytes,
+    decodes_to_more,
+    parse_json,
+)
 from grpo_core.spec.prompt_rows import prompt_problem
 from grpo_core.spec.run_spec import DatasetSpec
 from grpo_core.spec.sources import split_source
@@ -34,13 +42,6 @@ __all__ = ["MAX_ROWS", "PromptSampler", "check_rows_file", "columns_of", "load_r
 # Rows are held in memory for the whole run; past this a dataset belongs in a streaming loader.
 MAX_ROWS = 1_000_000
 SOURCE = "dataset.source"
-# A row is a record, not a tree: past this depth JSON is refused by name (Python's parser would
-# otherwise hit its recursion limit: a RecursionError, not an answer).
-MAX_JSON_DEPTH = 64
-# What a Parquet file's rows may decode to, counted batch by batch as Arrow decodes them: its
-# dictionary encoding lets a few hundred bytes stand for gigabytes of text.
-MAX_PARQUET_DECODED_BYTES = 256 * 2**20
-PARQUET_BATCH_ROWS = 256
 
 
 def _resolve_file(location: str, data_root: Path | None, base_dir: Path | None) -> Path:
@@ -56,53 +57,27 @@ def _resolve_file(location: str, data_root: Path | None, base_dir: Path | None) 
     return path
 
 
-def _json_loads(text: str, where: str) -> Any:
-    """``text`` parsed, or a SpecError naming ``where``: for bad JSON, and for what Python's parser
-    cannot hold (nesting past its recursion limit, an integer past its digit limit), which it
-    raises as RecursionError and ValueError."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(SOURCE, f"{where} is not valid JSON: {exc.msg} (line {exc.lineno})") from exc
-    except RecursionError:
-        raise SpecError(SOURCE, f"{where} is nested deeper than {MAX_JSON_DEPTH} levels") from None
-    except ValueError as exc:  # Python's int length limit (sys.get_int_max_str_digits)
-        raise SpecError(SOURCE, f"{where} holds a number too long to read: {exc}") from None
-
-
-def _check_depth(value: Any, where: str) -> None:
-    """SpecError when ``value`` nests deeper than MAX_JSON_DEPTH (walked without recursion)."""
-    pending = [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        if isinstance(item, dict | list):
-            if depth > MAX_JSON_DEPTH:
-                raise SpecError(SOURCE, f"{where} is nested deeper than {MAX_JSON_DEPTH} levels")
-            children = item.values() if isinstance(item, dict) else item
-            pending.extend((child, depth + 1) for child in children)
-
-
 def _iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     with path.open(encoding="utf-8") as handle:
         for line_number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             where = f"line {line_number}"
-            row = _json_loads(line, where)
+            row = parse_json(line, where, SOURCE)
             if not isinstance(row, dict):
                 raise SpecError(SOURCE, f"{where} is not a JSON object")
-            _check_depth(row, where)
+            check_depth(row, where, SOURCE)
             yield row
 
 
 def _iter_json(path: Path) -> Iterator[dict[str, Any]]:
-    data = _json_loads(path.read_text(encoding="utf-8"), "the file")
+    data = parse_json(path.read_text(encoding="utf-8"), "the file", SOURCE)
     if not isinstance(data, list):
         raise SpecError(SOURCE, "a .json file must hold a list of objects at the top level")
     for index, row in enumerate(data):
         if not isinstance(row, dict):
             raise SpecError(SOURCE, f"row {index} is not a JSON object")
-        _check_depth(row, f"row {index}")
+        check_depth(row, f"row {index}", SOURCE)
         yield row
 
 
@@ -130,7 +105,7 @@ def _iter_parquet(path: Path) -> Iterator[dict[str, Any]]:
         stored = sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))
         decoded = 0
         if stored > MAX_PARQUET_DECODED_BYTES:
-            raise SpecError(SOURCE, _decodes_to_more())
+            raise SpecError(SOURCE, decodes_to_more())
         batches = parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS)
         while True:
             batch = next(batches, None)
@@ -138,69 +113,14 @@ def _iter_parquet(path: Path) -> Iterator[dict[str, Any]]:
                 return
             # Measured before any Python object is made of the batch (at most PARQUET_BATCH_ROWS
             # rows), so the bound is checked as the file streams.
-            decoded += sum(_decoded_bytes(column) for column in batch.columns)
+            decoded += sum(decoded_bytes(column) for column in batch.columns)
             if decoded > MAX_PARQUET_DECODED_BYTES:
-                raise SpecError(SOURCE, _decodes_to_more())
+                raise SpecError(SOURCE, decodes_to_more())
             yield from batch.to_pylist()
     except SpecError:
         raise
     except Exception as exc:  # pyarrow raises several unrelated types for a bad file
         raise SpecError(SOURCE, f"could not read the parquet file: {exc}") from exc
-
-
-def _decoded_bytes(column: Any) -> int:
-    """What ``column`` (an Arrow array) takes decoded. A dictionary-encoded one (as pyarrow reads
-    back a column written as one) holds each distinct value once: it decodes to the length of the
-    value each row points to, summed, which is what its Python objects will take."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if not pa.types.is_dictionary(column.type):
-        return column.get_total_buffer_size()
-    values = column.dictionary
-    try:
-        lengths = pc.binary_length(values)
-    except pa.ArrowNotImplementedError:  # fixed-width values (numbers, dates): each row one's width
-        return column.indices.nbytes + len(column) * (values.nbytes // max(len(values), 1))
-    return column.indices.nbytes + (pc.sum(pc.take(lengths, column.indices)).as_py() or 0)
-
-
-def _decodes_to_more() -> str:
-    return f"the parquet file decodes to more than {MAX_PARQUET_DECODED_BYTES} bytes"
-
-
-def _text_problem(value: Any) -> str | None:
-    """What makes a string in ``value`` (keys included, nested ones too) unusable as text: a NUL
-    (SQL text and C strings end there) or a lone surrogate (not Unicode: it cannot be encoded as
-    UTF-8 for a tokenizer, a log or a database). None when there is none."""
-    pending = [value]
-    while pending:
-        item = pending.pop()
-        if isinstance(item, dict):
-            pending.extend(item.keys())
-            pending.extend(item.values())
-        elif isinstance(item, list):
-            pending.extend(item)
-        elif isinstance(item, str):
-            if "\x00" in item:
-                return "a NUL character"
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                return f"a lone surrogate (U+{ord(item[exc.start]):04X}), which is not Unicode text"
-    return None
-
-
-def _check_text(row: dict[str, Any], index: int) -> None:
-    """SpecError naming the row and column of the first string that is not text."""
-    for column, value in row.items():
-        problem = _text_problem(column) or _text_problem(value)
-        if problem is not None:
-            raise SpecError(SOURCE, f"row {index}: column '{_printable(column)}' holds {problem}")
-
-
-def _printable(column: Any) -> str:
-    return str(column).encode("utf-8", "backslashreplace").decode().replace("\x00", "\\x00")[:64]
 
 
 _READERS = {".jsonl": _iter_jsonl, ".json": _iter_json, ".csv": _iter_csv, ".parquet": _iter_parquet}
@@ -284,7 +204,7 @@ def check_rows_file(path: Path, file_format: str, prompt_field: str = "prompt") 
     each read and checked as :func:`load_rows` would, one at a time (a JSONL or CSV file is never
     held whole); a SpecError names the first bad row. For the service's uploads, checked before
     anything is stored, so it also refuses what a job could not carry: a string with a NUL or a
-    lone surrogate (:func:`_text_problem`), naming its row and column."""
+    lone surrogate (:func:`grpo_core.io.row_checks.text_problem`), naming its row and column."""
     reader = _READERS.get(f".{file_format}")
     if reader is None:
         raise SpecError(SOURCE, f"unsupported file type '{file_format}'; use one of {', '.join(_READERS)}")
@@ -293,7 +213,7 @@ def check_rows_file(path: Path, file_format: str, prompt_field: str = "prompt") 
         for count, row in enumerate(reader(path), start=1):
             _check_count(count, SOURCE)
             _row_prompt(row, count - 1, prompt_field, inline=False)
-            _check_text(row, count - 1)
+            check_text(row, count - 1, SOURCE)
     except UnicodeDecodeError as exc:
         raise SpecError(SOURCE, "the file is not UTF-8 text") from exc
     except csv.Error as exc:
