@@ -195,12 +195,27 @@ class Settings(BaseSettings):
         "rows are checked one at a time (JSONL, CSV), so memory stays bounded. A JSON array or Parquet "
         "file is read whole, so at most 64 MiB of one is taken.")
     max_model_upload_bytes: int = Field(
-        64 * 2**30, ge=1024, description="Largest model archive `POST /v1/files` accepts; its files "
-        "unpacked may add up to this much too.")
+        64 * 2**30, ge=1024, description="Largest model archive `POST /v1/files` accepts (as uploaded, "
+        "compressed or not).")
+    upload_max_unpacked_bytes: int = Field(
+        64 * 2**30, ge=1024, description="Most a model archive's files may add up to unpacked (as a worker "
+        "unpacks it), told from its members' headers before their data is decompressed; more is a 422. "
+        "A model counts against its team's artifact quota by this unpacked size.")
     max_uploads_per_team: int = Field(
         2, ge=1, le=1000, description="Most uploads of one team in flight at once, all API processes "
         "together; another is a 429 `rate_limited` before its body is read, so one team's uploads cannot "
         "fill the spool disk (`GRPO_UPLOAD_SPOOL_DIR`) every team's need.")
+    max_uploads_in_flight: int = Field(
+        16, ge=1, le=10_000, description="Most uploads one API process receives at once, all teams "
+        "together; another is a 503 `unavailable` with Retry-After before its body is read (per-team "
+        "fairness is `GRPO_MAX_UPLOADS_PER_TEAM`'s).")
+    upload_min_bytes_per_second: float = Field(
+        64 * 1024, gt=0, description="An upload's body must arrive at least this fast, after "
+        "`GRPO_UPLOAD_GRACE_SECONDS` it may fall behind by; one slower (a client trickling its body, or "
+        "sending nothing more) is a 408 `upload_too_slow` and gives back its place and its team's slot.")
+    upload_grace_seconds: float = Field(
+        30.0, gt=0, le=3600, description="How far behind `GRPO_UPLOAD_MIN_BYTES_PER_SECOND` an upload's "
+        "body may be (a slow start, a pause) before it is stopped.")
     upload_spool_dir: Path | None = Field(
         None, description="Where an upload is spooled while it is checked (it needs room for the "
         "largest upload at once per upload in flight, `GRPO_MAX_UPLOADS_PER_TEAM` per team uploading); "

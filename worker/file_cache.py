@@ -8,8 +8,11 @@ regular files and folders only, no absolute path, ``..``, link or device). It is
 place and renamed into it, so a reader never sees half of one; its bytes are checked against the
 digest the store recorded, and a mismatch (a corrupt object) keeps nothing. A process using an
 entry holds it (``SHA/users/PID``) while its job runs; the least recently used entries not held
-by a live process are evicted to make room. A process may also keep links to its entries under
-new names in a folder of its own (``.links/PID``, :meth:`FileCache.links`), gone on release.
+by a live process are evicted to make room: for a model, room for its files unpacked (told by the
+archive's headers, read through the API's bounded reader, before its data is written), so an
+archive that unpacks a thousandfold is budgeted as the thousandfold it takes. A process may also
+keep links to its entries under new names in a folder of its own (``.links/PID``,
+:meth:`FileCache.links`), gone on release.
 """
 
 from __future__ import annotations
@@ -18,12 +21,14 @@ import os
 import shutil
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from api.settings import Settings
 from api.storage import ChecksumMismatch, ObjectStore
 from api.storage.digests import file_sha256
 from api.storage.keys import file_key, partial_path
+from api.uploads.model_archives import UnsafeHeader, open_bounded
 from grpo_core.io.paths import folder_bytes
 from grpo_core.run.processes import process_alive
 
@@ -65,11 +70,11 @@ class FileCache:
         entry = self.root / info.sha256
         if not (entry / kind).exists():
             self._make_room(info.size)
-            self._fill(key, info.sha256, entry, kind)
+            self._fill(key, info.sha256, info.size, entry, kind)
         self._hold(entry)
         return entry
 
-    def _fill(self, key: str, digest: str, entry: Path, kind: str) -> None:
+    def _fill(self, key: str, digest: str, size: int, entry: Path, kind: str) -> None:
         filling = partial_path(entry)
         filling.mkdir(parents=True)
         try:
@@ -77,8 +82,8 @@ class FileCache:
             self.store.get_file(key, download)  # checked against the recorded digest on the way
             if file_sha256(download) != digest:
                 raise ChecksumMismatch(f"'{key}' read back with another SHA-256 than the {digest} recorded")
-            if kind == MODEL:
-                unpack_safely(download, filling / MODEL)
+            if kind == MODEL:  # the download stays until unpacked: room for both meanwhile
+                unpack_safely(download, filling / MODEL, lambda unpacked: self._make_room(size + unpacked))
                 download.unlink()
             (filling / USERS).mkdir()
             try:
@@ -132,16 +137,27 @@ def _in_use(entry: Path) -> bool:
                                   if mark.name.isdigit())
 
 
-def unpack_safely(archive: Path, folder: Path) -> None:
+def unpack_safely(archive: Path, folder: Path, make_room: Callable[[int], None] | None = None) -> None:
     """A tar or tar.gz of a model folder into ``folder``: UnsafeArchive for any member that is not
-    a regular file or folder, or whose path is absolute or climbs out with ``..``."""
+    a regular file or folder, or whose path is absolute or climbs out with ``..``, or for an
+    extended header past its bound. ``make_room`` is told what the files add up to before any is
+    written."""
     folder.mkdir(parents=True)
-    with tarfile.open(archive, "r:*") as tar:
-        members = tar.getmembers()
-        for member in members:
-            parts = Path(member.name).parts
-            if member.name.startswith("/") or ".." in parts:
-                raise UnsafeArchive(f"archive member '{member.name}' would be written outside its folder")
-            if not (member.isfile() or member.isdir()):
-                raise UnsafeArchive(f"archive member '{member.name}' is a link or a device, not a file")
-        tar.extractall(folder, members=members, filter="data")
+    try:
+        with open_bounded(archive) as tar:
+            members = tar.getmembers()
+            _check_members(members)
+            if make_room is not None:
+                make_room(sum(member.size for member in members if member.isfile()))
+            tar.extractall(folder, members=members, filter="data")
+    except UnsafeHeader as error:
+        raise UnsafeArchive(f"archive header refused: {error}") from None
+
+
+def _check_members(members: list[tarfile.TarInfo]) -> None:
+    for member in members:
+        parts = Path(member.name).parts
+        if member.name.startswith("/") or ".." in parts:
+            raise UnsafeArchive(f"archive member '{member.name}' would be written outside its folder")
+        if not (member.isfile() or member.isdir()):
+            raise UnsafeArchive(f"archive member '{member.name}' is a link or a device, not a file")

@@ -40,6 +40,11 @@ class ArtifactUsage:
     def total(self) -> int:
         return self.job_bytes + self.file_bytes
 
+    @property
+    def room(self) -> int | None:
+        """What the quota has left (None: no limit; negative when already over)."""
+        return None if self.quota is None else self.quota - self.total
+
     def over_quota(self, adding: int) -> bool:
         return self.quota is not None and self.total + adding > self.quota
 

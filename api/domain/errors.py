@@ -31,6 +31,18 @@ class TooLarge(ServiceError):  # noqa: N818
     code = "request_too_large"
 
 
+class TooSlow(ServiceError):  # noqa: N818
+    """A body (an upload) that arrived slower than the service waits for."""
+
+    code = "upload_too_slow"
+
+
+class ClientGone(ServiceError):  # noqa: N818
+    """The client closed its connection before its request was read: nothing to answer."""
+
+    code = "client_closed_request"
+
+
 class Unauthorized(ServiceError):  # noqa: N818
     code = "unauthorized"
 

@@ -33,9 +33,12 @@ STATUS_BY_CODE = {
     "not_found": 404,
     "conflict": 409,
     "queue_full": 409,
+    "upload_too_slow": 408,
     "request_too_large": 413,
     "artifact_quota_exceeded": 413,  # this upload is larger than the room left in the team's quota
     "rate_limited": 429,
+    # nginx's status for a client that went away: nobody reads it, but the access log shows why.
+    "client_closed_request": 499,
     "not_ready": 503,
     "unavailable": 503,
     # Not 507: that WebDAV status reads as this request's failing for good, and clients do not

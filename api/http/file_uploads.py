@@ -31,8 +31,10 @@ STORE_RETRY_SECONDS = 10
 log = logging.getLogger(__name__)
 
 
-def _checked_format(upload: SpooledUpload, purpose: str, settings: Settings) -> str:
-    """The upload's format once its content passed its purpose's checks."""
+def _checked_format(upload: SpooledUpload, purpose: str, settings: Settings,
+                    quota_room: int | None) -> tuple[str, int | None]:
+    """The upload's format and, for a model, its unpacked size, once its content passed its
+    purpose's checks."""
     assert upload.path is not None and upload.filename is not None  # receive_upload saw a file part
     limit = settings.max_upload_bytes(purpose)
     if upload.size > limit:  # the purpose came after the file, so the larger limit applied meanwhile
@@ -42,13 +44,13 @@ def _checked_format(upload: SpooledUpload, purpose: str, settings: Settings) -> 
     if purpose == "model":
         if prompt_field is not None:
             raise InvalidInput("'prompt_field' belongs to a dataset upload", param="prompt_field")
-        check_model_archive(upload.path, settings.max_model_upload_bytes)
-        return "tar"
+        archive = check_model_archive(upload.path, settings.upload_max_unpacked_bytes, quota_room)
+        return "tar", archive.unpacked_bytes
     if prompt_field is not None and not 1 <= len(prompt_field) <= MAX_PROMPT_FIELD_LENGTH:
         raise InvalidInput(f"'prompt_field' is 1-{MAX_PROMPT_FIELD_LENGTH} characters", param="prompt_field")
     file_format = dataset_format(upload.filename)
     check_dataset(upload.path, file_format, prompt_field or "prompt")
-    return file_format
+    return file_format, None
 
 
 def accept_upload(upload: SpooledUpload, team_id: int, settings: Settings, store: ObjectStore) -> FileRead:
@@ -56,17 +58,23 @@ def accept_upload(upload: SpooledUpload, team_id: int, settings: Settings, store
     purpose = upload.fields.get("purpose")
     if purpose not in PURPOSES:
         raise InvalidInput("'purpose' is 'dataset' or 'model'", param="purpose")
-    file_format = _checked_format(upload, purpose, settings)
-    assert upload.path is not None and upload.filename is not None
-    file_id = files.new_file_id()
     job_bytes = _job_bytes_if_limited(team_id, settings)
+    # A first look at the room left (unlocked), so that a model's check stops at the header that
+    # passes it; the exact check below, under the quota's lock, counts uploads finished meanwhile.
+    room = None if job_bytes is None else _usage_now(team_id, settings, job_bytes).room
+    file_format, unpacked = _checked_format(upload, purpose, settings, room)
+    assert upload.path is not None and upload.filename is not None
+    charged = upload.size if unpacked is None else unpacked  # a model counts unpacked
+    file_id = files.new_file_id()
     with session_scope(settings.database_url) as session:
         quota, file_bytes = files.quota_for_upload(session, team_id)
         usage = ArtifactUsage(job_bytes or 0, file_bytes, quota if job_bytes is not None else None)
-        if usage.over_quota(upload.size):
-            raise _refusal(usage, upload.size, f"this upload ({upload.size} bytes)")
+        if usage.over_quota(charged):
+            what = f"this upload ({upload.size} bytes)" if unpacked is None else \
+                f"this model ({unpacked} bytes unpacked)"
+            raise _refusal(usage, charged, what)
         files.add_file(session, file_id, team_id, purpose, upload.filename, file_format, upload.size,
-                       upload.sha256)
+                       upload.sha256, unpacked)
     try:
         stored = store.put_file(file_key(file_id), upload.path)
         if stored.sha256 != upload.sha256 or stored.size != upload.size:
@@ -96,9 +104,7 @@ def refuse_hopeless(team_id: int, settings: Settings, declared: int | None) -> C
     job_bytes = _job_bytes_if_limited(team_id, settings)
     if job_bytes is None:
         return None
-    with session_scope(settings.database_url) as session:
-        quota, file_bytes = files.quota_for_upload(session, team_id)
-    usage = ArtifactUsage(job_bytes, file_bytes, quota)
+    usage = _usage_now(team_id, settings, job_bytes)
     at_least = (declared or 0) - MULTIPART_SLACK_BYTES
     if at_least > 0 and usage.over_quota(at_least):
         raise _refusal(usage, at_least, f"this upload (at least {at_least} bytes, by its Content-Length)")
@@ -110,6 +116,13 @@ def refuse_hopeless(team_id: int, settings: Settings, declared: int | None) -> C
             raise _refusal(usage, size, f"this upload (already {size} bytes as it arrived)")
 
     return check_spooled
+
+
+def _usage_now(team_id: int, settings: Settings, job_bytes: int) -> ArtifactUsage:
+    """The team's usage as of now (a look: its lock ends with this short transaction)."""
+    with session_scope(settings.database_url) as session:
+        quota, file_bytes = files.quota_for_upload(session, team_id)
+    return ArtifactUsage(job_bytes, file_bytes, quota)
 
 
 def _refusal(usage: ArtifactUsage, size: int, what: str) -> QuotaExceeded:

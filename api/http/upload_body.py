@@ -6,16 +6,20 @@ one network chunk at a time, and file bytes are hashed and written from the thre
 MiB at a time. An upload costs one write of the team's rate limit whatever its size: its size is
 bounded by the purpose's limit instead. The spool file is the upload's one local copy, read by
 the checks and then stored; the caller removes it (:meth:`SpooledUpload.discard`) whatever
-happens. A spool disk that fills up (ENOSPC, or a quota's EDQUOT) is a 503 ``spool_full``, its
+happens. The body must keep a minimum pace (:class:`~api.http.upload_admission.UploadPace`: a
+408 past it); a client that goes away mid-body is one log line, not a traceback. A spool disk
+that fills up (ENOSPC, or a quota's EDQUOT) is a 503 ``spool_full``, its
 spool file removed: the service's condition, which clears as the uploads in flight end."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import hashlib
+import logging
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,10 +28,11 @@ from typing import IO
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
-from api.domain.errors import InvalidInput, SpoolFull, TooLarge
+from api.domain.errors import ClientGone, InvalidInput, SpoolFull, TooLarge
 from api.http.input_guard import text_problem
+from api.http.upload_admission import UploadPace
 from api.settings import Settings
 
 # The routes whose bodies stream here, past the general body-size guard (api.http.error_responses).
@@ -39,6 +44,7 @@ _FLUSH_BYTES = 1024 * 1024
 # Room for what a multipart body carries besides its file: boundaries, part headers, text fields.
 MULTIPART_SLACK_BYTES = 64 * 1024
 SPOOL_RETRY_SECONDS = 30
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -203,8 +209,9 @@ async def receive_upload(request: Request, settings: Settings,
     upload = SpooledUpload()
     reader = _Reader(settings, upload, check_size)
     parser = MultipartParser(_boundary(request), reader.callbacks())
+    pace = UploadPace(settings.upload_min_bytes_per_second, settings.upload_grace_seconds)
     try:
-        async for chunk in request.stream():
+        async for chunk in _paced(request, pace):
             parser.write(chunk)
             if reader.pending_bytes >= _FLUSH_BYTES:
                 await run_in_threadpool(reader.write_pending)
@@ -214,6 +221,10 @@ async def receive_upload(request: Request, settings: Settings,
     except MultipartParseError as error:
         await run_in_threadpool(_abandon, reader, upload)
         raise InvalidInput(f"the multipart body is malformed: {error}", param="body") from None
+    except ClientDisconnect:  # the client's doing, not a fault: one line, no traceback
+        await run_in_threadpool(_abandon, reader, upload)
+        log.warning("an upload's client went away after %d bytes; nothing was kept", pace.received)
+        raise ClientGone("the client closed its connection mid-upload", param="file") from None
     except BaseException:
         await run_in_threadpool(_abandon, reader, upload)
         raise
@@ -221,6 +232,21 @@ async def receive_upload(request: Request, settings: Settings,
         raise InvalidInput("the upload has no 'file' part", param="file")
     upload.sha256 = reader.digest.hexdigest()
     return upload
+
+
+async def _paced(request: Request, pace: UploadPace) -> AsyncIterator[bytes]:
+    """The body's chunks, each awaited no longer than ``pace`` allows; TooSlow past it."""
+    chunks = request.stream().__aiter__()
+    while True:
+        try:
+            async with asyncio.timeout(max(pace.seconds_left(), 0)):
+                chunk = await anext(chunks)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise pace.too_slow() from None
+        pace.received += len(chunk)
+        yield chunk
 
 
 def _abandon(reader: _Reader, upload: SpooledUpload) -> None:

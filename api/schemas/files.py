@@ -19,6 +19,9 @@ class FileRead(BaseModel):
     filename: str = Field(description="The uploaded file's name")
     format: str = Field(description="jsonl, json, csv or parquet (a dataset); tar (a model, gzipped or not)")
     bytes: int = Field(description="Its size as uploaded")
+    unpacked_bytes: int | None = Field(None, description="A model archive's files unpacked, which is what "
+                                       "the team's artifact quota counts (null: a dataset, counted as "
+                                       "uploaded)")
     sha256: str = Field(description="SHA-256 of its bytes, hex")
     status: FileStatus = Field(description="`ready`: usable by jobs; `uploading`: being stored; `error`: "
                                            "could not be stored (delete it and upload again)")

@@ -29,22 +29,26 @@ def new_file_id() -> str:
 
 def _read(row: UploadedFile) -> FileRead:
     return FileRead(id=row.id, purpose=row.purpose, filename=row.filename, format=row.format,
-                    bytes=row.bytes, sha256=row.sha256, status=row.status, created_at=row.created_at)
+                    bytes=row.bytes, unpacked_bytes=row.unpacked_bytes, sha256=row.sha256,
+                    status=row.status, created_at=row.created_at)
 
 
 def add_file(session: Session, file_id: str, team_id: int, purpose: str, filename: str, format_: str,
-             size: int, sha256: str) -> FileRead:
+             size: int, sha256: str, unpacked_bytes: int | None = None) -> FileRead:
     """Its row, ``uploading``: written (and committed by the caller) before its object is."""
     row = UploadedFile(id=file_id, team_id=team_id, purpose=purpose, filename=filename, format=format_,
-                       bytes=size, sha256=sha256, status="uploading", created_at=utcnow())
+                       bytes=size, unpacked_bytes=unpacked_bytes, sha256=sha256, status="uploading",
+                       created_at=utcnow())
     session.add(row)
     session.flush()
     return _read(row)
 
 
 def team_file_bytes(session: Session, team_id: int) -> int:
-    """The bytes of the team's files that count against its artifact quota (``api.artifacts.usage``)."""
-    total = session.scalar(select(func.coalesce(func.sum(UploadedFile.bytes), 0)).where(
+    """The bytes of the team's files that count against its artifact quota (``api.artifacts.usage``):
+    a model archive by its files unpacked, as the workers that use it hold it."""
+    counted = func.coalesce(UploadedFile.unpacked_bytes, UploadedFile.bytes)
+    total = session.scalar(select(func.coalesce(func.sum(counted), 0)).where(
         UploadedFile.team_id == team_id, UploadedFile.status.in_(HOLDING_STATUSES)))
     return int(total or 0)
 

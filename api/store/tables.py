@@ -360,6 +360,9 @@ class UploadedFile(Base):
     # How its bytes read: jsonl, json, csv or parquet (a dataset), tar (a model, gzipped or not).
     format: Mapped[str] = mapped_column(String(16))
     bytes: Mapped[int] = mapped_column(BigInteger)
+    # A model archive's files unpacked (what a worker's copy takes and the quota counts); NULL: a
+    # dataset, or an archive uploaded before this was recorded: it counts as uploaded.
+    unpacked_bytes: Mapped[int | None] = mapped_column(BigInteger)
     sha256: Mapped[str] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(16), default="uploading")
     error: Mapped[str | None] = mapped_column(Text)

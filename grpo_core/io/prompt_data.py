@@ -14,7 +14,6 @@ name the 1-based line instead, since that is what an editor shows. Bad input rai
 from __future__ import annotations
 
 import csv
-import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +24,15 @@ from grpo_core.errors import SourceUnavailable, SpecError
 from grpo_core.install_hints import install_hint
 from grpo_core.io.hub_loading import load_from_hub
 from grpo_core.io.paths import resolve_under_root
+from grpo_core.io.row_checks import (
+    MAX_PARQUET_DECODED_BYTES,
+    PARQUET_BATCH_ROWS,
+    check_depth,
+    check_text,
+    decoded_bytes,
+    decodes_to_more,
+    parse_json,
+)
 from grpo_core.spec.prompt_rows import prompt_problem
 from grpo_core.spec.run_spec import DatasetSpec
 from grpo_core.spec.sources import split_source
@@ -54,25 +62,22 @@ def _iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
         for line_number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SpecError(SOURCE, f"line {line_number} is not valid JSON: {exc.msg}") from exc
+            where = f"line {line_number}"
+            row = parse_json(line, where, SOURCE)
             if not isinstance(row, dict):
-                raise SpecError(SOURCE, f"line {line_number} is not a JSON object")
+                raise SpecError(SOURCE, f"{where} is not a JSON object")
+            check_depth(row, where, SOURCE)
             yield row
 
 
 def _iter_json(path: Path) -> Iterator[dict[str, Any]]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise SpecError(SOURCE, f"not valid JSON (line {exc.lineno}): {exc.msg}") from exc
+    data = parse_json(path.read_text(encoding="utf-8"), "the file", SOURCE)
     if not isinstance(data, list):
         raise SpecError(SOURCE, "a .json file must hold a list of objects at the top level")
     for index, row in enumerate(data):
         if not isinstance(row, dict):
             raise SpecError(SOURCE, f"row {index} is not a JSON object")
+        check_depth(row, f"row {index}", SOURCE)
         yield row
 
 
@@ -94,12 +99,28 @@ def _iter_parquet(path: Path) -> Iterator[dict[str, Any]]:
     try:
         parquet = pq.ParquetFile(path)
         _check_count(parquet.metadata.num_rows, SOURCE)  # before loading it all into memory
-        rows = parquet.read().to_pylist()
+        metadata = parquet.metadata
+        # Plainly encoded data decodes to its uncompressed size, which the footer tells up front
+        # (a compressed page of one long value would otherwise decode whole inside one batch).
+        stored = sum(metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups))
+        decoded = 0
+        if stored > MAX_PARQUET_DECODED_BYTES:
+            raise SpecError(SOURCE, decodes_to_more())
+        batches = parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS)
+        while True:
+            batch = next(batches, None)
+            if batch is None:
+                return
+            # Measured before any Python object is made of the batch (at most PARQUET_BATCH_ROWS
+            # rows), so the bound is checked as the file streams.
+            decoded += sum(decoded_bytes(column) for column in batch.columns)
+            if decoded > MAX_PARQUET_DECODED_BYTES:
+                raise SpecError(SOURCE, decodes_to_more())
+            yield from batch.to_pylist()
     except SpecError:
         raise
     except Exception as exc:  # pyarrow raises several unrelated types for a bad file
         raise SpecError(SOURCE, f"could not read the parquet file: {exc}") from exc
-    yield from rows
 
 
 _READERS = {".jsonl": _iter_jsonl, ".json": _iter_json, ".csv": _iter_csv, ".parquet": _iter_parquet}
@@ -182,7 +203,8 @@ def check_rows_file(path: Path, file_format: str, prompt_field: str = "prompt") 
     """How many rows the dataset file ``path`` holds (``file_format``: jsonl, json, csv or parquet),
     each read and checked as :func:`load_rows` would, one at a time (a JSONL or CSV file is never
     held whole); a SpecError names the first bad row. For the service's uploads, checked before
-    anything is stored."""
+    anything is stored, so it also refuses what a job could not carry: a string with a NUL or a
+    lone surrogate (:func:`grpo_core.io.row_checks.text_problem`), naming its row and column."""
     reader = _READERS.get(f".{file_format}")
     if reader is None:
         raise SpecError(SOURCE, f"unsupported file type '{file_format}'; use one of {', '.join(_READERS)}")
@@ -191,6 +213,7 @@ def check_rows_file(path: Path, file_format: str, prompt_field: str = "prompt") 
         for count, row in enumerate(reader(path), start=1):
             _check_count(count, SOURCE)
             _row_prompt(row, count - 1, prompt_field, inline=False)
+            check_text(row, count - 1, SOURCE)
     except UnicodeDecodeError as exc:
         raise SpecError(SOURCE, "the file is not UTF-8 text") from exc
     except csv.Error as exc:

@@ -155,12 +155,12 @@ def test_size_limits_and_malformed_forms(alpha, spool_server) -> None:
 
 def test_a_model_whose_files_unpack_past_the_limit_is_refused(api_server, api_settings_factory,
                                                               serve_api, client_for, team_keys) -> None:
-    settings = api_settings_factory(api_server.settings.database_url, max_model_upload_bytes=200_000)
+    settings = api_settings_factory(api_server.settings.database_url, upload_max_unpacked_bytes=200_000)
     with serve_api(settings) as server:
         zeros = archive([(member("padding.safetensors"), bytes(300_000))], base=None)  # gzips to ~300 bytes
         assert len(zeros) < 200_000
         response = upload(client_for(team_keys.alpha, server), "m.tar.gz", zeros, "model")
-        assert response.status_code == 422 and "add up to more than 200000 bytes" in response.text
+        assert response.status_code == 422 and "unpack to more than 200000 bytes" in response.text
 
 
 def test_a_store_that_fails_leaves_the_file_as_error(api_server, api_settings_factory, serve_api,

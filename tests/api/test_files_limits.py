@@ -3,7 +3,9 @@ a team's uploads in flight are bounded across API processes (``GRPO_MAX_UPLOADS_
 more is a 429 while another team's goes through), their slots come back after a success, a
 failure and a client gone away; an upload whose Content-Length alone passes the team's quota is
 refused before its body is read; a full spool disk is a 503 ``spool_full`` that leaves no spool
-file. Uploads held open mid-body are sent over raw sockets, so the test decides when each ends.
+file; a body trickling under the minimum pace is a 408 that gives its slot back; an API process
+takes a bounded number of uploads at once, all teams together (503 past it). Uploads held open
+mid-body are sent over raw sockets, so the test decides when each ends.
 The slots' Redis outage fallback and their expiry are checked on :class:`UploadSlots` itself."""
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -245,3 +248,41 @@ def test_a_slot_its_process_lost_expires_while_a_held_one_is_renewed(monkeypatch
         await client.aclose()
 
     asyncio.run(scenario())
+
+
+def test_a_trickling_upload_loses_its_slot_with_a_408(api_server, api_settings_factory, serve_api, team,
+                                                      tmp_path) -> None:
+    _, team_id, key = team
+    settings = api_settings_factory(api_server.settings.database_url, upload_min_bytes_per_second=1000,
+                                    upload_grace_seconds=1, upload_spool_dir=tmp_path)
+    with serve_api(settings) as server:
+        trickle = PartialUpload(server.http_url, key, ROWS * 1000)
+        wait_until(lambda: slots_held(settings, team_id) == 1, 10, "the slot taken")
+        for byte in trickle.rest[:20]:  # a byte at a time, far under 1000 bytes a second
+            try:
+                trickle.sock.sendall(bytes([byte]))
+            except OSError:  # the server answered and closed meanwhile
+                break
+            time.sleep(0.2)
+        status, body = trickle.answer()
+        assert status == 408 and body["error"]["code"] == "upload_too_slow", body
+        assert "GRPO_UPLOAD_MIN_BYTES_PER_SECOND" in body["error"]["message"]
+        assert slots_held(settings, team_id) == 0
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_uploads_in_flight_are_capped_per_process_across_teams(api_server, api_settings_factory, serve_api,
+                                                               team, client_for, team_keys) -> None:
+    _, _, key = team
+    settings = api_settings_factory(api_server.settings.database_url, max_uploads_in_flight=1)
+    with serve_api(settings) as server:
+        held = PartialUpload(server.http_url, key, ROWS * 100)
+        wait_until(lambda: slots_held(settings, team[1]) == 1, 10, "the first upload taken in")
+        other_team = upload(client_for(team_keys.beta, server), ROWS)
+        assert other_team.status_code == 503, other_team.text
+        assert other_team.json()["error"]["code"] == "unavailable"
+        assert "GRPO_MAX_UPLOADS_IN_FLIGHT" in other_team.json()["error"]["message"]
+        assert int(other_team.headers["Retry-After"]) > 0
+        status, body = held.finish()
+        assert status == 201, body
+        assert upload(client_for(team_keys.beta, server), ROWS).status_code == 201  # its place came back

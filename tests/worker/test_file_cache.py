@@ -110,3 +110,29 @@ def test_a_corrupt_object_is_a_checksum_mismatch_and_kept_nowhere(store, tmp_pat
     with pytest.raises(ChecksumMismatch):
         cache.dataset("file-a")
     assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_a_model_is_budgeted_by_its_unpacked_size(store, tmp_path: Path) -> None:
+    upload(store, tmp_path, "file-a", b"a" * 300)
+    archive = model_archive({"config.json": b"{}", "model.safetensors": bytes(900)})  # ~200 bytes packed
+    assert len(archive) < 400
+    upload(store, tmp_path, "file-m", archive)
+    cache = FileCache(store, tmp_path / "cache", 1200)
+    older = cache.dataset("file-a")
+    cache.release()
+    folder = cache.model("file-m")  # 300 + ~200 packed fits in 1200; 300 + ~200 + 900 unpacked does not
+    assert (folder / "model.safetensors").stat().st_size == 900
+    assert not older.exists()
+
+
+def test_an_oversize_extended_header_is_refused_before_it_is_read(store, tmp_path: Path) -> None:
+    import gzip
+
+    header = tarfile.TarInfo("././@LongLink")
+    header.type, header.size = tarfile.GNUTYPE_LONGNAME, 64 * 2**20
+    upload(store, tmp_path, "file-l", gzip.compress(header.tobuf(format=tarfile.GNU_FORMAT)
+                                                     + bytes(header.size) + bytes(1024)))
+    cache = FileCache(store, tmp_path / "cache", 1 << 30)
+    with pytest.raises(UnsafeArchive, match="long name or link header of 67108864 bytes"):
+        cache.model("file-l")
+    assert list((tmp_path / "cache").iterdir()) == []

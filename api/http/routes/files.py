@@ -16,6 +16,7 @@ from api.domain.errors import Conflict
 from api.http.deps import ObjectStoreDep, PrincipalDep, SessionDep, SettingsDep
 from api.http.file_uploads import accept_upload, refuse_hopeless, remove_object, storage_errors
 from api.http.params import FileId
+from api.http.upload_admission import UploadsInFlight
 from api.http.upload_body import declared_bytes, receive_upload
 from api.schemas.files import FilePage, FileRead
 from api.storage.interface import ObjectStream
@@ -42,24 +43,39 @@ _UPLOAD_BODY = {"required": True, "content": {"multipart/form-data": {"schema": 
                                              "(`artifact_quota_exceeded`, naming the bytes in use)"},
                         422: {"description": "A bad field or content; `param` names it, the message the "
                                              "first bad row or archive member"},
+                        408: {"description": "The body arrived slower than "
+                                             "`GRPO_UPLOAD_MIN_BYTES_PER_SECOND` (`upload_too_slow`); "
+                                             "nothing was kept"},
                         429: {"description": "The team already has `GRPO_MAX_UPLOADS_PER_TEAM` uploads in "
                                              "progress (`rate_limited`, with Retry-After)"},
                         503: {"description": "The object store failed (`unavailable`; the file is left as "
-                                             "`error`), or the API host's disk for uploads in flight is full "
-                                             "(`spool_full`); both with Retry-After"}})
+                                             "`error`), the API process already receives "
+                                             "`GRPO_MAX_UPLOADS_IN_FLIGHT` uploads (`unavailable`), or the "
+                                             "API host's disk for uploads in flight is full (`spool_full`); "
+                                             "all with Retry-After"}})
 async def upload_file(request: Request, principal: PrincipalDep, settings: SettingsDep,
                       store: ObjectStoreDep) -> FileRead:
     """Upload a dataset or a model; a job names it as ``file:ID`` (``model.source``,
     ``dataset.source``, ``eval_dataset.source``, a ``reward_model``'s ``model``)."""
-    # The slot and the quota's first look come before the body is read: the spool disk is shared.
-    async with _upload_slots(request).held(principal.team_id, settings.max_uploads_per_team):
-        check_size = await run_in_threadpool(refuse_hopeless, principal.team_id, settings,
-                                             declared_bytes(request))
-        upload = await receive_upload(request, settings, check_size)
-        try:
-            return await run_in_threadpool(accept_upload, upload, principal.team_id, settings, store)
-        finally:
-            await run_in_threadpool(upload.discard)
+    # The places and the quota's first look come before the body is read: the spool disk is shared.
+    with _uploads_in_flight(request).held():
+        async with _upload_slots(request).held(principal.team_id, settings.max_uploads_per_team):
+            check_size = await run_in_threadpool(refuse_hopeless, principal.team_id, settings,
+                                                 declared_bytes(request))
+            upload = await receive_upload(request, settings, check_size)
+            try:
+                return await run_in_threadpool(accept_upload, upload, principal.team_id, settings, store)
+            finally:
+                await run_in_threadpool(upload.discard)
+
+
+def _uploads_in_flight(request: Request) -> UploadsInFlight:
+    """The process's places for uploads (``app.state``), made on first use."""
+    state = request.app.state
+    places = getattr(state, "uploads_in_flight", None)
+    if places is None:
+        places = state.uploads_in_flight = UploadsInFlight(state.settings.max_uploads_in_flight)
+    return places
 
 
 def _upload_slots(request: Request) -> UploadSlots:
