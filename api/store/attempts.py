@@ -21,14 +21,19 @@ from api.store.tables import Job, JobHost, utcnow
 _JOBS = Job.__table__
 
 
-def claim(session: Session, job_id: int, worker_id: str) -> JobRead | None:
-    """A worker takes a dispatched job; a duplicate delivery finds it no longer dispatched. The
-    lease starts on the database's clock (:mod:`api.store.clock`), as every renewal does."""
+def claim(session: Session, job_id: int, worker_id: str, dispatch: int | None = None) -> JobRead | None:
+    """A worker takes a dispatched job; a duplicate delivery finds it no longer dispatched, and a
+    delivery of an earlier dispatch (``dispatch``, the number its message carries; None: a message
+    that carries none) finds the job dispatched again since (its message was not claimed within the
+    claim window). The lease starts on the database's clock (:mod:`api.store.clock`), as every
+    renewal does."""
     now = db_now(session)
     values = {"worker_id": worker_id, "attempt": _JOBS.c.attempt + 1, "heartbeat_at": now, "started_at": now,
               "retry_at": None, "error_code": None, "error_message": None, "error_traceback": None}
     # The job is promised to this worker; one dispatched to none (by hand) is anyone's.
     promised = or_(_JOBS.c.worker_id == worker_id, _JOBS.c.worker_id.is_(None))
+    if dispatch is not None:
+        promised = and_(promised, _JOBS.c.dispatches == dispatch)
     return transition(session, job_id, via=Transition.CLAIM, message=f"claimed by {worker_id}",
                       guard=promised, values=values)
 
@@ -117,17 +122,21 @@ TOO_MANY_ATTEMPTS = "too_many_attempts"
 
 
 def requeue_expired(session: Session, lease_seconds: float, now: datetime | None = None,
-                    max_attempts: int | None = None, backoff: Backoff | None = None) -> list[int]:
+                    max_attempts: int | None = None, backoff: Backoff | None = None,
+                    claim_window_seconds: float | None = None) -> list[int]:
     """Jobs whose worker went silent go back to the queue (they resume from their checkpoint);
     one that was being cancelled ends cancelled instead, and a running one that has had
     ``max_attempts`` attempts fails ``too_many_attempts`` (a job that kills its worker each
     time, say, must not loop forever). The staleness is checked again by each move, so a lease
     renewed meanwhile keeps its job. ``now``: the database's clock unless given (tests);
-    ``backoff``: how long a requeued job waits before its next dispatch."""
+    ``backoff``: how long a requeued job waits before its next dispatch; ``claim_window_seconds``
+    (None: the lease) how long a gang's host may take to join. A dispatch never claimed is the
+    claim window's (:func:`api.store.dispatching.undispatch_unclaimed`, run first); the lease only
+    catches one the window was set longer than."""
     now = now or db_now(session)
     cutoff = now - timedelta(seconds=lease_seconds)
     c = _JOBS.c
-    host_lost = lost_host(cutoff)
+    host_lost = lost_host(cutoff, now - timedelta(seconds=claim_window_seconds or lease_seconds))
     expired = or_(c.status.in_(ACTIVE_STATUSES) & (c.heartbeat_at < cutoff),
                   (c.status == JobStatus.DISPATCHED.value) & (c.dispatched_at < cutoff), host_lost)
     moved = []
