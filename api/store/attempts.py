@@ -129,16 +129,17 @@ def requeue_expired(session: Session, lease_seconds: float, now: datetime | None
     ``max_attempts`` attempts fails ``too_many_attempts`` (a job that kills its worker each
     time, say, must not loop forever). The staleness is checked again by each move, so a lease
     renewed meanwhile keeps its job. ``now``: the database's clock unless given (tests);
-    ``backoff``: how long a requeued job waits before its next dispatch; ``claim_window_seconds``
-    (None: the lease) how long a gang's host may take to join. A dispatch never claimed is the
-    claim window's (:func:`api.store.dispatching.undispatch_unclaimed`, run first); the lease only
-    catches one the window was set longer than."""
+    ``backoff``: how long a requeued job waits before its next dispatch. ``claim_window_seconds``:
+    how long a gang's host may take to join; given, a dispatch never claimed is the claim window's
+    alone (:func:`api.store.dispatching.undispatch_unclaimed`: the lease is for running jobs, not
+    for lost messages); None, the lease stands for both."""
     now = now or db_now(session)
     cutoff = now - timedelta(seconds=lease_seconds)
     c = _JOBS.c
     host_lost = lost_host(cutoff, now - timedelta(seconds=claim_window_seconds or lease_seconds))
-    expired = or_(c.status.in_(ACTIVE_STATUSES) & (c.heartbeat_at < cutoff),
-                  (c.status == JobStatus.DISPATCHED.value) & (c.dispatched_at < cutoff), host_lost)
+    expired = or_(c.status.in_(ACTIVE_STATUSES) & (c.heartbeat_at < cutoff), host_lost)
+    if claim_window_seconds is None:
+        expired = or_(expired, (c.status == JobStatus.DISPATCHED.value) & (c.dispatched_at < cutoff))
     moved = []
     rows = session.execute(select(c.id, c.status, host_lost).where(expired)).all()
     for job_id, status, gang_host_lost in rows:

@@ -240,3 +240,14 @@ def test_a_dispatch_not_claimed_in_its_window_is_made_again_and_its_late_deliver
         moved = undispatch_unclaimed(session, 30.0, now=later)  # the young one's window is over too
     assert young in moved and lost not in moved and claimed not in moved
     assert (job_of(lost).status, job_of(lost).attempt) == ("running", 1)
+
+
+def test_the_lease_leaves_an_unclaimed_dispatch_to_the_claim_window(submit, tiny_spec, job_of, database_url):
+    job_id = submit(tiny_spec())
+    with session_scope(database_url) as session:
+        assert dispatch_job(session, job_id, "slow-worker") == 1
+    with session_scope(database_url) as session:  # the lease (1 s) is long over; the window (60 s) is not
+        now = db_now(session) + timedelta(seconds=5)
+        assert job_id not in requeue_expired(session, 1.0, now=now, max_attempts=5, claim_window_seconds=60.0)
+        assert job_id not in undispatch_unclaimed(session, 60.0, now=now)
+    assert job_of(job_id).status == "dispatched"
