@@ -160,8 +160,12 @@ class Scheduler:
         queues = [self.keys.worker_queue(worker_id)
                   for worker_id in (item.worker_id, *(share.worker_id for share in item.gang))]
         try:
-            for queue in queues:
-                self.sender.send_task(RUN_JOB, args=[item.job_id, number], queue=queue)
+            for node, queue in enumerate(queues):
+                # An id that names the dispatch and host, so the worker's "Task ...[id] received"
+                # line says whether this dispatch's message arrived. Celery decides nothing by it
+                # here (no results, no revokes, no deduplication).
+                self.sender.send_task(RUN_JOB, args=[item.job_id, number], queue=queue,
+                                      task_id=f"job-{item.job_id}-dispatch-{number}-host-{node}")
         except Exception as exc:  # noqa: BLE001 - any broker failure: undo, retry next tick
             log.error("job %s: send failed, back to the queue: %s", item.job_id, exc)
             with self._session() as session:

@@ -78,6 +78,10 @@ def test_a_dispatch_whose_message_is_lost_is_made_again_within_the_claim_window(
     logs = [log for process, log in processes.started if process is worker]
     refused = f"job {job_id} is not dispatched here (dispatch 1"
     wait_for(lambda: refused in logs[0].read_text(), 120, "the late delivery to be refused", processes)
+    # Each delivery names its dispatch: the second one's, then the first one's, late.
+    received = [line for line in logs[0].read_text().splitlines() if "] received" in line]
+    assert [line.split("[")[-1] for line in received] == [
+        f"job-{job_id}-dispatch-2-host-0] received", f"job-{job_id}-dispatch-1-host-0] received"]
     job = wait_for(lambda: finished(job_id), 180, "the job to end", processes)
     assert job.status == "succeeded", job.error
     assert (job.attempt, job.last_step, job.worker_id) == (1, 8, worker_id)
