@@ -166,14 +166,17 @@ def requeue_after_fault(session: Session, job_id: int, *, worker_id: str, messag
     expires. Bounded: a job that has had ``max_attempts`` attempts fails ``too_many_attempts`` with
     this ``message`` as its error instead; one being cancelled ends cancelled, one being paused
     paused. Only the worker holding the lease may; None when it no longer does. ``backoff``: how
-    long the job waits before its next dispatch."""
+    long the job waits before its next dispatch. A job only dispatched has no attempt to end: a
+    fault reported late, after the job was requeued and dispatched to this worker again, must not
+    send that new dispatch back (its message would then find it queued)."""
     c = _JOBS.c
     job = transition(session, job_id, via=Transition.STOP_CANCELLED, worker_id=worker_id,
                      guard=c.status == JobStatus.CANCELLING.value, message=f"{message} while cancelling",
                      data=data, values={"finished_at": utcnow()})
     job = job or transition(session, job_id, via=Transition.STOP_PAUSED, worker_id=worker_id,
                             message=f"{message} while pausing", data=data)
-    return job or _requeue_or_give_up(session, job_id, guard=None, worker_id=worker_id, message=message,
+    ran = c.status != JobStatus.DISPATCHED.value
+    return job or _requeue_or_give_up(session, job_id, guard=ran, worker_id=worker_id, message=message,
                                       data=data, max_attempts=max_attempts, backoff=backoff)
 
 

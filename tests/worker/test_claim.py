@@ -251,3 +251,24 @@ def test_the_lease_leaves_an_unclaimed_dispatch_to_the_claim_window(submit, tiny
         assert job_id not in requeue_expired(session, 1.0, now=now, max_attempts=5, claim_window_seconds=60.0)
         assert job_id not in undispatch_unclaimed(session, 60.0, now=now)
     assert job_of(job_id).status == "dispatched"
+
+
+def test_a_fault_reported_late_leaves_the_next_dispatch_to_the_same_worker_alone(submit, tiny_spec, job_of,
+                                                                                 database_url):
+    job_id = submit(tiny_spec())
+
+    def fault():  # the worker's main process sees the attempt's pool process gone (again, late)
+        with session_scope(database_url) as session:
+            return requeue_after_fault(session, job_id, worker_id="owner", message="pool process died",
+                                       data={}, max_attempts=5)
+
+    with session_scope(database_url) as session:
+        assert dispatch_job(session, job_id, "owner") == 1
+        assert claim(session, job_id, "owner", dispatch=1) is not None
+    assert fault().status == "queued"
+    with session_scope(database_url) as session:
+        assert dispatch_job(session, job_id, "owner") == 2
+    assert fault() is None
+    assert job_of(job_id).status == "dispatched"  # its message will claim it
+    with session_scope(database_url) as session:
+        assert claim(session, job_id, "owner", dispatch=2) is not None
