@@ -145,14 +145,18 @@ class Scheduler:
         gang's message goes to each of its hosts: node 0 claims the job, the others join it.
 
         The message carries the dispatch's number, and only a delivery of the job's current
-        dispatch may claim it. A sent message can still never start a task: once a worker's
-        consumer has taken it from its queue (a Redis list) it lies in that worker's unacknowledged
-        set, where nothing takes it again before the visibility timeout (a week, so that no running
-        job's message is redelivered), so a worker stopped hard there, or a Redis that lost its last
-        writes, leaves the job dispatched with its GPUs idle. Celery dedups nothing here: every
-        send has a task id of its own. Hence the claim window
-        (:func:`api.store.dispatching.undispatch_unclaimed`): a dispatch not claimed
-        within it is made again, and the lost message, should it turn up, is refused."""
+        dispatch may claim it. A sent message can still never start a task. Redis removes it from
+        the worker's queue (a list) when it answers the worker's pop, and kombu records it as
+        unacknowledged only once the worker has read that answer: an answer that dies with its
+        connection or process (a worker killed or frozen mid-pop, a reset connection) takes the
+        message with it, with no line in any log. One taken and never run lies in the worker's
+        unacknowledged set, where nothing takes it again before the visibility timeout (a week, so
+        that no running job's message is redelivered). Our side drops nothing: the send is a push
+        onto that list (Celery's default exchange, no binding looked up), nothing is revoked, each
+        send has a task id of its own, and a gone worker's queue is dropped only once no job is
+        promised to it. Hence the claim window (:func:`api.store.dispatching.undispatch_unclaimed`):
+        a dispatch not claimed within it is made again, and the lost message, should it turn up,
+        is refused."""
         with self._session() as session:
             number = dispatch_job(session, item.job_id, item.worker_id, item.devices, item.gang)
             if number is None:
