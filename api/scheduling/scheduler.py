@@ -123,6 +123,7 @@ class Scheduler:
             for job_id in undispatch_unclaimed(session, window):
                 log.warning("job %s: not claimed within %g s of its dispatch; dispatched again",
                             job_id, window)
+                self._count("unclaimed_dispatches")
             for job_id in requeue_expired(session, self.settings.lease_seconds,
                                           max_attempts=self.settings.max_attempts,
                                           backoff=Backoff.of(self.settings), claim_window_seconds=window):

@@ -85,6 +85,7 @@ def test_a_dispatch_whose_message_is_lost_is_made_again_within_the_claim_window(
                                         for n in range(1, claimed)]
     assert undone[0].message == f"not claimed by {worker_id} within 5 s (dispatch 1); back to the queue"
     assert running.attempt == 1  # no attempt charged (and no backoff: claimed within seconds)
+    assert int(client.get(keys.stat("unclaimed_dispatches"))) == len(undone)  # for Prometheus
 
     # The first message turns up late, while the new dispatch's attempt runs: refused.
     client.lpush(queue, lost[0])
