@@ -79,6 +79,11 @@ class Settings(BaseSettings):
         5.0, gt=0, description="A busy live stream's reader re-reads the job's row and events this often.")
     heartbeat_seconds: float = Field(2.0, gt=0, description="How often a worker renews its job lease.")
     lease_seconds: float = Field(30.0, gt=0, description="A job whose lease is older goes back to the queue.")
+    claim_window_seconds: float = Field(
+        30.0, gt=0, le=3600, description="A dispatched job its worker has not claimed this long after "
+        "the dispatch (by the database's clock) is dispatched again at once, no attempt charged: its "
+        "message was lost. A gang one of whose hosts has not joined by then is requeued. A late "
+        "delivery of the old dispatch is refused.")
     scheduler_interval_seconds: float = Field(
         0.5, gt=0, description="Pause between two passes of the scheduler; its leader lock lives ten "
         "passes (at least 5 s), and no pass for twice that reads as `no_scheduler`.")

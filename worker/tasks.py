@@ -1,8 +1,10 @@
 """Celery tasks: thin. Take an id, claim the row, hand over to :mod:`worker.runner`.
 
 The claim is one guarded UPDATE (``dispatched → running``), so a duplicate delivery of the same
-message finds the job already running (or finished) and returns without touching anything. A
-gang's other hosts join it instead (one guarded UPDATE of their own row), and run their part.
+message finds the job already running (or finished) and returns without touching anything; so
+does a late delivery of an earlier dispatch (each message carries its dispatch's number), once the
+job was dispatched again because that message was not claimed in time. A gang's other hosts join
+it instead (one guarded UPDATE of their own row), and run their part.
 The task's process supervises the job's own process (:mod:`worker.runner`,
 :mod:`worker.supervisor`), which it confines to the job's devices first
 (:func:`worker.devices.confine`: the job's process inherits the environment). Torch never loads in
@@ -35,16 +37,19 @@ log = logging.getLogger(__name__)
 
 
 @shared_task(name=RUN_JOB, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def run_job(job_id: int) -> str:
+def run_job(job_id: int, dispatch: int | None = None) -> str:
+    """``dispatch``: the number of the dispatch this message is for (None: a message sent before
+    messages carried one), which only the job's current dispatch may claim."""
     settings = get_settings()
     worker_id = current_worker_id()
     client = bus.connect(settings)
     # The claim's event and status reach the job's stream once the claim commits.
     publish = bus.publisher(client, settings.redis_keys, settings.stream_maxlen)
     with session_scope(settings.database_url, publish=publish) as session:
-        job, part = take(session, job_id, worker_id)
+        job, part = take(session, job_id, worker_id, dispatch)
     if job is None:
-        log.info("job %s is not dispatched (duplicate or stale delivery); nothing to do", job_id)
+        log.info("job %s is not dispatched here (dispatch %s: a duplicate or stale delivery); nothing to do",
+                 job_id, dispatch)
         client.close()
         return "not_claimed"
     devices = job.devices if part is None else list(part.devices)
@@ -61,17 +66,18 @@ def run_job(job_id: int) -> str:
         lease.stop()
 
 
-def take(session: Session, job_id: int, worker_id: str) -> tuple[JobRead | None, HostPart | None]:
+def take(session: Session, job_id: int, worker_id: str, dispatch: int | None = None,
+         ) -> tuple[JobRead | None, HostPart | None]:
     """Claim the job as its worker (a gang's node 0 too), or else join its gang as another of its
     hosts: the job and this host's part of a gang (None for a job on one worker); no job when it
-    is not this worker's to run (a duplicate or stale delivery)."""
-    job = claim(session, job_id, worker_id)
+    is not this worker's to run (a duplicate delivery, or one of an earlier ``dispatch``)."""
+    job = claim(session, job_id, worker_id, dispatch)
     if job is not None:
         part = part_of([host.model_dump() for host in job.placement], 0)
         if part is not None:
             mark_joined(session, job_id, worker_id)
         return job, part
-    part = join(session, job_id, worker_id)
+    part = join(session, job_id, worker_id, dispatch)
     if part is None:
         return None, None
     return get_job(session, job_id), part

@@ -56,7 +56,7 @@ RESTING_STATUSES = ("paused",)
 
 class Transition(StrEnum):
     DISPATCH = "dispatch"  # the scheduler promised the job a worker's GPUs
-    UNDISPATCH = "undispatch"  # the message to the worker could not be sent
+    UNDISPATCH = "undispatch"  # the message to the worker could not be sent, or was not claimed in time
     CLAIM = "claim"  # the worker took it and starts an attempt
     SUCCEED = "succeed"
     FAIL = "fail"

@@ -78,6 +78,9 @@ def families(snapshot: ServiceSnapshot) -> Iterator[Metric]:
                               value=snapshot.counters.get("dispatches", 0))
     yield CounterMetricFamily("grpo_preemptions", "Running jobs the scheduler asked to yield",
                               value=snapshot.counters.get("preemptions", 0))
+    yield CounterMetricFamily("grpo_unclaimed_dispatches", "Dispatches no worker claimed within the claim "
+                              "window (their message was lost), made again",
+                              value=snapshot.counters.get("unclaimed_dispatches", 0))
     rate = GaugeMetricFamily("grpo_job_steps_per_second", "Optimizer steps per second of each running job "
                              "(from its latest step's wall time)", labels=["job_id", "team", "pool"])
     step = GaugeMetricFamily("grpo_job_step", "Latest optimizer step of each running job",

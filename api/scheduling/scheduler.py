@@ -30,7 +30,6 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from api.domain.lifecycle import Transition
 from api.scheduling import liveness, policy
 from api.settings import Settings
 from api.store import bus
@@ -43,8 +42,9 @@ from api.store.dispatching import (
     load_state,
     request_preempt,
     set_pending_reasons,
+    undispatch,
+    undispatch_unclaimed,
 )
-from api.store.jobs import transition
 from api.store.pools import PoolSize, ensure_pool, set_size
 from api.store.tables import utcnow
 from api.vocabulary import RUN_JOB, Heartbeat
@@ -118,10 +118,15 @@ class Scheduler:
     def tick(self) -> list[int]:
         """One pass; the ids dispatched, in order."""
         url = self.settings.database_url
+        window = self.settings.claim_window_seconds
         with self._session() as session:
+            for job_id in undispatch_unclaimed(session, window):
+                log.warning("job %s: not claimed within %g s of its dispatch; dispatched again",
+                            job_id, window)
+                self._count("unclaimed_dispatches")
             for job_id in requeue_expired(session, self.settings.lease_seconds,
                                           max_attempts=self.settings.max_attempts,
-                                          backoff=Backoff.of(self.settings)):
+                                          backoff=Backoff.of(self.settings), claim_window_seconds=window):
                 log.warning("job %s: lease expired (requeued, or failed once out of attempts)", job_id)
         heartbeats = bus.live_workers(self.client, self.keys)
         with session_scope(url) as session:
@@ -138,23 +143,40 @@ class Scheduler:
 
     def dispatch(self, item: policy.Dispatch) -> bool:
         """Commit ``dispatched`` first, then send: a worker never sees a job SQL does not know. A
-        gang's message goes to each of its hosts: node 0 claims the job, the others join it."""
+        gang's message goes to each of its hosts: node 0 claims the job, the others join it.
+
+        The message carries the dispatch's number, and only a delivery of the job's current
+        dispatch may claim it. A sent message can still never start a task. Redis removes it from
+        the worker's queue (a list) when it answers the worker's pop, and kombu records it as
+        unacknowledged only once the worker has read that answer: an answer that dies with its
+        connection or process (a worker killed or frozen mid-pop, a reset connection) takes the
+        message with it, with no line in any log. One taken and never run lies in the worker's
+        unacknowledged set, where nothing takes it again before the visibility timeout (a week, so
+        that no running job's message is redelivered). Our side drops nothing: the send is a push
+        onto that list (Celery's default exchange, no binding looked up), nothing is revoked, each
+        send has a task id of its own, and a gone worker's queue is dropped only once no job is
+        promised to it. Hence the claim window (:func:`api.store.dispatching.undispatch_unclaimed`):
+        a dispatch not claimed within it is made again, and the lost message, should it turn up,
+        is refused."""
         with self._session() as session:
-            if not dispatch_job(session, item.job_id, item.worker_id, item.devices, item.gang):
+            number = dispatch_job(session, item.job_id, item.worker_id, item.devices, item.gang)
+            if number is None:
                 return False
         queues = [self.keys.worker_queue(worker_id)
                   for worker_id in (item.worker_id, *(share.worker_id for share in item.gang))]
         try:
-            for queue in queues:
-                self.sender.send_task(RUN_JOB, args=[item.job_id], queue=queue)
+            for node, queue in enumerate(queues):
+                # An id that names the dispatch and host, so the worker's "Task ...[id] received"
+                # line says whether this dispatch's message arrived. Celery decides nothing by it
+                # here (no results, no revokes, no deduplication).
+                self.sender.send_task(RUN_JOB, args=[item.job_id, number], queue=queue,
+                                      task_id=f"job-{item.job_id}-dispatch-{number}-host-{node}")
         except Exception as exc:  # noqa: BLE001 - any broker failure: undo, retry next tick
             log.error("job %s: send failed, back to the queue: %s", item.job_id, exc)
             with self._session() as session:
-                transition(session, item.job_id, via=Transition.UNDISPATCH, message=str(exc),
-                           worker_id=item.worker_id,
-                           values={"dispatched_at": None})
+                undispatch(session, item.job_id, str(exc), worker_id=item.worker_id)
             return False
-        log.info("job %s dispatched to %s", item.job_id, ", ".join(queues))
+        log.info("job %s dispatched (dispatch %s) to %s", item.job_id, number, ", ".join(queues))
         self._count("dispatches")
         return True
 

@@ -21,14 +21,19 @@ from api.store.tables import Job, JobHost, utcnow
 _JOBS = Job.__table__
 
 
-def claim(session: Session, job_id: int, worker_id: str) -> JobRead | None:
-    """A worker takes a dispatched job; a duplicate delivery finds it no longer dispatched. The
-    lease starts on the database's clock (:mod:`api.store.clock`), as every renewal does."""
+def claim(session: Session, job_id: int, worker_id: str, dispatch: int | None = None) -> JobRead | None:
+    """A worker takes a dispatched job; a duplicate delivery finds it no longer dispatched, and a
+    delivery of an earlier dispatch (``dispatch``, the number its message carries; None: a message
+    that carries none) finds the job dispatched again since (its message was not claimed within the
+    claim window). The lease starts on the database's clock (:mod:`api.store.clock`), as every
+    renewal does."""
     now = db_now(session)
     values = {"worker_id": worker_id, "attempt": _JOBS.c.attempt + 1, "heartbeat_at": now, "started_at": now,
               "retry_at": None, "error_code": None, "error_message": None, "error_traceback": None}
     # The job is promised to this worker; one dispatched to none (by hand) is anyone's.
     promised = or_(_JOBS.c.worker_id == worker_id, _JOBS.c.worker_id.is_(None))
+    if dispatch is not None:
+        promised = and_(promised, _JOBS.c.dispatches == dispatch)
     return transition(session, job_id, via=Transition.CLAIM, message=f"claimed by {worker_id}",
                       guard=promised, values=values)
 
@@ -117,19 +122,24 @@ TOO_MANY_ATTEMPTS = "too_many_attempts"
 
 
 def requeue_expired(session: Session, lease_seconds: float, now: datetime | None = None,
-                    max_attempts: int | None = None, backoff: Backoff | None = None) -> list[int]:
+                    max_attempts: int | None = None, backoff: Backoff | None = None,
+                    claim_window_seconds: float | None = None) -> list[int]:
     """Jobs whose worker went silent go back to the queue (they resume from their checkpoint);
     one that was being cancelled ends cancelled instead, and a running one that has had
     ``max_attempts`` attempts fails ``too_many_attempts`` (a job that kills its worker each
     time, say, must not loop forever). The staleness is checked again by each move, so a lease
     renewed meanwhile keeps its job. ``now``: the database's clock unless given (tests);
-    ``backoff``: how long a requeued job waits before its next dispatch."""
+    ``backoff``: how long a requeued job waits before its next dispatch. ``claim_window_seconds``:
+    how long a gang's host may take to join; given, a dispatch never claimed is the claim window's
+    alone (:func:`api.store.dispatching.undispatch_unclaimed`: the lease is for running jobs, not
+    for lost messages); None, the lease stands for both."""
     now = now or db_now(session)
     cutoff = now - timedelta(seconds=lease_seconds)
     c = _JOBS.c
-    host_lost = lost_host(cutoff)
-    expired = or_(c.status.in_(ACTIVE_STATUSES) & (c.heartbeat_at < cutoff),
-                  (c.status == JobStatus.DISPATCHED.value) & (c.dispatched_at < cutoff), host_lost)
+    host_lost = lost_host(cutoff, now - timedelta(seconds=claim_window_seconds or lease_seconds))
+    expired = or_(c.status.in_(ACTIVE_STATUSES) & (c.heartbeat_at < cutoff), host_lost)
+    if claim_window_seconds is None:
+        expired = or_(expired, (c.status == JobStatus.DISPATCHED.value) & (c.dispatched_at < cutoff))
     moved = []
     rows = session.execute(select(c.id, c.status, host_lost).where(expired)).all()
     for job_id, status, gang_host_lost in rows:
@@ -156,14 +166,17 @@ def requeue_after_fault(session: Session, job_id: int, *, worker_id: str, messag
     expires. Bounded: a job that has had ``max_attempts`` attempts fails ``too_many_attempts`` with
     this ``message`` as its error instead; one being cancelled ends cancelled, one being paused
     paused. Only the worker holding the lease may; None when it no longer does. ``backoff``: how
-    long the job waits before its next dispatch."""
+    long the job waits before its next dispatch. A job only dispatched has no attempt to end: a
+    fault reported late, after the job was requeued and dispatched to this worker again, must not
+    send that new dispatch back (its message would then find it queued)."""
     c = _JOBS.c
     job = transition(session, job_id, via=Transition.STOP_CANCELLED, worker_id=worker_id,
                      guard=c.status == JobStatus.CANCELLING.value, message=f"{message} while cancelling",
                      data=data, values={"finished_at": utcnow()})
     job = job or transition(session, job_id, via=Transition.STOP_PAUSED, worker_id=worker_id,
                             message=f"{message} while pausing", data=data)
-    return job or _requeue_or_give_up(session, job_id, guard=None, worker_id=worker_id, message=message,
+    ran = c.status != JobStatus.DISPATCHED.value
+    return job or _requeue_or_give_up(session, job_id, guard=ran, worker_id=worker_id, message=message,
                                       data=data, max_attempts=max_attempts, backoff=backoff)
 
 

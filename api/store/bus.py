@@ -40,7 +40,8 @@ from api.vocabulary import Heartbeat
 log = logging.getLogger(__name__)
 
 MESSAGE_TYPES = ("metrics", "event", "samples", "status")
-COUNTERS = ("dispatches", "preemptions")  # service-wide (Prometheus counters read them)
+# Service-wide (Prometheus counters read them).
+COUNTERS = ("dispatches", "preemptions", "unclaimed_dispatches")
 MAX_SOCKET_TIMEOUT_S = 10.0  # a healthy Redis answers in milliseconds; longer lease or not
 
 

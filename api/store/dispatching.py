@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import bindparam, or_, select, update
+from sqlalchemy import ColumnElement, bindparam, or_, select, update
 from sqlalchemy.orm import Session
 
 from api.domain import cluster_state
@@ -131,27 +131,60 @@ def load_state(session: Session, heartbeats: list[Heartbeat], now: datetime, hal
 
 
 def dispatch_job(session: Session, job_id: int, worker_id: str, devices: tuple[int, ...] | None = None,
-                 gang: tuple[cluster_state.Share, ...] = ()) -> bool:
+                 gang: tuple[cluster_state.Share, ...] = ()) -> int | None:
     """A waiting job is promised to ``devices`` of ``worker_id`` (None: the whole worker, as before
     devices were recorded) and, for a gang, to the devices of each of ``gang``'s workers too: it
     holds them from now (the transition opens an allocation, which quotas and fair share count)
     until it leaves the holding statuses. Only that worker may claim it (a gang's other hosts join
-    it: :mod:`api.store.gangs`), and each host's child sees only its own devices."""
+    it: :mod:`api.store.gangs`), and each host's child sees only its own devices. The dispatch's
+    number (``jobs.dispatches``), which its message carries: only a delivery of this dispatch may
+    claim it. None when the job was no longer waiting."""
     recorded = None if devices is None else list(devices)
     hosts = [(worker_id, tuple(devices or ())), *((share.worker_id, share.devices) for share in gang)]
     placement = None if devices is None else placement_record(hosts)
-    # The database's clock: the lease reaper compares it with its own reading of that clock.
+    # The database's clock: the lease reaper and the claim window compare it with their own reading.
     values = {"worker_id": worker_id, "devices": recorded, "dispatched_at": db_now(session),
-              "pending_reason": None, "preempt_requested": False, "retry_at": None, "placement": placement}
+              "pending_reason": None, "preempt_requested": False, "retry_at": None, "placement": placement,
+              "dispatches": _JOBS.c.dispatches + 1}
     where = worker_id if devices is None else "; ".join(
         f"{host} devices {','.join(map(str, shares))}" for host, shares in hosts)
     data: dict = {"devices": recorded}
     if gang:
         data["placement"] = placement
-    moved = transition(session, job_id, via=Transition.DISPATCH, values=values,
-                       message=f"dispatched to {where}", data=data) is not None
-    if moved and gang:
+    if transition(session, job_id, via=Transition.DISPATCH, values=values, message=f"dispatched to {where}",
+                  data=data) is None:
+        return None
+    if gang:
         record_hosts(session, job_id, hosts)
+    return session.execute(select(_JOBS.c.dispatches).where(_JOBS.c.id == job_id)).scalar_one()
+
+
+def undispatch(session: Session, job_id: int, message: str, *, worker_id: str | None = None,
+               guard: ColumnElement[bool] | None = None, data: dict | None = None) -> bool:
+    """A dispatched job whose message did not reach its worker goes back to the queue as it was:
+    no attempt was used, so none is charged and there is no backoff; the scheduler places it again
+    on its next pass. False when it is no longer dispatched (claimed meanwhile, say)."""
+    return transition(session, job_id, via=Transition.UNDISPATCH, message=message, worker_id=worker_id,
+                      guard=guard, data=data, values={"dispatched_at": None}) is not None
+
+
+def undispatch_unclaimed(session: Session, window_seconds: float, now: datetime | None = None) -> list[int]:
+    """Dispatches no worker claimed within ``window_seconds`` (on the database's clock, as the
+    dispatch was stamped), back to the queue: their message was lost on its way (a broker or a
+    worker that dropped it), and waiting for the lease would hold the job's GPUs idle for as long.
+    The move is guarded by the dispatch's number, so a claim that lands meanwhile keeps its job; a
+    delivery of the old dispatch that still arrives is refused (:func:`api.store.attempts.claim`)."""
+    c = _JOBS.c
+    cutoff = (now or db_now(session)) - timedelta(seconds=window_seconds)
+    unclaimed = (c.status == JobStatus.DISPATCHED.value) & (c.dispatched_at < cutoff)
+    moved = []
+    rows = session.execute(select(c.id, c.worker_id, c.dispatches).where(unclaimed)).all()
+    for job_id, worker_id, number in rows:
+        message = f"not claimed by {worker_id} within {window_seconds:g} s (dispatch {number}); " \
+                  "back to the queue"
+        data = {"reason": "not_claimed", "dispatch": number, "claim_window_seconds": window_seconds}
+        if undispatch(session, job_id, message, guard=unclaimed & (c.dispatches == number), data=data):
+            moved.append(job_id)
     return moved
 
 

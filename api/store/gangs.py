@@ -67,12 +67,13 @@ def part_of(placement: list[dict[str, Any]] | None, node_rank: int) -> HostPart 
     return HostPart(node_rank, tuple(placement[node_rank]["devices"]), sizes)
 
 
-def job_held(job_id: int) -> ColumnElement[bool]:
-    """The job still holds its GPUs (dispatched or running, not deleted): its gang's rows count."""
-    return (select(_JOBS.c.id)
-            .where(_JOBS.c.id == job_id, _JOBS.c.status.in_(sorted(HOLDING_STATUSES)),
-                   _JOBS.c.deleted_at.is_(None))
-            .exists())
+def job_held(job_id: int, dispatch: int | None = None) -> ColumnElement[bool]:
+    """The job still holds its GPUs (dispatched or running, not deleted): its gang's rows count;
+    with ``dispatch``, only while that is still the job's current dispatch."""
+    held = [_JOBS.c.id == job_id, _JOBS.c.status.in_(sorted(HOLDING_STATUSES)), _JOBS.c.deleted_at.is_(None)]
+    if dispatch is not None:
+        held.append(_JOBS.c.dispatches == dispatch)
+    return select(_JOBS.c.id).where(*held).exists()
 
 
 def joined_host(job_id: int, worker_id: str) -> ColumnElement[bool]:
@@ -80,15 +81,16 @@ def joined_host(job_id: int, worker_id: str) -> ColumnElement[bool]:
     return and_(_HOSTS.c.job_id == job_id, _HOSTS.c.worker_id == worker_id, _HOSTS.c.joined_at.is_not(None))
 
 
-def join(session: Session, job_id: int, worker_id: str) -> HostPart | None:
+def join(session: Session, job_id: int, worker_id: str, dispatch: int | None = None) -> HostPart | None:
     """``worker_id`` takes its place in the job's gang for this dispatch: its part, or None when it
     has none (not its gang, or a duplicate delivery that finds its place taken, or the job no
-    longer held). Its lease starts now, on the database's clock. Node 0 joins through its claim."""
+    longer held, or ``dispatch``, the number the delivery's message carries, is not the job's
+    current one). Its lease starts now, on the database's clock. Node 0 joins through its claim."""
     now = db_now(session)
     row = session.execute(
         update(_HOSTS)
         .where(_HOSTS.c.job_id == job_id, _HOSTS.c.worker_id == worker_id, _HOSTS.c.node_rank > 0,
-               _HOSTS.c.joined_at.is_(None), job_held(job_id))
+               _HOSTS.c.joined_at.is_(None), job_held(job_id, dispatch))
         .values(joined_at=now, heartbeat_at=now)
         .returning(_HOSTS.c.node_rank)
     ).first()
@@ -136,11 +138,12 @@ def finish_host(session: Session, job_id: int, worker_id: str) -> None:
                     .execution_options(synchronize_session=False))
 
 
-def lost_host(cutoff: datetime) -> ColumnElement[bool]:
-    """A running gang one of whose other hosts is lost: it has not joined since the dispatch, or
-    its lease was last renewed before ``cutoff``, and its part has not ended cleanly. Node 0's loss
-    is the job's own lease's expiry."""
-    stale = or_(and_(_HOSTS.c.joined_at.is_(None), _JOBS.c.dispatched_at < cutoff),
+def lost_host(cutoff: datetime, join_cutoff: datetime | None = None) -> ColumnElement[bool]:
+    """A running gang one of whose other hosts is lost: it has not joined since a dispatch made
+    before ``join_cutoff`` (the claim window's; None: ``cutoff``), whose message it so never had,
+    or its lease was last renewed before ``cutoff``, and its part has not ended cleanly. Node 0's
+    loss is the job's own lease's expiry (or, before it claimed, the claim window's)."""
+    stale = or_(and_(_HOSTS.c.joined_at.is_(None), _JOBS.c.dispatched_at < (join_cutoff or cutoff)),
                 _HOSTS.c.heartbeat_at < cutoff)
     return and_(_JOBS.c.status.in_(sorted(ACTIVE_STATUSES)),
                 select(_HOSTS.c.job_id)

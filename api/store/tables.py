@@ -177,6 +177,9 @@ class Job(Base):
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     # ``attempt`` when the job was last retried by hand: the attempt limit counts from here.
     attempt_base: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # How many times the job was dispatched: each dispatch's message carries its number, and a
+    # claim (or a gang host's join) of any other dispatch is refused (a late or stale delivery).
+    dispatches: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     worker_id: Mapped[str | None] = mapped_column(String(128))
     # Indices of the worker's devices the job runs on (api.scheduling.policy.Dispatch.devices).
     devices: Mapped[list[Any] | None] = mapped_column(JSON)

@@ -113,8 +113,9 @@ def test_the_scrape_reports_queue_dispatches_running_jobs_and_streams(api, api_s
     assert after[("grpo_queue_length", (("pool", pool),))] == 1  # third waits
     assert after[("grpo_dispatches_total", ())] == before[("grpo_dispatches_total", ())] + 1
     assert after[("grpo_preemptions_total", ())] == before[("grpo_preemptions_total", ())]
-    assert (after[("grpo_dispatches_total", ())], after[("grpo_preemptions_total", ())]) == \
-        (counted["dispatches"], counted["preemptions"])
+    assert (after[("grpo_dispatches_total", ())], after[("grpo_preemptions_total", ())],
+            after[("grpo_unclaimed_dispatches_total", ())]) == \
+        (counted["dispatches"], counted["preemptions"], counted["unclaimed_dispatches"])
     labels = (("job_id", str(second)), ("pool", pool), ("team", "default"))
     assert after[("grpo_job_steps_per_second", labels)] == 2.0
     assert after[("grpo_job_step", labels)] == 2

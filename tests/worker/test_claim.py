@@ -10,14 +10,18 @@ import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 import redis
+from sqlalchemy import select
 
 from api.domain.lifecycle import Transition
 from api.store.attempts import TOO_MANY_ATTEMPTS, claim, requeue_after_fault, requeue_expired
+from api.store.clock import db_now
 from api.store.db import session_scope
+from api.store.dispatching import dispatch_job, undispatch_unclaimed
 from api.store.jobs import request_cancel, transition
-from api.store.tables import utcnow
+from api.store.tables import Job, utcnow
 from api.store.telemetry import list_events
 
 
@@ -202,3 +206,69 @@ def test_a_preemption_or_a_resume_leaves_the_attempt_budget_whole(submit, tiny_s
     with session_scope(database_url) as session:
         claim(session, job_id, "owner")  # attempt 4: the second fault in a row uses the budget up
     assert died() == "failed" and job_of(job_id).error.code == TOO_MANY_ATTEMPTS
+
+
+def test_a_dispatch_not_claimed_in_its_window_is_made_again_and_its_late_delivery_refused(
+        task_settings, submit, tiny_spec, job_of, database_url):
+    from worker.tasks import run_job
+
+    lost, claimed, young = (submit(tiny_spec(name)) for name in ("lost", "claimed", "young"))
+    with session_scope(database_url) as session:
+        assert [dispatch_job(session, j, "late-worker") for j in (lost, claimed, young)] == [1, 1, 1]
+        assert claim(session, claimed, "late-worker", dispatch=1) is not None
+        later = db_now(session) + timedelta(seconds=31)
+        old = Job.__table__.update().where(Job.id.in_([lost, claimed])).values(
+            dispatched_at=db_now(session) - timedelta(seconds=31))
+        session.execute(old)
+    with session_scope(database_url) as session:  # (other tests' jobs may be older: the module's database)
+        moved = undispatch_unclaimed(session, 30.0)
+    assert lost in moved and claimed not in moved and young not in moved
+    assert [job_of(job_id).status for job_id in (lost, claimed, young)] == ["queued", "running", "dispatched"]
+    job = job_of(lost)
+    assert (job.attempt, job.worker_id, job.dispatched_at) == (0, None, None)  # no attempt used
+    with session_scope(database_url) as session:
+        assert session.scalar(select(Job.retry_at).where(Job.id == lost)) is None  # no backoff either
+        [event] = [e for e in list_events(session, lost) if e.type == "dispatch_failed"]
+        assert dispatch_job(session, lost, "late-worker") == 2  # the scheduler places it again
+    assert event.data == {"reason": "not_claimed", "dispatch": 1, "claim_window_seconds": 30.0}
+
+    # The first dispatch's message arrives now, at the worker the job is dispatched to again.
+    assert run_job(lost, 1) == "not_claimed"
+    assert job_of(lost).status == "dispatched"
+    with session_scope(database_url) as session:
+        assert claim(session, lost, "late-worker", dispatch=2) is not None  # its own message claims it
+        moved = undispatch_unclaimed(session, 30.0, now=later)  # the young one's window is over too
+    assert young in moved and lost not in moved and claimed not in moved
+    assert (job_of(lost).status, job_of(lost).attempt) == ("running", 1)
+
+
+def test_the_lease_leaves_an_unclaimed_dispatch_to_the_claim_window(submit, tiny_spec, job_of, database_url):
+    job_id = submit(tiny_spec())
+    with session_scope(database_url) as session:
+        assert dispatch_job(session, job_id, "slow-worker") == 1
+    with session_scope(database_url) as session:  # the lease (1 s) is long over; the window (60 s) is not
+        now = db_now(session) + timedelta(seconds=5)
+        assert job_id not in requeue_expired(session, 1.0, now=now, max_attempts=5, claim_window_seconds=60.0)
+        assert job_id not in undispatch_unclaimed(session, 60.0, now=now)
+    assert job_of(job_id).status == "dispatched"
+
+
+def test_a_fault_reported_late_leaves_the_next_dispatch_to_the_same_worker_alone(submit, tiny_spec, job_of,
+                                                                                 database_url):
+    job_id = submit(tiny_spec())
+
+    def fault():  # the worker's main process sees the attempt's pool process gone (again, late)
+        with session_scope(database_url) as session:
+            return requeue_after_fault(session, job_id, worker_id="owner", message="pool process died",
+                                       data={}, max_attempts=5)
+
+    with session_scope(database_url) as session:
+        assert dispatch_job(session, job_id, "owner") == 1
+        assert claim(session, job_id, "owner", dispatch=1) is not None
+    assert fault().status == "queued"
+    with session_scope(database_url) as session:
+        assert dispatch_job(session, job_id, "owner") == 2
+    assert fault() is None
+    assert job_of(job_id).status == "dispatched"  # its message will claim it
+    with session_scope(database_url) as session:
+        assert claim(session, job_id, "owner", dispatch=2) is not None

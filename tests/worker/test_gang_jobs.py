@@ -29,8 +29,8 @@ from api.store.telemetry import list_events, list_metrics
 pytestmark = pytest.mark.slow
 
 HOST = {"GRPO_WORKER_GPUS": "1", "GRPO_RANK_TIMEOUT_SECONDS": "120"}
-# Short, so a lost host is noticed quickly (it is also the claim window of a dispatch; these tests
-# start every worker before they submit).
+# Short, so a lost host is noticed quickly (a host that never joins is the claim window's,
+# GRPO_CLAIM_WINDOW_SECONDS, left at its 30 s).
 SHORT_LEASE = {"GRPO_LEASE_SECONDS": "6"}
 
 

@@ -168,3 +168,21 @@ def test_the_reaper_requeues_a_gang_whose_host_went_silent_or_never_came(submit,
     with session_scope(database_url) as session:
         messages = [event.message for event in list_events(session, silent) if event.type == "requeued"]
     assert messages == ["a host of its gang was lost (its lease expired); back to the queue"]
+
+
+def test_a_gang_host_that_did_not_join_within_the_claim_window_requeues_its_gang_and_may_not_join_later(
+        submit, tiny_spec, job_of, database_url):
+    job_id = submit(tiny_spec())
+    running_gang(database_url, job_id)  # host-c's message never came
+    with session_scope(database_url) as session:
+        now = db_now(session) + timedelta(seconds=5)
+        assert job_id not in requeue_expired(session, 30.0, now=now, max_attempts=5)  # a lease's wait
+        assert job_id in requeue_expired(session, 30.0, now=now, max_attempts=5, claim_window_seconds=3.0)
+    assert job_of(job_id).status == "queued"
+    with session_scope(database_url) as session:
+        assert dispatch_job(session, job_id, "host-a", (0, 1), GANG) == 2
+    with session_scope(database_url) as session:  # the first dispatch's message turns up now
+        assert join(session, job_id, "host-c", dispatch=1) is None
+        assert claim(session, job_id, "host-a", dispatch=1) is None
+        assert claim(session, job_id, "host-a", dispatch=2) is not None
+        assert join(session, job_id, "host-c", dispatch=2) is not None

@@ -25,9 +25,9 @@ from api.store.telemetry import list_events, list_metrics
 pytestmark = pytest.mark.slow
 # A bounded wait in collectives.
 TWO_SLOTS = {"GRPO_WORKER_GPUS": "2", "GRPO_RANK_TIMEOUT_SECONDS": "120"}
-# A short lease, only where a killed worker's job must be requeued quickly: it is also the time a
-# dispatched job has to be claimed, which a loaded CI host's pool start-up overran (the urgent job
-# of the preemption test went back to the queue and the job it preempted took its devices).
+# A short lease, only where a killed worker's job must be requeued quickly. (It was also the time a
+# dispatched job had to be claimed, which a loaded CI host's pool start-up overran; that is the
+# claim window now, GRPO_CLAIM_WINDOW_SECONDS, left at its 30 s.)
 SHORT_LEASE = {"GRPO_LEASE_SECONDS": "3"}
 # Long enough for a checkpoint, a fault and a resume with steps still left to train after it.
 STEPS = 18
