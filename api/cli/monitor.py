@@ -7,8 +7,9 @@ text (``api.cli.term_view`` draws the text).
 Exit codes: 0 ok (``watch`` and ``submit --watch``: the job succeeded); 1 the job failed or was
 cancelled, or the API could not be reached; 2 bad input (the API answered 400/404/409/413/422,
 or an argument is wrong); 130 ``watch`` was interrupted (the job goes on). An error is one line
-on stderr: the API's ``error.message`` and ``param``, and what to do when no API answers or the
-key is refused; with ``--json`` the error body too (``api.cli.calling``).
+on stderr (one for each invalid field the API lists): the API's ``error.message`` and ``param``,
+and what to do when no API answers or the key is refused; with ``--json`` the error body too
+(``api.cli.calling``).
 """
 
 from __future__ import annotations
@@ -45,20 +46,25 @@ def _lines(lines: list[str], empty: str) -> str:
     return "\n".join(lines) if lines else empty
 
 
-def read_spec(path: Path, settings: list[str] | None = None) -> dict:
-    """Validated here for per-field messages at once; the raw mapping is sent, so the server
-    applies its own defaults. ``settings`` (``--set PATH=VALUE``) change it first."""
-    from grpo_core.errors import SpecError
-    from grpo_core.spec.spec_file import parse_spec, read_spec_data
+def read_spec(path: Path, settings: list[str] | None = None) -> Any:
+    """The spec file's raw data, changed by ``--set PATH=VALUE`` (``settings``), for the service
+    to validate: the CLI refuses nothing the API accepts (``file:`` sources, ``tags``). What only
+    this machine can tell stays local: a file that cannot be read or parsed, a ``--set`` that
+    cannot apply. Plain JSON data, as the API makes of a YAML body (a date becomes its text)."""
+    import json
 
-    data = read_spec_data(path)
-    if settings and isinstance(data, dict):  # anything else is refused by parse_spec
+    from grpo_core.errors import SpecError
+    from grpo_core.spec.spec_file import read_spec_data
+
+    data = read_spec_data(path)  # raises InvalidSpec: exit 2, naming the file
+    if settings:
+        if not isinstance(data, dict):
+            raise SpecError("spec", f"{path} is not a mapping of fields, so --set has none to change")
         try:
             data = with_settings(data, settings)
         except FieldSettingError as exc:
             raise SpecError("--set", str(exc)) from None
-    parse_spec(data)  # raises InvalidSpec: exit 2 with one line per field
-    return data
+    return json.loads(json.dumps(data, default=str))
 
 
 def submit_spec(url: str, api_key: str | None, spec: dict, watch: bool = True,
