@@ -1,7 +1,8 @@
 """A file (``DELETE /v1/files/{id}``) or a finished job (``DELETE /v1/jobs/{id}``) that another
 job uses is kept (409 naming the user) while that job is in any status but a terminal one
 (``api.lifecycle.TERMINAL_STATUSES``): each user is held in its status by the store's own
-transitions (the scheduler's dispatch, the worker's claim and yield, the API's cancel and pause)."""
+transitions (the scheduler's dispatch, the worker's claim and yield, the API's cancel and pause).
+A ``job:`` source counts however it was written that submit accepts (``job: 7``, ``job:07``)."""
 
 from __future__ import annotations
 
@@ -71,4 +72,19 @@ def test_a_job_is_kept_while_a_job_continuing_from_it_is_unfinished(alpha, job_s
     assert refused.status_code == 409, refused.text
     message = refused.json()["error"]["message"]
     assert f"job {follower} ({status}) continues from job {source}'s model" in message
+    assert alpha.get(f"/v1/jobs/{source}").status_code == 200
+
+
+@pytest.mark.parametrize("written", ["job:{id}", "job: {id}", "job:0{id}", "job:{id}@1 ", "job:00{id}@01"])
+def test_a_job_is_kept_however_the_source_naming_it_is_written(alpha, job_spec, worker, api_server,
+                                                               written) -> None:
+    source = submitted(alpha, job_spec())
+    worker.start(source)
+    write_artifacts(api_server.settings, source)
+    worker.finish(source)
+    follower = submitted(alpha, job_spec(model={"source": written.format(id=source)}))
+    refused = alpha.delete(f"/v1/jobs/{source}")
+    assert refused.status_code == 409, refused.text
+    message = refused.json()["error"]["message"]
+    assert f"job {follower} (queued) continues from job {source}'s model" in message
     assert alpha.get(f"/v1/jobs/{source}").status_code == 200
