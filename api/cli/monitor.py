@@ -47,24 +47,27 @@ def _lines(lines: list[str], empty: str) -> str:
 
 
 def read_spec(path: Path, settings: list[str] | None = None) -> Any:
-    """The spec file's raw data, changed by ``--set PATH=VALUE`` (``settings``), for the service
-    to validate: the CLI refuses nothing the API accepts (``file:`` sources, ``tags``). What only
-    this machine can tell stays local: a file that cannot be read or parsed, a ``--set`` that
-    cannot apply. Plain JSON data, as the API makes of a YAML body (a date becomes its text)."""
+    """The spec file's data, changed by ``--set PATH=VALUE`` (``settings``), checked against the
+    service's own ``JobSpec`` (what the API checks a body against first, so ``file:`` sources,
+    ``tags`` and ``description`` pass) for every bad field at once, before any API is called
+    (``grpo dev --submit`` before its stack starts). The data itself is sent, so the server
+    applies its own defaults and its submit-time checks. Plain JSON data, as the API makes of a
+    YAML body (a date becomes its text), so both judge the same thing."""
     import json
 
+    from api.job_spec import JobSpec
     from grpo_core.errors import SpecError
-    from grpo_core.spec.spec_file import read_spec_data
+    from grpo_core.spec.spec_file import parse_spec, read_spec_data
 
     data = read_spec_data(path)  # raises InvalidSpec: exit 2, naming the file
-    if settings:
-        if not isinstance(data, dict):
-            raise SpecError("spec", f"{path} is not a mapping of fields, so --set has none to change")
+    if settings and isinstance(data, dict):  # anything else is refused by parse_spec
         try:
             data = with_settings(data, settings)
         except FieldSettingError as exc:
             raise SpecError("--set", str(exc)) from None
-    return json.loads(json.dumps(data, default=str))
+    data = json.loads(json.dumps(data, default=str))
+    parse_spec(data, JobSpec)  # raises InvalidSpec: exit 2 with one line per field
+    return data
 
 
 def submit_spec(url: str, api_key: str | None, spec: dict, watch: bool = True,

@@ -1,8 +1,9 @@
-"""``grpo submit`` and ``grpo clone`` send the spec and let the service judge it: every example
-of ``examples/`` and a spec with ``file:`` sources, ``tags`` and a ``description`` go through the
+"""``grpo submit`` and ``grpo clone`` refuse nothing the API accepts: every example of
+``examples/`` and a spec with ``file:`` sources, ``tags`` and a ``description`` go through the
 CLI into the real API (a server of the module's database whose models root is ``examples/``, as
-the examples' ``path:`` sources expect); what only this machine can tell (a file that cannot be
-read or parsed) stays local; every invalid field the API lists is printed, one line each."""
+the examples' ``path:`` sources expect). A file that cannot be read or parsed, and a spec the
+service's own ``JobSpec`` refuses, are told here before any API is called; every invalid field is
+printed, one line each, whether found here or listed by the API (a clone's changes)."""
 
 from __future__ import annotations
 
@@ -103,7 +104,12 @@ def test_what_only_this_machine_can_tell_stays_local(grpo, job_spec, tmp_path) -
     assert code == 2 and "cannot read" in err and "cannot reach" not in err
     listed = written(tmp_path / "list.yaml", [job_spec()])
     code, _, err = grpo(nowhere, "submit", str(listed), "--set", "name=x")
-    assert code == 2 and "not a mapping of fields" in err
+    assert code == 2 and "spec: must be a mapping of fields" in err
+    # Checked against the service's JobSpec here, every bad field at once, before any API is called.
+    bad = written(tmp_path / "bad.yaml", job_spec(grpo={"num_generations": 1}, bogus=1))
+    code, _, err = grpo(nowhere, "submit", str(bad))
+    assert code == 2 and "cannot reach" not in err, err
+    assert [line.split()[1] for line in err.splitlines()] == ["grpo.num_generations:", "bogus:"], err
 
 
 def test_every_invalid_field_is_printed_one_line_each(grpo, api_server, job_spec, tmp_path) -> None:
