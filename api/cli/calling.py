@@ -2,8 +2,9 @@
 the exit code. Exit codes: 0 ok; 1 the job failed or was cancelled, or no API answered (the
 message says how one is started), or the key was refused (it says which options carry a key);
 2 bad input (the API answered 400/404/409/413/422, or an argument is wrong). A failure is one
-line on stderr (the API's ``error.message`` and ``param``) and, with ``--json``, one document on
-stdout: the API's error body, or one of its shape when no API answered.
+line on stderr (the API's ``error.message`` and ``param``; one line for each invalid field when
+the API lists several) and, with ``--json``, one document on stdout: the API's error body, or one
+of its shape when no API answered.
 """
 
 from __future__ import annotations
@@ -87,5 +88,6 @@ def _is_error_body(body: Any) -> bool:
 def _failed(message: str, document: Any, as_json: bool, code: int) -> int:
     if as_json:
         print(json.dumps(document, indent=2))
-    print(f"error: {printable(message)}", file=sys.stderr)
+    for line in message.splitlines():  # one per error, when the API listed several
+        print(f"error: {printable(line)}", file=sys.stderr)
     return code

@@ -30,21 +30,33 @@ TELEMETRY_PAGE = 1000  # ... and of events and metrics
 
 class ApiError(Exception):
     """The API refused a call (``status`` >= 400; 0: the stream could not be followed). The
-    message is one line: the API's ``error.message``, and its ``param`` when that adds one."""
+    message is the API's ``error.message`` (with its ``param`` when that adds one) on one line, or,
+    when the API listed several invalid fields (``error.errors``), one line for each of them."""
 
     def __init__(self, status: int, body: Any) -> None:
-        super().__init__(f"HTTP {status}: {_one_line(body)}" if status else _one_line(body))
+        lines = _error_lines(body)
+        if status:
+            lines[0] = f"HTTP {status}: {lines[0]}"
+        super().__init__("\n".join(lines))
         self.status, self.body = status, body
 
 
-def _one_line(body: Any) -> str:
+def _error_lines(body: Any) -> list[str]:
     error = body.get("error") if isinstance(body, dict) else None
     if not isinstance(error, dict):
-        return " ".join(str(body).split())[:500]
+        return [" ".join(str(body).split())[:500]]
+    listed = error.get("errors")
+    if isinstance(listed, list) and listed and all(isinstance(item, dict) for item in listed):
+        # Each as the API words a field's error in its message: "param: what is wrong".
+        return [_one_line(f"{item.get('param')}: {item.get('message', '')}") for item in listed]
     message, param = str(error.get("message", "")), error.get("param")
     if param and not message.startswith(f"{param}:"):
         message = f"{message} (param: {param})"
-    return " ".join(message.split())
+    return [_one_line(message)]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _total_length(response: httpx.Response) -> int | None:

@@ -7,8 +7,9 @@ text (``api.cli.term_view`` draws the text).
 Exit codes: 0 ok (``watch`` and ``submit --watch``: the job succeeded); 1 the job failed or was
 cancelled, or the API could not be reached; 2 bad input (the API answered 400/404/409/413/422,
 or an argument is wrong); 130 ``watch`` was interrupted (the job goes on). An error is one line
-on stderr: the API's ``error.message`` and ``param``, and what to do when no API answers or the
-key is refused; with ``--json`` the error body too (``api.cli.calling``).
+on stderr (one for each invalid field the API lists): the API's ``error.message`` and ``param``,
+and what to do when no API answers or the key is refused; with ``--json`` the error body too
+(``api.cli.calling``).
 """
 
 from __future__ import annotations
@@ -45,19 +46,27 @@ def _lines(lines: list[str], empty: str) -> str:
     return "\n".join(lines) if lines else empty
 
 
-def read_spec(path: Path, settings: list[str] | None = None) -> dict:
-    """Validated here for per-field messages at once; the raw mapping is sent, so the server
-    applies its own defaults. ``settings`` (``--set PATH=VALUE``) change it first."""
+def read_spec(path: Path, settings: list[str] | None = None) -> Any:
+    """The spec file's data, changed by ``--set PATH=VALUE`` (``settings``), checked against the
+    service's own ``JobSpec`` (what the API checks a body against first, so ``file:`` sources,
+    ``tags`` and ``description`` pass) for every bad field at once, before any API is called
+    (``grpo dev --submit`` before its stack starts). The data itself is sent, so the server
+    applies its own defaults and its submit-time checks. Plain JSON data, as the API makes of a
+    YAML body (a date becomes its text), so both judge the same thing."""
+    import json
+
+    from api.domain.job_spec import JobSpec
     from grpo_core.errors import SpecError
     from grpo_core.spec.spec_file import parse_spec, read_spec_data
 
-    data = read_spec_data(path)
+    data = read_spec_data(path)  # raises InvalidSpec: exit 2, naming the file
     if settings and isinstance(data, dict):  # anything else is refused by parse_spec
         try:
             data = with_settings(data, settings)
         except FieldSettingError as exc:
             raise SpecError("--set", str(exc)) from None
-    parse_spec(data)  # raises InvalidSpec: exit 2 with one line per field
+    data = json.loads(json.dumps(data, default=str))
+    parse_spec(data, JobSpec)  # raises InvalidSpec: exit 2 with one line per field
     return data
 
 

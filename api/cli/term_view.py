@@ -21,6 +21,7 @@ NOTABLE_EVENTS = ("running", "requeued", "resumed", "checkpoint", "stopped", "ca
                   "preempt_requested", "preempted", "priority_changed")
 STEP_LINE_METRICS = (("reward", "reward"), ("kl", "kl"), ("clip_ratio/region_mean", "clip"), ("loss", "loss"))
 WATCH_SERIES = (("reward", "reward"), ("kl", "KL"), ("clip_ratio/region_mean", "clipfrac"))
+WATCH_EVAL_LABEL = "eval reward"  # a row of its own once the job has evaluated
 TABLE_METRICS = ("reward", "reward_std", "kl", "clip_ratio/region_mean", "loss", "entropy", "grad_norm",
                  "completions/mean_length", "step_time")
 # An eval point's record holds these (grpo_core's eval_metrics); a training step's never does.
@@ -168,10 +169,16 @@ class WatchView:
     status: str = "?"
     max_steps: int | None = None
     step: int = 0
-    metric_step: int = 0  # the newest step in the series (a reconnect must not append one twice)
+    # The newest step in the series (a reconnect must not append one twice); -1: none yet, so
+    # step 0's evaluation before training is taken too.
+    metric_step: int = -1
     history: int = 120  # values kept per series; the sparkline shows what fits the width
     series: dict[str, deque] = field(default_factory=dict)
+    evals: deque = field(init=False)  # eval_reward of each eval point
     note: str = ""  # the latest notable event
+
+    def __post_init__(self) -> None:
+        self.evals = deque(maxlen=self.history)
 
     @classmethod
     def of(cls, job: dict[str, Any], history: int = 120) -> WatchView:
@@ -189,8 +196,13 @@ class WatchView:
         if kind == "metrics" and message["step"] > self.metric_step:
             self.step = max(self.step, message["step"])
             self.metric_step = message["step"]
+            values = message["values"]
+            if EVAL_MARK in values:
+                self.evals.append(values[EVAL_MARK])
+            if message["step"] == 0 and EVAL_MARK in values:
+                return  # the evaluation before training: no training step to draw
             for key, _ in WATCH_SERIES:
-                self.series.setdefault(key, deque(maxlen=self.history)).append(message["values"].get(key))
+                self.series.setdefault(key, deque(maxlen=self.history)).append(values.get(key))
         elif kind == "status":
             self.status = message.get("status", self.status)
             if message.get("job"):
@@ -205,21 +217,27 @@ class WatchView:
         width = max(width - 1, 20)
         out = [f"job {self.job_id} {self.name} · {self.status}", progress(self.step, self.max_steps,
                                                                             min(40, max(10, width - 24)))]
-        label_width = max(len(label) for _, label in WATCH_SERIES)
-        for key, label in WATCH_SERIES:
-            values = list(self.series.get(key, ()))
-            latest = values[-1] if values else None
-            present = [v for v in map(finite, values) if v is not None]
-            low, high = (min(present), max(present)) if present else (0.0, 0.0)
-            span = f"  {num(low)}..{num(high)}" if low < high else ""
-            head = f"{label:<{label_width}}  {num(latest):>9}  "
-            room = width - len(head)
-            if room - len(span) < min(len(values), 10):  # a narrow terminal: the sparkline first
-                span = ""
-            out.append(head + sparkline(values, max(0, room - len(span))) + span)
+        rows = [(label, list(self.series.get(key, ()))) for key, label in WATCH_SERIES]
+        if self.evals:
+            rows.append((WATCH_EVAL_LABEL, list(self.evals)))
+        label_width = max(len(label) for label, _ in rows)
+        out += [_series_line(label, values, label_width, width) for label, values in rows]
         if self.note:
             out.append(self.note)
         return [clip(line.rstrip(), width) for line in out]
+
+
+def _series_line(label: str, values: list[Any], label_width: int, width: int) -> str:
+    """``label  latest  sparkline  low..high`` (the range only where it fits and the series moves)."""
+    latest = values[-1] if values else None
+    present = [v for v in map(finite, values) if v is not None]
+    low, high = (min(present), max(present)) if present else (0.0, 0.0)
+    span = f"  {num(low)}..{num(high)}" if low < high else ""
+    head = f"{label:<{label_width}}  {num(latest):>9}  "
+    room = width - len(head)
+    if room - len(span) < min(len(values), 10):  # a narrow terminal: the sparkline first
+        span = ""
+    return head + sparkline(values, max(0, room - len(span))) + span
 
 
 def repaint(previous_lines: int, lines: Sequence[str]) -> str:

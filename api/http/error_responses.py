@@ -67,11 +67,11 @@ def error_response(status: int, code: str, message: str, param: str | None = Non
 
 
 def _field_errors(code: str, errors: list[tuple[str, str]]) -> JSONResponse:
-    """422 naming the first invalid field as ``param`` and listing all of them."""
-    param, message = errors[0]
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    """422 naming the first invalid field as ``param`` and listing all of them, in ``errors`` and
+    in the message too: a client that shows only the message hides none of them."""
     listed = [{"param": p, "message": m} for p, m in errors]
-    return error_response(422, code, f"{param}: {message}{more}", param, listed)
+    message = "; ".join(f"{p}: {m}" for p, m in errors)
+    return error_response(422, code, message, errors[0][0], listed)
 
 
 async def _service_error(_conn: HTTPConnection, exc: ServiceError) -> JSONResponse:

@@ -15,10 +15,11 @@ storage sweep (``api.scheduling.storage_sweeper``) removes them.
 
 from __future__ import annotations
 
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from api.domain.errors import Conflict, NotFound
+from api.domain.job_spec import JOB_SCHEME, continued_job
 from api.domain.lifecycle import TERMINAL_STATUSES
 from api.store.tables import Checkpoint, Job, JobEvent, JobMetric, JobSample, JobTag, utcnow
 
@@ -31,14 +32,22 @@ _EMPTIED = {"spec": {}, "description": None, "tags": None, "error_traceback": No
 def continuing_jobs(session: Session, job_id: int) -> list[tuple[int, str]]:
     """``(id, status)`` of the unfinished jobs whose ``model.source`` is ``job:ID[@STEP]`` of
     ``job_id``: any of them may still load its model (a queued or paused one at its start, a
-    running one again if it is requeued before its first checkpoint)."""
+    running one again if it is requeued before its first checkpoint). Each source is read by the
+    parser submit used (:func:`api.domain.job_spec.continued_job`), so however it was written (``job: 7``,
+    ``job:07@40``) it names the job it loads."""
     source = Job.spec["model"]["source"].as_string()
     # A deleted job is finished: the status alone leaves tombstones out.
-    query = select(Job.id, Job.status).where(
-        Job.status.not_in(TERMINAL_STATUSES),
-        or_(source == f"job:{job_id}", source.like(f"job:{job_id}@%")),
-    ).order_by(Job.id)
-    return [(row.id, row.status) for row in session.execute(query)]
+    query = select(Job.id, Job.status, source.label("source")).where(
+        Job.status.not_in(TERMINAL_STATUSES), source.startswith(f"{JOB_SCHEME}:")).order_by(Job.id)
+    return [(row.id, row.status) for row in session.execute(query) if _names_job(row.source, job_id)]
+
+
+def _names_job(source: str, job_id: int) -> bool:
+    try:
+        continued = continued_job(source)
+    except ValueError:  # never stored (submit checks it): it names no job
+        return False
+    return continued is not None and continued[0] == job_id
 
 
 def hold_against_deletion(session: Session, job_id: int) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -128,6 +129,26 @@ def get_job(session: Session, job_id: int, team_id: int | None = None, *, traceb
     if job is None or job.deleted_at is not None or (team_id is not None and job.team_id != team_id):
         raise NotFound(f"job {job_id} not found", param="job_id")
     return job_read(job, traceback=traceback)
+
+
+# A clone's name: its source's name and the next free number (a clone of a clone numbers on).
+_NUMBERED = re.compile(r"^(?P<base>.+)-(?P<number>[0-9]{1,9})$")
+_NAME_LENGTH: int = _JOBS.c.name.type.length  # a long name is cut to leave room for its number
+
+
+def clone_name(session: Session, team_id: int, name: str) -> str:
+    """``NAME-N``, N the next number after the largest any of the team's jobs called ``NAME-K``
+    has (at least 2): clones of a job are told apart in every list. A clone of ``NAME-3`` (itself
+    a clone of ``NAME``, which still exists) is named after ``NAME`` too, not ``NAME-3-2``."""
+    mine = select(Job.name).where(Job.team_id == team_id, Job.deleted_at.is_(None))
+    numbered = _NUMBERED.match(name)
+    if numbered and session.execute(mine.where(Job.name == numbered["base"]).limit(1)).first():
+        name = numbered["base"]
+    taken = [_NUMBERED.match(other) for other in session.scalars(
+        mine.where(Job.name.startswith(f"{name}-", autoescape=True)))]
+    number = max((int(match["number"]) for match in taken if match and match["base"] == name), default=1) + 1
+    suffix = f"-{number}"
+    return name[:_NAME_LENGTH - len(suffix)] + suffix
 
 
 def list_jobs(

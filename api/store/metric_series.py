@@ -2,7 +2,8 @@
 points from the step records in SQL, thinned evenly in the query when there are more than the
 answer may carry, and the names of the numeric metrics the jobs recorded. A metric counts only
 where a record has it, so one logged every few steps (an evaluation's) keeps its own points
-instead of losing them to a stride over every step."""
+instead of losing them to a stride over every step. Also a job's last step record and last eval
+point (:func:`final_records`), which its final webhook carries."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from sqlalchemy import bindparam, func, or_, select, text
 from sqlalchemy.orm import Session
 
 from api.store.tables import JobMetric
+from grpo_core.spec.grpo_config import eval_metrics_of
 
 Points = list[tuple[int, float]]
 MAX_METRIC_NAMES_LISTED = 500  # the picker's choices: far more than a record's metrics
@@ -68,3 +70,20 @@ def _finite(raw: object) -> float | None:
     except ValueError:
         return None
     return number if math.isfinite(number) else None
+
+
+# Every eval point's record holds it (grpo_core.algorithm.eval_metrics); no training step's does.
+EVAL_POINT_MARK = "eval_reward"
+
+
+def final_records(session: Session, job_id: int) -> tuple[dict | None, dict | None]:
+    """The job's last step's record and its last eval point's eval metrics, each as the API's
+    metric records are (``{"step", "values"}``); None where it has none: what a job's final
+    webhook tells of how it ended."""
+    newest = (select(JobMetric.step, JobMetric.payload).where(JobMetric.job_id == job_id)
+              .order_by(JobMetric.step.desc()).limit(1))
+    last = session.execute(newest).first()
+    evaluated = session.execute(newest.where(JobMetric.payload[EVAL_POINT_MARK].as_string().is_not(None)))
+    point = evaluated.first()
+    return (None if last is None else {"step": last.step, "values": last.payload},
+            None if point is None else {"step": point.step, "values": eval_metrics_of(point.payload)})

@@ -16,11 +16,13 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from api.domain.errors import Conflict, NotFound
+from api.domain.lifecycle import Action
 from api.schemas.jobs import JobRead
 from api.schemas.webhooks import DeliveryRead, WebhookCreated, WebhookRead
 from api.security.secret_box import SecretBox, SecretKeyError
 from api.security.webhook_signing import new_secret
 from api.store.clock import db_now
+from api.store.metric_series import final_records
 from api.store.tables import Job, Team, Webhook, WebhookDelivery, utcnow
 
 
@@ -109,22 +111,28 @@ def list_deliveries(session: Session, webhook_id: int, team_id: int | None, afte
             for row in session.scalars(query)]
 
 
-def job_event_payload(event: str, job: JobRead, occurred_at: str) -> dict[str, Any]:
-    """What a job event's delivery POSTs: the event's name, when it happened, and the job as a
-    summary (no spec, no traceback: a receiver that wants more reads the job with a key)."""
+def job_event_payload(event: str, job: JobRead, occurred_at: str, metrics: dict[str, Any] | None = None,
+                      eval_metrics: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a job event's delivery POSTs: the event's name, when it happened, the job as a
+    summary (no spec, no traceback: a receiver that wants more reads the job with a key), how it
+    ended (its last step's record and its last eval point's metrics, ``{"step", "values"}``, or
+    null) and where its final model downloads from (null unless it succeeded)."""
     error = None if job.error is None else {"code": job.error.code, "message": job.error.message}
     summary = {"id": job.id, "name": job.name, "team_id": job.team_id, "status": job.status,
                "tags": job.tags, "last_step": job.last_step, "error": error,
                "created_at": job.created_at.isoformat(),
                "finished_at": job.finished_at.isoformat() if job.finished_at else None}
-    return {"type": event, "created_at": occurred_at, "data": {"job": summary}}
+    model = f"/v1/jobs/{job.id}/model" if Action.DOWNLOAD_MODEL in job.actions else None
+    return {"type": event, "created_at": occurred_at, "data": {
+        "job": summary, "metrics": metrics, "eval_metrics": eval_metrics, "model_download_path": model}}
 
 
 def enqueue_job_event(session: Session, job: JobRead, event: str) -> int:
     """One pending delivery of ``event`` per webhook of the job's team that wants it, due now;
     how many. In the caller's transaction: this is the outbox."""
     return _enqueue(session, job.team_id, job.id, event,
-                    lambda occurred_at: job_event_payload(event, job, occurred_at))
+                    lambda occurred_at: job_event_payload(event, job, occurred_at,
+                                                          *final_records(session, job.id)))
 
 
 EVAL_EVENT = "job.eval"

@@ -6,6 +6,7 @@ side (loading that model) is tested in tests/worker/test_final_model.py."""
 from __future__ import annotations
 
 import shutil
+import uuid
 
 from api.artifacts.paths import checkpoint_dir, model_dir
 
@@ -50,7 +51,8 @@ def test_clone_queues_the_same_spec_changed_as_asked(alpha, beta, job_spec) -> N
     original = submitted(alpha, job_spec(name="original"))
     same = alpha.post(f"/v1/jobs/{original['id']}/clone")
     assert same.status_code == 201 and same.json()["id"] != original["id"]
-    assert same.json()["spec"] == original["spec"] and same.json()["status"] == "queued"
+    assert same.json()["spec"] == {**original["spec"], "name": "original-2"}  # named apart, the rest the same
+    assert same.json()["status"] == "queued"
     changes = {"name": "longer", "grpo": {"max_steps": 40}}
     changed = alpha.post(f"/v1/jobs/{original['id']}/clone", json=changes)
     assert changed.status_code == 201, changed.text
@@ -78,3 +80,33 @@ def test_grpo_clone_with_a_changes_file(alpha, job_spec, api_server, team_keys, 
     changes.write_text("grpo:\n  max_steps: 0\n")
     assert main([*argv, "--changes", str(changes)]) == 2
     assert "grpo.max_steps" in capsys.readouterr().err
+
+
+def test_a_clone_is_named_with_the_next_free_number_unless_named(alpha, beta, job_spec, api_server, team_keys,
+                                                                 capsys) -> None:
+    from api.cli.main import main
+
+    def clone(job: dict, changes: dict | None = None) -> str:
+        response = alpha.post(f"/v1/jobs/{job['id']}/clone", json=changes)
+        assert response.status_code == 201, response.text
+        assert response.json()["name"] == response.json()["spec"]["name"]
+        return response.json()["name"]
+
+    name = f"run-{uuid.uuid4().hex[:6]}"
+    original = submitted(alpha, job_spec(name=name))
+    submitted(beta, job_spec(name=f"{name}-7"))  # another team's names are not alpha's to count
+    assert clone(original) == f"{name}-2"
+    assert clone(original) == f"{name}-3"
+    second = alpha.get("/v1/jobs", params={"order": "desc", "limit": 1}).json()["items"][0]
+    assert clone(second) == f"{name}-4"  # a clone of a clone numbers on from its source's name
+    assert clone(original, {"name": "named-here"}) == "named-here"
+    argv = ["clone", str(original["id"]), "--api-url", api_server.http_url, "--api-key", team_keys.alpha]
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert f"({name}-5), a clone of job {original['id']}" in capsys.readouterr().out
+
+    # A name that ends in a number of its own keeps it when no job is called without it.
+    numbered = submitted(alpha, job_spec(name=f"llama-3-{name}-8"))
+    assert clone(numbered) == f"llama-3-{name}-8-2"
+    longest = submitted(alpha, job_spec(name="x" * 128))
+    assert clone(longest) == "x" * 126 + "-2"

@@ -68,3 +68,16 @@ def test_eval_says_when_a_job_has_no_eval_points(grpo, alpha, job_spec, worker) 
     assert code == 0 and out.startswith("no eval steps yet")
     code, out, _ = grpo("metrics", str(job_id))  # no eval columns for a job that does not evaluate
     assert code == 0 and "eval" not in out.splitlines()[0]
+
+
+def test_watch_draws_the_eval_reward_of_a_job_that_evaluates(grpo, worker, evaluated_job,
+                                                             monkeypatch) -> None:
+    worker.finish(int(evaluated_job))
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "72")
+    code, out, _ = grpo("watch", evaluated_job)
+    last = out.split("\x1b[J")[-1].splitlines()
+    # Its two eval points (step 0's before training, and step 2's) beside training's three steps.
+    assert code == 0 and last[2].split() == ["reward", "0.75", "▁▅█", "0.25..0.75"], last
+    assert last[5].split() == ["eval", "reward", "0.75", "▁█", "0.5..0.75"], last
+    assert max(map(len, last)) <= 71  # within the terminal's width

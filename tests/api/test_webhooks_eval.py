@@ -3,7 +3,8 @@
 point's row leaves its deliveries in its own transaction, and the scheduler process's sender POSTs
 them, signed, to a real local receiver (``tests/webhook_receiver.py``), on Postgres and SQLite. A
 step without eval metrics sends nothing; a retried write of the same attempt sends nothing again;
-a later attempt's re-evaluated step is sent with its new figures."""
+a later attempt's re-evaluated step is sent with its new figures. A job's ending (``job.succeeded``,
+``job.failed``) carries its last step's record, its last eval point and its model's download path."""
 
 from __future__ import annotations
 
@@ -88,3 +89,37 @@ def test_a_rolled_back_metric_row_sends_nothing(api_server, alpha, worker, job_s
         assert record_metrics(session, job_id, {"step": 1, **EVALUATED}, attempt=1)
         raise RuntimeError("the transaction fails after the write")
     assert deliveries(alpha, hook["id"]) == []
+
+
+@pytest.mark.parametrize("outcome", ["succeeded", "failed"])
+def test_an_ending_carries_the_last_step_the_last_eval_point_and_the_model(api_server, alpha, worker,
+                                                                           job_spec, outcome) -> None:
+    with webhook_receiver() as receiver:
+        register(alpha, receiver.url, [f"job.{outcome}"])
+        job_id = alpha.post("/v1/jobs", json=job_spec(name=f"ends-{outcome}")).json()["id"]
+        worker.start(job_id)
+        reporter = JobReporter(api_server.settings.database_url, job_id, None, attempt=1)
+        reporter.on_step({"step": 0, **EVALUATED})
+        reporter.on_step({"step": 1, **TRAINING, **EVALUATED, "eval_reward": 0.75})
+        reporter.on_step({"step": 2, **TRAINING, "reward": 0.625})  # the last step did not evaluate
+        worker.finish(job_id, outcome)
+        assert send_all(api_server) == 1
+
+    [request] = receiver.seen
+    data = json.loads(request.body)["data"]
+    assert data["job"]["status"] == outcome
+    assert data["metrics"] == {"step": 2, "values": {"step": 2, **TRAINING, "reward": 0.625}}
+    assert data["eval_metrics"] == {"step": 1, "values": {**EVALUATED, "eval_reward": 0.75}}
+    # Only a succeeded job has a final model to download.
+    assert data["model_download_path"] == (f"/v1/jobs/{job_id}/model" if outcome == "succeeded" else None)
+
+
+def test_an_ending_without_steps_says_so(api_server, alpha, worker, job_spec) -> None:
+    with webhook_receiver() as receiver:
+        register(alpha, receiver.url, ["job.failed"])
+        job_id = alpha.post("/v1/jobs", json=job_spec(name="no-steps")).json()["id"]
+        worker.start(job_id)
+        worker.finish(job_id, "failed")
+        assert send_all(api_server) == 1
+    data = json.loads(receiver.seen[0].body)["data"]
+    assert (data["metrics"], data["eval_metrics"], data["model_download_path"]) == (None, None, None)

@@ -1,7 +1,9 @@
 """Evaluation at the service's edges, on a real tiny job run by the real task (supervisor and job
 process): each eval point's record, as SQL holds it, leaves one ``job.eval`` delivery per webhook
-that wants it, with the step and exactly its eval metrics; and the exported model's card states
-the last eval point (the final step) apart from the training metrics."""
+that wants it, with the step and exactly its eval metrics, and its ``job.succeeded`` delivery
+carries the last step's record, the last eval point's metrics and its model's download path; and
+the exported model's card states the last eval point (the final step) apart from the training
+metrics."""
 
 from __future__ import annotations
 
@@ -52,6 +54,11 @@ def test_an_evaluating_job_announces_each_eval_point_and_its_card_states_the_las
             step = payload["data"]["step"]
             assert payload["data"]["metrics"] == {name: records[step][name] for name in EVAL_NAMES}, step
             assert payload["data"]["job"] == {"id": job_id, "name": "evaluated", "team_id": team_id}
+    # The ending tells how the job ended: its last step, its last eval point, where its model is.
+    [ended] = [payload["data"] for _, event, payload in payloads if event == "job.succeeded"]
+    assert ended["metrics"] == {"step": 3, "values": records[3]}
+    assert ended["eval_metrics"] == {"step": 3, "values": {name: records[3][name] for name in EVAL_NAMES}}
+    assert ended["model_download_path"] == f"/v1/jobs/{job_id}/model"
 
     card = (model_dir(task_settings, job_id) / "README.md").read_text()
     trained, _, rest = card.partition("## Evaluation at step 3")

@@ -344,7 +344,8 @@ def _admitted(session: SessionDep, principal: Principal, settings: Settings, req
 )
 async def clone_job(job_id: JobId, principal: PrincipalDep, settings: SettingsDep,
                     request: Request) -> Any:
-    """Queue a new job with this job's spec, changed by the body if given; checked like a
+    """Queue a new job with this job's spec, changed by the body if given, and named ``NAME-2``,
+    ``NAME-3``... (the next number free among the team's jobs) unless the body names it; checked like a
     submission (its own ``model.source``, pool and limits; the priority it carries, too). To
     continue from this job's weights, change ``model.source`` to ``job:ID`` or ``job:ID@STEP``."""
     raw = await request.body()
@@ -354,7 +355,10 @@ async def clone_job(job_id: JobId, principal: PrincipalDep, settings: SettingsDe
 
 def _clone(settings: Settings, app_state: State, principal: Principal, job_id: int,
            raw: bytes) -> tuple[JobRead, bool]:
+    changes = parse_changes(raw)
     with session_scope(settings.database_url) as session:
         original = job_store.get_job(session, job_id, principal.scope)
-    spec = with_changes(JobSpec.model_validate(original.spec), parse_changes(raw))
+        if "name" not in changes:  # NAME-2, NAME-3...: clones are told apart in every list
+            changes["name"] = job_store.clone_name(session, principal.team_id, original.name)
+    spec = with_changes(JobSpec.model_validate(original.spec), changes)
     return _check_and_create(settings, app_state, principal, spec, None)
