@@ -9,6 +9,7 @@ Nothing here imports torch: the web process stays small and starts fast.
 from __future__ import annotations
 
 import gc
+import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,6 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 from fastapi import FastAPI
+from sqlalchemy.exc import SQLAlchemyError
 
 from api.http import access_log, openapi_bodies, openapi_stream
 from api.http.error_responses import BodySizeLimit, install_error_handlers
@@ -27,14 +29,22 @@ from api.settings import Settings, get_settings
 from api.store import bus, webhooks
 from api.store.db import session_scope
 
+log = logging.getLogger(__name__)
+
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
     # Stored webhook secrets must be readable with the key given: a missing or changed
     # GRPO_SECRET_KEY stops the process here, saying so, not at the first delivery.
-    with session_scope(settings.database_url) as session:
-        webhooks.secrets_readable(session, SecretBox.from_key(settings.secret_key), reseal=False)
+    # A database that is down or behind its schema is not a reason to refuse to start: /readyz
+    # says so, and the scheduler's start makes the same check before any delivery is signed.
+    try:
+        with session_scope(settings.database_url) as session:
+            webhooks.secrets_readable(session, SecretBox.from_key(settings.secret_key), reseal=False)
+    except SQLAlchemyError as exc:
+        log.warning("webhook secrets not checked at start: the database did not answer (%s)",
+                    type(exc).__name__)
     # Its timeouts exceed the stream's XREAD BLOCK, so a blocked read is never taken for a dead socket.
     app.state.redis = bus.connect_async(settings)
     # Sessions commit in worker threads (sync routes and dependencies), so what they staged for
