@@ -5,6 +5,8 @@ sources stay inside the configured roots and exist, ``hf:`` sources only where t
 inline rows' columns it reads (the eval rows' too: the same rewards score them), its time
 budget is within the service's cap, and the pool exists with a worker big enough for the job. All
 of it is checked before anything is written, so a rejected request leaves no row behind.
+Where the model's config.json is readable (:mod:`api.http.model_config`), the longest sequence
+the spec allows must fit the model's positions.
 Torch-free, like everything the web process imports.
 """
 
@@ -18,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from api.artifact_paths import has_model_to_continue
 from api.domain_errors import NotFound
+from api.http.model_config import model_config
 from api.job_spec import JobSpec, continued_job, file_sources, mixed_reward_models, split_any_source
 from api.pool_limits import effective_limits, limit_problems
 from api.settings import Settings
@@ -31,6 +34,7 @@ from grpo_core.errors import SpecError
 from grpo_core.io.paths import resolve_under_root
 from grpo_core.rewards import check_reward_rows, model_sources, required_capabilities, validate_reward_specs
 from grpo_core.rewards.http_verifier import verifier_names
+from grpo_core.spec.model_positions import positions_problem
 from grpo_core.spec.prompt_rows import reward_column_names
 from grpo_core.spec.run_spec import DatasetSpec, RewardSpec
 from grpo_core.spec.spec_file import InvalidSpec, field_path
@@ -274,3 +278,14 @@ def check_verifiers(session: Session, spec: JobSpec, team_id: int) -> None:
                for index, name in named.items() if name not in usable]
     if missing:
         raise InvalidSpec(missing)
+
+
+def check_model_positions(spec: JobSpec, settings: Settings) -> None:
+    """``grpo.max_completion_length`` when a prompt of ``max_prompt_length`` tokens and the longest
+    completion are more than the model's positions, where its config.json can be read here (after
+    the source checks: a ``job:`` or ``file:`` source is then the team's and usable)."""
+    config = model_config(spec.model.source, settings)
+    problem = None if config is None else positions_problem(
+        spec.grpo.max_prompt_length, spec.grpo.max_completion_length, config)
+    if problem is not None:
+        raise InvalidSpec([problem])
