@@ -34,9 +34,9 @@ from grpo_core.errors import SpecError
 from grpo_core.io.paths import resolve_under_root
 from grpo_core.rewards import check_reward_rows, model_sources, required_capabilities, validate_reward_specs
 from grpo_core.rewards.http_verifier import verifier_names
-from grpo_core.spec.model_positions import positions_problem
 from grpo_core.spec.prompt_rows import reward_column_names
 from grpo_core.spec.run_spec import DatasetSpec, RewardSpec
+from grpo_core.spec.size_checks import positions_problem
 from grpo_core.spec.spec_file import InvalidSpec, field_path
 
 # NAME_MAX of every common filesystem: a longer component is refused before the OS is asked.

@@ -35,9 +35,9 @@ from grpo_core.rewards import (
     validate_reward_specs,
 )
 from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
-from grpo_core.spec.model_positions import positions_problem
 from grpo_core.spec.prompt_rows import reserved_in
 from grpo_core.spec.run_spec import RunSpec
+from grpo_core.spec.size_checks import positions_problem
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -31,6 +31,7 @@ from grpo_core.run.checkpoint import (
 from grpo_core.run.components import RunComponents
 from grpo_core.spec.grpo_config import GRPOConfig
 from grpo_core.spec.run_spec import REWARD_TIMEOUT_STEPS
+from grpo_core.spec.size_checks import prompts_over_rows
 
 # Phases that happen once per generation round: its later optimizer steps report 0.
 _GENERATION_TIMINGS = ("timing/generation", "timing/reward", "timing/ref")
@@ -196,6 +197,7 @@ class GRPOTrainer:
             if self.components.eval_prompts is not None:
                 counts["eval_prompts"] = len(self.components.eval_prompts.rows)
             self.callbacks.on_event("started", "training started", counts)
+            self._warn_of_prompts_over_rows()
             if self.is_eval_step(0):
                 # Step 0 is never checkpointed: a run stopped before step 1 evaluates it again.
                 result = self.evaluate(0)
@@ -211,6 +213,14 @@ class GRPOTrainer:
         path = self._checkpoint()
         self.callbacks.on_event("finished", f"finished at step {self.state.step}", {"step": self.state.step})
         return TrainResult(self.state.step, False, path)
+
+    def _warn_of_prompts_over_rows(self) -> None:
+        """A round drawing more prompts than a loaded dataset's rows, told once when training
+        starts (inline rows are counted at submit: :meth:`RunSpec.warnings`)."""
+        rows = len(self.components.prompts.rows)
+        over = prompts_over_rows(self.config, rows) if self.components.spec.dataset.prompts is None else None
+        if over is not None:
+            self.callbacks.on_event(over.event, str(over), {"field": over.field, "rows": rows})
 
     def _stopped(self, inside: GenerationStopped | None = None) -> TrainResult:
         """End the run on a stop request: checkpoint the last trained step (a step whose generation

@@ -2,7 +2,7 @@
 longest sequence (max_prompt_length + max_completion_length) is more than the model's positions
 is a 422 naming grpo.max_completion_length and queues nothing, for each source whose config.json
 the service can read (``path:``, ``file:``, ``job:``); one that fits is queued. An ``hf:`` model is
-checked by the core before its first step (tests/grpo_core/test_model_positions.py)."""
+checked by the core before its first step (tests/grpo_core/test_size_checks.py)."""
 
 from __future__ import annotations
 
@@ -52,3 +52,25 @@ def test_a_job_model_too_short_for_the_spec_is_422(alpha, job_spec, api_server, 
     shutil.copytree(tiny_model_dir, model_dir(api_server.settings, done.json()["id"]))
     _assert_too_long(_submit(alpha, job_spec, f"job:{done.json()['id']}", 2000))
     assert _submit(alpha, job_spec, f"job:{done.json()['id']}", 100).status_code == 201
+
+
+@pytest.mark.parametrize(("batch", "param", "drawn"), [
+    ({"prompts_per_step": 8}, "grpo.prompts_per_step", "8 prompts a step"),
+    # TRL's way to draw 3 steps' prompts at once: 12 completions, 6 prompts, for 4 rows.
+    ({"prompts_per_step": 2, "generation_batch_size": 12}, "grpo.generation_batch_size",
+     "6 prompts a generation round (3 steps)"),
+])
+def test_a_batch_over_the_datasets_rows_is_a_warning_in_the_answer_and_the_events(alpha, job_spec, batch,
+                                                                                  param, drawn) -> None:
+    response = alpha.post("/v1/jobs", json=job_spec(grpo=batch))  # the spec's 4 inline prompts
+    assert response.status_code == 201, response.text
+    [warning] = response.json()["warnings"]
+    assert warning["param"] == param, warning
+    assert drawn in warning["message"] and "the dataset has 4 rows" in warning["message"], warning
+    events = alpha.get(f"/v1/jobs/{response.json()['id']}/events").json()["items"]
+    [event] = [e for e in events if e["type"] == "prompts_over_dataset"]
+    assert event["level"] == "warning" and event["message"] == f"{param}: {warning['message']}"
+    assert event["data"] == {"field": param}
+
+    fits = alpha.post("/v1/jobs", json=job_spec(grpo={"prompts_per_step": 4}))
+    assert fits.status_code == 201 and fits.json()["warnings"] == [], fits.text
