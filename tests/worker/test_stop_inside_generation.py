@@ -1,17 +1,18 @@
-"""A job cancelled while it generates a long batch stops inside that generation, through a real
-Celery worker, Postgres and Redis: it ends ``cancelled`` by itself (not killed after the grace
-period), with no step trained or recorded, and its ``stopped`` event says how far the generation
-got. Before, the stop was read only between steps, so a cancel waited for the whole step (43 s
-in the report that asked for this) or for the supervisor's kill."""
+"""A job cancelled or paused while it generates a long batch stops inside that generation,
+through a real Celery worker, Postgres and Redis: it ends ``cancelled`` (``paused``) by itself
+(not killed after the grace period), with no step trained or recorded, and its ``stopped`` event
+says how far the generation got. Before, the stop was read only between steps, so a cancel
+waited for the whole step (43 s in the report that asked for this) or for the supervisor's kill."""
 
 from __future__ import annotations
 
 import pytest
 from test_run_job import dispatch_by_hand, events
 
+from api.lifecycle import TERMINAL_STATUSES
 from api.scheduling.scheduler import celery_client
 from api.store.db import session_scope
-from api.store.jobs import request_cancel
+from api.store.jobs import request_cancel, request_pause
 from api.store.telemetry import list_metrics
 from grpo_core.io.tiny_models import build_tiny_model
 
@@ -20,11 +21,13 @@ pytestmark = pytest.mark.slow
 COMPLETION = 992  # with 32 prompt tokens, all of the model's 1,024 positions
 
 
-def test_a_cancel_inside_a_long_generation_stops_it_there(processes, submit, tiny_spec, finished, wait_for,
-                                                          pool, settings, database_url, roots,
-                                                          wait_worker_ready):
+@pytest.mark.parametrize(("ask", "asked", "ended"), [(request_cancel, "cancelling", "cancelled"),
+                                                    (request_pause, "pausing", "paused")])
+def test_a_stop_inside_a_long_generation_stops_it_there(processes, submit, tiny_spec, wait_for, pool,
+                                                        settings, database_url, roots, wait_worker_ready, ask,
+                                                        asked, ended, job_of):
     # Deeper than the tiny model, so its 992-token generation lasts many seconds on a busy CPU
-    # (~20 ms a token) and the cancel lands inside it: the random model rarely says EOS.
+    # (~20 ms a token) and the stop lands inside it: the random model rarely says EOS.
     deep = roots["models"] / "deep-tiny"
     if not deep.exists():
         build_tiny_model(deep, num_layers=24)
@@ -37,10 +40,14 @@ def test_a_cancel_inside_a_long_generation_stops_it_there(processes, submit, tin
     # "started" is reported just before the run asks whether to stop and starts generating.
     wait_for(lambda: events(database_url, job_id, "started"), 120, "training to start", processes)
     with session_scope(database_url) as session:
-        assert request_cancel(session, job_id).status == "cancelling"
+        assert ask(session, job_id).status == asked
 
-    job = wait_for(lambda: finished(job_id), 120, "the job to end", processes)
-    assert job.status == "cancelled", (job.status, job.error)
+    def at_rest():
+        job = job_of(job_id)
+        return job if job.status == ended or job.status in TERMINAL_STATUSES else None
+
+    job = wait_for(at_rest, 120, f"the job to be {ended}", processes)
+    assert job.status == ended, (job.status, job.error)
     with session_scope(database_url) as session:
         assert list_metrics(session, job_id) == []
     [stopped] = events(database_url, job_id, "stopped")  # the run's own: it stopped, was not killed
