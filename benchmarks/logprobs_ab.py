@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-logprobs-ab-") as tmp:
         sides = {
             "baseline": baseline_module(args.baseline, Path(tmp)),
-            "working tree": load_module("working_logprobs", REPO / "grpo_core" / "logprobs.py"),
+            "working tree": load_module("working_logprobs", REPO / "grpo_core" / "algorithm" / "logprobs.py"),
         }
         rows = [row for vocab in args.vocab_sizes.split(",") for row in measure(sides, int(vocab), args)]
     print(

@@ -47,10 +47,14 @@ class SpecError(GRPOError):
 @dataclass(frozen=True)
 class SpecWarning:
     """A field of a spec that was accepted but acts as if it were not there (a TRL field set to a
-    value that asks for nothing). ``field`` is its dotted path, like :attr:`SpecError.field`."""
+    value that asks for nothing), or asks for a size rarely meant. ``field`` is its dotted path,
+    like :attr:`SpecError.field`."""
 
     field: str
     message: str
+    # The warning event a service records at submit: most warnings are fields that change
+    # nothing; a few are sizes a run can take but that are rarely meant (grpo_core.spec.size_checks).
+    event: str = "spec_field_ignored"
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message}"

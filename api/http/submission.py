@@ -5,6 +5,8 @@ sources stay inside the configured roots and exist, ``hf:`` sources only where t
 inline rows' columns it reads (the eval rows' too: the same rewards score them), its time
 budget is within the service's cap, and the pool exists with a worker big enough for the job. All
 of it is checked before anything is written, so a rejected request leaves no row behind.
+Where the model's config.json is readable (:mod:`api.http.model_config`), the longest sequence
+the spec allows must fit the model's positions.
 Torch-free, like everything the web process imports.
 """
 
@@ -19,6 +21,7 @@ from api.artifacts.paths import has_model_to_continue
 from api.domain.errors import NotFound
 from api.domain.job_spec import JobSpec, continued_job, file_sources, mixed_reward_models, split_any_source
 from api.http.input_guard import text_fault
+from api.http.model_config import model_config
 from api.limits.pool_limits import effective_limits, limit_problems
 from api.settings import Settings
 from api.store.files import usable_file
@@ -33,6 +36,7 @@ from grpo_core.rewards import check_reward_rows, model_sources, required_capabil
 from grpo_core.rewards.http_verifier import verifier_names
 from grpo_core.spec.prompt_rows import reward_column_names
 from grpo_core.spec.run_spec import DatasetSpec, RewardSpec
+from grpo_core.spec.size_checks import positions_problem
 from grpo_core.spec.spec_file import InvalidSpec
 
 # NAME_MAX of every common filesystem: a longer component is refused before the OS is asked.
@@ -261,3 +265,14 @@ def check_verifiers(session: Session, spec: JobSpec, team_id: int) -> None:
                for index, name in named.items() if name not in usable]
     if missing:
         raise InvalidSpec(missing)
+
+
+def check_model_positions(spec: JobSpec, settings: Settings) -> None:
+    """``grpo.max_completion_length`` when a prompt of ``max_prompt_length`` tokens and the longest
+    completion are more than the model's positions, where its config.json can be read here (after
+    the source checks: a ``job:`` or ``file:`` source is then the team's and usable)."""
+    config = model_config(spec.model.source, settings)
+    problem = None if config is None else positions_problem(
+        spec.grpo.max_prompt_length, spec.grpo.max_completion_length, config)
+    if problem is not None:
+        raise InvalidSpec([problem])

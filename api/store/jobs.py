@@ -64,8 +64,9 @@ _BY_KEY = select(*_JOBS.c).where(_JOBS.c.team_id == bindparam("t"), _JOBS.c.idem
 def create_job(
     session: Session, team_id: int, spec: JobSpec, idempotency_key: str | None = None
 ) -> tuple[JobRead, bool]:
-    """Insert a queued job, its ``queued`` event and a ``spec_field_ignored`` warning event for
-    each of the spec's warnings (also in the returned job's ``warnings``); ``(job, created)``.
+    """Insert a queued job, its ``queued`` event and a warning event (``spec_field_ignored``, or
+    the warning's own type) for each of the spec's warnings (also in the returned job's
+    ``warnings``); ``(job, created)``.
     The same idempotency key with the same body returns the first job; with a different body it is
     a :class:`Conflict`.
     Core statements, no ORM unit of work: this is the submit hot path. A used key makes the
@@ -101,7 +102,7 @@ def create_job(
         return _with_warnings(_replay(existing, digest), spec), False
     event = {"priority": spec.priority, "pool": spec.resources.pool}
     # The spec's warnings are told once, at submit: the stored spec no longer holds what they name.
-    ignored = [{"type": "spec_field_ignored", "level": "warning", "message": str(warning),
+    ignored = [{"type": warning.event, "level": "warning", "message": str(warning),
                 "data": {"field": warning.field}} for warning in spec.warnings()]
     session.execute(_INSERT_EVENT, [{**fields, "job_id": row.id, "ts": now}
                                     for fields in ({**_QUEUED, "data": event}, *ignored)])

@@ -5,6 +5,7 @@ the round feeds more than one optimizer step)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -155,6 +156,7 @@ class _Generation:
     config: GRPOConfig
     reasoning: ReasoningSpec
     placement: Placement
+    should_stop: Callable[[], bool] | None = None  # asked inside the decode loop
 
     @property
     def weights(self) -> torch.Tensor:
@@ -187,7 +189,7 @@ def _sample_round(gen: _Generation, groups: _Groups) -> None:
     with gen.placement.autocast():
         rollout = sample_completions(
             gen.policy, prompt_batch, g, gen.eos_ids, gen.tokenizer.pad_token_id, options,
-            row_keys(cfg.seed, draws, g),
+            row_keys(cfg.seed, draws, g), gen.should_stop,
         )
     scoring = time.perf_counter()
     groups.generation_seconds += scoring - started
@@ -254,13 +256,15 @@ def make_experience(
     config: GRPOConfig,
     reasoning: ReasoningSpec,
     placement: Placement,
+    should_stop: Callable[[], bool] | None = None,
 ) -> Experience:
     """Draw ``config.prompts_per_round`` prompts from ``sampler``, sample, score and prepare them
     for the ``config.round_steps · config.num_iterations`` optimizer steps they feed (advantages
-    are computed over the whole round, as TRL computes them over its generation batch)."""
-    gen = _Generation(
-        models.policy, tokenizer, prompts, sampler, rewards, eos_ids, config, reasoning, placement
-    )
+    are computed over the whole round, as TRL computes them over its generation batch).
+    ``should_stop``: see :func:`sample_completions` (its yes raises ``GenerationStopped``, with
+    ``sampler`` already past the round's draws)."""
+    gen = _Generation(models.policy, tokenizer, prompts, sampler, rewards, eos_ids, config, reasoning,
+                      placement, should_stop)
     ranks = placement.ranks
     g, b = config.num_generations, config.prompts_per_round
     groups = _Groups()

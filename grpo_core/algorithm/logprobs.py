@@ -77,17 +77,16 @@ def _scratch(buffer: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 def _exp_sums(
-    y: torch.Tensor, y_is_scratch: bool, buffers: list[torch.Tensor], with_entropy: bool
+    y: torch.Tensor, buffers: list[torch.Tensor], with_entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``y (n, t, V)`` fp32 → fp32 ``(n, t)`` ``Σ exp(y)`` and, for the entropy, ``Σ exp(y)·y``.
+    """``y (n, t, V)`` fp32 scratch → fp32 ``(n, t)`` ``Σ exp(y)`` and, for the entropy, ``Σ exp(y)·y``.
 
-    ``y`` is overwritten only when it is scratch; the exponentials go to the last buffer. torch's
-    ``sum`` adds them as a cascade of partial sums, whose rounding error grows like ``log V``.
+    Without the entropy ``y`` is exponentiated in place; with it (which needs ``y`` too) the
+    exponentials go to the last buffer. Either way the same kernel gives the same bits, so the
+    log-probs do not depend on whether the entropy was asked for. torch's ``sum`` adds them as a
+    cascade of partial sums, whose rounding error grows like ``log V``.
     """
-    if y_is_scratch and not with_entropy:
-        exps = y.exp_()
-    else:
-        exps = torch.exp(y, out=_scratch(buffers[-1], y))
+    exps = torch.exp(y, out=_scratch(buffers[-1], y)) if with_entropy else y.exp_()
     total = exps.sum(-1)
     return total, exps.mul_(y).sum(-1) if with_entropy else None
 
@@ -114,27 +113,20 @@ def _chunk_logprobs_and_entropy(
     """``chunk (n, t, V)``, ``index (n, t)`` → fp32 ``(n, t)`` log-probs and entropies (or None).
 
     ``y = (x − shift) / T``, ``s = Σ exp(y)``: ``log p = y_index − log s``, ``H = log s − Σ exp(y)·y / s``.
-    The shift is the row's max, which keeps ``exp`` in range and ``y`` exact near the max. For
-    log-probs alone at ``T = 1`` on the CPU the unshifted sum is tried first: two passes over the
-    chunk (exp, sum) instead of four, and as precise wherever no ``exp`` overflows (the sum is
-    finite) and the largest term is at least ``1/V`` (the sum is at least 1, so terms ``exp``
-    flushes to zero are under e^-70 of it); a chunk where a row fails that check takes the
-    shifted passes. The entropy always does: unshifted, ``Σ exp(x)·x / s`` and ``log s`` are both
-    near the max logit and their difference loses digits. On a GPU the passes are cheap and the
-    check would be a device sync per chunk.
+    The shift is the row's max, which keeps ``exp`` in range and ``y`` exact near the max.
+    Log-probs are computed by these same passes whether or not the entropy is asked for (it only
+    reuses the exponentials): the old policy's and the reference's log-probs (no entropy) are then
+    the update's bit for bit while the policy has not moved, so the ratio is exactly 1 and the KL
+    exactly 0, as TRL's are by construction. An unshifted two-pass sum for log-probs alone (tried
+    here before, on the CPU at T = 1) differed from these passes by an ulp.
     """
     picked = chunk.gather(-1, index.unsqueeze(-1)).squeeze(-1).double()
-    if temperature == 1.0 and not with_entropy and chunk.device.type == "cpu":
-        y = chunk if chunk.dtype == torch.float32 else _scratch(buffers[0], chunk).copy_(chunk)
-        total, _ = _exp_sums(y, y is not chunk, buffers, with_entropy=False)
-        if bool((torch.isfinite(total) & (total >= 1.0)).all()):
-            return _finish(picked, total, None, 1.0)
     peak = chunk.amax(-1, keepdim=True).float()
     # Into fp32 scratch, which is also the upcast of a bf16 chunk; x − max is exact near the max.
     y = torch.sub(chunk, peak, out=_scratch(buffers[0], chunk))
     if temperature != 1.0:
         y.div_(temperature)
-    total, weighted = _exp_sums(y, True, buffers, with_entropy)
+    total, weighted = _exp_sums(y, buffers, with_entropy)
     return _finish(picked - peak.squeeze(-1).double(), total, weighted, temperature)
 
 

@@ -9,6 +9,7 @@ greedy path is tested token-for-token against ``generate``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +18,20 @@ from grpo_core.algorithm.decoders import decoder_for
 from grpo_core.algorithm.randomness import token_uniforms
 from grpo_core.algorithm.sampling import sample_next_token, seen_tokens
 from grpo_core.parallel.sharding import gathered_for_generation
+
+# Decode steps between two asks of a ``should_stop``: a long generation (thousands of tokens) is
+# left within a few seconds of a cancel or pause instead of at the end of the step. The caller
+# makes the ask cheap (the trainer asks its callbacks at most once a second).
+STOP_CHECK_TOKENS = 8
+
+
+class GenerationStopped(Exception):
+    """``should_stop`` said yes inside the decode loop: the batch is unfinished, and nothing of
+    it may be trained on."""
+
+    def __init__(self, tokens: int) -> None:
+        super().__init__(f"generation stopped after {tokens} token(s)")
+        self.tokens = tokens
 
 
 @dataclass(frozen=True)
@@ -117,12 +132,15 @@ def sample_completions(
     pad_id: int,
     options: SamplingOptions,
     row_keys: torch.Tensor | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> Rollout:
     """Sample ``G`` completions for each prompt in one batch of ``N = B·G`` rows.
 
     ``row_keys (N,)`` (``grpo_core.algorithm.randomness.row_keys``) key each row's random draws, so a row's
     tokens depend on its key and prompt only, never on the rest of the batch; greedy needs none.
-    The model is put in eval mode while sampling (no dropout) and restored afterwards.
+    ``should_stop`` is asked every :data:`STOP_CHECK_TOKENS` tokens; its yes raises
+    :class:`GenerationStopped`. The model is put in eval mode while sampling (no dropout) and
+    restored afterwards.
     """
     if not options.greedy and (row_keys is None or row_keys.numel() != prompts.ids.size(0) * num_generations):
         raise ValueError("sampling needs one row key per completion (B·G)")
@@ -137,7 +155,8 @@ def sample_completions(
         # runs in it: the Rollout's tensors are computed outside, so they are ordinary tensors that
         # training may modify in place or save for backward (inference tensors allow neither).
         with gathered_for_generation(model), torch.inference_mode():
-            tokens = _decode_loop(model, prompt_ids, prompt_mask, eos_ids, pad_id, options, row_keys)
+            tokens = _decode_loop(model, prompt_ids, prompt_mask, eos_ids, pad_id, options, row_keys,
+                                  should_stop)
     finally:
         model.train(was_training)
     completion_mask = completion_mask_from_eos(tokens, eos_ids)
@@ -149,6 +168,7 @@ def sample_completions(
 def _decode_loop(
     model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, eos_ids: torch.Tensor,
     pad_id: int, options: SamplingOptions, row_keys: torch.Tensor | None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> torch.Tensor:
     """Prefill, then one token per step for the rows still generating.
 
@@ -185,6 +205,8 @@ def _decode_loop(
             done = finished
         if step == max_new_tokens - 1 or bool(done.all()):
             break
+        if should_stop is not None and width % STOP_CHECK_TOKENS == 0 and should_stop():
+            raise GenerationStopped(width)
         if can_shrink and bool(done.any()):
             keep = (~done).nonzero().squeeze(1)
             can_shrink = decoder.keep(keep)

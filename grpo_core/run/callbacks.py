@@ -6,10 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from grpo_core.spec.size_checks import PROMPTS_OVER_ROWS
+
 # Events that say something went wrong without ending the run (a reporter may flag them).
 # ``checkpoint_upload_retry``: the service's worker could not store a checkpoint yet.
 WARNING_EVENTS = frozenset({"reward_timeout", "reward_unavailable", "reward_unscored",
-                            "checkpoint_upload_retry"})
+                            "checkpoint_upload_retry", PROMPTS_OVER_ROWS})
 
 
 class TrainerCallback:

@@ -37,6 +37,7 @@ from grpo_core.rewards import (
 from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
 from grpo_core.spec.prompt_rows import reserved_in
 from grpo_core.spec.run_spec import RunSpec
+from grpo_core.spec.size_checks import positions_problem
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -117,6 +118,12 @@ def build_components(
     models = build_policy_and_reference(
         spec.model, location, spec.grpo.beta, load_device, spec.grpo.gradient_checkpointing
     )
+    # The service checks this at submit where it can read the model's config.json; an hf: model
+    # (or an upload whose config it did not reach) is checked here, before the first step.
+    too_long = positions_problem(spec.grpo.max_prompt_length, spec.grpo.max_completion_length,
+                                 models.policy.config.to_dict())
+    if too_long is not None:
+        raise too_long
     models.policy.train()
     if sharded:
         shard_models(models, ranks)  # before the optimizer, which must hold the shards

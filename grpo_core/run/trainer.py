@@ -8,12 +8,14 @@ It reports only through callbacks and writes nothing but checkpoints, so the sam
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_core.algorithm.evaluation import EvalInputs, EvalResult, evaluate
 from grpo_core.algorithm.experience import Experience, make_experience
 from grpo_core.algorithm.metrics import experience_metrics, peak_memory_mb, sample_rows, tokens_in
+from grpo_core.algorithm.rollout import GenerationStopped
 from grpo_core.algorithm.update import optimizer_step
 from grpo_core.errors import GRPOError, RewardTimeout, RewardUnavailable
 from grpo_core.run.callbacks import TrainerCallback
@@ -29,9 +31,13 @@ from grpo_core.run.checkpoint import (
 from grpo_core.run.components import RunComponents
 from grpo_core.spec.grpo_config import GRPOConfig
 from grpo_core.spec.run_spec import REWARD_TIMEOUT_STEPS
+from grpo_core.spec.size_checks import prompts_over_rows
 
 # Phases that happen once per generation round: its later optimizer steps report 0.
 _GENERATION_TIMINGS = ("timing/generation", "timing/reward", "timing/ref")
+# Seconds between two asks of the callbacks' should_stop from inside a generation: the service's
+# ask reads a file and the job's row, which every few decoded tokens would be far too often.
+STOP_POLL_SECONDS = 1.0
 
 
 @dataclass
@@ -71,19 +77,47 @@ class GRPOTrainer:
         return self.config.max_steps
 
     def make_experience(self) -> Experience:
-        """Sample and score a fresh generation round with the current policy."""
+        """Sample and score a fresh generation round with the current policy. A stop asked for
+        inside its generation raises :class:`GenerationStopped` with the sampler put back: none of
+        the round's prompts was trained on, so a resumed run draws them again, as an uninterrupted
+        run does."""
         c = self.components
-        return make_experience(
-            models=c.models,
-            tokenizer=c.tokenizer,
-            prompts=c.prompts,
-            sampler=c.sampler,
-            rewards=c.rewards,
-            eos_ids=c.eos_ids,
-            config=self.config,
-            reasoning=c.spec.reasoning,
-            placement=c.placement,
-        )
+        drawn_from = c.sampler.state_dict()
+        try:
+            return make_experience(
+                models=c.models,
+                tokenizer=c.tokenizer,
+                prompts=c.prompts,
+                sampler=c.sampler,
+                rewards=c.rewards,
+                eos_ids=c.eos_ids,
+                config=self.config,
+                reasoning=c.spec.reasoning,
+                placement=c.placement,
+                should_stop=self._stop_inside_generation(),
+            )
+        except GenerationStopped:
+            c.sampler.load_state_dict(drawn_from)
+            raise
+
+    def _stop_inside_generation(self) -> Callable[[], bool] | None:
+        """The callbacks' should_stop for the decode loop, asked at most every STOP_POLL_SECONDS
+        (the first time that long after the step's own ask). None with several ranks: their loops
+        decode different numbers of tokens, so agreeing on a stop would take a collective per ask;
+        they stop at the next step's ask instead."""
+        if self.ranks.world_size > 1:
+            return None
+        last = time.monotonic()
+
+        def ask() -> bool:
+            nonlocal last
+            now = time.monotonic()
+            if now - last < STOP_POLL_SECONDS:
+                return False
+            last = now
+            return self.callbacks.should_stop()
+
+        return ask
 
     def optimizer_step(self, experience: Experience) -> dict[str, float]:
         """One optimizer step on ``experience``; returns the update's metrics."""
@@ -163,6 +197,7 @@ class GRPOTrainer:
             if self.components.eval_prompts is not None:
                 counts["eval_prompts"] = len(self.components.eval_prompts.rows)
             self.callbacks.on_event("started", "training started", counts)
+            self._warn_of_prompts_over_rows()
             if self.is_eval_step(0):
                 # Step 0 is never checkpointed: a run stopped before step 1 evaluates it again.
                 result = self.evaluate(0)
@@ -170,15 +205,34 @@ class GRPOTrainer:
                 self.callbacks.on_samples(0, result.samples)
         while self.state.step < self.max_steps:
             if self.ranks.any(self.callbacks.should_stop()):
-                path = self._checkpoint()
-                self.callbacks.on_event(
-                    "stopped", f"stopped at step {self.state.step}", {"step": self.state.step}
-                )
-                return TrainResult(self.state.step, True, path)
-            self._one_step()
+                return self._stopped()
+            try:
+                self._one_step()
+            except GenerationStopped as inside:
+                return self._stopped(inside)
         path = self._checkpoint()
         self.callbacks.on_event("finished", f"finished at step {self.state.step}", {"step": self.state.step})
         return TrainResult(self.state.step, False, path)
+
+    def _warn_of_prompts_over_rows(self) -> None:
+        """A round drawing more prompts than a loaded dataset's rows, told once when training
+        starts (inline rows are counted at submit: :meth:`RunSpec.warnings`)."""
+        rows = len(self.components.prompts.rows)
+        over = prompts_over_rows(self.config, rows) if self.components.spec.dataset.prompts is None else None
+        if over is not None:
+            self.callbacks.on_event(over.event, str(over), {"field": over.field, "rows": rows})
+
+    def _stopped(self, inside: GenerationStopped | None = None) -> TrainResult:
+        """End the run on a stop request: checkpoint the last trained step (a step whose generation
+        was stopped trained nothing) and say where it stopped."""
+        path = self._checkpoint()
+        message, data = f"stopped at step {self.state.step}", {"step": self.state.step}
+        if inside is not None:
+            message += (f", inside step {self.state.step + 1}'s generation ({inside}); "
+                        "that step was not trained")
+            data["generation_tokens"] = inside.tokens
+        self.callbacks.on_event("stopped", message, data)
+        return TrainResult(self.state.step, True, path)
 
     def _one_step(self) -> None:
         """One optimizer step: on a fresh round, or on the pending one (restored from a checkpoint

@@ -19,6 +19,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from grpo_core.errors import SpecWarning
 from grpo_core.spec.grpo_config import GRPOConfig
 from grpo_core.spec.prompt_rows import prompt_problem, reserved_in
+from grpo_core.spec.size_checks import prompts_over_rows
 from grpo_core.spec.sources import split_source
 from grpo_core.spec.trl_fields import ignored_message
 
@@ -273,9 +274,14 @@ class RunSpec(_Strict):
 
     def warnings(self) -> list[SpecWarning]:
         """Fields this spec was given that change nothing: TRL fields set to a value that asks for
-        nothing (``push_to_hub: false``), dropped while parsing. A stored spec has none."""
+        nothing (``push_to_hub: false``), dropped while parsing (a stored spec has none); and a
+        round drawing more prompts than the inline rows (other datasets' rows are counted when the
+        run loads them, which warns then)."""
         found = [SpecWarning(f"grpo.{name}", ignored_message(name, value))
                  for name, value in self.grpo.ignored_trl_fields.items()]
+        if self.dataset.prompts is not None:
+            over = prompts_over_rows(self.grpo, len(self.dataset.prompts))
+            found += [over] if over is not None else []
         if self.eval_dataset is not None and self.grpo.eval_strategy == "no":
             # TRL too keeps an eval_dataset unused while eval_strategy is "no", its default.
             found.append(SpecWarning("eval_dataset", "not used: grpo.eval_strategy is 'no'; set it to "

@@ -35,6 +35,7 @@ from api.http.submission import (
     check_capabilities,
     check_file_sources,
     check_job_source,
+    check_model_positions,
     check_placement,
     check_submission,
     check_verifiers,
@@ -121,6 +122,7 @@ def _check_and_create(
         check_placement(session, spec, settings)
         check_job_source(session, spec, team_id, settings)
         check_file_sources(session, spec, team_id)
+        check_model_positions(spec, settings)
         check_verifiers(session, spec, team_id)
         spec = with_team_priority(session, team_id, spec, settings)
         job, created = job_store.create_job(session, team_id, spec, idempotency_key)
