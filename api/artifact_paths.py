@@ -30,6 +30,16 @@ def job_prefix(job_id: int) -> str:
     return f"{JOBS_DIR}/{job_id}/"
 
 
+STAGING_DIR = ".attempts"
+
+
+def staging_dir(settings: Settings, job_id: int, attempt: int) -> Path:
+    """Where attempt ``attempt`` of the job writes before it publishes (:mod:`worker.fencing`):
+    beside the jobs' folders, on their file system (a rename publishes), never inside the job's
+    folder, which holds only what an attempt published while it owned the job."""
+    return Path(settings.artifacts_root) / STAGING_DIR / f"job-{job_id}-attempt-{attempt}"
+
+
 def checkpoint_dir(settings: Settings, job_id: int) -> Path:
     return job_dir(settings, job_id) / CHECKPOINTS_DIR
 
