@@ -12,6 +12,8 @@ newest stored loses its ``optimizer.pt`` in the store too (the bulk of an older 
 only a resume reads, and a resume takes the newest): the team's quota counts what the store holds.
 At the run's end :meth:`StoredCheckpoints.flush` waits for the last
 one for ``GRPO_STORAGE_RETRY_SECONDS``, then raises StorageUnavailable: the attempt is requeued.
+Every upload and deletion is made under the attempt's fence (:mod:`worker.fencing`): none once a
+newer attempt owns the job.
 """
 
 from __future__ import annotations

@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-
 class StaleAttempt(Exception):
     """A newer attempt owns the job (or it was requeued or ended): this one may publish nothing."""
 

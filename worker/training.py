@@ -38,6 +38,7 @@ from worker.job_sources import loadable
 from worker.job_storage import store_final_model
 from worker.outcome import Outcome, outcome_for_stop
 from worker.reporting import JobReporter
+from worker.retrying import DatabaseUnavailable
 from worker.staged_artifacts import StagedFiles
 from worker.verifiers import registered_verifiers
 
@@ -117,13 +118,14 @@ def train_reporting(job: JobRead, spec: JobSpec, settings: Settings, files: Atte
 
 def _publish_trackers(staged: StagedFiles, store: ObjectStore | None) -> None:
     """At the attempt's end, whatever ended it: the trackers' files published (and stored), unless
-    the attempt no longer owns the job, which is said once here and left to the error that ended it."""
+    the attempt no longer owns the job or cannot tell (the database away), which is said here and
+    left to the error that ended the attempt: charts are not worth hiding it."""
     try:
         staged.publish_trackers()
         if store is not None:
             staged.store_trackers(store)
-    except StaleAttempt as exc:
-        log.warning("%s", exc)
+    except (StaleAttempt, DatabaseUnavailable) as exc:
+        log.warning("the trackers' files were not published: %s", exc)
 
 
 def attempt_fence(job: JobRead, settings: Settings) -> AttemptFence:
