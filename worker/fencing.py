@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +37,7 @@ from sqlalchemy.orm import Session
 from api.settings import Settings
 from api.store.attempts import attempt_lease_left
 from api.store.db import session_scope
+from grpo_core.io.disk_space import disk_full_reported
 from grpo_core.run.checkpoint import Publisher
 from worker.outcome import LEASE_LOST
 from worker.retrying import retry_transient
@@ -101,25 +103,39 @@ class AttemptFence:
             raise self.refused(what)
         return done
 
-    def publish_folder(self, tmp: Path, final: Path) -> None:
+    def publish_folder(self, tmp: Path, final: Path, writing: str, aside: Path | None = None) -> None:
         """Rename ``tmp`` (this attempt's own, written whole) to ``final``, never over it: a name
-        that exists is someone's published folder, which a stale attempt must not replace."""
-        final.parent.mkdir(parents=True, exist_ok=True)
-        self.hold(f"{final.name} ({final.parent})", lambda: rename_new(tmp, final),
-                  undo=lambda: os.rename(final, tmp))
+        that exists is someone's published folder, which a stale attempt must not replace. With
+        ``aside`` (in this attempt's staging folder), the folder published under ``final`` is set
+        aside first: an artifact each attempt writes again (the final model, the trackers' files).
+        ``writing`` names it where a full disk is reported."""
+        source = self._beside(tmp, final, writing)
 
-    def replace_folder(self, tmp: Path, final: Path, aside: Path) -> None:
-        """:meth:`publish_folder`, setting the folder published under ``final`` aside first (to
-        ``aside``, in this attempt's staging folder): an artifact each attempt writes again, the
-        job's final model or its trackers' files."""
-        final.parent.mkdir(parents=True, exist_ok=True)
-
-        def swap() -> None:
-            if final.exists():
+        def rename() -> None:
+            if aside is not None and final.exists():
                 os.rename(final, aside)
-            rename_new(tmp, final)
+            rename_new(source, final)
 
-        self.hold(f"{final.name} ({final.parent})", swap, undo=lambda: os.rename(final, tmp))
+        try:
+            self.hold(f"{final.name} ({final.parent})", rename, undo=lambda: os.rename(final, source))
+        except StaleAttempt:
+            if source != tmp:
+                shutil.rmtree(source, ignore_errors=True)
+            raise
+
+    def _beside(self, tmp: Path, final: Path, writing: str) -> Path:
+        """``tmp``, where a rename can take it to ``final``: itself on the same file system, else
+        (the job's folders on a disk of their own) a copy beside ``final`` under this attempt's
+        hidden name, which no reader takes and which goes if it is not published."""
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if os.stat(tmp).st_dev == os.stat(final.parent).st_dev:
+            return tmp
+        copy = final.parent / f".{final.name}.attempt-{self.attempt}.tmp"
+        shutil.rmtree(copy, ignore_errors=True)
+        with disk_full_reported(final, writing, undo=lambda: shutil.rmtree(copy, ignore_errors=True)):
+            copy_folder(tmp, copy)
+        shutil.rmtree(tmp)
+        return copy
 
 
 class FencedPublisher(Publisher):
@@ -130,7 +146,7 @@ class FencedPublisher(Publisher):
         self.fence, self.staging = fence, staging
 
     def publish(self, tmp: Path, final: Path) -> None:
-        self.fence.publish_folder(tmp, final)
+        self.fence.publish_folder(tmp, final, "checkpoint")
 
     def remove(self, what: str, remove: Callable[[], T]) -> T:
         return self.fence.hold(what, remove)
@@ -143,3 +159,15 @@ def rename_new(source: Path, target: Path) -> None:
     if os.path.lexists(target):
         raise FileExistsError(f"{target} exists: it is published, and is never replaced")
     os.rename(source, target)
+
+
+def copy_folder(source: Path, target: Path) -> None:
+    """``source``'s files into a new folder ``target``, failing at the first error as it was raised
+    (``shutil.copytree`` gathers them into one ``shutil.Error``, which hides a full disk)."""
+    target.mkdir()
+    for path in sorted(source.rglob("*")):
+        into = target / path.relative_to(source)
+        if path.is_dir():
+            into.mkdir(exist_ok=True)
+        else:
+            shutil.copy2(path, into)

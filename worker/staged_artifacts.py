@@ -99,7 +99,8 @@ class StagedFiles(TrainerCallback):
             shutil.copytree(folder, copy)
             aside = self.staging / f".{folder.name}.replaced"
             shutil.rmtree(aside, ignore_errors=True)
-            self.fence.replace_folder(copy, job_dir(self.settings, self.job_id) / folder.name, aside)
+            self.fence.publish_folder(copy, job_dir(self.settings, self.job_id) / folder.name,
+                                      f"the {folder.name} files", aside)
             shutil.rmtree(aside, ignore_errors=True)
 
     def store_trackers(self, store: ObjectStore) -> None:
@@ -113,6 +114,6 @@ class StagedFiles(TrainerCallback):
     def publish_model(self) -> Path:
         final = model_dir(self.settings, self.job_id)
         aside = self.staging / f".{MODEL_STAGE}.replaced"
-        self.fence.replace_folder(self.model_stage(), final, aside)
+        self.fence.publish_folder(self.model_stage(), final, "the model folder", aside)
         shutil.rmtree(aside, ignore_errors=True)
         return final

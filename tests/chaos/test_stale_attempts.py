@@ -14,12 +14,16 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
+import uuid
+from pathlib import Path
 
 import psutil
+import pytest
 import redis
 
-from api.artifact_paths import job_dir
+from api.artifact_paths import job_dir, job_prefix
 from api.settings import Settings
+from api.storage import ObjectStore, open_store
 from api.store.db import session_scope
 from api.store.telemetry import list_checkpoints, list_events, list_metrics
 
@@ -27,12 +31,19 @@ LEASE = {"GRPO_LEASE_SECONDS": "6"}
 ONE_SLOT = {"GRPO_WORKER_GPUS": "1", **LEASE}
 
 
-def snapshot(settings: Settings, database_url: str, job_id: int) -> dict:
-    """Every file under the job's folder (the artifacts store: the default store is that folder)
-    with its SHA-256, and the job's published rows."""
-    root = job_dir(settings, job_id)
-    files = {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-             for p in sorted(root.rglob("*")) if p.is_file()}
+def snapshot(settings: Settings, database_url: str, job_id: int, store: ObjectStore | None = None) -> dict:
+    """Every file under the job's folder (the default store is that folder), or with ``store`` every
+    object under the job's prefix, with its SHA-256 and when it was written; and the job's rows."""
+    if store is None:
+        root = job_dir(settings, job_id)
+        files = {str(p.relative_to(root)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+                 for p in sorted(root.rglob("*")) if p.is_file()}
+    else:
+        files = {}
+        for info in store.list(job_prefix(job_id)):
+            with store.open_read(info.key) as stream:
+                digest = hashlib.sha256(b"".join(stream)).hexdigest()
+            files[info.key.removeprefix(job_prefix(job_id))] = (digest, info.modified)
     with session_scope(database_url) as session:
         rows = {"checkpoints": [c.step for c in list_checkpoints(session, job_id)],
                 "metrics": [(m.step, json.dumps(m.values, sort_keys=True))
@@ -43,6 +54,10 @@ def snapshot(settings: Settings, database_url: str, job_id: int) -> dict:
 def requeued(database_url: str, job_id: int) -> bool:
     with session_scope(database_url) as session:
         return any(e.type == "requeued" for e in list_events(session, job_id, limit=1000))
+
+
+def own_folder(kept: str, folder: Path) -> dict[str, str]:
+    return {"GRPO_ARTIFACTS_ROOT": str(folder)} if kept == "bucket" else {}
 
 
 def busy_mark(settings: Settings, worker_id: str, job_id: int) -> dict | None:
@@ -69,12 +84,20 @@ def signal_all(processes: list[psutil.Process], number: signal.Signals) -> None:
             pass
 
 
+@pytest.mark.parametrize("kept", ["folder", "bucket"])
 def test_a_worker_frozen_past_its_lease_and_thawed_changes_nothing_of_the_job_it_lost(
-        processes, submit, tiny_spec, job_of, finished, wait_for, pool, database_url, settings,
-        wait_worker_ready):
-    frozen_worker = processes.worker(pool, **ONE_SLOT)
+        kept, processes, submit, tiny_spec, job_of, finished, wait_for, pool, database_url, settings,
+        wait_worker_ready, request, tmp_path):
+    """``folder``: the artifacts folder is the store (the default); ``bucket``: an S3 server's
+    bucket, each worker with a folder of its own."""
+    env, store = {}, None
+    if kept == "bucket":
+        s3_server = request.getfixturevalue("s3_server")
+        env = {"GRPO_STORAGE_URL": s3_server.url(f"t-{uuid.uuid4().hex[:8]}"), **s3_server.env}
+        store = open_store(env["GRPO_STORAGE_URL"], env=env)
+    frozen_worker = processes.worker(pool, **ONE_SLOT, **env, **own_folder(kept, tmp_path / "frozen"))
     [worker_id] = wait_worker_ready(pool, processes)
-    processes.scheduler(**LEASE)
+    processes.scheduler(**LEASE, **env)
     job_id = submit(tiny_spec("stale", pool=pool, grpo={"max_steps": 30}, checkpoint_every=1,
                               report_to=["tensorboard"]))
     mark = wait_for(lambda: (m := busy_mark(settings, worker_id, job_id)) and m.get("job_pid")
@@ -86,11 +109,12 @@ def test_a_worker_frozen_past_its_lease_and_thawed_changes_nothing_of_the_job_it
     signal_all(tree, signal.SIGSTOP)
     try:
         stopped_at = job_of(job_id).last_step
-        processes.worker(pool, **ONE_SLOT)  # takes the job over once the lease expires
+        # Takes the job over once the lease expires.
+        processes.worker(pool, **ONE_SLOT, **env, **own_folder(kept, tmp_path / "other"))
         done = wait_for(lambda: finished(job_id), 300, "the job to finish on the other worker", processes)
         assert (done.status, done.attempt) == ("succeeded", 2), done.error
         assert done.worker_id != worker_id and stopped_at < 30
-        before = snapshot(settings, database_url, job_id)
+        before = snapshot(settings, database_url, job_id, store)
         assert before["files"] and before["checkpoints"]
         # Thawed, the job's process first: it would train on and write before its supervisor,
         # thawed a moment later, sees the lease lost.
@@ -103,7 +127,7 @@ def test_a_worker_frozen_past_its_lease_and_thawed_changes_nothing_of_the_job_it
     assert not job_process.is_running(), "the stale job's process outlived its supervisor"
     wait_for(lambda: "'lost'" in log_of(processes, frozen_worker), 60, "the stale attempt's task to end",
              processes)
-    assert snapshot(settings, database_url, job_id) == before
+    assert snapshot(settings, database_url, job_id, store) == before
 
 
 def test_a_job_process_whose_supervisor_freezes_ends_itself_within_its_lease(

@@ -66,7 +66,7 @@ def test_a_superseded_attempt_publishes_no_row_and_no_folder(settings, database_
     # The owner publishes; nobody, the owner included, renames over a published folder.
     FencedPublisher(new, new_staging).publish(written_folder(new_staging, "c", "owner"), root / "step-2")
     with pytest.raises(FileExistsError):
-        new.publish_folder(written_folder(new_staging, "d", "again"), root / "step-2")
+        new.publish_folder(written_folder(new_staging, "d", "again"), root / "step-2", "checkpoint")
     assert (root / "step-2" / "weights").read_text() == "owner"
     with pytest.raises(StaleAttempt):  # retention too
         FencedPublisher(old, old_staging).remove("older checkpoints", lambda: pytest.fail("removed"))
