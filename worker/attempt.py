@@ -56,7 +56,7 @@ def run_attempt(job: JobRead, settings: Settings, worker_id: str, files: Attempt
         store = remote_store(settings)
         if store is not None:
             fetch_resume_checkpoint(store, settings, job.id, published)
-        else:
+        elif part is None or part.leads:  # a gang's hosts sharing the folder: node 0 tidies it
             drop_unpublished_checkpoints(attempt_fence(job, settings), settings, job.id, published)
         try:
             if part is not None or len(job.devices or ()) > 1:
