@@ -64,6 +64,10 @@ class JobRead(BaseModel):
     # (a job that trains by epochs, grpo.max_steps -1).
     max_steps: int | None
     last_step: int
+    unscored_rows: int = Field(
+        0, description="Rows the job's rewards could not score (a grader's exception, a verifier's null), "
+        "summed over its `reward_unscored` warning events, which say why. A succeeded job with any is "
+        "\"succeeded with warnings\": its reward signal was partly missing.")
     cancel_requested: bool
     preempt_requested: bool = False
     # why a waiting job waits: policy.PENDING_REASONS, or no_scheduler (api.scheduling.liveness);
