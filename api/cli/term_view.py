@@ -251,11 +251,9 @@ def repaint(previous_lines: int, lines: Sequence[str]) -> str:
 
 
 def status_text(job: dict[str, Any]) -> str:
-    """The job's status, ``succeeded with warnings`` for a success whose rewards left rows
-    unscored (a server from before the count has none)."""
-    if job["status"] == "succeeded" and job.get("unscored_rows"):
-        return "succeeded with warnings"
-    return job["status"]
+    """The job's status as the service labels it for people (``succeeded with warnings`` for a
+    success whose rewards left rows unscored); a server from before the label: its status."""
+    return job.get("status_label") or job["status"]
 
 
 def _unscored(job: dict[str, Any]) -> str | None:

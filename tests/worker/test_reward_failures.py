@@ -38,7 +38,7 @@ def test_a_grader_that_raises_on_every_row_fails_the_job_at_step_one(task_settin
     assert run_task(database_url, job_id) == "failed"
 
     job = job_of(job_id)
-    assert job.error.code == "reward_error" and job.last_step == 0
+    assert job.error.code == "reward_error" and job.last_step == 0 and job.status_label == "failed"
     message = job.error.message
     assert "failed on every row of step 1 (4 rows)" in message
     assert "KeyError: 'no_such_key'" in message
@@ -65,4 +65,5 @@ def test_a_grader_that_raises_on_some_rows_warns_with_the_exception_and_the_coun
         assert "ValueError: cannot grade a no (grader.py line 3: raise ValueError('cannot grade a no'))" \
             in event.message
         assert "failed on 2 of 4 row(s)" in event.message and error["row"]["answer"] == "no"
-    assert job_of(job_id).unscored_rows == 4  # the job reads as succeeded with warnings
+    job = job_of(job_id)
+    assert job.unscored_rows == 4 and job.status_label == "succeeded with warnings"

@@ -150,16 +150,14 @@ function jobHeader(job, render, onError) {
   ];
 }
 
-// A success whose rewards left rows unscored is no plain green "succeeded": its reward signal
-// was partly missing, and the events (reward_unscored) say why.
-function withWarnings(job) {
-  return job.status === "succeeded" && job.unscored_rows > 0;
-}
-
+// A success whose rewards left rows unscored is no plain green "succeeded": the service labels it
+// (status_label, "succeeded with warnings"), its reward signal was partly missing, and the events
+// (reward_unscored) say why.
 function jobStatusBadge(job) {
-  if (!withWarnings(job)) return statusBadge(job.status);
-  return el("span", {className: "badge status-succeeded-warnings", dataset: {status: job.status},
-    title: `${job.unscored_rows} row(s) the rewards could not score`}, "succeeded with warnings");
+  const label = job.status_label || job.status;
+  if (label === job.status) return statusBadge(job.status);
+  return el("span", {className: `badge status-${job.status}-warnings`, dataset: {status: job.status},
+    title: `${job.unscored_rows} row(s) the rewards could not score`}, label);
 }
 
 function unscoredNote(job) {
