@@ -25,6 +25,7 @@ from api.store.db import session_scope
 from api.store.tables import utcnow
 from api.store.telemetry import (
     add_event_once,
+    count_unscored_rows,
     forget_checkpoints,
     record_checkpoint,
     record_metrics,
@@ -85,8 +86,13 @@ class JobReporter(TrainerCallback):
     def on_event(self, type: str, message: str, data: dict[str, Any]) -> None:  # noqa: A002
         data, ts = json_safe(data), utcnow()  # the event's identity across retries
         level = "warning" if type in WARNING_EVENTS else "info"
-        self._write(f"event {type}",
-                    lambda session: add_event_once(session, self.job_id, type, message, data, ts, level))
+
+        def write(session: Session) -> None:
+            added = add_event_once(session, self.job_id, type, message, data, ts, level)
+            if added and type == "reward_unscored":  # the job's sum, counted once with its event
+                count_unscored_rows(session, self.job_id, int(data.get("rows", 0)))
+
+        self._write(f"event {type}", write)
 
     def on_checkpoint(self, step: int, path: Path) -> None:
         def write(session: Session) -> None:

@@ -1,6 +1,7 @@
 """``grpo rewards list`` (the catalog) and ``grpo rewards run SPEC --samples FILE``: a spec's
 rewards score a few samples on the service (``POST /v1/rewards/run``) without a job, so a grader
-is tried before training.
+is tried before training; it exits 1 when a reward could not score some sample (a grader's
+exception), with the reason under that sample.
 
 A samples file is JSON Lines, a JSON array or a YAML list of ``{prompt, completion, columns}``;
 a sample without ``columns`` takes its other keys as its columns (``{prompt, completion, answer}``).
@@ -82,10 +83,16 @@ def scores_text(body: dict[str, Any], samples: list[dict[str, Any]]) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    """Exit 1 when a reward failed on any sample (its reason printed under it), as a test run
+    fails: a script or CI step that tries a grader must not pass over a grader that raises."""
     def command(client: Any) -> Result:
         body = trial_request(args.spec, args.samples)
         answer = client.run_rewards(body)
-        return Result(answer, scores_text(answer, body["samples"]))
+        failed = sum(1 for item in answer["items"] if item.get("problems"))
+        text = scores_text(answer, body["samples"])
+        if failed:
+            text += f"\n{failed} of {len(answer['items'])} sample(s) had a reward that could not score them"
+        return Result(answer, text, 1 if failed else 0)
 
     return call_api(args.api_url, args.api_key, args.json, command)
 

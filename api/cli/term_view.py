@@ -250,10 +250,21 @@ def repaint(previous_lines: int, lines: Sequence[str]) -> str:
 # ---- One function per command's text view: the API's JSON in, lines out ----
 
 
+def status_text(job: dict[str, Any]) -> str:
+    """The job's status as the service labels it for people (``succeeded with warnings`` for a
+    success whose rewards left rows unscored); a server from before the label: its status."""
+    return job.get("status_label") or job["status"]
+
+
+def _unscored(job: dict[str, Any]) -> str | None:
+    rows = job.get("unscored_rows")
+    return f"{rows} row(s) the rewards could not score (`grpo events` says why)" if rows else None
+
+
 def final_line(job: dict[str, Any]) -> str:
     error = job.get("error")
     suffix = f" [{error['code']}] {error['message']}" if error else ""
-    return f"job {job['id']} {job['status']} at step {job['last_step']}{suffix}"
+    return f"job {job['id']} {status_text(job)} at step {job['last_step']}{suffix}"
 
 
 def _waits(job: dict[str, Any]) -> str | None:
@@ -288,7 +299,7 @@ def job_details(job: dict[str, Any], width: int | None = None, team: str | None 
     where = f"attempt {job['attempt']}" + _hosts(job)
     error = job.get("error")
     fields = [
-        ("status", f"{job['status']} ({where})"),
+        ("status", f"{status_text(job)} ({where})"),
         ("progress", progress(job["last_step"], job["max_steps"], 30)),
         ("placement", f"pool {job['pool']}, {job['gpus']} GPU(s), priority {job['priority']}"),
         ("team", f"{team} (id {job['team_id']})" if team else job["team_id"]),
@@ -298,6 +309,7 @@ def job_details(job: dict[str, Any], width: int | None = None, team: str | None 
         *((name, when(job.get(f"{name}_at")) if job.get(f"{name}_at") else None)
           for name in ("created", "dispatched", "started", "finished", "heartbeat")),
         ("checkpoint", job.get("latest_checkpoint")),
+        ("unscored", _unscored(job)),
         ("error", f"[{error['code']}] {error['message']}" if error else None),
         ("meaning", error_code_text(error["code"]) if error else None),
     ]

@@ -39,7 +39,9 @@ ERROR_CODES: dict[str, str] = {
                           "(the hub unreachable, a file gone since submit)",
     "non_finite_loss": "the loss became NaN or infinite and the step was not applied: lower the "
                        "learning rate, or check the rewards for extreme values",
-    "reward_error": "a reward function raised an error or returned the wrong number of scores",
+    "reward_error": "a reward function raised an error or returned the wrong number of scores, or failed "
+                    "on every row of a step (the message has its first exception, the grader's line and "
+                    "a failing row)",
     "reward_timeout": "rewards went over reward_timeout_seconds on 3 steps in a row",
     "reward_unavailable": "an http_verifier reward's service could not be reached on 3 steps in a row",
     "sandbox_unavailable": "the code sandbox that the code_tests reward runs in does not work on the worker",

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Generic, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_field, model_validator
 
 from api.domain.job_labels import DESCRIPTION_DESCRIPTION, TAGS_DESCRIPTION, Description, Tags
-from api.domain.lifecycle import actions_for
+from api.domain.lifecycle import JobStatus, actions_for
 from api.vocabulary import Priority
 
 T = TypeVar("T")
@@ -64,6 +64,10 @@ class JobRead(BaseModel):
     # (a job that trains by epochs, grpo.max_steps -1).
     max_steps: int | None
     last_step: int
+    unscored_rows: int = Field(
+        0, description="Rows the job's rewards could not score (a grader's exception, a verifier's null), "
+        "summed over its `reward_unscored` warning events, which say why. A succeeded job with any is "
+        "\"succeeded with warnings\": its reward signal was partly missing.")
     cancel_requested: bool
     preempt_requested: bool = False
     # why a waiting job waits: policy.PENDING_REASONS, or no_scheduler (api.scheduling.liveness);
@@ -91,6 +95,15 @@ class JobRead(BaseModel):
     @property
     def actions(self) -> list[str]:
         return actions_for(self.status)
+
+    @computed_field(description="The status as people read it, which the dashboard and the CLI show: "
+                                "`succeeded with warnings` for a success whose rewards left rows unscored "
+                                "(`unscored_rows`), else the status itself")
+    @property
+    def status_label(self) -> str:
+        if self.status == JobStatus.SUCCEEDED and self.unscored_rows:
+            return "succeeded with warnings"
+        return self.status
 
     def for_member(self) -> JobRead:
         """The job as a team member sees it: the checkpoint's name, not its server path (paths

@@ -38,6 +38,7 @@ def job_read(job: Job | Row[Any], *, traceback: bool = False, spec: bool = True)
         placement=placement_of(job),
         max_steps=job.max_steps,
         last_step=job.last_step,
+        unscored_rows=job.unscored_rows,
         cancel_requested=job.cancel_requested,
         preempt_requested=job.preempt_requested,
         # The column keeps the scheduler's last word on a job it could not place; once the job

@@ -201,6 +201,9 @@ class Job(Base):
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_step: Mapped[int] = mapped_column(Integer, default=0)
+    # Rows its rewards left unscored, summed over its reward_unscored warnings (a step trained
+    # again after a resume counts again): non-zero, a success is "succeeded with warnings".
+    unscored_rows: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     latest_checkpoint: Mapped[str | None] = mapped_column(Text)
     error_code: Mapped[str | None] = mapped_column(String(64))
     error_message: Mapped[str | None] = mapped_column(Text)

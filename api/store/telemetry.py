@@ -7,13 +7,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from api.schemas.jobs import CheckpointRead, EventRead, MetricRead, SamplesRead
 from api.store import outbox
 from api.store._rows import dialect_insert, insert_ignoring_duplicates
-from api.store.tables import Checkpoint, JobEvent, JobMetric, JobSample, utcnow
+from api.store.tables import Checkpoint, Job, JobEvent, JobMetric, JobSample, utcnow
 from api.store.webhooks import enqueue_eval_event
 from api.vocabulary import BEFORE_FIRST_STEP
 from grpo_core.spec.grpo_config import eval_metrics_of
@@ -48,6 +48,11 @@ def add_event_once(session: Session, job_id: int, type: str, message: str,  # no
         return False
     add_event(session, job_id, type, message, data, level=level, ts=ts)
     return True
+
+
+def count_unscored_rows(session: Session, job_id: int, rows: int) -> None:
+    """Add ``rows`` to the job's ``unscored_rows`` (with the warning event that reports them)."""
+    session.execute(update(Job).where(Job.id == job_id).values(unscored_rows=Job.unscored_rows + rows))
 
 
 def record_metrics(session: Session, job_id: int, record: dict[str, Any], attempt: int | None = None) -> bool:

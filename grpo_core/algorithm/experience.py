@@ -27,7 +27,7 @@ from grpo_core.io.model_loading import PolicyAndReference
 from grpo_core.io.prompt_data import PromptSampler, PromptSet
 from grpo_core.parallel.distributed import Ranks
 from grpo_core.parallel.placement import Placement
-from grpo_core.rewards import BoundReward, score_completions
+from grpo_core.rewards import BoundReward, RowFailure, score_completions
 from grpo_core.spec.grpo_config import GRPOConfig
 from grpo_core.spec.run_spec import ReasoningSpec
 
@@ -63,6 +63,10 @@ class Experience:
     # left unscored (name -> rows).
     reward_unavailable: dict[str, str] = field(default_factory=dict)
     reward_unscored: dict[str, int] = field(default_factory=dict)
+    # This rank's rows scored for the step (every round's) and, per reward that said why rows
+    # failed, how many did and the first one (:mod:`grpo_core.run.reward_failures` reports them).
+    reward_rows: int = 0
+    reward_failures: dict[str, RowFailure] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     # dapo's normaliser: the generation round's loss tokens (all ranks) per optimizer step it
     # feeds, TRL's num_items_in_batch·gradient_accumulation_steps/steps_per_generation. None (a
@@ -141,6 +145,8 @@ class _Groups:
     reward_timeouts: list[str] = field(default_factory=list)
     reward_unavailable: dict[str, str] = field(default_factory=dict)
     reward_unscored: dict[str, int] = field(default_factory=dict)
+    reward_rows: int = 0
+    reward_failures: dict[str, RowFailure] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -210,6 +216,10 @@ def _sample_round(gen: _Generation, groups: _Groups) -> None:
     groups.reward_unavailable.update(scored.unavailable)
     for name, rows in scored.unscored.items():
         groups.reward_unscored[name] = groups.reward_unscored.get(name, 0) + rows
+    groups.reward_rows += len(decoded)
+    for name, failure in scored.failures.items():
+        earlier = groups.reward_failures.get(name)
+        groups.reward_failures[name] = earlier.merged(failure) if earlier else failure
     scores = torch.tensor(scored.matrix, dtype=torch.float32).reshape(len(decoded), len(gen.rewards))
     groups.rounds.append(_Rows(rollout, row_prompts, decoded, scores))
     spread = torch.nan_to_num(group_std(combine_rewards(scores, gen.weights), g), nan=0.0)
@@ -301,6 +311,8 @@ def make_experience(
         reward_timeouts=groups.reward_timeouts,
         reward_unavailable=groups.reward_unavailable,
         reward_unscored=groups.reward_unscored,
+        reward_rows=groups.reward_rows,
+        reward_failures=groups.reward_failures,
     )
     exp.round_tokens_per_step = ranks.sum([float(loss_mask.sum())])[0] / config.round_steps
     exp.metrics["timing/generation"] = groups.generation_seconds

@@ -5,11 +5,15 @@ A checkpoint's ``step-N/`` already holds the model as Hugging Face saves it (con
 weights, or the adapter alone with LoRA, and the tokenizer) next to the state that only resuming
 needs (optimizer, scheduler, RNG, pending experience, fsdp's ``distributed/``). The model is the
 first part plus two files written here: ``generation_config.json`` (the base model's, with the
-sampling the job trained with) and ``README.md``, a model card with the job's spec, final
-metrics and last eval point; with LoRA, ``adapter_config.json`` is the checkpoint's with the base
-model named by the spec's source (``path:NAME``, ``hf:owner/name``, ``job:ID``) rather than the
-folder it was loaded from on the server, which means nothing to whoever downloads it and is not
-theirs to see.
+sampling the job trained with) and ``README.md``, a model card with the Hub's YAML metadata
+(``library_name``, ``tags``, ``base_model`` for a hub source), the job's spec, final metrics and
+last eval point. A card is meant to be published with the model, so its spec leaves out what is
+the team's or the server's own: the rewards are named with their weights only (a python
+grader's source, a verifier's name and args stay out unless ``export.card_includes_rewards``)
+and every ``path:`` source, a name on the server's disk, is replaced by a placeholder. With
+LoRA, ``adapter_config.json`` is the checkpoint's with the base model named by the spec's
+source (``path:NAME``, ``hf:owner/name``, ``job:ID``) rather than the folder it was loaded from
+on the server, which means nothing to whoever downloads it and is not theirs to see.
 
 Everything but the LoRA merge is torch-free, so the API streams the same folder for any kept
 checkpoint (:func:`model_files`, :func:`generated_files`) without loading a model; the worker
@@ -32,7 +36,7 @@ import yaml
 
 from grpo_core.io.disk_space import disk_full_reported
 from grpo_core.spec.grpo_config import eval_metrics_of
-from grpo_core.spec.run_spec import RunSpec
+from grpo_core.spec.run_spec import RunSpec, reward_names
 
 ADAPTER_DIR = "adapter"  # with a merged LoRA model, the adapter itself
 CARD, GENERATION_CONFIG, ADAPTER_CONFIG = "README.md", "generation_config.json", "adapter_config.json"
@@ -41,6 +45,7 @@ _GENERATED = (CARD, GENERATION_CONFIG, ADAPTER_CONFIG)
 _TRAINING_STATE = re.compile(
     r"^(optimizer\.pt|scheduler\.pt|rng\.pt|trainer_state\.json|experience(-rank\d+)?\.pt)$")
 _CARD_ROWS_SHOWN = 3  # inline dataset rows quoted in a card; the rest are counted
+_SERVER_SOURCE = "(stored on the training service)"  # what a card shows for a path: source
 
 
 def model_files(checkpoint: Path) -> list[Path]:
@@ -86,8 +91,8 @@ def adapter_config(checkpoint: Path, spec: RunSpec) -> dict[str, Any] | None:
 
 def model_card(spec: RunSpec, step: int, metrics: dict[str, Any] | None, job_id: int | None = None) -> str:
     """Markdown with Hugging Face's YAML header: where the model came from, how it was trained
-    (the spec, inline rows abbreviated), where training ended (the last step's metrics) and, when
-    the run evaluated, its last eval point: the final step always is one, so its record holds it."""
+    (the spec as :func:`_card_spec` shows it), where training ended (the last step's metrics) and,
+    when the run evaluated, its last eval point: the final step always is one, so its record holds it."""
     # Whichever spec validated the source: a scheme this core does not load (a service's) is named as is.
     scheme, _, location = spec.model.source.partition(":")
     header: dict[str, Any] = {"library_name": "peft" if spec.model.lora and not spec.export.merge_lora
@@ -95,24 +100,47 @@ def model_card(spec: RunSpec, step: int, metrics: dict[str, Any] | None, job_id:
     if scheme == "hf":
         header["base_model"] = location.partition("@")[0]
     job = f" (job {job_id})" if job_id is not None else ""
+    source = _public(spec.model.source)
+    origin = f"`{source}`" if source != _SERVER_SOURCE else "a model stored on the training service"
     lines = ["---", yaml.safe_dump(header, sort_keys=False).strip(), "---", "",
              f"# {spec.name}", "",
-             f"Trained with GRPO by the GRPO service{job} for {step} steps from `{spec.model.source}`.", ""]
+             f"Trained with GRPO by the GRPO service{job} for {step} steps from {origin}.", ""]
     evaluated = eval_metrics_of(metrics or {})
     training = {name: value for name, value in (metrics or {}).items() if name not in evaluated}
     if training:
         lines += [f"## Metrics at step {step}", "", *_metric_table(training)]
     if evaluated:
         lines += [f"## Evaluation at step {step}", "", _eval_setup(spec), "", *_metric_table(evaluated)]
+    lines += ["## Rewards", "", "| reward | weight |", "|---|---|",
+              *(f"| {name} | {_number(reward.weight)} |"
+                for name, reward in zip(reward_names(spec.rewards), spec.rewards, strict=True)), ""]
+    spec_yaml = yaml.safe_dump(_card_spec(spec), sort_keys=False).strip()
+    lines += ["## Training spec", "", "```yaml", spec_yaml, "```", ""]
+    return "\n".join(lines)
+
+
+def _card_spec(spec: RunSpec) -> dict[str, Any]:
+    """The spec as a card shows it: inline rows abbreviated, ``path:`` sources replaced, and the
+    rewards as their names and weights unless ``export.card_includes_rewards``."""
     shown = spec.model_dump(mode="json")
     for field in ("dataset", "eval_dataset"):
         rows = (shown.get(field) or {}).get("prompts")
         if rows is not None and len(rows) > _CARD_ROWS_SHOWN:
             more = f"... {len(rows) - _CARD_ROWS_SHOWN} more rows"
             shown[field]["prompts"] = [*rows[:_CARD_ROWS_SHOWN], more]
-    spec_yaml = yaml.safe_dump(shown, sort_keys=False).strip()
-    lines += ["## Training spec", "", "```yaml", spec_yaml, "```", ""]
-    return "\n".join(lines)
+    if not spec.export.card_includes_rewards:
+        shown["rewards"] = [{"name": name, "weight": reward.weight}
+                            for name, reward in zip(reward_names(spec.rewards), spec.rewards, strict=True)]
+    return _public(shown)
+
+
+def _public(value: Any) -> Any:
+    """``value`` with every ``path:`` source (a name under the server's folders) replaced."""
+    if isinstance(value, dict):
+        return {key: _public(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_public(item) for item in value]
+    return _SERVER_SOURCE if isinstance(value, str) and value.startswith("path:") else value
 
 
 def _metric_table(metrics: dict[str, Any]) -> list[str]:

@@ -19,13 +19,14 @@ from grpo_core.rewards.registry import (
     validate_reward_specs,
 )
 from grpo_core.rewards.reward_types import BoundReward, RewardContext, RewardDefinition
-from grpo_core.rewards.scoring import RESERVED_COLUMNS, Scores, score_completions
+from grpo_core.rewards.scoring import RESERVED_COLUMNS, RowFailure, Scores, score_completions
 
 __all__ = [
     "RESERVED_COLUMNS",
     "BoundReward",
     "RewardContext",
     "RewardDefinition",
+    "RowFailure",
     "Scores",
     "available_rewards",
     "bind_rewards",

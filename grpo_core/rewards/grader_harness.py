@@ -14,7 +14,7 @@ Output protocol, on the file descriptor that was stdout when it started (the gra
 * else per row, in order: ``{"i": N, "value": <what grade returned>}`` when that is ``None``, a
   bool, an int or a float (as JSON: NaN and infinities as ``NaN``/``Infinity``);
   ``{"i": N, "returned": "<its type and repr>"}`` for anything else; ``{"i": N, "error": "..."}``
-  when ``grade`` raised.
+  when ``grade`` raised: its type, message and the grader's line (number and code).
 
 Nothing here checks a value: this interpreter runs the team's code, which can rewrite anything in
 it (this module's functions through ``sys.modules['__main__']``, builtins, ``json``, the results
@@ -57,11 +57,17 @@ class _CappedText(io.TextIOBase):
         return "".join(self.kept)
 
 
-def _short(exc):
-    """The exception as its type and message, with the grader's line when there is one."""
+def _short(exc, source_lines):
+    """The exception as its type and message, with the grader's line (its number and its code)
+    when there is one: the line is kept whole and the message cut, so a long message cannot hide
+    where it came from."""
     frames = [frame for frame in traceback.extract_tb(exc.__traceback__) if frame.filename == "grader.py"]
-    where = f" (grader.py line {frames[-1].lineno})" if frames else ""
-    return f"{type(exc).__name__}: {exc}{where}"[:MESSAGE_CHARS]
+    where = ""
+    if frames:
+        number = frames[-1].lineno
+        code = source_lines[number - 1].strip()[:100] if 0 < number <= len(source_lines) else ""
+        where = f" (grader.py line {number}: {code})" if code else f" (grader.py line {number})"
+    return f"{type(exc).__name__}: {exc}"[:MESSAGE_CHARS - len(where)] + where
 
 
 def _raw(result):
@@ -90,19 +96,20 @@ def main():
 
     payload = json.loads(sys.stdin.read())
     namespace = {"__name__": "grader"}
+    source_lines = payload["source"].splitlines()
     try:
         exec(compile(payload["source"], "grader.py", "exec"), namespace)
         grade = namespace.get("grade")
         if not callable(grade):
             raise NameError("the source defines no function grade(sample, item)")
     except BaseException as exc:  # the team's code: any failure is reported, not raised
-        emit({"load_error": _short(exc), "printed": printed.text()[:MESSAGE_CHARS]})
+        emit({"load_error": _short(exc, source_lines), "printed": printed.text()[:MESSAGE_CHARS]})
         return
     for index, row in enumerate(payload["rows"]):
         try:
             record = _raw(grade(row["sample"], row["item"]))
         except BaseException as exc:  # SystemExit too: one row's failure, not the call's
-            record = {"error": _short(exc)}
+            record = {"error": _short(exc, source_lines)}
         record["i"] = index
         emit(record)
 

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from grpo_core.errors import GRPOError
 from grpo_core.rewards.reward_types import RewardContext, RewardDefinition, RewardFn
 from grpo_core.rewards.sandbox import CAPABILITY, Limits, SandboxUnavailable, run_python, sandbox_problem
-from grpo_core.rewards.scoring import PartlyScored
+from grpo_core.rewards.scoring import SCORER_COLUMNS, PartlyScored
 
 __all__ = ["MAX_SOURCE_CHARS", "PYTHON_GRADER", "GradedRows", "PythonGraderArgs", "grade_rows"]
 
@@ -40,8 +40,6 @@ MAX_SOURCE_CHARS = 65536
 _HARNESS = (Path(__file__).with_name("grader_harness.py")).read_text(encoding="utf-8")
 _HARNESS_LINE_BYTES = 512  # a result line's most: the harness cuts its messages to 300 characters
 _MESSAGE_CHARS = 300  # what is kept of a message the sandbox sent (it is the team's text)
-# Columns the scorer adds for other rewards; not part of the dataset row a grader sees.
-_NOT_ROW_COLUMNS = frozenset({"raw_completions", "prompt_messages"})
 
 
 def _defines_grade(tree: ast.Module) -> bool:
@@ -111,7 +109,7 @@ class GradedRows(PartlyScored):
 
 def _rows(completions: list[str], prompts: list[str], columns: dict[str, list[Any]]) -> list[dict[str, Any]]:
     messages = columns.get("prompt_messages") or [None] * len(completions)
-    row_columns = {name: values for name, values in columns.items() if name not in _NOT_ROW_COLUMNS}
+    row_columns = {name: values for name, values in columns.items() if name not in SCORER_COLUMNS}
     rows = []
     for index, text in enumerate(completions):
         item = {name: values[index] for name, values in row_columns.items()}

@@ -15,11 +15,15 @@ A reward backed by a service reports what went wrong there the same way, without
 that raises :class:`RewardUnavailable` leaves its rows unscorable and is named in ``unavailable``
 with its message;
 rows the service answered without a usable score come back as None in a :class:`PartlyScored`
-and are counted in ``unscored``.
+and are counted in ``unscored``. A reward that says why each such row failed (a python grader's
+exception, with its line) has the first of them kept in ``failures`` with the row it failed on, so
+the trainer's warning, or the job's error when every row failed, shows what went wrong rather
+than a count.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import threading
@@ -33,7 +37,12 @@ from grpo_core.rewards.reward_types import BoundReward
 from grpo_core.rewards.shaping import shape_scores
 from grpo_core.spec.prompt_rows import RESERVED_COLUMNS
 
-__all__ = ["RESERVED_COLUMNS", "PartlyScored", "Scores", "score_completions"]
+# What score_completions adds to the dataset's columns for every reward.
+SCORER_COLUMNS = frozenset({"raw_completions", "prompt_messages"})
+
+__all__ = ["RESERVED_COLUMNS", "SCORER_COLUMNS", "PartlyScored", "RowFailure", "Scores", "score_completions"]
+
+_EXCERPT_CHARS = 200  # of each value of a failing row quoted in a warning or a job's error
 
 
 class PartlyScored(list):
@@ -46,6 +55,20 @@ class PartlyScored(list):
 
 
 @dataclass
+class RowFailure:
+    """A reward's failures in a call (or a step): on how many rows, the first one's message and
+    that row (its prompt, completion and dataset columns, each cut to a readable length)."""
+
+    rows: int
+    error: str
+    row: dict[str, Any]
+
+    def merged(self, other: RowFailure | None) -> RowFailure:
+        """Both counted, the first failure kept (``self`` came first)."""
+        return self if other is None else RowFailure(self.rows + other.rows, self.error, self.row)
+
+
+@dataclass
 class Scores:
     matrix: list[list[float]]  # N x F: a row per completion, a column per reward, NaN = unscorable
     timed_out: list[str] = field(default_factory=list)  # rewards whose call went over its budget
@@ -53,6 +76,7 @@ class Scores:
     unscored: dict[str, int] = field(default_factory=dict)  # reward -> rows its service could not score
     # reward -> row -> why it is unscored, where the reward says (a python grader's exception)
     problems: dict[str, dict[int, str]] = field(default_factory=dict)
+    failures: dict[str, RowFailure] = field(default_factory=dict)  # reward -> its problems, summed up
 
 
 def _call_within(fn: Callable[..., Any], timeout: float | None, name: str, *args: Any, **kwargs: Any) -> Any:
@@ -114,6 +138,21 @@ def _checked(name: str, values: Any, n: int) -> list[float]:
     return [_to_score(name, index, value) for index, value in enumerate(values)]
 
 
+def _cut(value: Any) -> Any:
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= _EXCERPT_CHARS else text[:_EXCERPT_CHARS] + "…"
+
+
+def _excerpt(index: int, completions: list[str], prompts: list[str],
+             columns: dict[str, list[Any]]) -> dict[str, Any]:
+    """Row ``index`` as a failure quotes it: prompt, completion and the dataset's columns."""
+    row = {"prompt": prompts[index], "completion": completions[index],
+           **{name: values[index] for name, values in columns.items() if name not in SCORER_COLUMNS}}
+    return {name: _cut(value) for name, value in row.items()}
+
+
 def score_completions(
     rewards: list[BoundReward],
     completions: list[str],
@@ -159,7 +198,10 @@ def score_completions(
             scores.matrix[row][j] = score
         if getattr(values, "unscored", 0):
             scores.unscored[reward.name] = values.unscored
-        if getattr(values, "problems", None):
-            scores.problems[reward.name] = dict(values.problems)
+        if problems := getattr(values, "problems", None):
+            scores.problems[reward.name] = dict(problems)
+            first = min(problems)
+            scores.failures[reward.name] = RowFailure(len(problems), str(problems[first]),
+                                                      _excerpt(first, completions, prompts, columns))
     scores.matrix = shape_scores(scores.matrix, rewards)
     return scores

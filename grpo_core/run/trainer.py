@@ -30,6 +30,7 @@ from grpo_core.run.checkpoint import (
     sweep_stale_tmp_folders,
 )
 from grpo_core.run.components import RunComponents
+from grpo_core.run.reward_failures import report_unscored_rows
 from grpo_core.spec.grpo_config import GRPOConfig
 from grpo_core.spec.run_spec import REWARD_TIMEOUT_STEPS
 from grpo_core.spec.size_checks import prompts_over_rows
@@ -313,21 +314,14 @@ class GRPOTrainer:
             )
 
     def _count_service_failures(self, exp: Experience) -> None:
-        """Warning events for rows a reward's service left unscored and for calls whose service
-        could not be reached (those rows trained with advantage 0); unreachable in
+        """Warning events for rows a reward left unscored (:mod:`grpo_core.run.reward_failures`,
+        which ends the run when a reward failed on every row) and for calls whose service could
+        not be reached (those rows trained with advantage 0); unreachable in
         :data:`REWARD_TIMEOUT_STEPS` steps in a row fails the job ``reward_unavailable``, as
         timeouts fail it ``reward_timeout``. Counted over every rank, so all ranks stop together."""
-        calls, rows = (int(x) for x in self.ranks.sum(
-            [float(len(exp.reward_unavailable)), float(sum(exp.reward_unscored.values()))]))
         step = self.state.step + 1
-        if rows:
-            names = sorted(exp.reward_unscored)
-            self.callbacks.on_event(
-                "reward_unscored",
-                f"step {step}: {rows} row(s) the reward service could not score ({', '.join(names)}); "
-                "they were left unscorable",
-                {"step": step, "rows": rows, "rewards": names},
-            )
+        report_unscored_rows(exp, self.reward_names, step, self.ranks, self.callbacks)
+        calls = int(self.ranks.sum([float(len(exp.reward_unavailable))])[0])
         self.reward_unavailable_streak = self.reward_unavailable_streak + 1 if calls else 0
         if not calls:
             return

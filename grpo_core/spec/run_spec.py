@@ -226,6 +226,12 @@ class ExportSpec(_Strict):
     merge_lora: bool = Field(
         False, description="With model.lora: the final model holds the base weights with the adapter "
         "merged in (a plain model any loader takes), and the adapter itself under adapter/.")
+    # Left out of a dump when off, so a spec stored before it existed dumps (and hashes) as it did.
+    card_includes_rewards: bool = Field(
+        False, exclude_if=lambda value: not value,
+        description="The model card (the model's README.md) shows the rewards' full definitions (a "
+        "python grader's source, a verifier's name, every arg); by default it names each reward with "
+        "its weight only, so a published model does not publish the team's grader.")
 
 
 class RunSpec(_Strict):

@@ -226,6 +226,32 @@ def test_grpo_rewards_run_tries_the_example_spec_on_a_samples_file(capsys, tmp_p
 
 
 @needs_sandbox
+def test_grpo_rewards_run_exits_1_when_a_reward_failed_on_any_sample(capsys, tmp_path, api_server,
+                                                                   team_keys) -> None:
+    from api.cli.main import main
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({"rewards": [{"name": "python", "args": {"source": (
+        "def grade(sample, item):\n"
+        "    if sample['output_text'] == 'boom':\n"
+        "        raise ValueError('no grade for boom')\n"
+        "    return 1.0\n")}}]}))
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("\n".join(json.dumps({"prompt": "Say it.", "completion": text})
+                                  for text in ("fine", "boom")))
+    target = ["--api-url", api_server.http_url, "--api-key", team_keys.alpha]
+    capsys.readouterr()
+    assert main(["rewards", "run", str(spec), "--samples", str(samples), *target]) == 1
+    out = capsys.readouterr().out
+    assert "python: ValueError: no grade for boom (grader.py line 3" in out
+    assert "1 of 2 sample(s) had a reward that could not score them" in out
+    assert main(["rewards", "run", str(spec), "--samples", str(samples), "--json", *target]) == 1
+    assert json.loads(capsys.readouterr().out)["items"][1]["rewards"]["python"] is None
+    samples.write_text(json.dumps({"prompt": "Say it.", "completion": "fine"}))
+    assert main(["rewards", "run", str(spec), "--samples", str(samples), *target]) == 0
+
+
+@needs_sandbox
 def test_a_spec_as_text_lends_its_rewards_and_budget_and_is_named_where_it_is_wrong(member) -> None:
     """The dashboard sends its form's text as it is (JSON or YAML)."""
     samples = [sample("yes", answer="yes"), sample("no", answer="yes")]

@@ -184,6 +184,18 @@ def test_job_views() -> None:
     assert tv.job_details(JOB)[5] == f"waits       #2 no_workers: {PENDING_REASONS['no_workers']}"
 
 
+def test_a_success_with_unscored_rows_reads_as_succeeded_with_warnings() -> None:
+    done = {**JOB, "status": "succeeded", "attempt": 1, "worker_id": "w1", "last_step": 10,
+            "queue_position": None, "pending_reason": None, "unscored_rows": 6,
+            "status_label": "succeeded with warnings"}  # as the API's JobRead labels it
+    details = tv.job_details(done)
+    assert details[1] == "status      succeeded with warnings (attempt 1, worker w1)"
+    assert "unscored    6 row(s) the rewards could not score (`grpo events` says why)" in details
+    assert tv.final_line(done) == "job 4 succeeded with warnings at step 10"
+    plain = {**done, "unscored_rows": 0, "status_label": "succeeded"}
+    assert tv.final_line(plain) == "job 4 succeeded at step 10"
+
+
 def test_event_and_metric_tables() -> None:
     event = {"id": 9, "ts": "2024-05-01T12:00:01Z", "level": "info", "type": "running", "message": "claimed"}
     assert tv.events_table([event]) == ["ID  TIME                 LEVEL  TYPE     MESSAGE",

@@ -54,7 +54,9 @@ def test_the_model_is_the_checkpoints_model_files_with_a_card_and_sampling(check
     assert generation == {**base, "do_sample": True, "temperature": 0.5, "top_p": 1.0, "top_k": 20,
                           "max_new_tokens": 64}
     card = (out / "README.md").read_text()
-    assert "GRPO service (job 12) for 7 steps from `path:tiny`" in card
+    # A path: source is a name on the server's disk: a published card names no such thing.
+    assert "GRPO service (job 12) for 7 steps from a model stored on the training service" in card
+    assert "path:" not in card
     assert "| reward | 0.123457 |" in card and "| kl | 0.0002 |" in card and "note" not in card
     assert "question 2" in card and "question 3" not in card and "... 7 more rows" in card
     reference = AutoModelForCausalLM.from_pretrained(checkpoint)

@@ -70,7 +70,9 @@ def test_none_is_not_scored_and_bad_values_or_exceptions_are_unscored_with_a_rea
     scores = run(reward, texts)
     assert list(scores) == [None] * 8 + [0.25]
     assert scores.unscored == 7  # None is "does not apply", not a failure
-    assert "KeyError: 'missing' (grader.py line 5)" in scores.problems[1]
+    # The grader's line by its number and its code, so a team sees where without the source at hand.
+    where = "(grader.py line 5: if text == 'raise': return {}['missing'])"
+    assert f"KeyError: 'missing' {where}" in scores.problems[1]
     assert "SystemExit" in scores.problems[2]
     assert "not a number" in scores.problems[3] and "outside [0, 1]" in scores.problems[4]
     assert "outside [0, 1]" in scores.problems[5] and "not a number" in scores.problems[7]

@@ -122,7 +122,7 @@ export function mount(container, {id}) {
 function jobHeader(job, render, onError) {
   const facts = [
     ["team", teamName(job.team_id)],
-    ["status", [statusBadge(job.status), waitNote(job)]],
+    ["status", [jobStatusBadge(job), waitNote(job)]],
     ["progress", progressBar(job.last_step, job.max_steps)],
     ["priority", offers(job, "set_priority") ? prioritySelect(job, render, onError) : job.priority],
     ["pool / GPUs", `${job.pool} / ${job.gpus}`],
@@ -146,7 +146,25 @@ function jobHeader(job, render, onError) {
       facts.map(([name, value]) => el("div", {}, el("dt", {}, name), el("dd", {}, value)))),
     waitingNote(job),
     failureNote(job.error),
+    unscoredNote(job),
   ];
+}
+
+// A success whose rewards left rows unscored is no plain green "succeeded": the service labels it
+// (status_label, "succeeded with warnings"), its reward signal was partly missing, and the events
+// (reward_unscored) say why.
+function jobStatusBadge(job) {
+  const label = job.status_label || job.status;
+  if (label === job.status) return statusBadge(job.status);
+  return el("span", {className: `badge status-${job.status}-warnings`, dataset: {status: job.status},
+    title: `${job.unscored_rows} row(s) the rewards could not score`}, label);
+}
+
+function unscoredNote(job) {
+  if (!job.unscored_rows) return null;
+  return el("div", {className: "job-note unscored", dataset: {unscoredRows: job.unscored_rows}},
+    el("strong", {}, "Warnings: "),
+    `${job.unscored_rows} row(s) the rewards could not score; its reward_unscored events say why.`);
 }
 
 // The spec as submitted (with the service's defaults), folded away until asked for: it never
