@@ -46,10 +46,14 @@ def upload_source(path: Path) -> Iterator[tuple[Path, str]]:
 def file_lines(found: dict[str, Any]) -> list[str]:
     from api.cli.term_view import when
 
+    # A dataset's recorded prompt field and columns: what its specs are checked against at submit.
+    recorded = [f"prompt:    {found['prompt_field']}"] if found.get("prompt_field") else []
+    if found.get("columns") is not None:
+        recorded.append(f"columns:   {', '.join(found['columns'])}")
     return [f"id:        {found['id']}", f"purpose:   {found['purpose']}", f"filename:  {found['filename']}",
-            f"format:    {found['format']}", f"bytes:     {found['bytes']}", f"sha256:    {found['sha256']}",
-            f"status:    {found['status']}", f"created:   {when(found['created_at'])} UTC",
-            f"use as:    file:{found['id']}"]
+            f"format:    {found['format']}", f"bytes:     {found['bytes']}", *recorded,
+            f"sha256:    {found['sha256']}", f"status:    {found['status']}",
+            f"created:   {when(found['created_at'])} UTC", f"use as:    file:{found['id']}"]
 
 
 def files_table(items: list[dict[str, Any]]) -> list[str]:
@@ -94,7 +98,8 @@ def add_files_command(commands: argparse._SubParsersAction) -> None:
                         "or a model folder")
     upload.add_argument("--purpose", required=True, choices=("dataset", "model"))
     upload.add_argument("--prompt-field", default=None, metavar="COLUMN",
-                        help="a dataset's prompt column (default: prompt), as its spec's prompt_field")
+                        help="a dataset's prompt column (default: prompt), remembered with the file: a "
+                        "spec naming it without its own prompt_field uses it")
     upload.set_defaults(handler=_handler(_upload))
     listing = actions.add_parser("list", parents=[common_options()], help="the team's files, newest first")
     listing.set_defaults(handler=_handler(_list))

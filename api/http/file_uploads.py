@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import NamedTuple
 
 from api.artifacts.usage import ArtifactUsage, job_artifact_bytes
 from api.domain.errors import InvalidInput, NotFound, QuotaExceeded, TooLarge, Unavailable
@@ -31,10 +32,18 @@ STORE_RETRY_SECONDS = 10
 log = logging.getLogger(__name__)
 
 
-def _checked_format(upload: SpooledUpload, purpose: str, settings: Settings,
-                    quota_room: int | None) -> tuple[str, int | None]:
-    """The upload's format and, for a model, its unpacked size, once its content passed its
-    purpose's checks."""
+class Checked(NamedTuple):
+    """What an upload's checks found: its format; a model's unpacked size; a dataset's columns
+    (None: too many to record) and the prompt field its rows were checked with."""
+
+    format: str
+    unpacked_bytes: int | None = None
+    columns: tuple[str, ...] | None = None
+    prompt_field: str | None = None
+
+
+def _checked(upload: SpooledUpload, purpose: str, settings: Settings, quota_room: int | None) -> Checked:
+    """The upload's format, and what its purpose records, once its content passed its checks."""
     assert upload.path is not None and upload.filename is not None  # receive_upload saw a file part
     limit = settings.max_upload_bytes(purpose)
     if upload.size > limit:  # the purpose came after the file, so the larger limit applied meanwhile
@@ -45,12 +54,15 @@ def _checked_format(upload: SpooledUpload, purpose: str, settings: Settings,
         if prompt_field is not None:
             raise InvalidInput("'prompt_field' belongs to a dataset upload", param="prompt_field")
         archive = check_model_archive(upload.path, settings.upload_max_unpacked_bytes, quota_room)
-        return "tar", archive.unpacked_bytes
+        return Checked("tar", unpacked_bytes=archive.unpacked_bytes)
     if prompt_field is not None and not 1 <= len(prompt_field) <= MAX_PROMPT_FIELD_LENGTH:
         raise InvalidInput(f"'prompt_field' is 1-{MAX_PROMPT_FIELD_LENGTH} characters", param="prompt_field")
     file_format = dataset_format(upload.filename)
-    check_dataset(upload.path, file_format, prompt_field or "prompt")
-    return file_format, None
+    # The field the rows were checked with is recorded, the default too: a spec naming the file
+    # without its own prompt_field gets it (api.http.submission.with_dataset_files).
+    prompt_field = prompt_field or "prompt"
+    rows = check_dataset(upload.path, file_format, prompt_field)
+    return Checked(file_format, columns=rows.columns, prompt_field=prompt_field)
 
 
 def accept_upload(upload: SpooledUpload, team_id: int, settings: Settings, store: ObjectStore) -> FileRead:
@@ -62,8 +74,9 @@ def accept_upload(upload: SpooledUpload, team_id: int, settings: Settings, store
     # A first look at the room left (unlocked), so that a model's check stops at the header that
     # passes it; the exact check below, under the quota's lock, counts uploads finished meanwhile.
     room = None if job_bytes is None else _usage_now(team_id, settings, job_bytes).room
-    file_format, unpacked = _checked_format(upload, purpose, settings, room)
+    checked = _checked(upload, purpose, settings, room)
     assert upload.path is not None and upload.filename is not None
+    unpacked = checked.unpacked_bytes
     charged = upload.size if unpacked is None else unpacked  # a model counts unpacked
     file_id = files.new_file_id()
     with session_scope(settings.database_url) as session:
@@ -73,8 +86,8 @@ def accept_upload(upload: SpooledUpload, team_id: int, settings: Settings, store
             what = f"this upload ({upload.size} bytes)" if unpacked is None else \
                 f"this model ({unpacked} bytes unpacked)"
             raise _refusal(usage, charged, what)
-        files.add_file(session, file_id, team_id, purpose, upload.filename, file_format, upload.size,
-                       upload.sha256, unpacked)
+        files.add_file(session, file_id, team_id, purpose, upload.filename, checked.format, upload.size,
+                       upload.sha256, unpacked, columns=checked.columns, prompt_field=checked.prompt_field)
     try:
         stored = store.put_file(file_key(file_id), upload.path)
         if stored.sha256 != upload.sha256 or stored.size != upload.size:

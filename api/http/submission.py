@@ -2,7 +2,8 @@
 pydantic checks while parsing the body: hub ids, inline rows, regexes that compile): ``path:``
 sources stay inside the configured roots and exist, ``hf:`` sources only where the hub is allowed
 (``eval_dataset``'s as ``dataset``'s), every reward is a known one with valid args and finds the
-inline rows' columns it reads (the eval rows' too: the same rewards score them), its time
+columns it reads in the inline rows or the uploaded file (the eval rows' too: the same rewards
+score them; an uploaded dataset's columns and prompt field were recorded at upload), its time
 budget is within the service's cap, and the pool exists with a worker big enough for the job. All
 of it is checked before anything is written, so a rejected request leaves no row behind.
 Where the model's config.json is readable (:mod:`api.http.model_config`), the longest sequence
@@ -23,6 +24,7 @@ from api.domain.job_spec import JobSpec, continued_job, file_sources, mixed_rewa
 from api.http.input_guard import text_fault
 from api.http.model_config import model_config
 from api.limits.pool_limits import effective_limits, limit_problems
+from api.schemas.files import FileRead
 from api.settings import Settings
 from api.store.files import usable_file
 from api.store.job_deletion import hold_against_deletion
@@ -34,7 +36,7 @@ from grpo_core.errors import SpecError
 from grpo_core.io.paths import resolve_under_root
 from grpo_core.rewards import check_reward_rows, model_sources, required_capabilities, validate_reward_specs
 from grpo_core.rewards.http_verifier import verifier_names
-from grpo_core.spec.prompt_rows import reward_column_names
+from grpo_core.spec.prompt_rows import reward_column_names, reward_columns
 from grpo_core.spec.run_spec import DatasetSpec, RewardSpec
 from grpo_core.spec.size_checks import positions_problem
 from grpo_core.spec.spec_file import InvalidSpec
@@ -69,11 +71,7 @@ def check_submission(spec: JobSpec, settings: Settings) -> None:
     ]
     problems.append(_reward_rows_problem(spec.rewards, spec.dataset))
     if problems[-1] is None and spec.eval_dataset is not None:
-        # The eval rows are scored by the same rewards: a column they lack would fail the first
-        # eval point. Named on the rows, since the rewards suit the training rows.
-        eval_problem = _reward_rows_problem(spec.rewards, spec.eval_dataset)
-        if eval_problem is not None:
-            problems.append(SpecError("eval_dataset.prompts", f"{eval_problem.field}: {eval_problem.reason}"))
+        problems.append(_eval_rows_problem(spec.rewards, spec.eval_dataset, "eval_dataset.prompts"))
     errors = [problem for problem in problems if problem is not None]
     if errors:
         raise InvalidSpec(errors)
@@ -88,17 +86,29 @@ def _datasets(spec: JobSpec) -> list[tuple[str, DatasetSpec]]:
     return found
 
 
-def _reward_rows_problem(rewards: list[RewardSpec], dataset: DatasetSpec) -> SpecError | None:
-    """The rewards' args, and with inline rows the columns the rewards read and their values."""
+def _reward_rows_problem(rewards: list[RewardSpec], dataset: DatasetSpec,
+                         columns: set[str] | None = None) -> SpecError | None:
+    """The rewards' args, and with inline rows the columns the rewards read and their values
+    (with an uploaded file's ``columns``, those a reward may read: the columns the rewards read)."""
     inline = dataset.prompts
     try:
-        columns = None if inline is None else reward_column_names(inline, dataset.prompt_field)
+        if inline is not None:
+            columns = reward_column_names(inline, dataset.prompt_field)
         validate_reward_specs(rewards, columns)
         if inline is not None:
             check_reward_rows(rewards, inline)
     except SpecError as exc:
         return exc
     return None
+
+
+def _eval_rows_problem(rewards: list[RewardSpec], dataset: DatasetSpec, field: str,
+                       columns: set[str] | None = None) -> SpecError | None:
+    """:func:`_reward_rows_problem` for the eval rows, named at ``field`` (their rows or their
+    file): they are scored by the same rewards, so a column they lack would fail the first eval
+    point, and the rewards suit the training rows."""
+    problem = _reward_rows_problem(rewards, dataset, columns)
+    return None if problem is None else SpecError(field, f"{problem.field}: {problem.reason}")
 
 
 def _check_hub_allowed(source: str | None, settings: Settings, field: str) -> SpecError | None:
@@ -232,12 +242,13 @@ def _purpose_for(field: str) -> str:
     return "dataset" if field.startswith(("dataset.", "eval_dataset.")) else "model"
 
 
-def check_file_sources(session: Session, spec: JobSpec, team_id: int) -> None:
+def check_file_sources(session: Session, spec: JobSpec, team_id: int) -> dict[str, FileRead]:
     """Every ``file:ID`` source names a file of the submitting team (admins included: the job is
     the team's) that is ``ready`` and was uploaded for that use (a model archive for the model and
     a reward's model, a dataset for the prompts), and no reward model beside them is a ``path:`` one
-(:func:`mixed_reward_models`). Read FOR SHARE: its deletion waits for this job."""
+    (:func:`mixed_reward_models`); the files by field. Read FOR SHARE: its deletion waits for this job."""
     problems = []
+    files: dict[str, FileRead] = {}
     for field, file_id in file_sources(spec.model_dump(mode="json")):
         found = usable_file(session, file_id, team_id)
         wanted = _purpose_for(field)
@@ -248,11 +259,55 @@ def check_file_sources(session: Session, spec: JobSpec, team_id: int) -> None:
         elif found.purpose != wanted:
             problems.append(SpecError(field, f"file '{file_id}' was uploaded as a {found.purpose}; this "
                                              f"field takes a {wanted} (purpose={wanted})"))
+        else:
+            files[field] = found
     mixed = mixed_reward_models(spec)
     if mixed is not None:
         problems.append(mixed)
     if problems:
         raise InvalidSpec(problems)
+    return files
+
+
+def with_dataset_files(spec: JobSpec, files: dict[str, FileRead]) -> JobSpec:
+    """``spec`` with each uploaded dataset (``files``: :func:`check_file_sources`'s) taking the
+    prompt field its upload recorded where the spec sets none, so the stored spec says which
+    column the worker reads; an :class:`InvalidSpec` when the file lacks that column
+    (``dataset.prompt_field``) or one a reward reads (``rewards.N.args``; ``eval_dataset.source``
+    for the eval file), naming the file's columns. Rewards' args were checked before
+    (:func:`check_submission`). A file uploaded before columns were recorded is left to the worker."""
+    problems: list[SpecError] = []
+    for field, dataset in _datasets(spec):
+        found = files.get(f"{field}.source")
+        if found is None or found.prompt_field is None:
+            continue
+        if "prompt_field" not in dataset.model_fields_set:
+            dataset = dataset.model_copy(update={"prompt_field": found.prompt_field})
+            spec = spec.model_copy(update={field: dataset})
+        problem = _file_columns_problem(spec.rewards, field, dataset, found)
+        if problem is not None:
+            problems.append(problem)
+    if problems:
+        raise InvalidSpec(problems)
+    return spec
+
+
+def _file_columns_problem(rewards: list[RewardSpec], field: str, dataset: DatasetSpec,
+                          found: FileRead) -> SpecError | None:
+    """What the file at ``field`` lacks of what the spec reads, by one rule with inline rows (None
+    too when its columns were too many to record)."""
+    if found.columns is None:
+        return None
+    if dataset.prompt_field not in found.columns:
+        present = ", ".join(found.columns)
+        return SpecError(f"{field}.prompt_field",
+                         f"file '{found.id}' has no column '{dataset.prompt_field}'; its columns: {present}")
+    columns = reward_columns(found.columns, dataset.prompt_field)
+    problem = (_reward_rows_problem(rewards, dataset, columns) if field == "dataset"
+               else _eval_rows_problem(rewards, dataset, f"{field}.source", columns))
+    if problem is None:
+        return None
+    return SpecError(problem.field, f"{problem.reason} (file '{found.id}', {field}.source)")
 
 
 def check_verifiers(session: Session, spec: JobSpec, team_id: int) -> None:

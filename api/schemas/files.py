@@ -23,6 +23,12 @@ class FileRead(BaseModel):
                                        "the team's artifact quota counts (null: a dataset, counted as "
                                        "uploaded)")
     sha256: str = Field(description="SHA-256 of its bytes, hex")
+    columns: list[str] | None = Field(None, description="A dataset's columns: every one some row has, in the "
+                                      "order first seen; a spec naming the file is checked against them at "
+                                      "submit (null: a model, or more columns than are recorded)")
+    prompt_field: str | None = Field(None, description="The column a dataset's rows were checked to hold as "
+                                     "their prompt (the upload's `prompt_field`, default `prompt`): a spec "
+                                     "naming the file without its own `dataset.prompt_field` uses it")
     status: FileStatus = Field(description="`ready`: usable by jobs; `uploading`: being stored; `error`: "
                                            "could not be stored (delete it and upload again)")
     created_at: UtcDatetime

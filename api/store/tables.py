@@ -369,6 +369,12 @@ class UploadedFile(Base):
     # A model archive's files unpacked (what a worker's copy takes and the quota counts); NULL: a
     # dataset, or an archive uploaded before this was recorded: it counts as uploaded.
     unpacked_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    # A dataset's columns (every one some row has, in the order first seen) and the prompt field
+    # its rows were checked with, for the submit checks of the specs that name it. NULL: a model;
+    # a dataset uploaded before they were recorded; columns too many to record
+    # (grpo_core.io.prompt_data.MAX_RECORDED_COLUMNS). Specs naming it are then checked on the worker.
+    columns: Mapped[list[Any] | None] = mapped_column(JSON)
+    prompt_field: Mapped[str | None] = mapped_column(String(128))
     sha256: Mapped[str] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(16), default="uploading")
     error: Mapped[str | None] = mapped_column(Text)

@@ -2,7 +2,8 @@
 and its rows, checked by the core's own reader and prompt rules
 (:func:`grpo_core.io.prompt_data.check_rows_file`), so an upload accepted here is one a job loads.
 A bad one raises :class:`~api.domain.errors.InvalidInput` naming ``file`` (or ``prompt_field``)
-and the first bad row."""
+and the first bad row. A good one's columns and prompt field are recorded with it, so a spec is
+checked against them at submit (:mod:`api.http.submission`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path, PurePosixPath
 
 from api.domain.errors import InvalidInput
 from grpo_core.errors import SpecError
-from grpo_core.io.prompt_data import check_rows_file
+from grpo_core.io.prompt_data import FileRows, check_rows_file
 
 DATASET_FORMATS = ("jsonl", "json", "csv", "parquet")
 # A JSON array or a Parquet file is parsed whole to be checked (JSONL and CSV a row at a time):
@@ -31,8 +32,9 @@ def dataset_format(filename: str) -> str:
     return suffix
 
 
-def check_dataset(path: Path, file_format: str, prompt_field: str) -> int:
-    """How many rows the file holds; InvalidInput naming the first bad one."""
+def check_dataset(path: Path, file_format: str, prompt_field: str) -> FileRows:
+    """How many rows the file holds and its columns (recorded with it for the submit checks);
+    InvalidInput naming the first bad row."""
     if file_format in ("json", "parquet") and path.stat().st_size > MAX_WHOLE_FILE_BYTES:
         raise InvalidInput(f"a .{file_format} dataset is read whole to be checked, so it may be at most "
                            f"{MAX_WHOLE_FILE_BYTES // 2**20} MiB; upload a larger one as .jsonl (one row "

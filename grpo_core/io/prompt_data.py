@@ -37,7 +37,8 @@ from grpo_core.spec.prompt_rows import prompt_problem
 from grpo_core.spec.run_spec import DatasetSpec
 from grpo_core.spec.sources import split_source
 
-__all__ = ["MAX_ROWS", "PromptSampler", "check_rows_file", "columns_of", "load_rows", "render_prompt"]
+__all__ = ["MAX_ROWS", "FileRows", "PromptSampler", "check_rows_file", "columns_of", "load_rows",
+           "render_prompt"]
 
 # Rows are held in memory for the whole run; past this a dataset belongs in a streaming loader.
 MAX_ROWS = 1_000_000
@@ -199,28 +200,51 @@ def _normalize(raw: list[dict[str, Any]], prompt_field: str, inline: bool) -> li
     return rows
 
 
-def check_rows_file(path: Path, file_format: str, prompt_field: str = "prompt") -> int:
-    """How many rows the dataset file ``path`` holds (``file_format``: jsonl, json, csv or parquet),
-    each read and checked as :func:`load_rows` would, one at a time (a JSONL or CSV file is never
-    held whole); a SpecError names the first bad row. For the service's uploads, checked before
-    anything is stored, so it also refuses what a job could not carry: a string with a NUL or a
-    lone surrogate (:func:`grpo_core.io.row_checks.text_problem`), naming its row and column."""
+# A file's columns are recorded for the submit checks up to these bounds; past them (a row of
+# thousands of keys, a key of a kilobyte) they are left unknown and a job's rows are checked as it
+# loads them, as before columns were recorded.
+MAX_RECORDED_COLUMNS = 256
+MAX_COLUMN_NAME_CHARS = 128
+
+
+@dataclass(frozen=True)
+class FileRows:
+    """What :func:`check_rows_file` found: the row count and every column some row has, in the
+    order first seen (None: more or longer names than are recorded)."""
+
+    count: int
+    columns: tuple[str, ...] | None
+
+
+def check_rows_file(path: Path, file_format: str, prompt_field: str = "prompt") -> FileRows:
+    """The rows and columns of the dataset file ``path`` (``file_format``: jsonl, json, csv or
+    parquet), each row read and checked as :func:`load_rows` would, one at a time (a JSONL or CSV
+    file is never held whole); a SpecError names the first bad row. For the service's uploads,
+    checked before anything is stored, so it also refuses what a job could not carry: a string with
+    a NUL or a lone surrogate (:func:`grpo_core.io.row_checks.text_problem`), naming its row and
+    column."""
     reader = _READERS.get(f".{file_format}")
     if reader is None:
         raise SpecError(SOURCE, f"unsupported file type '{file_format}'; use one of {', '.join(_READERS)}")
     count = 0
+    columns: dict[str, None] | None = {}  # a dict keeps the order first seen
     try:
         for count, row in enumerate(reader(path), start=1):
             _check_count(count, SOURCE)
             _row_prompt(row, count - 1, prompt_field, inline=False)
             check_text(row, count - 1, SOURCE)
+            if columns is not None:
+                names = [str(key) for key in row]
+                columns.update(dict.fromkeys(names))
+                if len(columns) > MAX_RECORDED_COLUMNS or max(map(len, names)) > MAX_COLUMN_NAME_CHARS:
+                    columns = None
     except UnicodeDecodeError as exc:
         raise SpecError(SOURCE, "the file is not UTF-8 text") from exc
     except csv.Error as exc:
         raise SpecError(SOURCE, f"could not parse the file as CSV: {exc}") from exc
     if not count:
         raise SpecError("dataset", "the dataset has no rows")
-    return count
+    return FileRows(count, None if columns is None else tuple(columns))
 
 
 def load_rows(

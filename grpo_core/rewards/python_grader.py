@@ -9,7 +9,16 @@ counted in the step's ``reward_unscored`` warning, as a verifier's failures are.
 
 Only the standard library is available: ``args.requirements`` is refused rather than ignored. The
 source is checked when the spec is (it compiles, defines ``grade`` at top level, at most
-:data:`MAX_SOURCE_CHARS`), without running any of it: the service parses it and nothing more.
+:data:`MAX_SOURCE_CHARS`, imports only the standard library), without running any of it: the
+service parses it and nothing more. The imports are read from the syntax tree
+(:func:`outside_stdlib`): every ``import``/``from ... import`` statement, at top level or in a
+function, against ``sys.stdlib_module_names`` of the Python doing the check: the service's and
+the worker's, of the release the sandbox's system Python is in the images
+(:func:`grpo_core.rewards.sandbox.interpreter`; a module that release lists but a build leaves
+out, such as ``tkinter``, still fails at run time).
+An import inside ``try`` with an ``except ImportError`` (or broader) is a fallback the grader
+handles, so it passes. Names built at run time (``__import__(name)``, ``importlib.import_module``)
+are not seen by a static check: they fail in the sandbox, as the rows' errors.
 
 One call scores all rows of the step in **one** sandboxed interpreter
 (:mod:`grpo_core.rewards.grader_harness`): starting a sandbox costs tens of milliseconds, so one
@@ -23,6 +32,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -34,7 +44,8 @@ from grpo_core.rewards.reward_types import RewardContext, RewardDefinition, Rewa
 from grpo_core.rewards.sandbox import CAPABILITY, Limits, SandboxUnavailable, run_python, sandbox_problem
 from grpo_core.rewards.scoring import SCORER_COLUMNS, PartlyScored
 
-__all__ = ["MAX_SOURCE_CHARS", "PYTHON_GRADER", "GradedRows", "PythonGraderArgs", "grade_rows"]
+__all__ = ["MAX_SOURCE_CHARS", "PYTHON_GRADER", "GradedRows", "PythonGraderArgs", "grade_rows",
+           "outside_stdlib"]
 
 MAX_SOURCE_CHARS = 65536
 _HARNESS = (Path(__file__).with_name("grader_harness.py")).read_text(encoding="utf-8")
@@ -51,9 +62,47 @@ def _defines_grade(tree: ast.Module) -> bool:
     return False
 
 
+# An except clause naming one of these catches a failed import: what it guards may fail.
+_IMPORT_GUARDS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
+
+
+def _guards_imports(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Try | ast.TryStar):
+        return False
+    for handler in node.handlers:
+        caught = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+        if handler.type is None or any(isinstance(name, ast.Name) and name.id in _IMPORT_GUARDS
+                                       for name in caught):
+            return True
+    return False
+
+
+def outside_stdlib(tree: ast.Module) -> tuple[int, str] | None:
+    """``(line, module)`` of the first import of something the standard library does not have
+    (a relative import too: the grader is one file), leaving out imports a ``try`` guards. Walked
+    without recursion: a tree that compiled may still be deeper than Python's recursion limit."""
+    found: list[tuple[int, str]] = []
+    pending: list[tuple[ast.AST, bool]] = [(tree, False)]
+    while pending:
+        node, guarded = pending.pop()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
+                ["." * node.level + (node.module or "")]
+            found += [(node.lineno, name) for name in names if not guarded and
+                      (name.startswith(".") or name.partition(".")[0] not in sys.stdlib_module_names)]
+        elif _guards_imports(node):
+            assert isinstance(node, ast.Try | ast.TryStar)
+            pending += [(statement, True) for statement in node.body]
+            pending += [(part, guarded) for part in (*node.handlers, *node.orelse, *node.finalbody)]
+        else:
+            pending += [(child, guarded) for child in ast.iter_child_nodes(node)]
+    return min(found, default=None)
+
+
 def check_source(source: str) -> str:
-    """``source`` when it compiles and defines ``grade(sample, item)`` at top level, else a
-    ValueError saying what is wrong (a syntax error with its line). Parses, never runs."""
+    """``source`` when it compiles, defines ``grade(sample, item)`` at top level and imports only
+    the standard library (:func:`outside_stdlib`), else a ValueError saying what is wrong (a
+    syntax error or an import with its line). Parses, never runs."""
     try:
         tree = ast.parse(source, filename="grader.py")
         compile(tree, "grader.py", "exec")
@@ -64,6 +113,13 @@ def check_source(source: str) -> str:
     if not _defines_grade(tree):
         raise ValueError("must define a function grade(sample, item) at top level (not async), "
                          "returning a float in [0, 1] or None")
+    if (imported := outside_stdlib(tree)) is not None:
+        line, module = imported
+        release = f"{sys.version_info.major}.{sys.version_info.minor}"
+        raise ValueError(f"line {line} imports '{module}', which is not in the standard library of the "
+                         f"sandbox's Python {release}: python graders run with the standard library only "
+                         "(vendor what you need into 'source', or guard the import with try/except "
+                         "ImportError)")
     return source
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["MESSAGE_ROLES", "RESERVED_COLUMNS", "prompt_problem", "reward_column_names", "reserved_in"]
+__all__ = ["MESSAGE_ROLES", "RESERVED_COLUMNS", "prompt_problem", "reward_column_names", "reward_columns",
+           "reserved_in"]
 
 # The inputs score_completions passes every reward besides the dataset's columns.
 RESERVED_COLUMNS = frozenset({"completions", "prompts", "raw_completions", "prompt_messages"})
@@ -45,6 +46,13 @@ def reserved_in(columns: Iterable[str]) -> list[str]:
 
 
 def reward_column_names(rows: Iterable[dict[str, Any]], prompt_field: str) -> set[str]:
-    """Columns a reward may ask for by name: every key but the prompt (a ``prompt`` column is
-    dropped too when ``prompt_field`` names another, see :mod:`grpo_core.io.prompt_data`)."""
-    return {str(key) for row in rows for key in row if key not in (prompt_field, "prompt")}
+    """Columns a reward may ask for by name: every key of ``rows`` but the prompt
+    (:func:`reward_columns`)."""
+    return reward_columns((key for row in rows for key in row), prompt_field)
+
+
+def reward_columns(columns: Iterable[Any], prompt_field: str) -> set[str]:
+    """Of a dataset's ``columns``, those a reward may ask for by name: all but the prompt (a
+    ``prompt`` column is dropped too when ``prompt_field`` names another, see
+    :mod:`grpo_core.io.prompt_data`). For inline rows and an uploaded file's recorded columns alike."""
+    return {str(column) for column in columns if column not in (prompt_field, "prompt")}

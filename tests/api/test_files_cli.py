@@ -45,9 +45,11 @@ def test_refusals_are_bad_input(grpo, tmp_path) -> None:
     (tmp_path / "rows.jsonl").write_text('{"question": "no prompt"}\n')
     code, _, err = grpo("files", "upload", str(tmp_path / "rows.jsonl"), "--purpose", "dataset")
     assert code == 2 and "row 0 has no 'prompt' column" in err
-    accepted = grpo.json("files", "upload", str(tmp_path / "rows.jsonl"), "--purpose", "dataset",
-                         "--prompt-field", "question")
-    assert accepted["status"] == "ready"
+    code, out, err = grpo("files", "upload", str(tmp_path / "rows.jsonl"), "--purpose", "dataset",
+                          "--prompt-field", "question")
+    assert code == 0 and "ready" in out, err
+    # Remembered with the file, for the specs that name it.
+    assert "prompt:    question" in out.splitlines() and "columns:   question" in out.splitlines()
     code, _, err = grpo("files", "upload", str(tmp_path / "missing.jsonl"), "--purpose", "dataset")
     assert code == 2 and "no such file or folder" in err
     (tmp_path / "model").mkdir()

@@ -93,8 +93,10 @@ def test_a_grader_that_rewrites_its_harness_still_scores_nothing_out_of_range(me
 @pytest.mark.parametrize(("reward", "param", "says"), [
     ({"name": "python", "args": {"source": "def grade(sample, item):\nreturn 1\n"}}, "rewards.0.args.source",
      "does not compile"),
-    ({"name": "python", "args": {"source": "import numpy\ndef grade(s, i):\n    return 1.0\n"}}, "rewards.0",
-     "does not load"),
+    ({"name": "python", "args": {"source": "import numpy\ndef grade(s, i):\n    return 1.0\n"}},
+     "rewards.0.args.source", "line 1 imports 'numpy'"),  # refused before it runs
+    ({"name": "python", "args": {"source": "np = __import__('numpy')\ndef grade(s, i):\n    return 1.0\n"}},
+     "rewards.0", "does not load"),  # a name built at run time: only the sandbox finds it missing
     ({"name": "python", "args": {"source": GRADER, "requirements": ["requests"]}},
      "rewards.0.args.requirements", "standard library only"),
     ({"name": "reward_model", "args": {"model": "path:some-rm"}}, "rewards.0.args.model",

@@ -278,3 +278,20 @@ def test_sampler_rejects_a_bad_state() -> None:
     for state in ({"epoch": 0, "position": 3}, {"epoch": -1, "position": 0}, {"position": 0}):
         with pytest.raises(ValueError):
             sampler.load_state_dict(state)
+
+
+def test_a_checked_files_columns_are_every_rows_in_the_order_first_seen_within_bounds(tmp_path: Path) -> None:
+    path = tmp_path / "rows.csv"
+    path.write_text("question,answer\nhi,yes\n")
+    found = prompt_data.check_rows_file(path, "csv", "question")
+    assert found == prompt_data.FileRows(1, ("question", "answer"))
+    rows = [{"prompt": "a", "b": 1}, {"prompt": "c", "a": 2}]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert prompt_data.check_rows_file(path, "jsonl").columns == ("prompt", "b", "a")
+    # Past the bounds they are left unknown (checked on the worker), never cut to a wrong list.
+    wide = {"prompt": "a", **{f"c{n}": n for n in range(prompt_data.MAX_RECORDED_COLUMNS)}}
+    long_name = {"prompt": "a", "x" * (prompt_data.MAX_COLUMN_NAME_CHARS + 1): 1}
+    for row in (wide, long_name):
+        path.write_text(json.dumps({"prompt": "first"}) + "\n" + json.dumps(row) + "\n")
+        assert prompt_data.check_rows_file(path, "jsonl") == prompt_data.FileRows(2, None)

@@ -90,7 +90,10 @@ def test_what_the_grader_prints_cannot_corrupt_its_results() -> None:
 
 
 def test_a_grader_that_does_not_load_fails_the_call_with_its_error() -> None:
-    reward = bind_one("python", source="import numpy\n\ndef grade(sample, item):\n    return 1.0\n")
+    # An import statement of numpy is refused with the spec (tests/api/test_files_columns.py); one by a
+    # name at run time is not seen until the sandbox runs it.
+    reward = bind_one("python", source="numpy = __import__('numpy')\n\ndef grade(sample, item):\n"
+                                        "    return 1.0\n")
     with pytest.raises(GRPOError) as info:
         run(reward, ["a"])
     assert info.value.code == "reward_error"
@@ -146,11 +149,25 @@ def test_its_sandbox_footprint_is_one_interpreters_processes_and_tmp() -> None:
     ({"source": "async def grade(s, i):\n    return 1\n"}, "source", "not async"),
     ({"source": "x = 1\n" * (MAX_SOURCE_CHARS // 6 + 1)}, "source", str(MAX_SOURCE_CHARS)),
     ({"source": EXACT, "requirements": ["numpy"]}, "requirements", "standard library only"),
+    ({"source": "import os\nimport numpy.linalg\n" + EXACT}, "source", "line 2 imports 'numpy.linalg'"),
+    ({"source": "from .helpers import f\n" + EXACT}, "source", "line 1 imports '.helpers'"),
+    # A try that does not catch a failed import guards nothing, nor does its else.
+    ({"source": "try:\n    import numpy\nexcept ValueError:\n    pass\n" + EXACT}, "source",
+     "line 2 imports 'numpy'"),
+    ({"source": "try:\n    pass\nexcept ImportError:\n    pass\nelse:\n    import yaml\n" + EXACT},
+     "source", "line 6 imports 'yaml'"),
 ])
 def test_a_broken_grader_is_refused_naming_its_field_without_running(args, field, says) -> None:
     error = spec_error([python(**args)])
     assert error.field == f"rewards.0.args.{field}"
     assert says in error.message
+
+
+def test_standard_library_imports_and_guarded_fallbacks_pass_the_import_check() -> None:
+    source = ("from __future__ import annotations\nimport os.path, json\nfrom collections import abc\n"
+              "try:\n    import numpy\nexcept (ValueError, ModuleNotFoundError):\n    numpy = None\n"
+              "def grade(sample, item):\n    import re\n    return 1.0\n")
+    assert check_source(source) == source
 
 
 def test_checking_the_source_never_runs_it(tmp_path: Path) -> None:

@@ -113,3 +113,38 @@ def test_a_job_from_an_uploaded_model_and_dataset_succeeds_and_stays_its_teams(
     fetched = [cache for cache in caches if (cache / entry / "model" / "tiny-model" / "config.json").exists()]
     assert len(fetched) == 1
     assert not any((fetched[0] / ".links").glob("*/*"))
+
+
+def test_a_job_on_an_upload_takes_the_prompt_field_the_upload_remembered(
+        processes, tiny_spec, pool, wait_for, finished, wait_worker_ready, members, tmp_path) -> None:
+    """Uploaded with ``prompt_field=question`` and named by a spec that sets none: the worker
+    reads ``question`` as the prompt (the spec's default, ``prompt``, is no column of the file)
+    and the ``answer`` column reaches the reward."""
+    url = processes.api(TOKEN)
+    processes.scheduler()
+    processes.worker(pool, GRPO_WORKER_CACHE_DIR=str(tmp_path / "cache"))
+    wait_worker_ready(pool, processes)
+    rows = [{"question": row["prompt"], "answer": "yes"} for row in ROWS]
+    content = "".join(json.dumps(row) + "\n" for row in rows).encode()
+    with client(url, members["alpha"]) as alpha:
+        response = alpha.post("/v1/files", data={"purpose": "dataset", "prompt_field": "question"},
+                              files={"file": ("questions.jsonl", content)})
+        assert response.status_code == 201, response.text
+        source = {"source": f"file:{response.json()['id']}"}
+        spec = tiny_spec("remembered", pool=pool, max_steps=2, dataset=source, eval_dataset=source,
+                         grpo={"eval_strategy": "steps", "eval_steps": 2},
+                         rewards=[{"name": "exact_match", "args": {"field": "answer"}}])
+        submitted = alpha.post("/v1/jobs", json=spec)
+        assert submitted.status_code == 201, submitted.text
+        job_id = submitted.json()["id"]
+        done = wait_for(lambda: finished(job_id), 300, "the job to end", processes)
+        assert done.status == "succeeded", done.error
+        assert done.last_step == 2
+        stored = alpha.get(f"/v1/jobs/{job_id}").json()["spec"]
+        assert stored["dataset"]["prompt_field"] == stored["eval_dataset"]["prompt_field"] == "question"
+        samples = alpha.get(f"/v1/jobs/{job_id}/samples").json()["items"]
+        rows = [row for sample in samples for row in sample["rows"]]
+        assert rows and {row["prompt"] for row in rows} <= {row["prompt"] for row in ROWS}
+        assert all(row["rewards"]["exact_match"] in (0.0, 1.0) for row in rows)  # answer was scored
+        metrics = alpha.get(f"/v1/jobs/{job_id}/metrics").json()["items"]
+        assert any("eval_reward" in item["values"] for item in metrics), metrics  # the eval file's rows

@@ -39,6 +39,7 @@ from api.http.submission import (
     check_placement,
     check_submission,
     check_verifiers,
+    with_dataset_files,
 )
 from api.http.views import job_for
 from api.limits.team_limits import check_priority
@@ -121,7 +122,7 @@ def _check_and_create(
     with session_scope(settings.database_url, publish=app_state.publish) as session:
         check_placement(session, spec, settings)
         check_job_source(session, spec, team_id, settings)
-        check_file_sources(session, spec, team_id)
+        spec = with_dataset_files(spec, check_file_sources(session, spec, team_id))
         check_model_positions(spec, settings)
         check_verifiers(session, spec, team_id)
         spec = with_team_priority(session, team_id, spec, settings)
