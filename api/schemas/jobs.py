@@ -82,6 +82,10 @@ class JobRead(BaseModel):
     # The newest checkpoint's folder: its server path for admins, its name (``step-40``) for members.
     latest_checkpoint: str | None
     error: ErrorInfo | None
+    eval_reward: float | None = Field(None, description=(
+        "The mean reward of the job's latest evaluation (its last eval point's `eval_reward`); null for "
+        "a job that has not evaluated. Filled in `GET /v1/jobs` and `GET /v1/jobs/{id}`, not in stream "
+        "messages"))
     # A spec may be a megabyte of inline rows: lists leave it out (null) unless asked (include=spec).
     spec: dict[str, Any] | None = None
     # In the answer to a submit or clone only: fields of the request's spec that were accepted but

@@ -3,7 +3,8 @@ points from the step records in SQL, thinned evenly in the query when there are 
 answer may carry, and the names of the numeric metrics the jobs recorded. A metric counts only
 where a record has it, so one logged every few steps (an evaluation's) keeps its own points
 instead of losing them to a stride over every step. Also a job's last step record and last eval
-point (:func:`final_records`), which its final webhook carries."""
+point (:func:`final_records`), which its final webhook carries; and each listed job's latest eval
+reward (:func:`with_eval_rewards`), for a page of jobs in one query."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from collections.abc import Sequence
 from sqlalchemy import bindparam, func, or_, select, text
 from sqlalchemy.orm import Session
 
-from api.store.tables import JobMetric
+from api.schemas.jobs import JobRead
+from api.store.tables import Job, JobMetric
 from grpo_core.spec.grpo_config import eval_metrics_of
 
 Points = list[tuple[int, float]]
@@ -87,3 +89,16 @@ def final_records(session: Session, job_id: int) -> tuple[dict | None, dict | No
     point = evaluated.first()
     return (None if last is None else {"step": last.step, "values": last.payload},
             None if point is None else {"step": point.step, "values": eval_metrics_of(point.payload)})
+
+
+def with_eval_rewards(session: Session, jobs: list[JobRead]) -> list[JobRead]:
+    """The jobs with ``eval_reward``: their last eval point's mean reward, None for a job that has
+    not evaluated. One query for the whole page: per job, its records read newest step first
+    (the ``(job_id, step)`` unique index) down to the first eval point, a few steps at most."""
+    if not jobs:
+        return jobs
+    value = JobMetric.payload[EVAL_POINT_MARK].as_string()
+    latest = (select(value).where(JobMetric.job_id == Job.id, value.is_not(None))
+              .order_by(JobMetric.step.desc()).limit(1).scalar_subquery())
+    found = dict(session.execute(select(Job.id, latest).where(Job.id.in_([job.id for job in jobs]))).all())
+    return [job.model_copy(update={"eval_reward": _finite(found.get(job.id))}) for job in jobs]

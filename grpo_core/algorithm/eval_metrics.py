@@ -4,7 +4,7 @@ its rows as browsable samples; pure functions of the scored eval completions."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -31,6 +31,8 @@ class EvalRow:
     reward: float  # the weighted sum, NaN = unscorable
     length: int  # completion tokens, EOS included
     truncated: bool  # reached max_completion_length without an EOS
+    # the dataset row's columns but the prompt, as the samples show them (PromptSet.sample_columns)
+    columns: dict[str, Any] = field(default_factory=dict)
 
 
 def passes(reward: float, threshold: float) -> bool:
@@ -82,6 +84,7 @@ def eval_sample_rows(rows: list[EvalRow], reward_names: list[str], step: int) ->
             "prompt": row.prompt,
             "completion": row.text,
             "answer": row.answer,
+            "columns": row.columns,
             "rewards": dict(zip(reward_names, row.scores, strict=True)),
             "reward": row.reward,
             "advantage": None,

@@ -116,9 +116,10 @@ def _generate_and_score(inputs: EvalInputs, indices: list[int], step: int) -> li
     combined = combine_rewards(scores, weights)
     lengths = rollout.completion_mask.sum(dim=1).tolist()
     truncated = rollout.is_truncated.tolist()
+    columns = inputs.prompts.sample_columns(indices, k)
     return [
         EvalRow(prompt_index=indices[i // k], generation=i % k, prompt=row_prompts[i], text=d.text,
                 answer=d.answer, scores=scores[i].tolist(), reward=float(combined[i]), length=int(lengths[i]),
-                truncated=bool(truncated[i]))
+                truncated=bool(truncated[i]), columns=columns[i])
         for i, d in enumerate(decoded)
     ]

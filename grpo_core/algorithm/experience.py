@@ -72,6 +72,8 @@ class Experience:
     # feeds, TRL's num_items_in_batch·gradient_accumulation_steps/steps_per_generation. None (a
     # checkpoint from before generation rounds): the step's own loss tokens, the same thing then.
     round_tokens_per_step: float | None = None
+    # (N,) each row's dataset columns but the prompt, as the samples show them (PromptSet.sample_columns)
+    columns: list[dict[str, Any]] = field(default_factory=list)
 
     def step_part(self, index: int, steps: int) -> Experience:
         """The rows optimizer step ``index`` of the ``steps`` a generation round feeds trains on.
@@ -89,6 +91,7 @@ class Experience:
             self,
             rollout=self.rollout.select(rows),
             prompts=self.prompts[rows],
+            columns=self.columns[rows],
             decoded=self.decoded[rows],
             rewards_per_func=self.rewards_per_func[rows],
             rewards=self.rewards[rows],
@@ -111,12 +114,13 @@ class _Rows:
     prompts: list[str]  # (N,)
     decoded: list[DecodedCompletion]  # (N,)
     scores: torch.Tensor  # (N, F) per reward function, on the CPU
+    columns: list[dict[str, Any]]  # (N,) the dataset row's columns but the prompt
 
     def group_on_cpu(self, index: int, g: int) -> _Rows:
         """Group ``index``'s G rows, with tensors on the CPU: rows cross ranks pickled."""
         rows = slice(index * g, (index + 1) * g)
         rollout = self.rollout.select(rows).to("cpu")
-        return _Rows(rollout, self.prompts[rows], self.decoded[rows], self.scores[rows])
+        return _Rows(rollout, self.prompts[rows], self.decoded[rows], self.scores[rows], self.columns[rows])
 
     @staticmethod
     def concat(parts: list[_Rows], pad_id: int) -> _Rows:
@@ -125,6 +129,7 @@ class _Rows:
             [prompt for p in parts for prompt in p.prompts],
             [d for p in parts for d in p.decoded],
             torch.cat([p.scores for p in parts]),
+            [row for p in parts for row in p.columns],
         )
 
 
@@ -221,7 +226,7 @@ def _sample_round(gen: _Generation, groups: _Groups) -> None:
         earlier = groups.reward_failures.get(name)
         groups.reward_failures[name] = earlier.merged(failure) if earlier else failure
     scores = torch.tensor(scored.matrix, dtype=torch.float32).reshape(len(decoded), len(gen.rewards))
-    groups.rounds.append(_Rows(rollout, row_prompts, decoded, scores))
+    groups.rounds.append(_Rows(rollout, row_prompts, decoded, scores, gen.prompts.sample_columns(indices, g)))
     spread = torch.nan_to_num(group_std(combine_rewards(scores, gen.weights), g), nan=0.0)
     has_signal = ~torch.isclose(spread, torch.tensor(0.0))
     # Every rank learns every rank's flags, so all decide alike whether to resample and what to keep.
@@ -301,6 +306,7 @@ def make_experience(
     exp = Experience(
         rollout=rollout,
         prompts=rows.prompts,
+        columns=rows.columns,
         decoded=rows.decoded,
         rewards_per_func=rows.scores,
         rewards=combined,

@@ -96,6 +96,7 @@ def sample_rows(
                 "prompt": exp.prompts[i],
                 "completion": exp.decoded[i].text,
                 "answer": exp.decoded[i].answer,
+                "columns": exp.columns[i] if i < len(exp.columns) else {},
                 "rewards": per_func,
                 "reward": exp.rewards[i].item(),
                 "advantage": exp.advantages[i].item(),

@@ -14,6 +14,7 @@ name the 1-based line instead, since that is what an editor shows. Bad input rai
 from __future__ import annotations
 
 import csv
+import json
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -285,6 +286,14 @@ def render_prompt(prompt: str | list[dict[str, Any]], tokenizer: Any) -> str:
         raise SpecError("dataset.prompts", f"the chat template could not render a prompt: {exc}") from exc
 
 
+MAX_SAMPLE_VALUE_CHARS = 1000
+
+
+def _cut(value: Any) -> Any:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return value if len(text) <= MAX_SAMPLE_VALUE_CHARS else text[:MAX_SAMPLE_VALUE_CHARS] + "…"
+
+
 @dataclass(frozen=True)
 class PromptSet:
     """The dataset's rows and, aligned with them, each row's prompt rendered once."""
@@ -297,6 +306,13 @@ class PromptSet:
         (one per completion of the row's group); a row without the column gives None."""
         names = sorted({k for i in indices for k in self.rows[i] if k != "prompt"})
         return {name: [self.rows[i].get(name) for i in indices for _ in range(repeat)] for name in names}
+
+    def sample_columns(self, indices: list[int], repeat: int) -> list[dict[str, Any]]:
+        """Each row's columns but the prompt, ``repeat`` times, as a sample row shows them: a value
+        longer than :data:`MAX_SAMPLE_VALUE_CHARS` (as text, or as JSON) is cut there, so a long
+        reference cannot swell the samples kept every few steps."""
+        shown = [{k: _cut(v) for k, v in self.rows[i].items() if k != "prompt"} for i in indices]
+        return [row for row in shown for _ in range(repeat)]
 
     def prompt_messages(self, indices: list[int], repeat: int) -> list[list[dict[str, Any]] | None]:
         """Each row's prompt as messages (None for a string prompt), ``repeat`` times, for rewards

@@ -12,10 +12,12 @@ from waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
-# Each trace of the compare chart: its name and how many points it has, from the Plotly div.
+# Each line of the compare chart: its name and how many points it has, from the Plotly div (the
+# faint raw copy behind each smoothed line left out: test_dashboard_charts.py reads those).
 TRACES = """() => {
   const div = document.querySelector('[data-chart="compare"]');
-  return div && div.data ? div.data.map((t) => [t.name, t.x.length]) : [];
+  const lines = div && div.data ? div.data.filter((t) => !t.name.endsWith(" (raw)")) : [];
+  return lines.map((t) => [t.name, t.x.length]);
 }"""
 
 

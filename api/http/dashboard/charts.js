@@ -4,11 +4,20 @@
 // a fast stream costs one redraw per flush, not per step. A chart appears with the first record that
 // has one of its metrics and takes only such records: the eval charts exist only for a job that
 // evaluates, and hold its eval points alone (a line through the steps between would break at each).
+// Every line is drawn smoothed (smoothing.js, the weight the page's control holds) over its raw
+// values kept faint, as TensorBoard does; the ± std band's edges are smoothed alike.
+
+import {Ema, smooth} from "./smoothing.js";
 
 const FLUSH_MS = 250;
 const REWARD_FN = /^rewards\/(.+)\/mean$/;
 const EVAL_REWARD_FN = /^eval_rewards\/(.+)\/mean$/;
 const EVAL_COLOR = "214,39,40"; // eval lines in red, beside training's blue reward
+// Plotly's own colours, given to each line explicitly: its faint raw copy must wear the same one.
+const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+  "#bcbd22", "#17becf"];
+const RAW_OPACITY = 0.25;
+const RAW_SUFFIX = " (raw)"; // the faint trace's name: its hover says which value it shows
 
 const matching = (pattern) => (record) => Object.keys(record).filter((name) => pattern.test(name)).sort();
 
@@ -53,7 +62,9 @@ function stepTick(lastStep) {
   return [1, 2, 5, 10].map((m) => m * power).find((tick) => tick >= rough);
 }
 
-const stepAxis = (dtick) => ({tickmode: "linear", tick0: 0, dtick, tickformat: "d"});
+// Steps are never negative: a lone point at step 0 (an evaluation before training) gets [0, 1],
+// not Plotly's [-1, 1]. Points on the edge then keep their whole marker (`cliponaxis: false`).
+const stepAxis = (dtick) => ({tickmode: "linear", tick0: 0, dtick, tickformat: "d", rangemode: "nonnegative"});
 
 const value = (record, name) => (typeof record[name] === "number" ? record[name] : null);
 const label = (name) => (name.match(REWARD_FN) || name.match(EVAL_REWARD_FN))?.[1] || name.split("/").at(-1);
@@ -78,14 +89,35 @@ function seriesOf(chart, records) {
   const names = typeof chart.metrics === "function"
     ? records.map(chart.metrics).find((found) => found.length) || []
     : chart.metrics;
-  return names.map((name) => ({name: label(name), y: (r) => value(r, name), mode}));
+  return names.map((name, i) => ({name: label(name), y: (r) => value(r, name), mode,
+    line: {color: PALETTE[i % PALETTE.length]}}));
+}
+
+// The traces drawing a chart's series: a line is its raw values, faint (shown only while smoothing),
+// then the same smoothed; a hidden band edge is smoothed alone. Each trace keeps its raw values
+// (`values`) so a new weight can smooth them again, and an EMA that carries on as records come.
+function tracesOf(series, weight) {
+  return series.flatMap(({y, ...options}) => {
+    const smoothed = {y, options: {...options, cliponaxis: false}, values: [], ema: new Ema(weight)};
+    if (options.showlegend === false) return [smoothed];
+    const raw = {y, raw: true, values: [], options: {...options, name: options.name + RAW_SUFFIX,
+      showlegend: false, opacity: RAW_OPACITY, visible: weight > 0, cliponaxis: false}};
+    return [raw, smoothed];
+  });
+}
+
+// A trace's y values for these records, its raw ones kept for a later re-smoothing.
+function valuesOf(trace, records) {
+  const raw = records.map(trace.y);
+  trace.values.push(...raw);
+  return trace.raw ? raw : raw.map((v) => trace.ema.next(v));
 }
 
 // The records that hold a value for any of a chart's series.
 const charted = (series, records) => records.filter((r) => series.some(({y}) => y(r) !== null));
 
 export class ChartSet {
-  constructor(container) {
+  constructor(container, weight) {
     this.container = container;
     this.placeholder = container.appendChild(document.createElement("p"));
     this.placeholder.className = "muted";
@@ -94,7 +126,22 @@ export class ChartSet {
     this.timer = null;
     this.charts = new Map(); // chart id -> {div, series}, once a record had one of its metrics
     this.tick = null;
+    this.weight = weight;
     this.drawing = Promise.resolve();
+  }
+
+  // A new smoothing weight: every chart's lines are smoothed again from their raw values, in turn
+  // with the draws (a batch being drawn is smoothed with the weight it started with, then redone).
+  smoothWith(weight) {
+    this.weight = weight;
+    this.drawing = this.drawing.then(() => Promise.all([...this.charts.values()].map((entry) => {
+      const indices = entry.traces.map((_, i) => i);
+      for (const trace of entry.traces) if (!trace.raw) trace.ema = new Ema(weight);
+      const ys = entry.traces.map((trace) => (trace.raw ? trace.values : trace.values.map((v) => trace.ema.next(v))));
+      const visible = entry.traces.map((trace) => (trace.raw ? weight > 0 : true));
+      return Plotly.restyle(entry.div, {y: ys, visible}, indices);
+    }))).catch(console.error);
+    return this.drawing;
   }
 
   add(records) {
@@ -126,8 +173,8 @@ export class ChartSet {
       }
       const mine = charted(shown.series, records);
       const steps = mine.map((r) => r.step);
-      return mine.length && Plotly.extendTraces(shown.div, {x: shown.series.map(() => steps),
-        y: shown.series.map((s) => mine.map(s.y))}, shown.series.map((_, i) => i));
+      return mine.length && Plotly.extendTraces(shown.div, {x: shown.traces.map(() => steps),
+        y: shown.traces.map((trace) => valuesOf(trace, mine))}, shown.traces.map((_, i) => i));
     }));
   }
 
@@ -141,10 +188,10 @@ export class ChartSet {
     const later = CHARTS.slice(CHARTS.indexOf(chart) + 1).map((next) => this.charts.get(next.id))
       .find(Boolean);
     this.container.insertBefore(div, later ? later.div : null);
-    const entry = {div, series};
+    const entry = {div, series, traces: tracesOf(series, this.weight)};
     this.charts.set(chart.id, entry);
-    const traces = series.map(({y, ...options}) => ({...options, type: "scatter",
-      x: records.map((r) => r.step), y: records.map(y)}));
+    const traces = entry.traces.map((trace) => ({...trace.options, type: "scatter",
+      x: records.map((r) => r.step), y: valuesOf(trace, records)}));
     const layout = {...LAYOUT, title: {text: chart.title, font: {size: 13}},
       showlegend: traces.filter((trace) => trace.showlegend !== false).length > 1,
       xaxis: stepAxis(this.tick), yaxis: {...LAYOUT.yaxis, rangemode: chart.fromZero ? "tozero" : "normal"}};
@@ -160,12 +207,17 @@ export class ChartSet {
   }
 }
 
-// One chart of whole series drawn at once (the compare page: a line per job), styled and
-// step-ticked like the job page's. series: [{name, points: [[step, value], ...]}].
-export async function plotSeries(div, title, series) {
+// One chart of whole series drawn at once (the compare page: a line per job), styled, step-ticked
+// and smoothed like the job page's. series: [{name, points: [[step, value], ...]}].
+export async function plotSeries(div, title, series, weight) {
   const lastStep = Math.max(1, ...series.flatMap(({points}) => points.map(([step]) => step)));
-  const traces = series.map(({name, points}) => ({name, type: "scatter", mode: "lines+markers",
-    marker: {size: 4}, x: points.map(([step]) => step), y: points.map(([, y]) => y)}));
+  const traces = series.flatMap(({name, points}, i) => {
+    const line = {type: "scatter", mode: "lines+markers", marker: {size: 4}, cliponaxis: false,
+      line: {color: PALETTE[i % PALETTE.length]}, x: points.map(([step]) => step)};
+    const raw = points.map(([, y]) => y);
+    return [{...line, name: name + RAW_SUFFIX, y: raw, showlegend: false, opacity: RAW_OPACITY, visible: weight > 0},
+      {...line, name, y: smooth(raw, weight)}];
+  });
   const layout = {...LAYOUT, height: 360, title: {text: title, font: {size: 13}}, showlegend: true,
     xaxis: stepAxis(stepTick(lastStep))};
   await Plotly.react(div, traces, layout, CONFIG);

@@ -6,6 +6,8 @@
 import {api} from "./api.js";
 import {plotSeries} from "./charts.js";
 import {el, fill, jobLink, notice, section, statusBadge, table} from "./dom.js";
+import {valueText} from "./format.js";
+import {smoothingControl, storedWeight} from "./smoothing.js";
 
 const DEFAULT_METRIC = "reward";
 
@@ -19,8 +21,14 @@ export function mount(container, {ids}) {
   const diffBox = el("div");
   container.append(
     section("compare", `Compare ${ids.length} jobs`, jobsBox,
-      el("div", {className: "toolbar"}, el("label", {}, "Metric ", picker)), errors.node, chart),
+      el("div", {className: "toolbar"}, el("label", {}, "Metric ", picker), smoothingControl(redraw)),
+      errors.node, chart),
     section("spec-diff", "Spec differences", diffBox));
+
+  let drawn = null; // the metric on the chart and its series, drawn again when the smoothing changes
+  async function redraw(weight) {
+    if (alive && drawn) await plotSeries(chart, drawn.metric, drawn.series, weight);
+  }
 
   async function load(metric) {
     const ticket = ++latest;
@@ -34,8 +42,9 @@ export function mount(container, {ids}) {
       fill(jobsBox, jobsTable(view.jobs));
       fill(diffBox, diffTable(view.jobs, view.spec_diff), omittedNote(view.spec_diff_omitted));
       const byJob = view.metrics[metric] || {};
-      await plotSeries(chart, metric,
-        view.jobs.map((job) => ({name: `#${job.id} ${job.name}`, points: byJob[job.id] || []})));
+      const series = view.jobs.map((job) => ({name: `#${job.id} ${job.name}`, points: byJob[job.id] || []}));
+      drawn = {metric, series};
+      await redraw(storedWeight());
     } catch (error) {
       if (alive && ticket === latest) errors.set(`Could not compare jobs ${ids.join(", ")}: ${error.message}`);
     }
@@ -56,14 +65,10 @@ function jobsTable(jobs) {
   ], jobs, {rowProps: (job) => ({dataset: {jobId: job.id}})});
 }
 
-// A value as the spec would write it; a field this job's spec lacks reads "–".
-const shown = (value) => (value === null || value === undefined ? "–"
-  : typeof value === "string" ? value : JSON.stringify(value));
-
 function diffTable(jobs, differences) {
   return table([
     {title: "field", cell: (row) => el("code", {}, row.field)},
-    ...jobs.map((job) => ({title: `#${job.id} ${job.name}`, cell: (row) => shown(row.values[job.id])})),
+    ...jobs.map((job) => ({title: `#${job.id} ${job.name}`, cell: (row) => valueText(row.values[job.id])})),
   ], differences, {empty: "The specs do not differ.", rowProps: (row) => ({dataset: {field: row.field}})});
 }
 

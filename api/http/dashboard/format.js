@@ -45,3 +45,10 @@ export function placement(hosts) {
   return (hosts || []).map((h) => (h.devices ? `${h.worker} [${h.devices.join(", ")}]` : h.worker))
     .join(" + ");
 }
+
+// A value as a spec or a dataset row would write it: text as it is, anything else as JSON; a
+// value a row lacks reads "–".
+export function valueText(value) {
+  if (value === null || value === undefined) return "–";
+  return typeof value === "string" ? value : JSON.stringify(value);
+}

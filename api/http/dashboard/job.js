@@ -12,6 +12,7 @@ import {actionButtons, cancelButton, cloneButton, deleteButton, downloadButton, 
 import {isTerminal, offers, priorities} from "./lifecycle.js";
 import {followJob} from "./live.js";
 import {SamplesView} from "./samples.js";
+import {smoothingControl, storedWeight} from "./smoothing.js";
 import {teamName} from "./session.js";
 import {CheckpointsView, EventsView} from "./timeline.js";
 import {yamlText} from "./yaml_text.js";
@@ -78,11 +79,12 @@ export function mount(container, {id}) {
     const eventsBox = el("div");
     const checkpointsBox = el("div");
     container.append(specPanel(job.spec),
-      section("charts", "Training and evaluation (x: optimizer step)", liveNote.node, chartBox),
+      section("charts", "Training and evaluation (x: optimizer step)", liveNote.node,
+        el("div", {className: "toolbar"}, smoothingControl((weight) => charts.smoothWith(weight))), chartBox),
       el("div", {className: "columns"}, section("samples", "Sample completions", samplesBox),
         section("events", "Events", eventsBox)),
       section("checkpoints", "Checkpoints", checkpointsBox));
-    charts = new ChartSet(chartBox);
+    charts = new ChartSet(chartBox, storedWeight());
     const samples = new SamplesView(samplesBox, id);
     const events = new EventsView(eventsBox);
     const checkpoints = new CheckpointsView(checkpointsBox, id, (error) => errors.set(error.message));

@@ -1,7 +1,8 @@
 // #/jobs: the caller's jobs (the API scopes them to the key), newest first, filtered by status,
 // tags (all of them) and a text in the name or description, paged by cursor, refreshed every few seconds; each with its progress, latest reward and a
 // cancel button, and a box to tick it for comparing (2 to 10 ticked open #/compare). The submit
-// form sits above the list.
+// form sits above the list. A job that evaluates shows its latest eval reward (the list's own
+// `eval_reward`); the duration is from its start to its end, or to now while it runs.
 
 import {api} from "./api.js";
 import {cancelButton, waitNote} from "./controls.js";
@@ -23,6 +24,9 @@ const tagsOf = (text) => text.split(/[\s,]+/).filter(Boolean);
 // Filter name -> the statuses it lists: all, the active ones, or one status.
 const filters = () => ({"": [], active: statuses().filter((s) => !isTerminal(s)),
   ...Object.fromEntries(statuses().map((s) => [s, [s]]))});
+
+const duration = (job) => (job.started_at
+  ? age(job.started_at, job.finished_at ? Date.parse(job.finished_at) : Date.now()) : "–");
 
 export function mount(container) {
   const byFilter = filters(); // the lifecycle is loaded before any page mounts
@@ -117,6 +121,10 @@ export function mount(container) {
       {title: "status", cell: (job) => [statusBadge(job.status), waitNote(job)]},
       {title: "progress", cell: (job) => progressBar(job.last_step, job.max_steps)},
       {title: "reward", className: "num", cell: (job) => number(rewards.get(job.id)?.reward)},
+      {title: "eval reward", className: "num", cell: (job) => number(job.eval_reward),
+        help: "The mean reward of the job's latest evaluation"},
+      {title: "duration", className: "num", cell: duration,
+        help: "From its start to its end (while it runs: to now); – before it starts"},
       {title: "age", className: "num", cell: (job) => age(job.created_at)},
       {title: "", cell: (job) => cancelButton(job, refresh, (error) => errors.set(error.message))},
     ], items, {empty: "No jobs here yet.", rowProps: (job) => ({dataset: {jobId: job.id}})});

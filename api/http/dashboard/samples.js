@@ -1,12 +1,15 @@
 // Sample completions of a job (kept every `log_completions_every` steps): a step picker and a
-// table of the rows grpo_core's `sample_rows` writes — prompt, completion, the parsed answer,
-// each reward function's score, the total reward and the group-normalised advantage. At an eval
+// table of the rows grpo_core's `sample_rows` writes — prompt, completion, the answer parsed from
+// the completion (headed "parsed answer": a dataset's own `answer` column is another thing), the
+// row's dataset columns (`columns`, each its own column, headed by its name), a reward error where
+// a row carries one (`error`), each reward function's score, the total reward and the
+// group-normalised advantage. At an eval
 // point the step also holds eval completions (`split: "eval"`, no advantage; step 0's are the
 // evaluation before training): they are marked, and a second picker shows one split alone.
 
 import {api} from "./api.js";
 import {el, fill, table} from "./dom.js";
-import {number} from "./format.js";
+import {number, valueText} from "./format.js";
 
 const KEPT_STEPS = 50; // steps held in the page; older ones drop out of the picker
 const LATEST = "latest";
@@ -70,12 +73,18 @@ export class SamplesView {
     const all = this.byStep.get(step) || [];
     const rows = all.filter((row) => split === "all" || splitOf(row) === split);
     const functions = [...new Set(rows.flatMap((row) => Object.keys(row.rewards || {})))];
+    const columns = [...new Set(rows.flatMap((row) => Object.keys(row.columns || {})))].sort();
     fill(this.body, table([
       {title: "split", cell: (row) => el("span", {className: `badge split-${splitOf(row)}`}, splitOf(row)),
         help: "eval: a completion of an eval prompt, scored but not trained on"},
       {title: "prompt", className: "text", cell: (row) => row.prompt},
       {title: "completion", className: "text", cell: (row) => el("pre", {}, row.completion)},
-      {title: "answer", className: "text", cell: (row) => row.answer ?? "–"},
+      {title: "parsed answer", className: "text", cell: (row) => row.answer ?? "–",
+        help: "The answer the rewards read, parsed from the completion (after the reasoning, if any)"},
+      ...columns.map((name) => ({title: name, className: "text dataset-column",
+        cell: (row) => valueText(row.columns?.[name]), help: `The dataset row's own "${name}" column`})),
+      ...(rows.some((row) => row.error) ? [{title: "reward error", className: "text reward-error",
+        cell: (row) => (row.error ? el("pre", {}, row.error) : "–")}] : []),
       ...functions.map((name) => ({title: name, className: "num",
         cell: (row) => number(row.rewards?.[name])})),
       {title: "reward", className: "num", cell: (row) => number(row.reward)},

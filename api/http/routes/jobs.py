@@ -51,6 +51,7 @@ from api.store import bus, job_deletion
 from api.store import jobs as job_store
 from api.store.db import session_scope
 from api.store.job_labels import set_labels
+from api.store.metric_series import with_eval_rewards
 from api.store.spec_pages import StoredSpecs, job_with_spec, with_specs
 from api.store.team_admission import admit, team_limits, with_team_priority
 from grpo_core.spec.spec_file import with_changes
@@ -184,6 +185,7 @@ def _page(session: SessionDep, principal: Principal, settings: Settings, filters
     items = job_store.list_jobs(session, principal.scope, filters.statuses, after, limit + 1, newest_first,
                                 principal.is_admin, tags=filters.tags, search=filters.search)
     more, items = len(items) > limit, items[:limit]
+    items = with_eval_rewards(session, items)
     specs: StoredSpecs = {}
     if with_spec:
         chosen, specs = with_specs(session, items, settings.list_spec_bytes)
@@ -203,10 +205,16 @@ async def _with_specs_answer(request: Request, build: Callable[..., str], *args:
 async def get_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
                   redis: RedisDep, request: Request) -> Any:
     """The job, with its spec; a failure's ``error.traceback`` only for an admin."""
-    job, spec = await run_in_threadpool(job_with_spec, session, job_id, principal.scope,
-                                        traceback=principal.is_admin)
+    job, spec = await run_in_threadpool(_job_with_spec, session, job_id, principal)
     [placed] = await with_queue_positions(redis, settings, [job])
     return await _with_specs_answer(request, job_json, job_for(principal, placed), spec)
+
+
+def _job_with_spec(session: SessionDep, job_id: int, principal: Principal) -> tuple[JobRead, str]:
+    """The job with its latest eval reward, and its spec's JSON; a traceback for an admin only."""
+    job, spec = job_with_spec(session, job_id, principal.scope, traceback=principal.is_admin)
+    [job] = with_eval_rewards(session, [job])
+    return job, spec
 
 
 @router.patch("/{job_id}", response_model=JobRead,
