@@ -1,5 +1,5 @@
 """The reward catalog is the public documentation of rewards: every built-in has a description,
-every args field a description and bounds, and the README's reward table has a row for each."""
+every args field a description and bounds, and the user's guide's reward table has a row for each."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from grpo_core.rewards import reward_catalog
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+USER_GUIDE = Path(__file__).resolve().parents[2] / "docs" / "user_guide.md"
 BUILTINS = [reward for reward in reward_catalog() if reward["builtin"]]
 
 
@@ -32,7 +32,7 @@ def test_every_builtin_describes_and_bounds_its_args(reward: dict):
                 assert "maxItems" in option, f"{reward['name']}.{name} has no maxItems"
 
 
-def test_the_readme_table_has_a_row_for_every_builtin():
-    text = README.read_text()
+def test_the_user_guides_table_has_a_row_for_every_builtin():
+    text = USER_GUIDE.read_text()
     missing = [reward["name"] for reward in BUILTINS if f"| `{reward['name']}` |" not in text]
-    assert not missing, f"README's reward table lacks {missing}"
+    assert not missing, f"the user's guide's reward table lacks {missing}"
