@@ -58,7 +58,10 @@ def test_changes_to_a_job_spec_keep_it_a_job_spec() -> None:
 
 
 def _service_spec_file(tmp_path: Path, *, leave_out: tuple[str, ...] = (), **fields) -> Path:
+    # One prompt a step, as the stored spec has one row: these tests are about the service's fields,
+    # not the warning a step larger than the dataset earns.
     data = {**STORED, "model": {**STORED["model"], "source": "path:model"},
+            "grpo": {**STORED["grpo"], "prompts_per_step": 1},
             "resources": {"gpus": 1, "pool": "gpu-a"}, **fields}
     data = {name: value for name, value in data.items() if name not in leave_out}
     path = tmp_path / "job.json"

@@ -1,7 +1,7 @@
 """A stop asked for while a step is generating ends the run inside that generation: the decode
 loop asks should_stop every few tokens, the step is not trained (no record, no checkpoint, the
 prompt sampler put back), and the run says where it stopped. The service's side (a job cancelled
-inside a long generation) is tests/worker/test_stop_inside_generation.py."""
+inside a long generation) is tests/worker/test_stop_inside_generation_jobs.py."""
 
 from __future__ import annotations
 
