@@ -108,6 +108,9 @@ def dev_environment(base: dict[str, str], port: int | None, spec: Path | None,
         chosen = flag or (Path(env[name]) if env.get(name) else folder) or Path(fallback)
         env[name] = str(chosen.resolve())
     env.setdefault("GRPO_ARTIFACTS_ROOT", str(Path("artifacts").resolve()))
+    # The worker's copies of uploaded files beside the rest of what a dev run writes, not in the
+    # folder it was started from.
+    env.setdefault("GRPO_WORKER_CACHE_DIR", str(Path(env["GRPO_ARTIFACTS_ROOT"]) / "worker-cache"))
     if not env.get("GRPO_SECRET_KEY"):
         env["GRPO_SECRET_KEY"] = dev_secret_key(Path(env["GRPO_ARTIFACTS_ROOT"]))
     return env
