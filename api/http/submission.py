@@ -29,7 +29,7 @@ from api.settings import Settings
 from api.store.files import usable_file
 from api.store.job_deletion import hold_against_deletion
 from api.store.jobs import get_job
-from api.store.pools import PoolSize, admission, list_pools
+from api.store.pools import PoolSize, admission, list_pools, register_live_pool
 from api.store.verifiers import endpoints_for
 from api.vocabulary import Heartbeat
 from grpo_core.errors import SpecError
@@ -164,13 +164,17 @@ def _check_path_source(source: str | None, root: Path, field: str,
     return None
 
 
-def check_placement(session: Session, spec: JobSpec, settings: Settings) -> None:
-    """Raise :class:`InvalidSpec` for a pool nobody registered (a typo would wait forever), a
+def check_placement(session: Session, spec: JobSpec, settings: Settings,
+                    live_workers: Callable[[], list[Heartbeat]]) -> None:
+    """Raise :class:`InvalidSpec` for a pool nobody registered (a typo would wait forever; a pool
+    a live worker advertises but the scheduler has not recorded yet is recorded now), a
     job over one of the pool's limits (:mod:`api.limits.pool_limits`), or one asking for more GPUs
     than the pool's live workers have together (a job larger than the largest worker runs across
     several: a gang). A pool recorded before totals were (``total_gpus`` null) is bounded by its
     largest worker; a pool whose workers were never seen accepts any size."""
     found = admission(session, spec.resources.pool)
+    if found is None and register_live_pool(session, spec.resources.pool, live_workers()):
+        found = admission(session, spec.resources.pool)
     if found is None:
         known = ", ".join(sorted(p.name for p in list_pools(session))) or "none"
         raise InvalidSpec([SpecError("resources.pool", f"unknown pool '{spec.resources.pool}'; "

@@ -45,7 +45,7 @@ from api.store.dispatching import (
     undispatch,
     undispatch_unclaimed,
 )
-from api.store.pools import PoolSize, ensure_pool, set_size
+from api.store.pools import ensure_pool, set_size, sizes_from_heartbeats
 from api.store.tables import utcnow
 from api.vocabulary import RUN_JOB, Heartbeat
 
@@ -233,10 +233,7 @@ class Scheduler:
         GPUs of all its live workers together (what a submission is checked against: a job larger
         than one worker runs across several), written only when they changed from the sizes the
         pass's state read (``state.pools``)."""
-        seen: dict[str, PoolSize] = {}
-        for beat in heartbeats:
-            was = seen.get(beat.pool, PoolSize(0, 0))
-            seen[beat.pool] = PoolSize(max(was.largest_worker or 0, beat.gpus), (was.total or 0) + beat.gpus)
+        seen = sizes_from_heartbeats(heartbeats)
         if not seen:
             return
         recorded = {pool: size for pool, (_, size) in state.pools.items()}

@@ -3,6 +3,7 @@ create pools ahead of their workers and hold one to stop dispatch into it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import bindparam, select, update
@@ -13,6 +14,7 @@ from api.schemas.admin import PoolLimits, PoolRead
 from api.store._checks import check_name
 from api.store._rows import dialect_insert
 from api.store.tables import Pool, utcnow
+from api.vocabulary import Heartbeat
 
 _POOLS = Pool.__table__
 
@@ -91,6 +93,28 @@ def set_held(session: Session, name: str, held: bool) -> PoolRead:
     """Hold (True) stops dispatch into the pool; running jobs go on. Resume (False) undoes it."""
     _update(session, name, held=held)
     return get_pool(session, name)
+
+
+def sizes_from_heartbeats(heartbeats: Iterable[Heartbeat]) -> dict[str, PoolSize]:
+    """Each served pool's size as its live workers advertise it: the largest worker's GPUs and
+    the GPUs of all of them together."""
+    seen: dict[str, PoolSize] = {}
+    for beat in heartbeats:
+        was = seen.get(beat.pool, PoolSize(0, 0))
+        seen[beat.pool] = PoolSize(max(was.largest_worker or 0, beat.gpus), (was.total or 0) + beat.gpus)
+    return seen
+
+
+def register_live_pool(session: Session, name: str, heartbeats: Iterable[Heartbeat]) -> bool:
+    """Record pool ``name`` with its size if a live worker among ``heartbeats`` serves it (what the
+    scheduler's next tick would do): a job submitted the moment a new pool's first worker
+    advertises is not refused as naming an unknown pool. False if no live worker serves it."""
+    size = sizes_from_heartbeats(beat for beat in heartbeats if beat.pool == name).get(name)
+    if size is None:
+        return False
+    ensure_pool(session, name)
+    set_size(session, name, size)
+    return True
 
 
 def set_size(session: Session, name: str, size: PoolSize) -> None:

@@ -48,6 +48,27 @@ def test_a_submission_must_fit_a_known_pool(client_for, team_keys, job_spec, api
     assert fits.status_code == 201 and fits.json()["gpus"] == 2
 
 
+def test_a_pool_a_live_worker_advertises_is_known_before_the_scheduler_records_it(
+        client_for, team_keys, job_spec, advertise, api_server) -> None:
+    """A worker of a new pool has just advertised and no scheduler pass has run yet: a
+    submission naming that pool is accepted (not 'unknown pool') and the pool is recorded with
+    the size its live workers offer, so the size check holds from the first job."""
+    import uuid
+
+    alpha = client_for(team_keys.alpha)
+    pool = f"fresh{uuid.uuid4().hex[:6]}"
+    advertise(pool, gpus=2)
+    too_big = alpha.post("/v1/jobs", json=job_spec(resources={"pool": pool, "gpus": 3},
+                                                    grpo={"prompts_per_step": 3}))
+    assert too_big.status_code == 422 and error_of(too_big)["param"] == "resources.gpus", too_big.text
+    fits = alpha.post("/v1/jobs", json=job_spec(resources={"pool": pool, "gpus": 2}))
+    assert fits.status_code == 201, fits.text
+    with session_scope(api_server.settings.database_url) as session:
+        from api.store.pools import get_pool
+        recorded = get_pool(session, pool)
+    assert (recorded.max_worker_gpus, recorded.total_gpus) == (2, 2)
+
+
 def test_priority_changes_live_and_only_while_the_job_is_not_finished(client_for, team_keys, job_spec,
                                                                        worker) -> None:
     alpha, admin = client_for(team_keys.alpha), client_for(team_keys.admin)

@@ -54,6 +54,7 @@ from api.store.job_labels import set_labels
 from api.store.metric_series import with_eval_rewards
 from api.store.spec_pages import StoredSpecs, job_with_spec, with_specs
 from api.store.team_admission import admit, team_limits, with_team_priority
+from api.vocabulary import Heartbeat
 from grpo_core.spec.spec_file import with_changes
 
 log = logging.getLogger(__name__)
@@ -119,9 +120,12 @@ def _check_and_create(
     # transaction. A Redis outage while reading live workers is a 503, like any backend's.
     team_id = principal.team_id
     check_submission(spec, settings)
-    check_capabilities(spec, lambda: bus.live_workers(app_state.sync_redis, settings.redis_keys))
+    def live_workers() -> list[Heartbeat]:
+        return bus.live_workers(app_state.sync_redis, settings.redis_keys)
+
+    check_capabilities(spec, live_workers)
     with session_scope(settings.database_url, publish=app_state.publish) as session:
-        check_placement(session, spec, settings)
+        check_placement(session, spec, settings, live_workers)
         check_job_source(session, spec, team_id, settings)
         spec = with_dataset_files(spec, check_file_sources(session, spec, team_id))
         check_model_positions(spec, settings)
