@@ -369,9 +369,12 @@ class GRPOTrainer:
         )
         self.last_checkpoint = path
         if self.ranks.is_main:
+            # Reported (its row written) before retention prunes the older ones: a process killed
+            # between the two then leaves the newest reported checkpoint whole. Pruned first, the
+            # last reported one could have lost its optimizer state while the new one had no row.
+            self.callbacks.on_checkpoint(self.state.step, path)
             removed = self.publisher.remove("older checkpoints", lambda: prune_checkpoints(
                 self.checkpoint_dir, c.spec.checkpoint_keep_last, path))
-            self.callbacks.on_checkpoint(self.state.step, path)
             if removed:
                 self.callbacks.on_checkpoints_removed(removed)
             self.callbacks.on_event(
