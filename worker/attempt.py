@@ -22,13 +22,15 @@ from grpo_core.io.model_loading import quiet_library_progress_bars
 from grpo_core.parallel.distributed import SINGLE
 from grpo_core.run.launch import PeerLost, RankDied
 from worker.attempt_files import AttemptFiles
+from worker.fencing import StaleAttempt
 from worker.file_sources import release_files
 from worker.heartbeat import CAPABILITY_MISSING, missing_capabilities
 from worker.job_storage import STORAGE_UNAVAILABLE, fetch_resume_checkpoint
-from worker.outcome import PEER_LOST, Fault, Outcome, PartDone
+from worker.outcome import LEASE_LOST, PEER_LOST, Fault, Outcome, PartDone
 from worker.ranks import train_on_ranks
 from worker.retrying import DATABASE_UNAVAILABLE, DatabaseUnavailable
-from worker.training import train_reporting
+from worker.staged_artifacts import clear_staging, drop_unpublished_checkpoints, published_checkpoint_steps
+from worker.training import attempt_fence, train_reporting
 
 __all__ = ["failure", "run_attempt"]
 
@@ -47,15 +49,22 @@ def run_attempt(job: JobRead, settings: Settings, worker_id: str, files: Attempt
             why = "; ".join(f"{capability}: {problem}" for capability, problem in missing.items())
             return Fault(f"this worker cannot offer what the job's rewards need ({why})",
                          {"error_code": CAPABILITY_MISSING, "missing": sorted(missing)}, CAPABILITY_MISSING)
+        clear_staging(settings, job.id, job.attempt)  # earlier attempts' writes, never published
+        # Before any rank starts: they all resume from the newest checkpoint an attempt published
+        # (its row), this host's copy of it.
+        published = published_checkpoint_steps(settings, job.id)
         store = remote_store(settings)
-        if store is not None:  # before any rank starts: they all resume from this host's copy
-            fetch_resume_checkpoint(store, settings, job.id)
+        if store is not None:
+            fetch_resume_checkpoint(store, settings, job.id, published)
+        elif part is None or part.leads:  # a gang's hosts sharing the folder: node 0 tidies it
+            drop_unpublished_checkpoints(attempt_fence(job, settings), settings, job.id, published)
         try:
             if part is not None or len(job.devices or ()) > 1:
                 return train_on_ranks(job, spec, settings, files, part)
             return train_reporting(job, spec, settings, files, SINGLE)
         finally:
             release_files(settings)  # the uploads it used may be evicted now
+            clear_staging(settings, job.id, job.attempt + 1)
     except PeerLost as exc:  # another host's record names the cause; failing that, a lost host
         return Fault(exc.message, {"error_code": PEER_LOST}, PEER_LOST)
     except RankDied as exc:
@@ -65,6 +74,8 @@ def run_attempt(job: JobRead, settings: Settings, worker_id: str, files: Attempt
         return Fault(str(exc), {"error_code": DATABASE_UNAVAILABLE}, DATABASE_UNAVAILABLE)
     except StorageUnavailable as exc:  # the same for the object store
         return Fault(str(exc), {"error_code": STORAGE_UNAVAILABLE}, STORAGE_UNAVAILABLE)
+    except StaleAttempt as exc:  # another attempt owns the job: nothing of this one is recorded
+        return Fault(str(exc), {"error_code": LEASE_LOST}, LEASE_LOST)
     except ValidationError as exc:
         return failure("invalid_spec", f"stored spec no longer validates: {exc}")
     except GRPOError as exc:

@@ -23,6 +23,7 @@ from grpo_core.run.processes import write_whole
 from worker.outcome import Fault, Outcome, PartDone
 
 _CALL, _OUTCOME, _PROGRESS, _STOP = "call.pkl", "outcome.pkl", "progress.json", "stop.json"
+_SUPERVISED = "supervised.json"
 
 
 class AttemptFiles:
@@ -41,6 +42,11 @@ class AttemptFiles:
         current = self.stop_reason()
         if stronger_stop(current, reason) != current:
             write_whole(self.folder / _STOP, json.dumps({"reason": reason}).encode())
+
+    def mark_supervised(self, beat: int) -> None:
+        """The supervisor is alive and renewing the lease (its ``beat``-th turn): the job's
+        process stops on its own when this stops changing (:meth:`supervised`)."""
+        write_whole(self.folder / _SUPERVISED, json.dumps({"beat": beat}).encode())
 
     def read_outcome(self) -> Outcome | Fault | PartDone | None:
         """None when the job's process ended without saying how (it was killed, or crashed)."""
@@ -66,6 +72,13 @@ class AttemptFiles:
 
     def mark_progress(self, step: int, mark: int) -> None:
         write_whole(self.folder / _PROGRESS, json.dumps({"step": step, "mark": mark}).encode())
+
+    def supervised(self) -> int | None:
+        """The supervisor's last beat (:meth:`mark_supervised`); None before the first."""
+        try:
+            return int(json.loads((self.folder / _SUPERVISED).read_text())["beat"])
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return None
 
     def stop_reason(self) -> StopRequest | None:
         try:

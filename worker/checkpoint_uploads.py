@@ -12,6 +12,8 @@ newest stored loses its ``optimizer.pt`` in the store too (the bulk of an older 
 only a resume reads, and a resume takes the newest): the team's quota counts what the store holds.
 At the run's end :meth:`StoredCheckpoints.flush` waits for the last
 one for ``GRPO_STORAGE_RETRY_SECONDS``, then raises StorageUnavailable: the attempt is requeued.
+Every upload and deletion is made under the attempt's fence (:mod:`worker.fencing`): none once a
+newer attempt owns the job.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from api.artifacts.paths import COMPLETE_MARK, checkpoint_key
 from api.storage import ObjectStore, StorageUnavailable
@@ -30,16 +32,25 @@ from worker.job_storage import FIRST_DELAY_SECONDS, MOST_DELAY_SECONDS, retry_st
 
 log = logging.getLogger(__name__)
 UPLOAD_RETRY_EVENT = "checkpoint_upload_retry"
+T = TypeVar("T")
+
+
+def unfenced(what: str, change: Callable[[], T]) -> T:
+    return change()
 
 
 class StoredCheckpoints(CallbackList):
     """``reporter`` (and only it) behind the store: every hook reaches it as it is, but a
-    checkpoint only once stored, and a checkpoint retention removed once it left the store."""
+    checkpoint only once stored, and a checkpoint retention removed once it left the store.
+    ``fenced(what, change)``: each change to the store made only while the attempt owns the job
+    (:meth:`worker.fencing.AttemptFence.hold`)."""
 
     def __init__(self, reporter: TrainerCallback, store: ObjectStore, job_id: int, budget_seconds: float,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 fenced: Callable[[str, Callable[[], T]], T] = unfenced) -> None:
         super().__init__([reporter])
         self.store, self.job_id, self.budget_seconds, self.clock = store, job_id, budget_seconds, clock
+        self.fenced = fenced
         self.pending: tuple[int, Path] | None = None
         self.doomed: set[int] = set()  # steps whose stored objects (whole or partial) must go
         self.newest: int | None = None  # the newest checkpoint this attempt stored: keeps its optimizer
@@ -82,7 +93,9 @@ class StoredCheckpoints(CallbackList):
 
     def _store_pending(self) -> None:
         step, path = self.pending
-        self.store.put_folder(checkpoint_key(self.job_id, step), path, last=[COMPLETE_MARK])
+        key = checkpoint_key(self.job_id, step)
+        self.fenced(f"the checkpoint of step {step}",
+                    lambda: self.store.put_folder(key, path, last=[COMPLETE_MARK]))
         self.pending = None
         self.doomed.discard(step)
         if self.newest is not None:
@@ -114,7 +127,7 @@ class StoredCheckpoints(CallbackList):
         done = []
         for step in sorted(steps):
             try:
-                remove(step)
+                self.fenced(f"{what} of step {step}", lambda s=step: remove(s))
             except StorageUnavailable as error:
                 log.warning("job %s: %s of step %s is not deleted yet: %s", self.job_id, what, step, error)
                 break

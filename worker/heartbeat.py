@@ -310,8 +310,17 @@ class JobLease(_Ticker):
         self.job_pid: int | None = None
         self.lost = False
         self.asked: StopRequest | None = None  # the strongest stop asked for so far
+        # Told of every beat, so the job's process sees its supervisor alive (worker.attempt_files).
+        self.on_beat: Callable[[int], None] | None = None
+        self.beats = 0
 
     def beat(self) -> None:
+        self.beats += 1
+        if self.on_beat is not None and not self.lost:
+            try:
+                self.on_beat(self.beats)  # alive, whatever the database answers
+            except OSError as exc:  # its folder gone with its process: nobody is told any more
+                log.warning("job %s: could not tell its process of the lease: %s", self.job_id, exc)
         try:
             with session_scope(self.database_url) as session:
                 still_ours, asked = self._renew(session, self.job_id, self.worker_id)

@@ -6,15 +6,26 @@ It reports every step to SQL and Redis itself, but neither renews the lease nor 
 its supervisor does both, from a process this one cannot stall (a reward stuck in a regex holds
 this interpreter's GIL, not the supervisor's). A stop request arrives as a file, checked before
 each step; the trainer then checkpoints and returns.
+
+A supervisor that stops answering (its process frozen, while this one, in a session of its own,
+runs on) no longer renews the lease, so another worker will take the job over: this process then
+ends itself once a lease passed with no beat from it (:func:`watch_supervisor`), publishing nothing
+more; its writes are fenced meanwhile anyway (:mod:`worker.fencing`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 from grpo_core.run.lifetime import die_with_parent
+
+# The exit status of a job's process that ended itself for want of its supervisor (EX_TEMPFAIL).
+UNSUPERVISED_EXIT = 75
 
 
 def main(folder: str, parent_pid: int) -> None:
@@ -25,7 +36,27 @@ def main(folder: str, parent_pid: int) -> None:
 
     files = AttemptFiles(Path(folder))
     job, settings, worker_id, part = files.read_call()
+    threading.Thread(target=watch_supervisor, args=(files, settings.lease_seconds), daemon=True,
+                     name="grpo-supervisor-watch").start()
     files.write_outcome(run_attempt(job, settings, worker_id, files, part))
+
+
+def watch_supervisor(files, lease_seconds: float) -> None:
+    """End this process (its ranks die with it) once no beat of the supervisor's lease thread
+    (:meth:`worker.attempt_files.AttemptFiles.mark_supervised`) was seen for ``lease_seconds``:
+    by then the lease has expired and the job may belong to another attempt. Measured on this
+    process's monotonic clock from the last change it saw, so no clock is compared with another."""
+    seen, since = files.supervised(), time.monotonic()
+    while True:
+        time.sleep(min(1.0, lease_seconds / 4))
+        beat = files.supervised()
+        if beat != seen:
+            seen, since = beat, time.monotonic()
+        elif time.monotonic() - since >= lease_seconds:
+            logging.getLogger(__name__).error(
+                "no beat from the supervisor for %.0f s (its process is frozen or gone): the lease has "
+                "expired, so this process ends without writing more", lease_seconds)
+            os._exit(UNSUPERVISED_EXIT)
 
 
 if __name__ == "__main__":

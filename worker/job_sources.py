@@ -1,6 +1,7 @@
 """A ``job:ID[@STEP]`` model source, resolved where the artifacts are: the other job's final
-model or checkpoint folder (:func:`api.artifacts.paths.model_to_continue`; with an object store
-apart from the artifacts folder, fetched from it first), loaded like a
+model or checkpoint folder (:func:`api.artifacts.paths.model_to_continue`, a checkpoint only if an
+attempt published it: its row; with an object store apart from the artifacts folder, fetched from
+it first), loaded like a
 ``path:`` source under the artifacts root. The API checked at submit that the job is the same
 team's and had the model; retention may have deleted a checkpoint since, which the job cannot
 help: ``source_unavailable``. Then ``file:`` sources (uploads) are made loadable
@@ -16,6 +17,7 @@ from api.settings import Settings
 from grpo_core.errors import SourceUnavailable
 from worker.file_sources import SourceRoots, with_files
 from worker.job_storage import fetch_folder
+from worker.staged_artifacts import published_checkpoint_steps
 
 
 def loadable(spec: JobSpec, settings: Settings) -> tuple[JobSpec, SourceRoots]:
@@ -34,10 +36,11 @@ def loadable(spec: JobSpec, settings: Settings) -> tuple[JobSpec, SourceRoots]:
 
 def _continued(spec: JobSpec, settings: Settings, job_id: int, step: int | None) -> JobSpec:
     store = remote_store(settings)
+    published = published_checkpoint_steps(settings, job_id)  # a stale attempt's folder has no row
     if store is None:
-        folder = model_to_continue(settings, job_id, step)
+        folder = model_to_continue(settings, job_id, step, published)
     else:  # another worker may have trained it: from the store, into this one's artifacts folder
-        key = stored_model_to_continue(store, job_id, step)
+        key = stored_model_to_continue(store, job_id, step, published)
         folder = fetch_folder(store, settings, key) if key is not None else None
     if folder is None:
         raise SourceUnavailable("model.source", f"{spec.model.source} no longer exists (its job's "

@@ -15,7 +15,7 @@ import logging
 import random
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TypeVar
 
@@ -60,13 +60,15 @@ def retry_storage(fn: Callable[[], T], budget_seconds: float, what: str,
             delay = min(MOST_DELAY_SECONDS, delay * 2)
 
 
-def fetch_resume_checkpoint(store: ObjectStore, settings: Settings, job_id: int) -> Path | None:
+def fetch_resume_checkpoint(store: ObjectStore, settings: Settings, job_id: int,
+                            published: Collection[int] | None = None) -> Path | None:
     """Make the job's local checkpoints folder hold exactly the newest checkpoint that is whole
-    in the store (downloaded unless this host has it already) and return it; None when the store
-    has none. A local checkpoint the store lacks (its upload never finished, so no row names it)
-    is removed: the job resumes from what every worker can see."""
+    in the store (downloaded unless this host has it already) and, given ``published`` (the steps
+    SQL has rows for), one an attempt published while it owned the job; return it, or None when
+    there is none. A local checkpoint the store lacks (its upload never finished, so no row names
+    it) is removed: the job resumes from what every worker can see."""
     def newest() -> int | None:
-        steps = stored_checkpoint_steps(store, job_id)
+        steps = [s for s in stored_checkpoint_steps(store, job_id) if published is None or s in published]
         return steps[-1] if steps else None
 
     step = retry_storage(newest, settings.storage_retry_seconds, f"job {job_id}: its checkpoints")

@@ -47,6 +47,8 @@ class PartDone:
 # went away: that host's own record (its rank's error, its fault) is the cause, so this one waits
 # a moment for it before it requeues the job as a lost host.
 PEER_LOST = "peer_lost"
+# The attempt no longer owns its job (another attempt does, or it was requeued): nothing to record.
+LEASE_LOST = "lease_lost"
 
 
 # A cancel ends the job; a pause rests it until resumed and a preemption puts it back in the

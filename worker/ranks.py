@@ -28,6 +28,7 @@ from grpo_core.parallel.distributed import Ranks
 from grpo_core.run.callbacks import TrainerCallback
 from grpo_core.run.launch import RankFailed, check_data_parallel, launch_ranks
 from worker.attempt_files import AttemptFiles
+from worker.fencing import StaleAttempt
 from worker.outcome import Outcome, PartDone
 from worker.rendezvous import meet
 from worker.retrying import DatabaseUnavailable
@@ -35,6 +36,7 @@ from worker.training import SupervisorLink, train_job, train_reporting
 
 _DATABASE_UNAVAILABLE = f"{DatabaseUnavailable.__module__}.{DatabaseUnavailable.__qualname__}"
 _STORAGE_UNAVAILABLE = f"{StorageUnavailable.__module__}.{StorageUnavailable.__qualname__}"
+_STALE_ATTEMPT = f"{StaleAttempt.__module__}.{StaleAttempt.__qualname__}"
 
 
 def train_on_ranks(job: JobRead, spec: JobSpec, settings: Settings, files: AttemptFiles,
@@ -58,6 +60,8 @@ def train_on_ranks(job: JobRead, spec: JobSpec, settings: Settings, files: Attem
             raise DatabaseUnavailable(exc.reason) from exc
         if exc.exception_type == _STORAGE_UNAVAILABLE:  # nor the object store
             raise StorageUnavailable(exc.reason) from exc
+        if exc.exception_type == _STALE_ATTEMPT:  # another attempt owns the job
+            raise StaleAttempt(exc.reason) from exc
         # Anything but a GRPOError is a crash, as in one process.
         return Outcome(JobStatus.FAILED, exc.message, exc.rank_code or "internal_error", exc.traceback)
     return PartDone() if part is not None and not part.leads else outcome

@@ -33,6 +33,7 @@ from api.store.telemetry import (
 )
 from grpo_core.json_values import json_safe
 from grpo_core.run.callbacks import WARNING_EVENTS, TrainerCallback
+from worker.fencing import AttemptFence
 from worker.retrying import retry_transient
 
 T = TypeVar("T")
@@ -43,20 +44,26 @@ class JobReporter(TrainerCallback):
     store functions stage what the job's stream carries (metrics, samples, events) and
     ``publish`` (:func:`api.store.bus.publisher`; None: nobody listens) sends it once the
     transaction has committed. ``attempt``: the job's attempt this process trains (its step
-    records replace those of earlier attempts)."""
+    records replace those of earlier attempts). ``fence``: every write is refused
+    (:class:`worker.fencing.StaleAttempt`) once a newer attempt owns the job, checked in its own
+    transaction (None: unfenced, for tools that write as no attempt)."""
 
     def __init__(self, database_url: str, job_id: int, publish: outbox.Publish | None,
-                 attempt: int | None = None, retry_seconds: float = 0.0) -> None:
+                 attempt: int | None = None, retry_seconds: float = 0.0,
+                 fence: AttemptFence | None = None) -> None:
         self.database_url = database_url
         self.job_id = job_id
         self.publish = publish
         self.attempt = attempt
         self.retry_seconds = retry_seconds
+        self.fence = fence
 
-    def _write(self, what: str, body: Callable[[Session], T]) -> T:
+    def _write(self, what: str, body: Callable[[Session], T], fenced: bool = True) -> T:
         """``body`` in a transaction of its own, the whole transaction retried."""
         def once() -> T:
             with session_scope(self.database_url, publish=self.publish) as session:
+                if fenced and self.fence is not None:
+                    self.fence.guard(session, what)
                 return body(session)
 
         return retry_transient(once, self.retry_seconds, f"job {self.job_id}: {what}")
@@ -99,4 +106,4 @@ class JobReporter(TrainerCallback):
 
     def stop_request(self) -> str | None:
         """What the job has been asked to do (:func:`api.store.attempts.stop_request`)."""
-        return self._write("stop request", lambda session: stop_request(session, self.job_id))
+        return self._write("stop request", lambda session: stop_request(session, self.job_id), fenced=False)

@@ -43,9 +43,17 @@ from api.store.gangs import HostPart, finish_host
 from grpo_core.run.processes import signal_name
 from worker.heartbeat import JobLease
 from worker.memory import gib
-from worker.outcome import PEER_LOST, STATUS_AFTER_STOP, Fault, Outcome, PartDone, outcome_for_stop
+from worker.outcome import (
+    LEASE_LOST,
+    PEER_LOST,
+    STATUS_AFTER_STOP,
+    Fault,
+    Outcome,
+    PartDone,
+    outcome_for_stop,
+)
 from worker.retrying import DatabaseUnavailable, retry_transient
-from worker.supervisor import LEASE_LOST, OUT_OF_MEMORY, STALLED, Ended, stall_limit, supervise
+from worker.supervisor import OUT_OF_MEMORY, STALLED, Ended, stall_limit, supervise
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +75,9 @@ def run_claimed_job(job: JobRead, worker_id: str, settings: Settings, lease: Job
     try:
         if isinstance(report, PartDone):
             return _part_done(job, worker_id, settings)
+        if isinstance(report, Fault) and report.code == LEASE_LOST:  # its writes were refused: fenced
+            log.warning("job %s: %s", job.id, report.message)
+            return "lost"
         if isinstance(report, Fault) and report.code == PEER_LOST:
             return _after_peer_lost(job, worker_id, settings, publish, report)
         if isinstance(report, Fault):

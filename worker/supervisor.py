@@ -37,12 +37,12 @@ from api.store.gangs import HostPart
 from worker.attempt_files import AttemptFiles
 from worker.heartbeat import JobLease
 from worker.memory import job_memory_limit, private_bytes
-from worker.outcome import Fault, Outcome, PartDone
+from worker.outcome import LEASE_LOST, Fault, Outcome, PartDone
 from worker.workdir import absolute_settings, job_environment, make_workdir
 
 log = logging.getLogger(__name__)
 
-LEASE_LOST, STALLED, OUT_OF_MEMORY = "lease_lost", "stalled", "out_of_memory"
+STALLED, OUT_OF_MEMORY = "stalled", "out_of_memory"
 # cgroup v2, then v1: the kernel's count of OOM kills in the worker's memory cgroup.
 _OOM_COUNTERS = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
 
@@ -101,6 +101,8 @@ class _Watch:
         # kernel to kill it if this process dies (grpo_core.run.lifetime), this thread being the
         # pool process's main thread, which outlives it.
         # In an empty folder of its own (worker.workdir): no relative name reaches the worker's.
+        self.files.mark_supervised(self.lease.beats)
+        self.lease.on_beat = self.files.mark_supervised
         process = subprocess.Popen([sys.executable, "-m", "worker.job_process", str(self.files.folder),
                                     str(os.getpid())], start_new_session=True,
                                    cwd=make_workdir(self.files.folder), env=job_environment())
@@ -127,6 +129,7 @@ class _Watch:
             except subprocess.TimeoutExpired:
                 pass
         returncode = process.wait()
+        self.lease.on_beat = None
         report = self.files.read_outcome()
         progress = self.files.progress()
         self.last_step = progress[0] if progress is not None else self.last_step

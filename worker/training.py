@@ -7,14 +7,16 @@ processes.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
-from api.artifacts.paths import checkpoint_dir, job_dir, model_dir, remote_store
+from api.artifacts.paths import checkpoint_dir, remote_store, staging_dir
 from api.domain.job_spec import JobSpec
 from api.domain.lifecycle import JobStatus, StopRequest
 from api.schemas.jobs import JobRead
 from api.settings import Settings
+from api.storage import ObjectStore
 from api.store import bus
 from api.vocabulary import TRACKER_PROJECT
 from grpo_core.errors import GRPOError
@@ -31,11 +33,16 @@ from worker.artifacts import ArtifactQuota
 from worker.attempt_files import AttemptFiles
 from worker.checkpoint_uploads import StoredCheckpoints
 from worker.counted_steps import CountedSteps
+from worker.fencing import AttemptFence, FencedPublisher, StaleAttempt
 from worker.job_sources import loadable
-from worker.job_storage import store_final_model, store_job_files
+from worker.job_storage import store_final_model
 from worker.outcome import Outcome, outcome_for_stop
 from worker.reporting import JobReporter
+from worker.retrying import DatabaseUnavailable
+from worker.staged_artifacts import StagedFiles
 from worker.verifiers import registered_verifiers
+
+log = logging.getLogger(__name__)
 
 
 class SupervisorLink(TrainerCallback):
@@ -72,36 +79,58 @@ class SupervisorLink(TrainerCallback):
 def train_reporting(job: JobRead, spec: JobSpec, settings: Settings, files: AttemptFiles,
                     ranks: Ranks) -> Outcome:
     """Train as the process that reports (the only one, or rank 0): to SQL and the job's stream,
-    and to the supervisor through ``files``."""
+    and to the supervisor through ``files``. Every artifact is staged and published under the
+    attempt's fence (:mod:`worker.fencing`)."""
     client = bus.connect(settings)
     try:
         publish = bus.publisher(client, settings.redis_keys, settings.stream_maxlen)
-        reporter = JobReporter(settings.database_url, job.id, publish, job.attempt, settings.db_retry_seconds)
+        fence = attempt_fence(job, settings)
+        reporter = JobReporter(settings.database_url, job.id, publish, job.attempt, settings.db_retry_seconds,
+                               fence=fence)
         final, link = FinalMetrics(), SupervisorLink(files, job.last_step, reporter.stop_request)
-        # The job's trackers write beside its checkpoints; one W&B run per job, resumed by each attempt.
-        tracked = trackers(spec, job_dir(settings, job.id), run_id=f"job-{job.id}", project=TRACKER_PROJECT)
+        staged = StagedFiles(fence, settings, job.id, job.attempt)
+        # The job's trackers write in the attempt's staging folder; one W&B run per job, resumed by
+        # each attempt.
+        tracked = trackers(spec, staged.trackers, run_id=f"job-{job.id}", project=TRACKER_PROJECT)
         quota = ArtifactQuota(settings, job.id, job.team_id)
         # First: a job whose counted length is over its pool's limits ends before "started" is recorded.
         counted = CountedSteps(settings, job, spec)
         store = remote_store(settings)
         # With a store apart from this folder, a checkpoint's row waits until the store holds it.
         recorded = reporter if store is None else StoredCheckpoints(reporter, store, job.id,
-                                                                    settings.storage_retry_seconds)
-        callbacks = CallbackList([counted, quota, recorded, link, final, *tracked])
+                                                                    settings.storage_retry_seconds,
+                                                                    fenced=fence.hold)
+        callbacks = CallbackList([counted, quota, recorded, link, final, *tracked, staged])
         try:
             result = train_job(job, spec, settings, callbacks, ranks)
             if store is not None:
                 recorded.flush()
             if not result.stopped and result.checkpoint is not None:
-                export_final_model(job, spec, settings, result, final.record, callbacks)
+                export_final_model(job, spec, settings, result, final.record, callbacks, staged)
                 if store is not None:
-                    store_final_model(store, settings, job.id)
+                    fence.hold("the final model", lambda: store_final_model(store, settings, job.id))
         finally:
-            if store is not None:
-                store_job_files(store, settings, job.id)
+            _publish_trackers(staged, store)
     finally:
         client.close()
     return ending(result, files.stop_reason())
+
+
+def _publish_trackers(staged: StagedFiles, store: ObjectStore | None) -> None:
+    """At the attempt's end, whatever ended it: the trackers' files published (and stored), unless
+    the attempt no longer owns the job or cannot tell (the database away), which is said here and
+    left to the error that ended the attempt: charts are not worth hiding it."""
+    try:
+        staged.publish_trackers()
+        if store is not None:
+            staged.store_trackers(store)
+    except (StaleAttempt, DatabaseUnavailable) as exc:
+        log.warning("the trackers' files were not published: %s", exc)
+
+
+def attempt_fence(job: JobRead, settings: Settings) -> AttemptFence:
+    """The fence of the attempt ``job`` was claimed as (node 0's worker holds a gang's)."""
+    return AttemptFence(settings, job.id, job.worker_id or "", job.attempt)
 
 
 class FinalMetrics(TrainerCallback):
@@ -116,17 +145,18 @@ class FinalMetrics(TrainerCallback):
 
 
 def export_final_model(job: JobRead, spec: JobSpec, settings: Settings, result: TrainResult,
-                       metrics: dict[str, Any] | None, callbacks: TrainerCallback) -> None:
-    """The job's model folder from its final checkpoint (:mod:`grpo_core.io.model_export`), announced as
-    a ``model`` event."""
+                       metrics: dict[str, Any] | None, callbacks: TrainerCallback,
+                       staged: StagedFiles) -> None:
+    """The job's model folder from its final checkpoint (:mod:`grpo_core.io.model_export`), exported
+    in the attempt's staging folder and published under its fence, announced as a ``model`` event."""
     if spec.export.merge_lora:
         loading, roots = loadable(spec, settings)
         base = resolve_model_location(loading.model, roots.models)
     else:
         base = None
-    out = export_model(result.checkpoint, model_dir(settings, job.id), spec, result.step, metrics,
-                       job_id=job.id, base_location=base)
-    size = folder_bytes(out)
+    export_model(result.checkpoint, staged.model_stage(), spec, result.step, metrics,
+                 job_id=job.id, base_location=base)
+    size = folder_bytes(staged.publish_model())
     callbacks.on_event("model", f"final model of step {result.step} ready ({size:,} bytes)",
                        {"step": result.step, "bytes": size})
 
@@ -144,7 +174,9 @@ def train_job(job: JobRead, spec: JobSpec, settings: Settings, callbacks: Traine
         components = build_components(spec, models_root=roots.models, data_root=roots.data,
                                       device=None, ranks=ranks, reward_models_root=roots.reward_models,
                                       verifiers=registered_verifiers(spec, settings, job.team_id))
-        trainer = GRPOTrainer(components, checkpoint_dir(settings, job.id), callbacks)
+        # Written in the attempt's staging folder, renamed into the job's under its fence.
+        publisher = FencedPublisher(attempt_fence(job, settings), staging_dir(settings, job.id, job.attempt))
+        trainer = GRPOTrainer(components, checkpoint_dir(settings, job.id), callbacks, publisher)
         # A requeued or preempted job continues from its newest complete checkpoint.
         trainer.resume()
         return trainer.train()

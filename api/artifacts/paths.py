@@ -10,6 +10,7 @@ the artifacts folder (the default), where nothing is copied."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from functools import lru_cache
 from pathlib import Path
 
@@ -28,6 +29,16 @@ def job_prefix(job_id: int) -> str:
     """The job's folder as a storage prefix (:mod:`api.storage`): the local default store's root
     is the artifacts root, so it names the same files as :func:`job_dir`."""
     return f"{JOBS_DIR}/{job_id}/"
+
+
+STAGING_DIR = ".attempts"
+
+
+def staging_dir(settings: Settings, job_id: int, attempt: int) -> Path:
+    """Where attempt ``attempt`` of the job writes before it publishes (:mod:`worker.fencing`):
+    beside the jobs' folders, on their file system (a rename publishes), never inside the job's
+    folder, which holds only what an attempt published while it owned the job."""
+    return Path(settings.artifacts_root) / STAGING_DIR / f"job-{job_id}-attempt-{attempt}"
 
 
 def checkpoint_dir(settings: Settings, job_id: int) -> Path:
@@ -99,23 +110,27 @@ def complete_checkpoint(settings: Settings, job_id: int, step: int) -> Path | No
     return folder if (folder / COMPLETE_MARK).is_file() else None
 
 
-def model_to_continue(settings: Settings, job_id: int, step: int | None) -> Path | None:
+def model_to_continue(settings: Settings, job_id: int, step: int | None,
+                      published: Collection[int] | None = None) -> Path | None:
     """The folder a ``job:ID[@STEP]`` source loads: that checkpoint, or the job's final model,
     else its newest complete checkpoint (a job stopped before its end has no final model).
-    None when there is nothing (yet, or any more: retention deletes old checkpoints)."""
+    None when there is nothing (yet, or any more: retention deletes old checkpoints). Given
+    ``published`` (the steps with a row, the worker's view), only a checkpoint an attempt published."""
     if step is not None:
-        return complete_checkpoint(settings, job_id, step)
+        return complete_checkpoint(settings, job_id, step) if published is None or step in published else None
     if model_dir(settings, job_id).is_dir():
         return model_dir(settings, job_id)
     root = checkpoint_dir(settings, job_id)
     steps = sorted((int(p.name.removeprefix("step-")) for p in root.glob("step-*")
                     if p.name.removeprefix("step-").isdigit()), reverse=True) if root.is_dir() else []
+    steps = [s for s in steps if published is None or s in published]
     return next((found for s in steps if (found := complete_checkpoint(settings, job_id, s))), None)
 
 
-def stored_model_to_continue(store: ObjectStore, job_id: int, step: int | None) -> str | None:
+def stored_model_to_continue(store: ObjectStore, job_id: int, step: int | None,
+                             published: Collection[int] | None = None) -> str | None:
     """:func:`model_to_continue` in the store: the key of the folder to load, or None."""
-    steps = stored_checkpoint_steps(store, job_id)
+    steps = [s for s in stored_checkpoint_steps(store, job_id) if published is None or s in published]
     if step is not None:
         return checkpoint_key(job_id, step) if step in steps else None
     if store.exists(f"{model_key(job_id)}/{MODEL_MARK}"):

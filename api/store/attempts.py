@@ -238,3 +238,23 @@ def stop_paused(session: Session, job_id: int, worker_id: str, step: int) -> boo
     moved = transition(session, job_id, via=Transition.STOP_PAUSED, worker_id=worker_id,
                        message=f"paused at step {step}", data={"step": step})
     return moved is not None
+
+
+def attempt_lease_left(session: Session, job_id: int, worker_id: str, attempt: int,
+                       lease_seconds: float) -> float | None:
+    """The fencing check of an attempt's writes (docs/architecture.md §6): None unless ``attempt``
+    is still the job's current attempt, held by ``worker_id`` and running (a newer attempt, a
+    requeue or an ending all refuse it); else the seconds its lease has left on the database's
+    clock (0 or less: expired, though nobody has taken the job over yet). The job's row is locked
+    until the transaction ends, so a row written in the same transaction is published only while
+    the attempt owns the job: the requeue or claim that would take it waits for the commit."""
+    row = session.execute(
+        select(_JOBS.c.heartbeat_at)
+        .where(_JOBS.c.id == job_id, _JOBS.c.attempt == attempt, _JOBS.c.status.in_(ACTIVE_STATUSES),
+               held_by(worker_id))
+        .with_for_update()
+    ).first()
+    if row is None or row.heartbeat_at is None:
+        return None
+    left = as_utc(row.heartbeat_at) + timedelta(seconds=lease_seconds) - as_utc(db_now(session))
+    return left.total_seconds()

@@ -15,10 +15,13 @@ rank 0 writes ``optimizer.pt``, as a single process does.
 
 All ranks write into one temporary folder that rank 0 renames into place once every rank is
 done, so a crash never leaves a half-written ``step-N``; a failed write removes that folder, and a
-full disk is reported as ``disk_full`` with the path and the space left. Once a checkpoint is
-complete, rank 0 deletes those beyond the spec's ``checkpoint_keep_last`` and ``optimizer.pt``
-from all but the newest (``prune_checkpoints``); the sharded ``distributed/`` state, which holds
-the weights too, stays whole.
+full disk is reported as ``disk_full`` with the path and the space left. Where that folder is and
+how it is put in place is the run's :class:`Publisher`: by default beside the checkpoints, renamed
+over; a service whose run may outlive its claim on the folder supplies one that writes elsewhere
+and checks its claim first (the worker's fencing), since the core knows nothing of leases. Once a
+checkpoint is complete, rank 0 deletes those beyond the spec's ``checkpoint_keep_last`` and
+``optimizer.pt`` from all but the newest (``prune_checkpoints``); the sharded ``distributed/``
+state, which holds the weights too, stays whole.
 
 When the ranks span hosts, the hosts share no disk: only node 0's folder is the checkpoint (the
 service uploads it, and every host fetches the stored checkpoint into its own folder before a
@@ -42,9 +45,10 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from safetensors.torch import load_file
@@ -65,6 +69,7 @@ if TYPE_CHECKING:
 
     from grpo_core.algorithm.experience import Experience
 
+T = TypeVar("T")
 STATE_FILE = "trainer_state.json"
 DISTRIBUTED_DIR = "distributed"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
@@ -79,6 +84,26 @@ class TrainerState:
     iteration: int  # optimizer steps already taken on the pending generation round
     has_experience: bool
     world_size: int = 1  # ranks the pending experience is split over, one file each
+
+
+class Publisher:
+    """How a run's finished folders are put in place and its old checkpoints removed. This one,
+    ``grpo train``'s, writes each checkpoint beside the others (``staging`` None) and renames it
+    over any folder of that name. A caller whose run may be superseded while it writes (a service
+    that hands a job to another worker when this one goes silent) gives a ``staging`` folder of
+    the run's own and checks, in :meth:`publish` and :meth:`remove`, that the run still owns its
+    folder before it changes anything there."""
+
+    staging: Path | None = None
+
+    def publish(self, tmp: Path, final: Path) -> None:
+        """``tmp`` (complete) becomes ``final``."""
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+
+    def remove(self, what: str, remove: Callable[[], T]) -> T:
+        """``remove()``: deletes published folders (``what`` names them)."""
+        return remove()
 
 
 def rng_state() -> dict[str, Any]:
@@ -106,23 +131,25 @@ def save_checkpoint(
     experience: Experience | None = None,
     ranks: Ranks = SINGLE,
     distributed: bool = False,
+    publisher: Publisher | None = None,
 ) -> Path:
     """Write ``root/step-{state.step}`` atomically and return it. Every rank calls this;
     ``distributed`` selects the ``torch.distributed.checkpoint`` format (``sharding: fsdp``) on
-    one host. Across hosts rank 0 alone writes (the module docstring says why)."""
+    one host. Across hosts rank 0 alone writes (the module docstring says why). ``publisher``
+    says where it is written and how it is put in place (:class:`Publisher` by default)."""
+    publisher = publisher or Publisher()
     final = root / f"step-{state.step}"
     contents = _Contents(models, tokenizer, optimizer, scheduler, experience)
     if _spans_hosts(ranks):
-        _save_on_rank_0(root, state, contents, ranks, distributed)
+        _save_on_rank_0(root, state, contents, ranks, distributed, publisher)
         return final
-    tmp = _shared_tmp_folder(root, state.step, ranks)
+    tmp = _shared_tmp_folder(publisher.staging or root, state.step, ranks)
     # Whichever rank fails removes the shared folder: a half-written checkpoint is useless,
     # and on a full disk its bytes are the ones the next attempt needs.
     with disk_full_reported(tmp, "checkpoint", undo=lambda: shutil.rmtree(tmp, ignore_errors=True)):
         _write_into(tmp, state, contents, ranks, distributed)
     if ranks.is_main:
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
+        publisher.publish(tmp, final)
     return final
 
 
@@ -171,7 +198,7 @@ def _spans_hosts(ranks: Ranks) -> bool:
 
 
 def _save_on_rank_0(root: Path, state: TrainerState, contents: _Contents, ranks: Ranks,
-                    distributed: bool) -> None:
+                    distributed: bool, publisher: Publisher) -> None:
     """Across hosts: what other ranks hold comes to rank 0, which writes the whole checkpoint in
     its own folder; the others write nothing. Under fsdp the state is gathered whole (CPU)."""
     optimizer = contents.optimizer
@@ -184,7 +211,7 @@ def _save_on_rank_0(root: Path, state: TrainerState, contents: _Contents, ranks:
     if not distributed:
         optimizer_state = optimizer.state_dict()  # replicated under ddp: rank 0's is everyone's
     final = root / f"step-{state.step}"
-    tmp = root / f".step-{state.step}.tmp-{os.getpid()}"
+    tmp = (publisher.staging or root) / f".step-{state.step}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     with disk_full_reported(tmp, "checkpoint", undo=lambda: shutil.rmtree(tmp, ignore_errors=True)):
         tmp.mkdir(parents=True)
@@ -193,8 +220,7 @@ def _save_on_rank_0(root: Path, state: TrainerState, contents: _Contents, ranks:
             if share is not None:
                 (tmp / _experience_file(rank, ranks.world_size)).write_bytes(share)
         _mark_complete(tmp, state)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
+    publisher.publish(tmp, final)
 
 
 def _serialized(experience: Experience) -> bytes:

@@ -20,6 +20,7 @@ from grpo_core.algorithm.update import optimizer_step
 from grpo_core.errors import GRPOError, RewardTimeout, RewardUnavailable
 from grpo_core.run.callbacks import TrainerCallback
 from grpo_core.run.checkpoint import (
+    Publisher,
     TrainerState,
     estimate_checkpoint_bytes,
     latest_checkpoint,
@@ -57,8 +58,10 @@ class GRPOTrainer:
         components: RunComponents,
         checkpoint_dir: Path,
         callbacks: TrainerCallback | None = None,
+        publisher: Publisher | None = None,
     ) -> None:
         self.components = components
+        self.publisher = publisher or Publisher()
         self.config: GRPOConfig = components.spec.grpo
         self.checkpoint_dir = Path(checkpoint_dir)
         self.callbacks = callbacks or TrainerCallback()
@@ -157,7 +160,7 @@ class GRPOTrainer:
         """Continue from ``path`` or the newest checkpoint; False when there is none. Temporary
         folders left by a writer that was killed mid-checkpoint are removed first."""
         if self.ranks.is_main:
-            sweep_stale_tmp_folders(self.checkpoint_dir)
+            sweep_stale_tmp_folders(self.publisher.staging or self.checkpoint_dir)
         path = path or latest_checkpoint(self.checkpoint_dir)
         self._same_checkpoint_everywhere(path)
         if path is None:
@@ -362,11 +365,16 @@ class GRPOTrainer:
             experience=self.pending,
             ranks=self.ranks,
             distributed=c.spec.resources.sharding == "fsdp",
+            publisher=self.publisher,
         )
         self.last_checkpoint = path
         if self.ranks.is_main:
-            removed = prune_checkpoints(self.checkpoint_dir, c.spec.checkpoint_keep_last, path)
+            # Reported (its row written) before retention prunes the older ones: a process killed
+            # between the two then leaves the newest reported checkpoint whole. Pruned first, the
+            # last reported one could have lost its optimizer state while the new one had no row.
             self.callbacks.on_checkpoint(self.state.step, path)
+            removed = self.publisher.remove("older checkpoints", lambda: prune_checkpoints(
+                self.checkpoint_dir, c.spec.checkpoint_keep_last, path))
             if removed:
                 self.callbacks.on_checkpoints_removed(removed)
             self.callbacks.on_event(

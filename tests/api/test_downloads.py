@@ -28,8 +28,9 @@ from api.http.tar_stream import TarStream
 
 @pytest.fixture
 def finished_job(alpha, job_spec, worker, api_server, tiny_model_dir: Path) -> dict:
-    """A job with steps 1-2, a complete checkpoint of step 2, an incomplete one of step 4 (being
-    written) and a final model, as the worker leaves them."""
+    """A job with steps 1-2, a complete checkpoint of step 2 (with its row), an incomplete one of
+    step 4 (being written), a complete one of step 5 that a stale attempt left (no row) and a
+    final model, as the worker leaves them."""
     job = alpha.post("/v1/jobs", json=job_spec()).json()
     worker.start(job["id"])
     for step in (1, 2):
@@ -39,7 +40,10 @@ def finished_job(alpha, job_spec, worker, api_server, tiny_model_dir: Path) -> d
     shutil.copytree(tiny_model_dir, step_2)
     torch.save({"state": {}}, step_2 / "optimizer.pt")
     (step_2 / "trainer_state.json").write_text("{}")
+    worker.reporter(job["id"]).on_checkpoint(2, step_2)  # published: its row
     shutil.copytree(tiny_model_dir, checkpoint_dir(settings, job["id"]) / "step-4")
+    stale = checkpoint_dir(settings, job["id"]) / "step-5"  # complete, but no attempt published it
+    shutil.copytree(step_2, stale)
     final = model_dir(settings, job["id"])
     shutil.copytree(tiny_model_dir, final)
     (final / "adapter").mkdir()
@@ -84,7 +88,7 @@ def test_a_kept_checkpoint_streams_as_a_model_folder_without_training_state(alph
     assert f"{prefix}optimizer.pt" not in files and f"{prefix}trainer_state.json" not in files
     card = files[f"{prefix}README.md"].decode()
     assert "for 2 steps" in card and "| reward | 0.02 |" in card  # step 2's metrics, from SQL
-    for step, param in ((4, "step"), (3, "step")):  # being written; never written
+    for step, param in ((4, "step"), (3, "step"), (5, "step")):  # being written; never; not published
         missing = alpha.get(f"/v1/jobs/{job_id}/checkpoints/{step}/archive")
         assert missing.status_code == 404 and missing.json()["error"]["param"] == param
 
@@ -201,7 +205,7 @@ def test_a_download_waiting_on_its_client_holds_none_of_its_files_open(alpha, ap
     assert hashes_by_name(body, f"job-{job_id}-model/") == expected
 
 
-def test_a_checkpoint_deleted_by_retention_mid_download_still_streams_whole(alpha, api_server,
+def test_a_checkpoint_deleted_by_retention_mid_download_still_streams_whole(alpha, api_server, worker,
                                                                             job_spec) -> None:
     """Files are opened only as they stream, yet a checkpoint that retention deletes after the
     first bytes went out downloads whole (its files are pinned); the pins go with the download."""
@@ -209,6 +213,7 @@ def test_a_checkpoint_deleted_by_retention_mid_download_still_streams_whole(alph
     folder = checkpoint_dir(api_server.settings, job_id) / "step-3"
     expected = write_shards(folder)
     (folder / "trainer_state.json").write_text("{}")  # complete; training state, not downloaded
+    worker.reporter(job_id).on_checkpoint(3, folder)  # published: its row
     root = api_server.settings.artifacts_root
     body = read_with_pauses(alpha, f"/v1/jobs/{job_id}/checkpoints/3/archive", root,
                             at_first_pause=lambda: shutil.rmtree(folder))

@@ -130,6 +130,11 @@ def alpha_job(client_for, team_keys, job_spec, api_server) -> int:
         folder.mkdir(parents=True)
         for name in files:
             (folder / name).write_text("{}")
+    from api.store.db import session_scope
+    from api.store.telemetry import record_checkpoint
+
+    with session_scope(api_server.settings.database_url) as session:  # published, as a worker does
+        record_checkpoint(session, job_id, 1, str(step_1))
     return job_id
 
 

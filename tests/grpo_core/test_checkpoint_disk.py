@@ -203,3 +203,31 @@ def test_the_checkpoint_just_written_is_kept_even_when_older_than_the_rest(tiny_
     assert removed == [1]
     assert step_folders(out) == ["step-2", "step-3"]
     assert (checkpoints / "step-3" / "optimizer.pt").is_file()  # what a resume would pick
+
+
+class NoteReported(TrainerCallback):
+    """At each report, which earlier reported checkpoints still hold their optimizer state: what a
+    process killed right after the report would leave for a resume to use."""
+
+    def __init__(self) -> None:
+        self.reported: list[Path] = []
+        self.whole_at_report: list[bool] = []
+
+    def on_checkpoint(self, step: int, path: Path) -> None:
+        if self.reported:
+            self.whole_at_report.append((self.reported[-1] / "optimizer.pt").is_file())
+        self.reported.append(path)
+
+
+def test_older_checkpoints_keep_their_optimizer_state_until_the_new_one_is_reported(tiny_model_dir, tmp_path):
+    # Retention drops optimizer.pt from all but the newest. If it ran before the new checkpoint was
+    # reported, a kill in between would leave the last *reported* checkpoint (the one the service
+    # resumes from) without its optimizer state, and the job could not resume.
+    checkpoints = tmp_path / "checkpoints"
+    noted = NoteReported()
+    trainer = GRPOTrainer(build_components(spec(tiny_model_dir, 3, checkpoint_keep_last=3), device="cpu"),
+                          checkpoints, noted)
+    trainer.train()
+    assert [p.name for p in noted.reported] == ["step-1", "step-2", "step-3"]
+    assert noted.whole_at_report == [True, True]
+    assert not (checkpoints / "step-2" / "optimizer.pt").exists()  # retention still ran afterwards

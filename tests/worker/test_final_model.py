@@ -7,6 +7,7 @@ the merged weights (equal to base + adapter) and the adapter."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,17 @@ def test_a_job_starts_from_another_jobs_final_model_or_checkpoint(task_settings,
         assert trained.keys() == loaded.keys()
         assert all(torch.allclose(trained[name], loaded[name], atol=1e-6) for name in loaded), source
         assert f"from `{source}`" in (model_dir(task_settings, second) / "README.md").read_text()
+
+
+def test_a_job_source_never_loads_a_checkpoint_no_attempt_published(task_settings, submit, tiny_spec,
+                                                                    database_url, run_in_process):
+    """A complete folder without its row is a stale attempt's (docs/architecture.md §6)."""
+    first = submit(tiny_spec("published", max_steps=2, checkpoint_every=2))
+    run_to_the_end(database_url, first)
+    root = checkpoint_dir(task_settings, first)
+    shutil.copytree(root / "step-2", root / "step-7")
+    second = run_in_process(submit(tiny_spec("from-stale", max_steps=1, model={"source": f"job:{first}@7"})))
+    assert second.error is not None and second.error.code == "source_unavailable", second.error
 
 
 def test_a_source_checkpoint_removed_since_submit_fails_source_unavailable(task_settings, submit, tiny_spec,

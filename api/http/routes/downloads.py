@@ -126,9 +126,12 @@ def download_checkpoint(job_id: JobId, step: StepNumber,
     """A kept checkpoint as a model folder: its weights (or adapter) and tokenizer, with a
     generation config and a model card made for it; the training state (optimizer, RNG) stays."""
     job = job_store.get_job(session, job_id, principal.scope)
+    # Only a checkpoint an attempt published while it owned the job (its row, docs/architecture.md
+    # §6): a folder without one is a stale attempt's.
+    published = any(c.step == step for c in telemetry.list_checkpoints(session, job_id))
     store = remote_store(settings)
-    stored = _stored_under(store, checkpoint_key(job_id, step)) if store is not None else {}
-    folder = complete_checkpoint(settings, job_id, step) if store is None else None
+    stored = _stored_under(store, checkpoint_key(job_id, step)) if store is not None and published else {}
+    folder = complete_checkpoint(settings, job_id, step) if store is None and published else None
     if folder is None and COMPLETE_MARK not in stored:
         raise NotFound(f"job {job_id} keeps no checkpoint of step {step} (see its /checkpoints)",
                        param="step")
