@@ -30,6 +30,7 @@ from api.artifacts.paths import (
     job_dir,
     model_dir,
     model_key,
+    staging_dir,
     stored_checkpoint_steps,
 )
 from api.settings import Settings
@@ -122,3 +123,13 @@ def store_job_files(store: ObjectStore, settings: Settings, job_id: int) -> None
                               settings.storage_retry_seconds, f"job {job_id}: storing {folder.name}")
             except StorageUnavailable as error:
                 log.error("job %s: its %s files were not stored: %s", job_id, folder.name, error)
+
+
+def drop_local_copies(settings: Settings, job_id: int, attempt: int) -> None:
+    """At the end of an attempt, once its uploads are over: the job's folder and the attempt's
+    staging folder removed from this worker's artifacts folder, which is only its work folder
+    (the store holds every checkpoint a row names, the final model and the trackers' files, and a
+    resume fetches from there). A long-lived worker's disk then holds no job it ever ran. Only
+    with a store apart from the folder: call it after :func:`api.artifacts.paths.remote_store`."""
+    for folder in (job_dir(settings, job_id), staging_dir(settings, job_id, attempt)):
+        shutil.rmtree(folder, ignore_errors=True)

@@ -31,6 +31,7 @@ import time
 import redis
 from sqlalchemy.exc import SQLAlchemyError
 
+from api.artifacts.paths import remote_store
 from api.domain.lifecycle import JobStatus, StopRequest
 from api.schemas.jobs import JobRead
 from api.settings import Settings
@@ -41,7 +42,9 @@ from api.store.db import session_scope
 from api.store.dispatching import yield_preempted
 from api.store.gangs import HostPart, finish_host
 from grpo_core.run.processes import signal_name
+from worker.fencing import AttemptFence, StaleAttempt
 from worker.heartbeat import JobLease
+from worker.job_storage import drop_local_copies
 from worker.memory import gib
 from worker.outcome import (
     LEASE_LOST,
@@ -69,6 +72,7 @@ def run_claimed_job(job: JobRead, worker_id: str, settings: Settings, lease: Job
     if ended.killed_for == LEASE_LOST:
         log.warning("job %s: lease lost; its process was killed and the job left to its new attempt", job.id)
         return "lost"
+    drop_stored_copies(job, worker_id, settings, part)
     lease.stop()  # no renewal may race the outcome: it is the attempt's last write
     publish = bus.publisher(client, settings.redis_keys, settings.stream_maxlen)
     report = ended.report if ended.killed_for is None else None
@@ -91,6 +95,22 @@ def run_claimed_job(job: JobRead, worker_id: str, settings: Settings, lease: Job
         log.error("job %s: how its attempt ended was not recorded; its lease will expire and the "
                   "scheduler requeue it: %s", job.id, exc)
         return "unrecorded"
+
+
+def drop_stored_copies(job: JobRead, worker_id: str, settings: Settings, part: HostPart | None) -> None:
+    """With a store apart from the artifacts folder, the attempt's local files removed once its
+    process has ended (its uploads with it), whatever the outcome, while the lease still renews:
+    under the attempt's fence, so an attempt that lost the job never removes the files of the one
+    that owns it now on this host. Before the outcome is recorded, so a requeued job is not
+    claimed again here while they go. A gang's other hosts keep theirs (they may share node 0's
+    folder, and node 0 may still be storing the final model)."""
+    if remote_store(settings) is None or (part is not None and not part.leads):
+        return
+    fence = AttemptFence(settings, job.id, job.worker_id or worker_id, job.attempt)
+    try:
+        fence.hold("removing the local copies", lambda: drop_local_copies(settings, job.id, job.attempt))
+    except (StaleAttempt, DatabaseUnavailable) as exc:
+        log.info("job %s: its local copies were kept: %s", job.id, exc)
 
 
 def forced_outcome(ended: Ended, settings: Settings, job: JobRead) -> Outcome:

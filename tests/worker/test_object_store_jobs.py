@@ -5,13 +5,14 @@ they share no folder: the job succeeds, its checkpoints are whole in the bucket,
 model, a checkpoint and its TensorBoard files download through the API from the bucket. Then the
 S3 server killed while the job trains and checkpoints, and started again: the job keeps training,
 retries, finishes in its first attempt, and every checkpoint SQL records is whole in the bucket.
-Last, the store away when a paused job is resumed (issue 26): that attempt is requeued as the
-infrastructure's fault, and once the store is back the job resumes from its stored checkpoint."""
+Then the store away when a paused job is resumed (issue 26): that attempt is requeued as the
+infrastructure's fault, and once the store is back the job resumes from its stored checkpoint.
+Last, several jobs in a row leave the worker's artifacts folder holding none of their files (issue 33):
+once stored, its copies go at each attempt's end, so a long-lived worker's disk does not grow."""
 
 from __future__ import annotations
 
 import io
-import shutil
 import tarfile
 import uuid
 from pathlib import Path
@@ -143,8 +144,8 @@ def test_the_store_away_when_a_paused_job_resumes_requeues_it_and_it_resumes_fro
         paused_at = paused.last_step
         assert 2 <= paused_at < steps
         assert stored_checkpoint_steps(store, job_id)[-1] == paused_at
-        # As a resume on another host: only the store holds the checkpoint to resume from.
-        shutil.rmtree((tmp_path / "worker-artifacts" / checkpoint_key(job_id, paused_at)).parent)
+        # As on any host: the paused attempt left no local copy, only the store holds it (issue 33).
+        assert not (tmp_path / "worker-artifacts" / checkpoint_key(job_id, paused_at)).parent.exists()
 
         s3_server.stop_listening()  # unlike a kill, what it stored is there when it listens again
         try:
@@ -173,3 +174,25 @@ def test_the_store_away_when_a_paused_job_resumes_requeues_it_and_it_resumes_fro
         assert [tuple(row) for row in rows] == [
             (step, 1 if step <= paused_at else 3) for step in range(1, steps + 1)]
         assert recorded_steps(api, job_id)[-1] == stored_checkpoint_steps(store, job_id)[-1] == steps
+
+
+def test_jobs_on_a_bucket_leave_the_workers_artifacts_folder_holding_none_of_their_files(
+        processes, submit, tiny_spec, pool, wait_for, finished, wait_worker_ready, bucket_env, tmp_path):
+    store = open_store(bucket_env["GRPO_STORAGE_URL"], env=bucket_env)
+    job_ids = [submit(tiny_spec(f"tidy-{n}", pool=pool, max_steps=2, checkpoint_every=2,
+                                report_to=["tensorboard"])) for n in range(5)]
+    with start_stack(processes, pool, wait_worker_ready, bucket_env, tmp_path) as api:
+        for job_id in job_ids:
+            done = wait_for(lambda j=job_id: finished(j), 300, f"job {job_id} to end", processes)
+            assert done.status == "succeeded", done.error
+        worker_root = tmp_path / "worker-artifacts"
+        assert worker_root.is_dir()  # the worker did write there while training
+        left = sorted(p.relative_to(worker_root).as_posix() for folder in ("jobs", ".attempts")
+                      for p in (worker_root / folder).rglob("*") if p.is_file())
+        assert left == []
+        for job_id in job_ids:  # all of it in the store, served from there
+            assert stored_checkpoint_steps(store, job_id) == recorded_steps(api, job_id) == [2]
+            assert store.exists(f"{model_key(job_id)}/{MODEL_MARK}")
+            model = api.get(f"/v1/jobs/{job_id}/model")
+            assert model.status_code == 200 and "model.safetensors" in members(model.content)
+            assert api.get(f"/v1/jobs/{job_id}/tensorboard").status_code == 200
