@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -74,6 +74,19 @@ class Experience:
     round_tokens_per_step: float | None = None
     # (N,) each row's dataset columns but the prompt, as the samples show them (PromptSet.sample_columns)
     columns: list[dict[str, Any]] = field(default_factory=list)
+    # (N,) why a reward left the row unscored, where it said (Scores.row_errors); None: scored
+    errors: list[str | None] = field(default_factory=list)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A pending experience a checkpoint of an earlier version holds lacks the fields added
+        since: they take their defaults, so such a checkpoint still resumes."""
+        for known in fields(self):
+            if known.name not in state:
+                if known.default_factory is not MISSING:
+                    state[known.name] = known.default_factory()
+                elif known.default is not MISSING:
+                    state[known.name] = known.default
+        self.__dict__.update(state)
 
     def step_part(self, index: int, steps: int) -> Experience:
         """The rows optimizer step ``index`` of the ``steps`` a generation round feeds trains on.
@@ -92,6 +105,7 @@ class Experience:
             rollout=self.rollout.select(rows),
             prompts=self.prompts[rows],
             columns=self.columns[rows],
+            errors=self.errors[rows],
             decoded=self.decoded[rows],
             rewards_per_func=self.rewards_per_func[rows],
             rewards=self.rewards[rows],
@@ -115,12 +129,14 @@ class _Rows:
     decoded: list[DecodedCompletion]  # (N,)
     scores: torch.Tensor  # (N, F) per reward function, on the CPU
     columns: list[dict[str, Any]]  # (N,) the dataset row's columns but the prompt
+    errors: list[str | None]  # (N,) why a reward left the row unscored, where it said
 
     def group_on_cpu(self, index: int, g: int) -> _Rows:
         """Group ``index``'s G rows, with tensors on the CPU: rows cross ranks pickled."""
         rows = slice(index * g, (index + 1) * g)
         rollout = self.rollout.select(rows).to("cpu")
-        return _Rows(rollout, self.prompts[rows], self.decoded[rows], self.scores[rows], self.columns[rows])
+        return _Rows(rollout, self.prompts[rows], self.decoded[rows], self.scores[rows], self.columns[rows],
+                     self.errors[rows])
 
     @staticmethod
     def concat(parts: list[_Rows], pad_id: int) -> _Rows:
@@ -130,6 +146,7 @@ class _Rows:
             [d for p in parts for d in p.decoded],
             torch.cat([p.scores for p in parts]),
             [row for p in parts for row in p.columns],
+            [error for p in parts for error in p.errors],
         )
 
 
@@ -226,7 +243,8 @@ def _sample_round(gen: _Generation, groups: _Groups) -> None:
         earlier = groups.reward_failures.get(name)
         groups.reward_failures[name] = earlier.merged(failure) if earlier else failure
     scores = torch.tensor(scored.matrix, dtype=torch.float32).reshape(len(decoded), len(gen.rewards))
-    groups.rounds.append(_Rows(rollout, row_prompts, decoded, scores, gen.prompts.sample_columns(indices, g)))
+    groups.rounds.append(_Rows(rollout, row_prompts, decoded, scores, gen.prompts.sample_columns(indices, g),
+                               scored.row_errors(len(decoded))))
     spread = torch.nan_to_num(group_std(combine_rewards(scores, gen.weights), g), nan=0.0)
     has_signal = ~torch.isclose(spread, torch.tensor(0.0))
     # Every rank learns every rank's flags, so all decide alike whether to resample and what to keep.
@@ -307,6 +325,7 @@ def make_experience(
         rollout=rollout,
         prompts=rows.prompts,
         columns=rows.columns,
+        errors=rows.errors,
         decoded=rows.decoded,
         rewards_per_func=rows.scores,
         rewards=combined,

@@ -90,8 +90,10 @@ def sample_rows(
     rows = []
     for i in range(min(MAX_SAMPLE_ROWS, len(exp.decoded))):
         per_func = {n: exp.rewards_per_func[i, j].item() for j, n in enumerate(reward_names)}
+        error = exp.errors[i] if i < len(exp.errors) else None
         rows.append(
             {
+                **({"error": error} if error else {}),  # only rows a reward said it could not score
                 "step": step,
                 "prompt": exp.prompts[i],
                 "completion": exp.decoded[i].text,

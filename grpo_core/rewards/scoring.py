@@ -43,6 +43,7 @@ SCORER_COLUMNS = frozenset({"raw_completions", "prompt_messages"})
 __all__ = ["RESERVED_COLUMNS", "SCORER_COLUMNS", "PartlyScored", "RowFailure", "Scores", "score_completions"]
 
 _EXCERPT_CHARS = 200  # of each value of a failing row quoted in a warning or a job's error
+_ROW_ERROR_CHARS = 500  # of a reward's message kept in a sample row's error
 
 
 class PartlyScored(list):
@@ -77,6 +78,16 @@ class Scores:
     # reward -> row -> why it is unscored, where the reward says (a python grader's exception)
     problems: dict[str, dict[int, str]] = field(default_factory=dict)
     failures: dict[str, RowFailure] = field(default_factory=dict)  # reward -> its problems, summed up
+
+    def row_errors(self, n: int) -> list[str | None]:
+        """(N,) why each row went unscored, where a reward said ("reward 'NAME': why", one per
+        failing reward), None for a row every reward scored or left without saying why: what a
+        sample row shows beside its scores."""
+        errors: list[list[str]] = [[] for _ in range(n)]
+        for name, problems in self.problems.items():
+            for row, problem in problems.items():
+                errors[row].append(f"reward '{name}': {str(problem)[:_ROW_ERROR_CHARS]}")
+        return ["; ".join(found) if found else None for found in errors]
 
 
 def _call_within(fn: Callable[..., Any], timeout: float | None, name: str, *args: Any, **kwargs: Any) -> Any:

@@ -56,3 +56,7 @@ def test_a_graders_failures_show_on_the_job_page(browser_page, keyed_stack, tiny
     assert page.locator("[data-panel=job] .badge.status-succeeded").count() == 0  # no plain green
     warning = page.locator("[data-panel=job] .job-note.unscored")
     assert warning.get_attribute("data-unscored-rows") == "4" and "4 row(s)" in warning.inner_text()
+    # The samples table's reward error column: the grader's exception on the rows it failed on.
+    page.locator("[data-panel=samples] th", has_text="reward error").wait_for()
+    errors = page.locator("[data-panel=samples] td.reward-error").all_inner_texts()
+    assert any("ValueError: cannot grade a no" in text for text in errors), errors

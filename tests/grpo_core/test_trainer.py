@@ -302,3 +302,24 @@ def test_cuda_step_uses_bf16_autocast_and_stays_finite(tiny_model_dir, tmp_path)
     GRPOTrainer(components, tmp_path, recorder).train()
     assert all(math.isfinite(r["loss"]) for r in recorder.records)
     assert recorder.records[-1]["peak_memory_mb"] > 0
+
+
+def test_a_pending_experience_saved_before_its_newer_fields_loads_with_defaults(tiny_model_dir, tmp_path):
+    # A checkpoint written by an earlier version holds an Experience pickled without the fields
+    # added since (the rows' columns, their reward errors): it still loads, and its sample rows
+    # still build, so such a checkpoint resumes.
+    import io
+
+    from grpo_core.algorithm.metrics import sample_rows
+
+    c = build_components(make_spec(tiny_model_dir), device="cpu")
+    exp = GRPOTrainer(c, tmp_path).make_experience()
+    del exp.__dict__["errors"], exp.__dict__["columns"]
+    buffer = io.BytesIO()
+    torch.save(exp, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert loaded.errors == [] and loaded.columns == []
+    rows = sample_rows(loaded, ["r"] * loaded.rewards_per_func.shape[1], 1)
+    assert rows and all("error" not in row and row["columns"] == {} for row in rows)
+    assert loaded.step_part(0, 1) is loaded

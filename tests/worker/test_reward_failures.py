@@ -1,7 +1,8 @@
 """A python grader's failures in real jobs (the Celery task: supervisor and job process): one that
 raises on every row fails the job ``reward_error`` at step 1 with the exception, the grader's line
 and a failing row, in the job's error and its events; one that raises on some rows trains on,
-each step's warning event carrying the first exception and the count."""
+each step's warning event carrying the first exception and the count, and each sample row it
+failed on carrying its own."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from api.domain.lifecycle import Transition
 from api.store.db import session_scope
 from api.store.jobs import transition
 from api.store.tables import utcnow
-from api.store.telemetry import list_events
+from api.store.telemetry import list_events, list_samples
 
 
 def run_task(database_url: str, job_id: int) -> str:
@@ -67,3 +68,13 @@ def test_a_grader_that_raises_on_some_rows_warns_with_the_exception_and_the_coun
         assert "failed on 2 of 4 row(s)" in event.message and error["row"]["answer"] == "no"
     job = job_of(job_id)
     assert job.unscored_rows == 4 and job.status_label == "succeeded with warnings"
+    # Each sample row a reward could not score says why; the rows it scored carry no error.
+    with session_scope(database_url) as session:
+        [samples] = list_samples(session, job_id, step=1)
+    failed = [row for row in samples.rows if row["columns"]["answer"] == "no"]
+    scored = [row for row in samples.rows if row["columns"]["answer"] == "yes"]
+    assert failed and scored
+    for row in failed:
+        assert row["error"].startswith("reward 'python': ValueError: cannot grade a no"), row
+        assert "grader.py line 3" in row["error"]
+    assert all("error" not in row for row in scored)
