@@ -160,6 +160,12 @@ class JobUpdate(BaseModel):
         return {name: getattr(self, name) for name in ("tags", "description") if name in given}
 
 
+class CloneDraft(BaseModel):
+    """What ``POST /v1/jobs/{id}/clone`` with no changes would queue, to edit first."""
+
+    spec: dict[str, Any] = Field(description="The job's spec, named as its clone would be (NAME-2, ...)")
+
+
 class EventRead(BaseModel):
     id: int
     job_id: int

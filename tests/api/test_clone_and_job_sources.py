@@ -49,6 +49,11 @@ def test_a_job_source_must_be_the_teams_own_job_with_that_model(alpha, beta, job
 
 def test_clone_queues_the_same_spec_changed_as_asked(alpha, beta, job_spec) -> None:
     original = submitted(alpha, job_spec(name="original"))
+    jobs_before = alpha.get("/v1/jobs").json()["items"]
+    draft = alpha.get(f"/v1/jobs/{original['id']}/clone")  # what a clone would get, nothing queued
+    assert draft.status_code == 200 and draft.json() == {"spec": {**original["spec"], "name": "original-2"}}
+    assert alpha.get("/v1/jobs").json()["items"] == jobs_before
+    assert beta.get(f"/v1/jobs/{original['id']}/clone").status_code == 404
     same = alpha.post(f"/v1/jobs/{original['id']}/clone")
     assert same.status_code == 201 and same.json()["id"] != original["id"]
     assert same.json()["spec"] == {**original["spec"], "name": "original-2"}  # named apart, the rest the same

@@ -62,6 +62,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", f"{_JOB}/model"): JOB,
     ("GET", f"{_JOB}/tensorboard"): JOB,
     ("POST", f"{_JOB}/clone"): JOB,
+    ("GET", f"{_JOB}/clone"): JOB,
     ("POST", f"{_JOB}/pause"): JOB,
     ("POST", f"{_JOB}/resume"): JOB,
     ("POST", f"{_JOB}/retry"): JOB,

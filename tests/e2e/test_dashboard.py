@@ -176,9 +176,10 @@ def test_a_job_from_the_form_is_charted_live_with_its_samples(browser_page, keye
             assert any(n.endswith("/model.safetensors") for n in tar.getnames()), tar.getnames()
 
     page.click("[data-panel=job] button[data-action=clone]")  # the same spec, renamed, in the form
+    page.wait_for_function("() => location.hash === '#/jobs'")
     page.click(".submit-form button[type=submit]")
     page.click(".submit-result .notice a")
-    page.wait_for_selector("[data-panel=job] h2:has-text('charted-clone')")
+    page.wait_for_selector("[data-panel=job] h2:has-text('charted-2')")
 
 
 def test_the_form_shows_the_fields_the_service_took_but_ignores(browser_page, keyed_stack, tiny_spec) -> None:

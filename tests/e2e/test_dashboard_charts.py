@@ -212,7 +212,7 @@ def test_the_samples_show_the_dataset_columns_beside_the_parsed_answer(browser_p
 
 
 # A hand-made sample row with a reward error, shown by the page's own SamplesView: the place a
-# row's `error` takes (the reward service's exception for that row) once the worker writes one.
+# row's `error` takes (why a reward could not score that row, as the worker writes it).
 ERRORED_ROW = """async () => {
   const {SamplesView} = await import("/static/samples.js");
   const box = document.body.appendChild(document.createElement("div"));

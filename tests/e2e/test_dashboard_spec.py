@@ -88,7 +88,7 @@ def test_clone_fills_the_form_and_queues_only_on_submit(browser_page, keyed_stac
         assert form.get_attribute("open") is not None
         filled = json.loads(page.input_value("textarea[name=spec]"))
         stored = alpha.job(job_id)["spec"]
-        assert filled == {**stored, "name": "to-clone-clone"}
+        assert filled == {**stored, "name": "to-clone-2"}  # named as POST .../clone names it
         assert job_ids() == before  # nothing queued yet
 
         filled["grpo"]["max_steps"] = 2
@@ -97,9 +97,13 @@ def test_clone_fills_the_form_and_queues_only_on_submit(browser_page, keyed_stac
         link = page.wait_for_selector(".submit-result .notice a")
         clone_id = int(link.get_attribute("href").rsplit("/", 1)[1])
         clone = alpha.job(clone_id)
-        assert clone["name"] == "to-clone-clone" and clone["spec"]["grpo"]["max_steps"] == 2
-        edited = {**stored, "name": "to-clone-clone", "grpo": {**stored["grpo"], "max_steps": 2}}
+        assert clone["name"] == "to-clone-2" and clone["spec"]["grpo"]["max_steps"] == 2
+        edited = {**stored, "name": "to-clone-2", "grpo": {**stored["grpo"], "max_steps": 2}}
         assert clone["spec"] == edited
         assert job_ids() == before | {clone_id}
+        page.goto(f"/#/jobs/{job_id}")  # cloned again: the next number
+        page.click("[data-panel=job] button[data-action=clone]")
+        page.wait_for_function("() => location.hash === '#/jobs'")
+        assert json.loads(page.input_value("textarea[name=spec]"))["name"] == "to-clone-3"
     finally:
         keyed_stack.admin("resume", "default")

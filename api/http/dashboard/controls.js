@@ -53,12 +53,21 @@ export function actionButtons(job, after, onError) {
   });
 }
 
-// Clone: the submit form opens with this job's spec, renamed, to edit before it is queued. As
-// JSON, like the form's template, so the form's "Add reward" works on it too.
-export function cloneButton(job) {
+// Clone: the submit form opens with this job's spec, named as the service names a clone
+// (NAME-2, NAME-3...: GET /v1/jobs/{id}/clone), to edit before it is queued. As JSON, like the
+// form's template, so the form's "Add reward" works on it too.
+export function cloneButton(job, onError) {
   if (!offers(job, "clone") || !job.spec) return null;
-  const renamed = {...job.spec, name: `${job.spec.name}-clone`};
-  const clone = () => openSubmitFormWith(JSON.stringify(renamed, null, 2));
+  const clone = async (event) => {
+    event.target.disabled = true;
+    try {
+      const draft = await api(`/v1/jobs/${job.id}/clone`);
+      openSubmitFormWith(JSON.stringify(draft.spec, null, 2));
+    } catch (error) {
+      onError(error);
+      event.target.disabled = false;
+    }
+  };
   return el("button", {type: "button", dataset: {action: "clone"}, onclick: clone}, "Clone");
 }
 

@@ -141,7 +141,7 @@ function jobHeader(job, render, onError) {
       el("h2", {}, job.name, " ", el("span", {className: "muted"}, `#${job.id}`)),
       cancelButton(job, render, onError),
       ...actionButtons(job, render, onError),
-      cloneButton(job),
+      cloneButton(job, onError),
       offers(job, "download_model") ? downloadButton(job.id, null, onError) : null,
       deleteButton(job, onError)),
     el("dl", {className: "facts"},

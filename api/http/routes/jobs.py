@@ -44,7 +44,7 @@ from api.http.submission import (
 from api.http.views import job_for
 from api.limits.team_limits import check_priority
 from api.scheduling import liveness
-from api.schemas.jobs import JobRead, JobUpdate, Page
+from api.schemas.jobs import CloneDraft, JobRead, JobUpdate, Page
 from api.settings import Settings
 from api.storage import StorageError, open_store
 from api.store import bus, job_deletion
@@ -344,6 +344,16 @@ def _admitted(session: SessionDep, principal: Principal, settings: Settings, req
     team's highest (one an admin raised, or from before the limit)."""
     admit(session, requeued.team_id, requeued.priority, settings, member=not principal.is_admin)
     return job_for(principal, requeued)
+
+
+@router.get("/{job_id}/clone", response_model=CloneDraft, responses=_ERRORS)
+def clone_draft(job_id: JobId, session: SessionDep, principal: PrincipalDep) -> CloneDraft:
+    """The spec a clone of this job would get, to edit before it is queued (the dashboard's Clone
+    fills its submit form with it): the job's spec named ``NAME-2``, ``NAME-3``... as ``POST
+    .../clone`` names it. Nothing is queued."""
+    original = job_store.get_job(session, job_id, principal.scope)
+    name = job_store.clone_name(session, principal.team_id, original.name)
+    return CloneDraft(spec={**original.spec, "name": name})
 
 
 @router.post(
