@@ -27,16 +27,20 @@ from api.store.telemetry import (
     add_event_once,
     count_unscored_rows,
     forget_checkpoints,
+    has_event,
     record_checkpoint,
     record_metrics,
     record_samples,
 )
 from grpo_core.json_values import json_safe
 from grpo_core.run.callbacks import WARNING_EVENTS, TrainerCallback
+from grpo_core.spec.size_checks import PROMPTS_OVER_ROWS
 from worker.fencing import AttemptFence
 from worker.retrying import retry_transient
 
 T = TypeVar("T")
+# Warnings a job is told once, whichever attempt (or the submit) found them first.
+ONCE_PER_JOB = frozenset({PROMPTS_OVER_ROWS})
 
 
 class JobReporter(TrainerCallback):
@@ -88,6 +92,8 @@ class JobReporter(TrainerCallback):
         level = "warning" if type in WARNING_EVENTS else "info"
 
         def write(session: Session) -> None:
+            if type in ONCE_PER_JOB and has_event(session, self.job_id, type):
+                return  # told already: at submit (an uploaded dataset's rows), or by an earlier attempt
             added = add_event_once(session, self.job_id, type, message, data, ts, level)
             if added and type == "reward_unscored":  # the job's sum, counted once with its event
                 count_unscored_rows(session, self.job_id, int(data.get("rows", 0)))

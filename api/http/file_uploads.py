@@ -34,12 +34,13 @@ log = logging.getLogger(__name__)
 
 class Checked(NamedTuple):
     """What an upload's checks found: its format; a model's unpacked size; a dataset's columns
-    (None: too many to record) and the prompt field its rows were checked with."""
+    (None: too many to record), the prompt field its rows were checked with and their count."""
 
     format: str
     unpacked_bytes: int | None = None
     columns: tuple[str, ...] | None = None
     prompt_field: str | None = None
+    rows: int | None = None
 
 
 def _checked(upload: SpooledUpload, purpose: str, settings: Settings, quota_room: int | None) -> Checked:
@@ -62,7 +63,7 @@ def _checked(upload: SpooledUpload, purpose: str, settings: Settings, quota_room
     # without its own prompt_field gets it (api.http.submission.with_dataset_files).
     prompt_field = prompt_field or "prompt"
     rows = check_dataset(upload.path, file_format, prompt_field)
-    return Checked(file_format, columns=rows.columns, prompt_field=prompt_field)
+    return Checked(file_format, columns=rows.columns, prompt_field=prompt_field, rows=rows.count)
 
 
 def accept_upload(upload: SpooledUpload, team_id: int, settings: Settings, store: ObjectStore) -> FileRead:
@@ -87,7 +88,8 @@ def accept_upload(upload: SpooledUpload, team_id: int, settings: Settings, store
                 f"this model ({unpacked} bytes unpacked)"
             raise _refusal(usage, charged, what)
         files.add_file(session, file_id, team_id, purpose, upload.filename, checked.format, upload.size,
-                       upload.sha256, unpacked, columns=checked.columns, prompt_field=checked.prompt_field)
+                       upload.sha256, unpacked, columns=checked.columns, prompt_field=checked.prompt_field,
+                       rows=checked.rows)
     try:
         stored = store.put_file(file_key(file_id), upload.path)
         if stored.sha256 != upload.sha256 or stored.size != upload.size:

@@ -32,13 +32,13 @@ from api.store.jobs import get_job
 from api.store.pools import PoolSize, admission, list_pools, register_live_pool
 from api.store.verifiers import endpoints_for
 from api.vocabulary import Heartbeat
-from grpo_core.errors import SpecError
+from grpo_core.errors import SpecError, SpecWarning
 from grpo_core.io.paths import resolve_under_root
 from grpo_core.rewards import check_reward_rows, model_sources, required_capabilities, validate_reward_specs
 from grpo_core.rewards.http_verifier import verifier_names
 from grpo_core.spec.prompt_rows import reward_column_names, reward_columns
 from grpo_core.spec.run_spec import DatasetSpec, RewardSpec
-from grpo_core.spec.size_checks import positions_problem
+from grpo_core.spec.size_checks import positions_problem, prompts_over_rows
 from grpo_core.spec.spec_file import InvalidSpec
 
 # NAME_MAX of every common filesystem: a longer component is refused before the OS is asked.
@@ -271,6 +271,17 @@ def check_file_sources(session: Session, spec: JobSpec, team_id: int) -> dict[st
     if problems:
         raise InvalidSpec(problems)
     return files
+
+
+def dataset_file_warnings(spec: JobSpec, files: dict[str, FileRead]) -> list[SpecWarning]:
+    """A round drawing more prompts than the uploaded training dataset's rows, told at submit as
+    inline rows are (:meth:`RunSpec.warnings`); a file uploaded before its rows were counted is
+    counted by the worker, which warns then."""
+    found = files.get("dataset.source")
+    if found is None or found.rows is None:
+        return []
+    over = prompts_over_rows(spec.grpo, found.rows, f"uploaded dataset {found.id}")
+    return [] if over is None else [over]
 
 
 def with_dataset_files(spec: JobSpec, files: dict[str, FileRead]) -> JobSpec:

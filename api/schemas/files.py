@@ -29,6 +29,8 @@ class FileRead(BaseModel):
     prompt_field: str | None = Field(None, description="The column a dataset's rows were checked to hold as "
                                      "their prompt (the upload's `prompt_field`, default `prompt`): a spec "
                                      "naming the file without its own `dataset.prompt_field` uses it")
+    rows: int | None = Field(None, description="A dataset's row count (null: a model); a spec drawing more "
+                             "prompts a round than this is warned of at submit")
     status: FileStatus = Field(description="`ready`: usable by jobs; `uploading`: being stored; `error`: "
                                            "could not be stored (delete it and upload again)")
     created_at: UtcDatetime

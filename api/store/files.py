@@ -31,19 +31,20 @@ def new_file_id() -> str:
 def _read(row: UploadedFile) -> FileRead:
     return FileRead(id=row.id, purpose=row.purpose, filename=row.filename, format=row.format,
                     bytes=row.bytes, unpacked_bytes=row.unpacked_bytes, sha256=row.sha256,
-                    columns=row.columns, prompt_field=row.prompt_field, status=row.status,
+                    columns=row.columns, prompt_field=row.prompt_field, rows=row.rows, status=row.status,
                     created_at=row.created_at)
 
 
 def add_file(session: Session, file_id: str, team_id: int, purpose: str, filename: str, format_: str,
              size: int, sha256: str, unpacked_bytes: int | None = None, *,
-             columns: Sequence[str] | None = None, prompt_field: str | None = None) -> FileRead:
+             columns: Sequence[str] | None = None, prompt_field: str | None = None,
+             rows: int | None = None) -> FileRead:
     """Its row, ``uploading``: written (and committed by the caller) before its object is.
-    ``columns`` and ``prompt_field``: a dataset's, as its upload's check found them."""
+    ``columns``, ``prompt_field`` and ``rows``: a dataset's, as its upload's check found them."""
     row = UploadedFile(id=file_id, team_id=team_id, purpose=purpose, filename=filename, format=format_,
                        bytes=size, unpacked_bytes=unpacked_bytes, sha256=sha256,
                        columns=None if columns is None else list(columns), prompt_field=prompt_field,
-                       status="uploading", created_at=utcnow())
+                       rows=rows, status="uploading", created_at=utcnow())
     session.add(row)
     session.flush()
     return _read(row)

@@ -35,6 +35,7 @@ from api.store.tables import Allocation, Job, JobEvent, JobHost, utcnow
 from api.store.telemetry import add_event
 from api.store.webhooks import enqueue_job_event
 from api.vocabulary import PRIORITIES
+from grpo_core.errors import SpecWarning
 from grpo_core.rewards import required_capabilities
 
 
@@ -62,11 +63,13 @@ _BY_KEY = select(*_JOBS.c).where(_JOBS.c.team_id == bindparam("t"), _JOBS.c.idem
 
 
 def create_job(
-    session: Session, team_id: int, spec: JobSpec, idempotency_key: str | None = None
+    session: Session, team_id: int, spec: JobSpec, idempotency_key: str | None = None,
+    found: Sequence[SpecWarning] = (),
 ) -> tuple[JobRead, bool]:
     """Insert a queued job, its ``queued`` event and a warning event (``spec_field_ignored``, or
-    the warning's own type) for each of the spec's warnings (also in the returned job's
-    ``warnings``); ``(job, created)``.
+    the warning's own type) for each of the spec's warnings and each of ``found`` (what the
+    submit's checks found beside the spec: an uploaded dataset's row count), also in the returned
+    job's ``warnings``; ``(job, created)``.
     The same idempotency key with the same body returns the first job; with a different body it is
     a :class:`Conflict`.
     Core statements, no ORM unit of work: this is the submit hot path. A used key makes the
@@ -99,19 +102,20 @@ def create_job(
         existing = session.execute(_BY_KEY, {"t": team_id, "k": idempotency_key}).first()
         if existing is None:  # the row holding the key was deleted between the two statements
             raise Conflict("Idempotency-Key is in use; retry", param="Idempotency-Key")
-        return _with_warnings(_replay(existing, digest), spec), False
+        return _with_warnings(_replay(existing, digest), spec, found), False
     event = {"priority": spec.priority, "pool": spec.resources.pool}
     # The spec's warnings are told once, at submit: the stored spec no longer holds what they name.
     ignored = [{"type": warning.event, "level": "warning", "message": str(warning),
-                "data": {"field": warning.field}} for warning in spec.warnings()]
+                "data": {"field": warning.field}} for warning in [*spec.warnings(), *found]]
     session.execute(_INSERT_EVENT, [{**fields, "job_id": row.id, "ts": now}
                                     for fields in ({**_QUEUED, "data": event}, *ignored)])
     add_tags(session, row.id, spec.tags)
-    return _with_warnings(job_read(row), spec), True
+    return _with_warnings(job_read(row), spec, found), True
 
 
-def _with_warnings(job: JobRead, spec: JobSpec) -> JobRead:
-    warnings = [SpecWarningRead(param=warning.field, message=warning.message) for warning in spec.warnings()]
+def _with_warnings(job: JobRead, spec: JobSpec, found: Sequence[SpecWarning]) -> JobRead:
+    warnings = [SpecWarningRead(param=warning.field, message=warning.message)
+                for warning in [*spec.warnings(), *found]]
     return job.model_copy(update={"warnings": warnings}) if warnings else job
 
 

@@ -375,6 +375,9 @@ class UploadedFile(Base):
     # (grpo_core.io.prompt_data.MAX_RECORDED_COLUMNS). Specs naming it are then checked on the worker.
     columns: Mapped[list[Any] | None] = mapped_column(JSON)
     prompt_field: Mapped[str | None] = mapped_column(String(128))
+    # A dataset's row count, for the submit's warning of a round drawing more prompts than it has.
+    # NULL: a model, or a dataset uploaded before it was recorded (its worker warns instead).
+    rows: Mapped[int | None] = mapped_column(Integer)
     sha256: Mapped[str] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(16), default="uploading")
     error: Mapped[str | None] = mapped_column(Text)

@@ -50,6 +50,12 @@ def add_event_once(session: Session, job_id: int, type: str, message: str,  # no
     return True
 
 
+def has_event(session: Session, job_id: int, type: str) -> bool:  # noqa: A002
+    """Whether the job has an event of ``type``."""
+    found = select(JobEvent.id).where(JobEvent.job_id == job_id, JobEvent.type == type).limit(1)
+    return session.execute(found).first() is not None
+
+
 def count_unscored_rows(session: Session, job_id: int, rows: int) -> None:
     """Add ``rows`` to the job's ``unscored_rows`` (with the warning event that reports them)."""
     session.execute(update(Job).where(Job.id == job_id).values(unscored_rows=Job.unscored_rows + rows))

@@ -44,10 +44,36 @@ def refusal(client, spec: dict) -> dict:
 def test_an_upload_records_its_columns_and_prompt_field(alpha, questions) -> None:
     assert questions["columns"] == ["question", "answer", "level"]  # every row's, in the order first seen
     assert questions["prompt_field"] == "question"
+    assert questions["rows"] == 2
     assert alpha.get(f"/v1/files/{questions['id']}").json() == questions
     plain = upload(alpha, "plain.jsonl", b'{"prompt": "hi"}\n')  # no prompt_field: checked as "prompt"
     assert (plain.json()["columns"], plain.json()["prompt_field"]) == (["prompt"], "prompt")
     alpha.delete(f"/v1/files/{plain.json()['id']}")
+
+
+def test_a_round_over_an_uploaded_datasets_rows_is_a_warning_at_submit(alpha, questions, job_spec, pool,
+                                                                        api_server) -> None:
+    """As for inline rows: the answer and the job's events say the round draws more prompts than
+    the file's 2 rows, naming the field and the file; one that fits has no warning."""
+    source = {"source": f"file:{questions['id']}"}
+    over = submitted(alpha, job_spec(pool=pool, dataset=source, grpo={"prompts_per_step": 4}))
+    [warning] = over["warnings"]
+    assert warning["param"] == "grpo.prompts_per_step", warning
+    assert f"the uploaded dataset {questions['id']} has 2 rows" in warning["message"], warning
+    events = alpha.get(f"/v1/jobs/{over['id']}/events").json()["items"]
+    told = [e["data"] for e in events if e["type"] == "prompts_over_dataset"]
+    assert told == [{"field": "grpo.prompts_per_step"}]
+    fits = submitted(alpha, job_spec(pool=pool, dataset=source, grpo={"prompts_per_step": 2}))
+    assert fits["warnings"] == []
+    # The worker counts the rows again when it loads them and would warn at training start: the
+    # job is told once (the worker's reporter writes it only where the submit did not).
+    from worker.reporting import JobReporter
+
+    for job in (over, fits):
+        JobReporter(api_server.settings.database_url, job["id"], None).on_event(
+            "prompts_over_dataset", "grpo.prompts_per_step: as the worker found it", {"rows": 2})
+        events = alpha.get(f"/v1/jobs/{job['id']}/events").json()["items"]
+        assert len([e for e in events if e["type"] == "prompts_over_dataset"]) == 1
 
 
 def test_a_spec_without_prompt_field_takes_the_uploads(alpha, questions, job_spec, pool) -> None:

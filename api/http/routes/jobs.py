@@ -39,6 +39,7 @@ from api.http.submission import (
     check_placement,
     check_submission,
     check_verifiers,
+    dataset_file_warnings,
     with_dataset_files,
 )
 from api.http.views import job_for
@@ -127,11 +128,13 @@ def _check_and_create(
     with session_scope(settings.database_url, publish=app_state.publish) as session:
         check_placement(session, spec, settings, live_workers)
         check_job_source(session, spec, team_id, settings)
-        spec = with_dataset_files(spec, check_file_sources(session, spec, team_id))
+        files = check_file_sources(session, spec, team_id)
+        spec = with_dataset_files(spec, files)
         check_model_positions(spec, settings)
         check_verifiers(session, spec, team_id)
         spec = with_team_priority(session, team_id, spec, settings)
-        job, created = job_store.create_job(session, team_id, spec, idempotency_key)
+        job, created = job_store.create_job(session, team_id, spec, idempotency_key,
+                                            dataset_file_warnings(spec, files))
         if created:  # a replay queues nothing
             admit(session, team_id, job.priority, settings, member=not principal.is_admin)
         return job, created
