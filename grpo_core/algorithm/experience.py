@@ -16,6 +16,7 @@ from grpo_core.algorithm.completion_text import DecodedCompletion, decode_and_st
 from grpo_core.algorithm.logprobs import completion_logprobs
 from grpo_core.algorithm.randomness import row_keys
 from grpo_core.algorithm.rollout import (
+    GenerationStopped,
     Rollout,
     SamplingOptions,
     concat_rollouts,
@@ -214,11 +215,20 @@ def _sample_round(gen: _Generation, groups: _Groups) -> None:
     prompt_batch = tokenize_prompts(gen.tokenizer, texts, cfg.max_prompt_length, gen.placement.device)
     options = SamplingOptions(cfg.max_completion_length, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p,
                               cfg.repetition_penalty)
+    stopped = None
     with gen.placement.autocast():
-        rollout = sample_completions(
-            gen.policy, prompt_batch, g, gen.eos_ids, gen.tokenizer.pad_token_id, options,
-            row_keys(cfg.seed, draws, g), gen.should_stop,
-        )
+        try:
+            rollout = sample_completions(
+                gen.policy, prompt_batch, g, gen.eos_ids, gen.tokenizer.pad_token_id, options,
+                row_keys(cfg.seed, draws, g), gen.should_stop,
+            )
+        except GenerationStopped as inside:
+            stopped = inside
+    # Ranks that can stop inside their loops agree after them: a rank whose loop ended before the
+    # stop flag went up stops with the others rather than meet them in another collective.
+    agree = gen.should_stop is not None and gen.placement.ranks.world_size > 1
+    if (gen.placement.ranks.any(stopped is not None) if agree else stopped is not None):
+        raise stopped or GenerationStopped(rollout.completion_ids.size(1))
     scoring = time.perf_counter()
     groups.generation_seconds += scoring - started
     decoded = decode_and_strip_padding(

@@ -18,6 +18,7 @@ from grpo_core.algorithm.metrics import experience_metrics, peak_memory_mb, samp
 from grpo_core.algorithm.rollout import GenerationStopped
 from grpo_core.algorithm.update import optimizer_step
 from grpo_core.errors import GRPOError, RewardTimeout, RewardUnavailable
+from grpo_core.parallel.stop_flag import StopFlag, stop_flag
 from grpo_core.run.callbacks import TrainerCallback
 from grpo_core.run.checkpoint import (
     Publisher,
@@ -70,6 +71,8 @@ class GRPOTrainer:
         self.pending: Experience | None = None
         self.last_checkpoint: Path | None = None
         self.ranks = components.placement.ranks
+        # How a stop reaches every rank inside a generation (None: one process, or no launch store).
+        self.stop_flag: StopFlag | None = stop_flag(self.ranks)
         self.reward_timeout_streak = 0  # consecutive steps with a reward call over its budget
         self.reward_unavailable_streak = 0  # consecutive steps with a reward service unreachable
         # Optimizer steps between evaluations; None: the run does not evaluate.
@@ -106,10 +109,11 @@ class GRPOTrainer:
 
     def _stop_inside_generation(self) -> Callable[[], bool] | None:
         """The callbacks' should_stop for the decode loop, asked at most every STOP_POLL_SECONDS
-        (the first time that long after the step's own ask). None with several ranks: their loops
-        decode different numbers of tokens, so agreeing on a stop would take a collective per ask;
-        they stop at the next step's ask instead."""
-        if self.ranks.world_size > 1:
+        (the first time that long after the step's own ask). With several ranks a yes raises the
+        launch's stop flag, which every rank's ask reads (:mod:`grpo_core.parallel.stop_flag`);
+        None where ranks have no flag: they stop at the next step's ask instead."""
+        flag = self.stop_flag
+        if self.ranks.world_size > 1 and flag is None:
             return None
         last = time.monotonic()
 
@@ -119,7 +123,11 @@ class GRPOTrainer:
             if now - last < STOP_POLL_SECONDS:
                 return False
             last = now
-            return self.callbacks.should_stop()
+            if self.callbacks.should_stop():
+                if flag is not None:
+                    flag.raise_flag()
+                return True
+            return flag is not None and flag.is_raised()
 
         return ask
 

@@ -5,13 +5,19 @@ inside a long generation) is tests/worker/test_stop_inside_generation_jobs.py.""
 
 from __future__ import annotations
 
+from datetime import timedelta
+from pathlib import Path
+
 from core_specs import make_spec
 
 import grpo_core.run.trainer as trainer_module
 from grpo_core.algorithm.rollout import STOP_CHECK_TOKENS
+from grpo_core.parallel.distributed import Ranks
 from grpo_core.run.callbacks import TrainerCallback
 from grpo_core.run.components import build_components
+from grpo_core.run.launch import launch_ranks
 from grpo_core.run.trainer import GRPOTrainer
+from grpo_core.spec.run_spec import RunSpec
 
 
 class _StopInsideStepTwo(TrainerCallback):
@@ -53,3 +59,30 @@ def test_a_stop_inside_a_generation_ends_the_run_without_training_that_step(tiny
     # Step 2's prompts were put back: the checkpoint resumes where an uninterrupted run would.
     assert components.sampler.draws_taken == spec.grpo.prompts_per_round
     assert result.checkpoint is not None and result.checkpoint.name == "step-1"
+
+
+def _train_stopping_inside_step_two(ranks: Ranks, spec: RunSpec, folder: str) -> tuple[bool, int, list]:
+    """A rank of the launch below: rank 0 hears the stop (as the service's rank 0 reads the job's
+    stop request), the other rank only through the launch's stop flag."""
+    trainer_module.STOP_POLL_SECONDS = 0.0  # ask at every check (this is a fresh interpreter)
+    callbacks = _StopInsideStepTwo() if ranks.is_main else TrainerCallback()
+    components = build_components(spec, device="cpu", ranks=ranks)
+    result = GRPOTrainer(components, Path(folder) / "checkpoints", callbacks).train()
+    events = callbacks.events if ranks.is_main else []
+    return result.stopped, result.step, [(kind, data) for kind, _, data in events]
+
+
+def test_a_stop_inside_a_generation_ends_every_rank_of_a_data_parallel_run(tiny_model_dir, tmp_path):
+    # Each rank decodes its own rows, so they cannot agree on a stop with a collective per ask:
+    # rank 0 raises the launch's stop flag, the other rank reads it inside its own loop, and both
+    # end the run at step 1 together (a rank that missed the flag would hang the other in the
+    # checkpoint's collectives, or train step 2 alone).
+    spec = make_spec(tiny_model_dir, max_steps=3, prompts_per_step=4, max_prompt_length=32,
+                     max_completion_length=900)
+    results = launch_ranks(_train_stopping_inside_step_two, (spec, str(tmp_path)), 2, device="cpu",
+                           hang_timeout=timedelta(seconds=120))
+    assert [(stopped, step) for stopped, step, _ in results] == [(True, 1), (True, 1)]
+    events = results[0][2]
+    [stopped] = [data for kind, data in events if kind == "stopped"]
+    assert stopped["step"] == 1 and stopped["generation_tokens"] == STOP_CHECK_TOKENS
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-1"]
