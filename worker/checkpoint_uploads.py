@@ -35,19 +35,20 @@ UPLOAD_RETRY_EVENT = "checkpoint_upload_retry"
 T = TypeVar("T")
 
 
-def unfenced(what: str, change: Callable[[], T]) -> T:
+def unfenced(what: str, change: Callable[[], T], undo: Callable[[], object] | None = None) -> T:
     return change()
 
 
 class StoredCheckpoints(CallbackList):
     """``reporter`` (and only it) behind the store: every hook reaches it as it is, but a
     checkpoint only once stored, and a checkpoint retention removed once it left the store.
-    ``fenced(what, change)``: each change to the store made only while the attempt owns the job
-    (:meth:`worker.fencing.AttemptFence.hold`)."""
+    ``fenced(what, change, undo)``: each change to the store made only while the attempt owns the
+    job (:meth:`worker.fencing.AttemptFence.hold`), an upload undone when it ended after the
+    lease may have passed (the process was frozen while it ran)."""
 
     def __init__(self, reporter: TrainerCallback, store: ObjectStore, job_id: int, budget_seconds: float,
                  clock: Callable[[], float] = time.monotonic,
-                 fenced: Callable[[str, Callable[[], T]], T] = unfenced) -> None:
+                 fenced: Callable[..., T] = unfenced) -> None:
         super().__init__([reporter])
         self.store, self.job_id, self.budget_seconds, self.clock = store, job_id, budget_seconds, clock
         self.fenced = fenced
@@ -94,8 +95,11 @@ class StoredCheckpoints(CallbackList):
     def _store_pending(self) -> None:
         step, path = self.pending
         key = checkpoint_key(self.job_id, step)
+        # Undone (its objects deleted) when it finished after the lease may have passed: a stale
+        # attempt's checkpoint must not stay in the store beside the owner's.
         self.fenced(f"the checkpoint of step {step}",
-                    lambda: self.store.put_folder(key, path, last=[COMPLETE_MARK]))
+                    lambda: self.store.put_folder(key, path, last=[COMPLETE_MARK]),
+                    lambda: self.store.delete_prefix(key))
         self.pending = None
         self.doomed.discard(step)
         if self.newest is not None:

@@ -38,7 +38,7 @@ from api.settings import Settings
 from api.store.attempts import attempt_lease_left
 from api.store.db import session_scope
 from grpo_core.io.disk_space import disk_full_reported
-from grpo_core.run.checkpoint import Publisher
+from grpo_core.run.publishing import Publisher
 from worker.outcome import LEASE_LOST
 from worker.retrying import retry_transient
 

@@ -45,7 +45,6 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -63,6 +62,7 @@ from grpo_core.parallel.distributed import SINGLE, Ranks
 from grpo_core.parallel.sharding import is_sharded
 from grpo_core.run.full_state import OPTIMIZER_FILE, gathered_state, load_full_state
 from grpo_core.run.processes import process_alive
+from grpo_core.run.publishing import Publisher
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -84,26 +84,6 @@ class TrainerState:
     iteration: int  # optimizer steps already taken on the pending generation round
     has_experience: bool
     world_size: int = 1  # ranks the pending experience is split over, one file each
-
-
-class Publisher:
-    """How a run's finished folders are put in place and its old checkpoints removed. This one,
-    ``grpo train``'s, writes each checkpoint beside the others (``staging`` None) and renames it
-    over any folder of that name. A caller whose run may be superseded while it writes (a service
-    that hands a job to another worker when this one goes silent) gives a ``staging`` folder of
-    the run's own and checks, in :meth:`publish` and :meth:`remove`, that the run still owns its
-    folder before it changes anything there."""
-
-    staging: Path | None = None
-
-    def publish(self, tmp: Path, final: Path) -> None:
-        """``tmp`` (complete) becomes ``final``."""
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-
-    def remove(self, what: str, remove: Callable[[], T]) -> T:
-        """``remove()``: deletes published folders (``what`` names them)."""
-        return remove()
 
 
 def rng_state() -> dict[str, Any]:

@@ -70,3 +70,50 @@ def test_a_superseded_attempt_publishes_no_row_and_no_folder(settings, database_
     assert (root / "step-2" / "weights").read_text() == "owner"
     with pytest.raises(StaleAttempt):  # retention too
         FencedPublisher(old, old_staging).remove("older checkpoints", lambda: pytest.fail("removed"))
+
+
+class _FreezingStore:
+    """A store whose uploads take ``frozen`` seconds of the fence's clock: the process was
+    stopped (a paused VM) while its upload ran."""
+
+    def __init__(self, store, clock: list[float], frozen: float) -> None:
+        self.store, self.clock, self.frozen = store, clock, frozen
+
+    def put_folder(self, *args, **kwargs):
+        self.clock[0] += self.frozen
+        return self.store.put_folder(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+
+def test_a_checkpoint_upload_that_outlived_the_lease_is_taken_out_of_the_store(
+        settings, database_url, submit, tiny_spec, tmp_path, monkeypatch):
+    # The fence is checked before the upload; a process frozen during it may wake after another
+    # attempt took the job over, so an upload that took longer than the lease had left is undone.
+    import types
+
+    import worker.fencing as fencing
+    from api.artifacts.paths import checkpoint_key
+    from api.storage import open_store
+    from grpo_core.run.callbacks import TrainerCallback
+    from worker.checkpoint_uploads import StoredCheckpoints
+
+    clock = [1000.0]
+    monkeypatch.setattr(fencing, "time", types.SimpleNamespace(monotonic=lambda: clock[0],
+                                                               sleep=lambda seconds: None))
+    job_id = submit(tiny_spec("frozen-upload"))
+    fence = AttemptFence(settings, job_id, "w1", dispatch_and_claim(database_url, job_id, "w1"))
+    store = open_store(str(tmp_path / "bucket"))
+    checkpoint = written_folder(tmp_path, "step-2", "stale")
+    (checkpoint / "trainer_state.json").write_text("{}")  # the completion mark, stored last
+    uploads = StoredCheckpoints(TrainerCallback(), _FreezingStore(store, clock, 0.0), job_id, 5.0,
+                                fenced=fence.hold)
+    uploads.on_checkpoint(2, checkpoint)  # within the lease: stored
+    assert len(list(store.list(checkpoint_key(job_id, 2)))) == 2
+    frozen = StoredCheckpoints(TrainerCallback(), _FreezingStore(store, clock, settings.lease_seconds * 2),
+                               job_id, 5.0, fenced=fence.hold)
+    with pytest.raises(StaleAttempt):
+        frozen.on_checkpoint(3, checkpoint)
+    assert list(store.list(checkpoint_key(job_id, 3))) == []
+    assert len(list(store.list(checkpoint_key(job_id, 2)))) == 2  # the earlier one is untouched
