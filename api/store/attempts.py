@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Row, and_, or_, select, update
+from sqlalchemy import ColumnElement, Row, and_, or_, select, text, update
 from sqlalchemy.orm import Session
 
 from api.domain.lifecycle import ACTIVE_STATUSES, ENDINGS, JobStatus, StopRequest, Transition, stop_requested
@@ -247,7 +247,15 @@ def attempt_lease_left(session: Session, job_id: int, worker_id: str, attempt: i
     requeue or an ending all refuse it); else the seconds its lease has left on the database's
     clock (0 or less: expired, though nobody has taken the job over yet). The job's row is locked
     until the transaction ends, so a row written in the same transaction is published only while
-    the attempt owns the job: the requeue or claim that would take it waits for the commit."""
+    the attempt owns the job: the requeue or claim that would take it waits for the commit.
+
+    A process frozen while it holds that lock (a paused VM, between this check and its commit)
+    would hold it for as long as it stays frozen, and the reaper's requeue with it: Postgres ends
+    a session left idle in this transaction for longer than the lease, which releases the lock
+    (the thawed process's commit then fails, and its retry finds the attempt stale)."""
+    if session.get_bind().dialect.name == "postgresql":
+        idle_ms = max(1000, int(lease_seconds * 1000))
+        session.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {idle_ms}"))
     row = session.execute(
         select(_JOBS.c.heartbeat_at)
         .where(_JOBS.c.id == job_id, _JOBS.c.attempt == attempt, _JOBS.c.status.in_(ACTIVE_STATUSES),

@@ -117,3 +117,30 @@ def test_a_checkpoint_upload_that_outlived_the_lease_is_taken_out_of_the_store(
         frozen.on_checkpoint(3, checkpoint)
     assert list(store.list(checkpoint_key(job_id, 3))) == []
     assert len(list(store.list(checkpoint_key(job_id, 2)))) == 2  # the earlier one is untouched
+
+
+def test_a_fenced_write_frozen_before_its_commit_holds_the_job_no_longer_than_the_lease(
+        database_url, submit, tiny_spec):
+    # The fence locks the job's row until the write commits. A process frozen in between (the
+    # chaos test's paused worker) would keep the reaper from requeueing the job for as long as it
+    # stays frozen; Postgres ends that idle transaction after the lease instead.
+    import time
+
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    from api.store.attempts import attempt_lease_left
+    from worker.retrying import is_transient
+
+    job_id = submit(tiny_spec("frozen-commit"))
+    attempt = dispatch_and_claim(database_url, job_id, "w1")
+    started = time.monotonic()
+    with pytest.raises(DBAPIError) as woke:  # the frozen writer's commit, once it wakes
+        with session_scope(database_url) as frozen:
+            assert attempt_lease_left(frozen, job_id, "w1", attempt, 1.0) is not None
+            with session_scope(database_url) as reaper:
+                reaper.execute(text("SET LOCAL lock_timeout = 10000"))  # fails, not hangs, without the fix
+                assert requeue_after_fault(reaper, job_id, worker_id="w1", message="lease expired", data={},
+                                           max_attempts=5)
+    assert time.monotonic() - started < 8
+    assert is_transient(woke.value)  # retried by the writer, whose next check finds the attempt stale
