@@ -32,6 +32,35 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         _STOPS.pop()()
 
 
+# The files that take longest, measured with --durations in a CI run (minutes each, mostly real
+# jobs across processes), run first. xdist hands whole files (--dist loadfile) to whichever worker
+# is free, in collection order: collected last (tests/worker sorts late), one of them was a tail
+# the other worker watched idle for minutes. Any file not named keeps its place after them.
+SLOWEST_FILES_FIRST = (
+    "tests/chaos/test_stale_attempts.py",
+    "tests/worker/test_gang_jobs.py",
+    "tests/worker/test_multi_rank.py",
+    "tests/grpo_core/test_multi_host_launch.py",
+    "tests/e2e/test_dashboard.py",
+    "tests/e2e/test_service.py",
+    "tests/worker/test_object_store_jobs.py",
+    "tests/grpo_core/test_sharding.py",
+    "tests/worker/test_team_scheduling.py",
+    "tests/grpo_core/test_multi_host_checkpoints.py",
+    "tests/grpo_core/test_cli.py",
+    "tests/e2e/test_grpo_cli.py",
+    "tests/worker/test_eval_runs.py",
+    "tests/e2e/test_dashboard_charts.py",
+    "tests/worker/test_run_job.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {path: place for place, path in enumerate(SLOWEST_FILES_FIRST)}
+    # A stable sort: the tests of a file keep their order.
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random-init Llama-family model + tokenizer folder (no network)."""
