@@ -12,6 +12,7 @@ ended stops with the others.
 
 from __future__ import annotations
 
+import logging
 import os
 from datetime import timedelta
 
@@ -19,8 +20,9 @@ import torch.distributed as dist
 
 from grpo_core.parallel.distributed import Ranks
 
+log = logging.getLogger(__name__)
 _KEY = "grpo-stop"
-_CONNECT_TIMEOUT = timedelta(seconds=30)
+_CONNECT_TIMEOUT = timedelta(seconds=10)
 
 
 class StopFlag:
@@ -39,10 +41,16 @@ class StopFlag:
 def stop_flag(ranks: Ranks) -> StopFlag | None:
     """The launch's flag for ranks started by :func:`grpo_core.run.launch.launch_ranks` (its
     store's address and run id are in the environment, as torchrun sets them); None for one
-    process, or ranks started some other way (they stop at the next step's ask instead)."""
+    process, or ranks started some other way (they stop at the next step's ask instead). A store
+    that cannot be reached costs only the stop inside a generation, never the run."""
     run_id, address, port = (os.environ.get(name) for name in ("TORCHELASTIC_RUN_ID", "MASTER_ADDR",
                                                                   "MASTER_PORT"))
     if ranks.world_size == 1 or not (run_id and address and port):
         return None
-    store = dist.TCPStore(address, int(port), is_master=False, timeout=_CONNECT_TIMEOUT)
+    try:
+        store = dist.TCPStore(address, int(port), is_master=False, timeout=_CONNECT_TIMEOUT)
+    except (RuntimeError, OSError, ValueError) as error:  # DistStoreError is a RuntimeError
+        log.warning("rank %s: no stop flag (the launch's store at %s:%s: %s); a stop reaches this rank "
+                    "at the next step", ranks.rank, address, port, error)
+        return None
     return StopFlag(dist.PrefixStore(f"{run_id}/", store))

@@ -86,3 +86,20 @@ def test_a_stop_inside_a_generation_ends_every_rank_of_a_data_parallel_run(tiny_
     [stopped] = [data for kind, data in events if kind == "stopped"]
     assert stopped["step"] == 1 and stopped["generation_tokens"] == STOP_CHECK_TOKENS
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-1"]
+
+
+def test_ranks_whose_launch_store_cannot_be_reached_train_on_without_the_flag(monkeypatch, caplog):
+    # The flag only speeds a stop up: a store that does not answer must not fail the run.
+    import socket
+
+    import grpo_core.parallel.stop_flag as stop_flag_module
+
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setattr(stop_flag_module, "_CONNECT_TIMEOUT", timedelta(seconds=1))
+    launch = {"TORCHELASTIC_RUN_ID": "r", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    for name, value in launch.items():
+        monkeypatch.setenv(name, value)
+    assert stop_flag_module.stop_flag(Ranks(rank=1, world_size=2)) is None
+    assert "no stop flag" in caplog.text
