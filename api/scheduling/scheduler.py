@@ -45,7 +45,7 @@ from api.store.dispatching import (
     undispatch,
     undispatch_unclaimed,
 )
-from api.store.pools import ensure_pool, set_size, sizes_from_heartbeats
+from api.store.pools import record_pool, sizes_from_heartbeats
 from api.store.tables import utcnow
 from api.vocabulary import RUN_JOB, Heartbeat
 
@@ -242,8 +242,7 @@ class Scheduler:
             return
         with session_scope(self.settings.database_url) as session:
             for pool, size in changed.items():
-                ensure_pool(session, pool)
-                set_size(session, pool, size)
+                record_pool(session, pool, size)
 
     def run(self, stop: threading.Event) -> None:
         """Tick every interval while leader; errors are logged and retried, never fatal."""

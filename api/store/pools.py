@@ -112,9 +112,14 @@ def register_live_pool(session: Session, name: str, heartbeats: Iterable[Heartbe
     size = sizes_from_heartbeats(beat for beat in heartbeats if beat.pool == name).get(name)
     if size is None:
         return False
+    record_pool(session, name, size)
+    return True
+
+
+def record_pool(session: Session, name: str, size: PoolSize) -> None:
+    """Pool ``name`` exists afterwards, with ``size`` (what its live workers offer)."""
     ensure_pool(session, name)
     set_size(session, name, size)
-    return True
 
 
 def set_size(session: Session, name: str, size: PoolSize) -> None:

@@ -47,7 +47,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors.torch import load_file
@@ -69,7 +69,6 @@ if TYPE_CHECKING:
 
     from grpo_core.algorithm.experience import Experience
 
-T = TypeVar("T")
 STATE_FILE = "trainer_state.json"
 DISTRIBUTED_DIR = "distributed"
 _STEP_DIR = re.compile(r"^step-(\d+)$")

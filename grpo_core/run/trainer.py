@@ -21,7 +21,6 @@ from grpo_core.errors import GRPOError, RewardTimeout, RewardUnavailable
 from grpo_core.parallel.stop_flag import StopFlag, stop_flag
 from grpo_core.run.callbacks import TrainerCallback
 from grpo_core.run.checkpoint import (
-    Publisher,
     TrainerState,
     estimate_checkpoint_bytes,
     latest_checkpoint,
@@ -31,6 +30,7 @@ from grpo_core.run.checkpoint import (
     sweep_stale_tmp_folders,
 )
 from grpo_core.run.components import RunComponents
+from grpo_core.run.publishing import Publisher
 from grpo_core.run.reward_failures import report_unscored_rows
 from grpo_core.spec.grpo_config import GRPOConfig
 from grpo_core.spec.run_spec import REWARD_TIMEOUT_STEPS
