@@ -246,7 +246,7 @@ def checkpoint_rows(args: argparse.Namespace, work: Path, s3) -> list[list]:
         client = boto3_client(s3)
         runs, refs = [], []
         for repeat in range(args.repeats):
-            key, copy = checkpoint_key(repeat + 1, 1), work / f"copy-{repeat}"
+            key, copy = checkpoint_key(repeat + 1, 1, 1), work / f"copy-{repeat}"
             if kind == "local":
                 refs.append(timed(lambda copy=copy: shutil.copytree(folder, copy)))
                 shutil.rmtree(copy)

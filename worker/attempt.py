@@ -29,7 +29,7 @@ from worker.job_storage import STORAGE_UNAVAILABLE, fetch_resume_checkpoint
 from worker.outcome import LEASE_LOST, PEER_LOST, Fault, Outcome, PartDone
 from worker.ranks import train_on_ranks
 from worker.retrying import DATABASE_UNAVAILABLE, DatabaseUnavailable
-from worker.staged_artifacts import clear_staging, drop_unpublished_checkpoints, published_checkpoint_steps
+from worker.staged_artifacts import clear_staging, drop_unpublished_checkpoints, published_of
 from worker.training import attempt_fence, train_reporting
 
 __all__ = ["failure", "run_attempt"]
@@ -52,7 +52,7 @@ def run_attempt(job: JobRead, settings: Settings, worker_id: str, files: Attempt
         clear_staging(settings, job.id, job.attempt)  # earlier attempts' writes, never published
         # Before any rank starts: they all resume from the newest checkpoint an attempt published
         # (its row), this host's copy of it.
-        published = published_checkpoint_steps(settings, job.id)
+        published = published_of(settings, job.id).checkpoints
         store = remote_store(settings)
         if store is not None:
             fetch_resume_checkpoint(store, settings, job.id, published)

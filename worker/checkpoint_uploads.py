@@ -13,7 +13,10 @@ only a resume reads, and a resume takes the newest): the team's quota counts wha
 At the run's end :meth:`StoredCheckpoints.flush` waits for the last
 one for ``GRPO_STORAGE_RETRY_SECONDS``, then raises StorageUnavailable: the attempt is requeued.
 Every upload and deletion is made under the attempt's fence (:mod:`worker.fencing`): none once a
-newer attempt owns the job.
+newer attempt owns the job. The attempt stores under keys of its own
+(:func:`api.artifacts.paths.checkpoint_key`), and its row names the attempt: an upload a frozen
+process finishes after the job moved lands beside the owner's objects, never over them, and is
+undone by deleting only its own.
 """
 
 from __future__ import annotations
@@ -46,12 +49,16 @@ class StoredCheckpoints(CallbackList):
     job (:meth:`worker.fencing.AttemptFence.hold`), an upload undone when it ended after the
     lease may have passed (the process was frozen while it ran)."""
 
-    def __init__(self, reporter: TrainerCallback, store: ObjectStore, job_id: int, budget_seconds: float,
+    def __init__(self, reporter: TrainerCallback, store: ObjectStore, job_id: int, attempt: int | None,
+                 budget_seconds: float, published: dict[int, int | None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  fenced: Callable[..., T] = unfenced) -> None:
         super().__init__([reporter])
         self.store, self.job_id, self.budget_seconds, self.clock = store, job_id, budget_seconds, clock
-        self.fenced = fenced
+        self.attempt, self.fenced = attempt, fenced
+        # Each kept checkpoint's step -> the attempt whose key holds it: earlier attempts' (their
+        # rows, ``published``), which retention here deletes too, and this one's.
+        self.stored_by: dict[int, int | None] = dict(published or {})
         self.pending: tuple[int, Path] | None = None
         self.doomed: set[int] = set()  # steps whose stored objects (whole or partial) must go
         self.newest: int | None = None  # the newest checkpoint this attempt stored: keeps its optimizer
@@ -94,7 +101,7 @@ class StoredCheckpoints(CallbackList):
 
     def _store_pending(self) -> None:
         step, path = self.pending
-        key = checkpoint_key(self.job_id, step)
+        key = checkpoint_key(self.job_id, step, self.attempt)
         # Undone (its objects deleted) when it finished after the lease may have passed: a stale
         # attempt's checkpoint must not stay in the store beside the owner's.
         self.fenced(f"the checkpoint of step {step}",
@@ -102,6 +109,7 @@ class StoredCheckpoints(CallbackList):
                     lambda: self.store.delete_prefix(key))
         self.pending = None
         self.doomed.discard(step)
+        self.stored_by[step] = self.attempt
         if self.newest is not None:
             self.stale.add(self.newest)
         self.newest = step
@@ -115,16 +123,23 @@ class StoredCheckpoints(CallbackList):
         upload."""
         if self.pending is not None:
             return
-        store, job_id = self.store, self.job_id
-        gone = self._removed(self.doomed, lambda step: store.delete_prefix(checkpoint_key(job_id, step)),
+        store = self.store
+        gone = self._removed(self.doomed, lambda step: store.delete_prefix(self._key(step)),
                              "the stored checkpoint")
         self.doomed.difference_update(gone)
+        for step in gone:
+            self.stored_by.pop(step, None)
         if gone:  # the job no longer keeps them: their rows go too
             super().on_checkpoints_removed(gone)
         self.stale -= self.doomed | set(gone)  # gone, or going, whole: nothing to strip
         self.stale.difference_update(self._removed(
-            self.stale, lambda step: store.delete(f"{checkpoint_key(job_id, step)}/{OPTIMIZER_FILE}"),
+            self.stale, lambda step: store.delete(f"{self._key(step)}/{OPTIMIZER_FILE}"),
             "the stored optimizer state"))
+
+    def _key(self, step: int) -> str:
+        """Where ``step``'s checkpoint is stored: by the attempt that stored it (this one's for a
+        step it was storing when superseded)."""
+        return checkpoint_key(self.job_id, step, self.stored_by.get(step, self.attempt))
 
     def _removed(self, steps: set[int], remove: Callable[[int], object], what: str) -> list[int]:
         """The steps, oldest first, that ``remove`` removed before the store went away (if it did)."""

@@ -17,7 +17,7 @@ from api.settings import Settings
 from grpo_core.errors import SourceUnavailable
 from worker.file_sources import SourceRoots, with_files
 from worker.job_storage import fetch_folder
-from worker.staged_artifacts import published_checkpoint_steps
+from worker.staged_artifacts import published_of
 
 
 def loadable(spec: JobSpec, settings: Settings) -> tuple[JobSpec, SourceRoots]:
@@ -36,9 +36,9 @@ def loadable(spec: JobSpec, settings: Settings) -> tuple[JobSpec, SourceRoots]:
 
 def _continued(spec: JobSpec, settings: Settings, job_id: int, step: int | None) -> JobSpec:
     store = remote_store(settings)
-    published = published_checkpoint_steps(settings, job_id)  # a stale attempt's folder has no row
+    published = published_of(settings, job_id)  # a stale attempt's folder has no row
     if store is None:
-        folder = model_to_continue(settings, job_id, step, published)
+        folder = model_to_continue(settings, job_id, step, published.checkpoints)
     else:  # another worker may have trained it: from the store, into this one's artifacts folder
         key = stored_model_to_continue(store, job_id, step, published)
         folder = fetch_folder(store, settings, key) if key is not None else None

@@ -15,7 +15,7 @@ import logging
 import random
 import shutil
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -25,13 +25,13 @@ from api.artifacts.paths import (
     MODEL_DIR,
     MODEL_MARK,
     artifact_key,
+    attempt_scoped,
     checkpoint_dir,
     checkpoint_key,
     job_dir,
     model_dir,
     model_key,
     staging_dir,
-    stored_checkpoint_steps,
 )
 from api.settings import Settings
 from api.storage import ObjectStore, StorageUnavailable
@@ -62,17 +62,13 @@ def retry_storage(fn: Callable[[], T], budget_seconds: float, what: str,
 
 
 def fetch_resume_checkpoint(store: ObjectStore, settings: Settings, job_id: int,
-                            published: Collection[int] | None = None) -> Path | None:
-    """Make the job's local checkpoints folder hold exactly the newest checkpoint that is whole
-    in the store (downloaded unless this host has it already) and, given ``published`` (the steps
-    SQL has rows for), one an attempt published while it owned the job; return it, or None when
-    there is none. A local checkpoint the store lacks (its upload never finished, so no row names
-    it) is removed: the job resumes from what every worker can see."""
-    def newest() -> int | None:
-        steps = [s for s in stored_checkpoint_steps(store, job_id) if published is None or s in published]
-        return steps[-1] if steps else None
-
-    step = retry_storage(newest, settings.storage_retry_seconds, f"job {job_id}: its checkpoints")
+                            published: dict[int, int | None]) -> Path | None:
+    """Make the job's local checkpoints folder hold exactly the newest checkpoint an attempt
+    published while it owned the job (``published``: each row's step and the attempt whose key
+    holds it), downloaded unless this host has it already; return it, or None when there is none.
+    A local checkpoint no row names (its upload never finished, or a stale attempt's) is removed:
+    the job resumes from what every worker can see."""
+    step = max(published, default=None)
     local = checkpoint_dir(settings, job_id)
     keep = local / f"step-{step}" if step is not None else None
     if local.is_dir():
@@ -81,7 +77,7 @@ def fetch_resume_checkpoint(store: ObjectStore, settings: Settings, job_id: int,
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
     if keep is None or keep.is_dir():
         return keep
-    retry_storage(lambda: store.get_folder(checkpoint_key(job_id, step), keep),
+    retry_storage(lambda: store.get_folder(checkpoint_key(job_id, step, published[step]), keep),
                   settings.storage_retry_seconds, f"job {job_id}: downloading the checkpoint of step {step}")
     return keep
 
@@ -100,29 +96,39 @@ def fetch_folder(store: ObjectStore, settings: Settings, key: str) -> Path:
     return local
 
 
-def store_final_model(store: ObjectStore, settings: Settings, job_id: int) -> None:
-    """The job's exported model folder into the store, its card last: the API serves the model
-    once the card is there, so never a part of one."""
-    retry_storage(lambda: store.put_folder(model_key(job_id), model_dir(settings, job_id), last=[MODEL_MARK]),
+def store_final_model(store: ObjectStore, settings: Settings, job_id: int, attempt: int) -> None:
+    """The job's exported model folder into the store under the attempt's key, its card last: the
+    API serves the model once the card is there (and the job succeeded as this attempt), so never
+    a part of one."""
+    retry_storage(lambda: store.put_folder(model_key(job_id, attempt), model_dir(settings, job_id),
+                                           last=[MODEL_MARK]),
                   settings.storage_retry_seconds, f"job {job_id}: storing its final model")
 
 
-def store_job_files(store: ObjectStore, settings: Settings, job_id: int) -> None:
+def store_job_files(store: ObjectStore, settings: Settings, job_id: int, attempt: int) -> None:
     """What else the job's trackers wrote beside its checkpoints and model (TensorBoard, W&B's
-    offline run, MLflow's store), each folder as it is now: called at the end of every attempt,
-    so a later attempt's files replace the earlier ones' copies and add to them. Best effort: a
+    offline run, MLflow's store), each folder as it is now, under the attempt's keys: called at the
+    end of every attempt, whose copy (the earlier attempts' files and its own) readers then take
+    (:func:`api.artifacts.paths.stored_tracker_folder`). Best effort: a
     store away for the whole budget is logged, not raised, since requeuing a job for its charts
     would train nothing, and here it would hide the error that ended the attempt."""
+    for folder, key in job_file_keys(settings, job_id, attempt):
+        try:
+            retry_storage(lambda f=folder, k=key: store.put_folder(k, f),
+                          settings.storage_retry_seconds, f"job {job_id}: storing {folder.name}")
+        except StorageUnavailable as error:
+            log.error("job %s: its %s files were not stored: %s", job_id, folder.name, error)
+
+
+def job_file_keys(settings: Settings, job_id: int, attempt: int) -> list[tuple[Path, str]]:
+    """The job's tracker folders in this worker's artifacts folder, each with the key attempt
+    ``attempt`` stores it under."""
     root = job_dir(settings, job_id)
     if not root.is_dir():
-        return
-    for folder in sorted(root.iterdir()):
-        if folder.is_dir() and folder.name not in (CHECKPOINTS_DIR, MODEL_DIR):
-            try:
-                retry_storage(lambda f=folder: store.put_folder(artifact_key(settings, f), f),
-                              settings.storage_retry_seconds, f"job {job_id}: storing {folder.name}")
-            except StorageUnavailable as error:
-                log.error("job %s: its %s files were not stored: %s", job_id, folder.name, error)
+        return []
+    return [(folder, attempt_scoped(artifact_key(settings, folder), attempt))
+            for folder in sorted(root.iterdir())
+            if folder.is_dir() and folder.name not in (CHECKPOINTS_DIR, MODEL_DIR)]
 
 
 def drop_local_copies(settings: Settings, job_id: int, attempt: int) -> None:

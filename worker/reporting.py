@@ -102,7 +102,7 @@ class JobReporter(TrainerCallback):
 
     def on_checkpoint(self, step: int, path: Path) -> None:
         def write(session: Session) -> None:
-            record_checkpoint(session, self.job_id, step, str(path))
+            record_checkpoint(session, self.job_id, step, str(path), self.attempt)
             set_progress(session, self.job_id, step, checkpoint=str(path))
 
         self._write(f"step {step}'s checkpoint", write)

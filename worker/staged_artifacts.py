@@ -9,12 +9,14 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+from collections.abc import Collection
 from pathlib import Path
 
 from api.artifacts.paths import (
     CHECKPOINTS_DIR,
     MODEL_DIR,
     STAGING_DIR,
+    Published,
     checkpoint_dir,
     job_dir,
     model_dir,
@@ -23,10 +25,10 @@ from api.artifacts.paths import (
 from api.settings import Settings
 from api.storage import ObjectStore
 from api.store.db import session_scope
-from api.store.telemetry import list_checkpoints
+from api.store.telemetry import published_artifacts
 from grpo_core.run.callbacks import TrainerCallback
 from worker.fencing import AttemptFence
-from worker.job_storage import store_job_files
+from worker.job_storage import job_file_keys, store_job_files
 from worker.retrying import retry_transient
 
 log = logging.getLogger(__name__)
@@ -34,17 +36,17 @@ TRACKERS_DIR, MODEL_STAGE = "trackers", "model"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
-def published_checkpoint_steps(settings: Settings, job_id: int) -> list[int]:
-    """The steps of the job's checkpoints an attempt published (their SQL rows), oldest first."""
-    def read() -> list[int]:
+def published_of(settings: Settings, job_id: int) -> Published:
+    """What the job's attempts published (:func:`api.store.telemetry.published_artifacts`)."""
+    def read() -> Published:
         with session_scope(settings.database_url) as session:
-            return sorted(c.step for c in list_checkpoints(session, job_id))
+            return published_artifacts(session, job_id)
 
-    return retry_transient(read, settings.db_retry_seconds, f"job {job_id}: its checkpoints")
+    return retry_transient(read, settings.db_retry_seconds, f"job {job_id}: its published artifacts")
 
 
 def drop_unpublished_checkpoints(fence: AttemptFence, settings: Settings, job_id: int,
-                                 published: list[int]) -> None:
+                                 published: Collection[int]) -> None:
     """Remove from the job's checkpoints folder what no row names (an attempt's that lost the job
     between its rename and its row, or a writer's leftover), so that the resume, which takes the
     newest folder, takes the newest published one."""
@@ -79,7 +81,7 @@ class StagedFiles(TrainerCallback):
     stores them."""
 
     def __init__(self, fence: AttemptFence, settings: Settings, job_id: int, attempt: int) -> None:
-        self.fence, self.settings, self.job_id = fence, settings, job_id
+        self.fence, self.settings, self.job_id, self.attempt = fence, settings, job_id, attempt
         self.staging = staging_dir(settings, job_id, attempt)
         self.trackers = self.staging / TRACKERS_DIR
         published = job_dir(settings, job_id)
@@ -105,7 +107,14 @@ class StagedFiles(TrainerCallback):
 
     def store_trackers(self, store: ObjectStore) -> None:
         """The published tracker folders into the store, while this attempt owns the job."""
-        self.fence.hold("the trackers' files", lambda: store_job_files(store, self.settings, self.job_id))
+        settings, job_id, attempt = self.settings, self.job_id, self.attempt
+
+        def undo() -> None:  # this attempt's own keys: never another attempt's copy
+            for _folder, key in job_file_keys(settings, job_id, attempt):
+                store.delete_prefix(key)
+
+        self.fence.hold("the trackers' files", lambda: store_job_files(store, settings, job_id, attempt),
+                        undo)
 
     def model_stage(self) -> Path:
         """Where the final model is exported before :meth:`publish_model`."""

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from api.artifacts.paths import checkpoint_dir, remote_store, staging_dir
+from api.artifacts.paths import checkpoint_dir, model_key, remote_store, staging_dir
 from api.domain.job_spec import JobSpec
 from api.domain.lifecycle import JobStatus, StopRequest
 from api.schemas.jobs import JobRead
@@ -39,7 +39,7 @@ from worker.job_storage import store_final_model
 from worker.outcome import Outcome, outcome_for_stop
 from worker.reporting import JobReporter
 from worker.retrying import DatabaseUnavailable
-from worker.staged_artifacts import StagedFiles
+from worker.staged_artifacts import StagedFiles, published_of
 from worker.verifiers import registered_verifiers
 
 log = logging.getLogger(__name__)
@@ -97,9 +97,9 @@ def train_reporting(job: JobRead, spec: JobSpec, settings: Settings, files: Atte
         counted = CountedSteps(settings, job, spec)
         store = remote_store(settings)
         # With a store apart from this folder, a checkpoint's row waits until the store holds it.
-        recorded = reporter if store is None else StoredCheckpoints(reporter, store, job.id,
-                                                                    settings.storage_retry_seconds,
-                                                                    fenced=fence.hold)
+        recorded = reporter if store is None else StoredCheckpoints(
+            reporter, store, job.id, job.attempt, settings.storage_retry_seconds,
+            published_of(settings, job.id).checkpoints, fenced=fence.hold)
         callbacks = CallbackList([counted, quota, recorded, link, final, *tracked, staged])
         try:
             result = train_job(job, spec, settings, callbacks, ranks)
@@ -108,7 +108,10 @@ def train_reporting(job: JobRead, spec: JobSpec, settings: Settings, files: Atte
             if not result.stopped and result.checkpoint is not None:
                 export_final_model(job, spec, settings, result, final.record, callbacks, staged)
                 if store is not None:
-                    fence.hold("the final model", lambda: store_final_model(store, settings, job.id))
+                    # Under this attempt's key: undone (a frozen upload) without touching another's.
+                    fence.hold("the final model",
+                               lambda: store_final_model(store, settings, job.id, job.attempt),
+                               lambda: store.delete_prefix(model_key(job.id, job.attempt)))
         finally:
             _publish_trackers(staged, store)
     finally:

@@ -4,13 +4,16 @@ once it has finished, its final model. The worker writes
 them and the API streams them, so both ask here.
 
 With ``GRPO_STORAGE_URL`` naming a store other than that folder (a bucket), the folder is each
-process's own work folder and the store holds the artifacts under the same relative names
-(``jobs/ID/checkpoints/step-N/...``): :func:`remote_store` is that store, None when the store IS
-the artifacts folder (the default), where nothing is copied."""
+process's own work folder and the store holds the artifacts under the same relative names, each
+scoped by the attempt that stored it (``jobs/ID/checkpoints/step-N.attempt-A/...``,
+:func:`attempt_scoped`; SQL's rows name the attempt, :class:`Published`): :func:`remote_store` is
+that store, None when the store IS the artifacts folder (the default), where nothing is copied
+and a rename that never replaces publishes (:mod:`worker.fencing`)."""
 
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -84,25 +87,72 @@ def artifact_key(settings: Settings, path: Path) -> str:
     return Path(path).resolve().relative_to(Path(settings.artifacts_root).resolve()).as_posix()
 
 
-def checkpoint_key(job_id: int, step: int) -> str:
-    return f"jobs/{job_id}/{CHECKPOINTS_DIR}/step-{step}"
+def attempt_scoped(key: str, attempt: int | None) -> str:
+    """``key`` as attempt ``attempt`` stores it in a store apart from the artifacts folder: under a
+    name of its own (``KEY.attempt-A``), so that a stale attempt's upload (a process frozen
+    halfway, thawed after the job moved) neither replaces nor mixes with the owner's, and undoing
+    it deletes only its own objects. SQL names which attempt's key is the job's
+    (:class:`Published`). None: written before attempts were recorded, under the plain key."""
+    return key if attempt is None else f"{key}.attempt-{attempt}"
 
 
-def model_key(job_id: int) -> str:
-    return f"jobs/{job_id}/{MODEL_DIR}"
+def checkpoint_key(job_id: int, step: int, attempt: int | None) -> str:
+    return attempt_scoped(f"jobs/{job_id}/{CHECKPOINTS_DIR}/step-{step}", attempt)
 
 
-def stored_checkpoint_steps(store: ObjectStore, job_id: int) -> list[int]:
-    """The steps of the job's checkpoints that are whole in ``store`` (their mark stored, which
-    is stored last), oldest first."""
-    base = f"jobs/{job_id}/{CHECKPOINTS_DIR}/"
-    steps = set()
-    for info in store.list(base):
-        folder, _, name = info.key.removeprefix(base).partition("/")
-        number = folder.removeprefix("step-")
-        if name == COMPLETE_MARK and folder.startswith("step-") and number.isdigit():
-            steps.add(int(number))
-    return sorted(steps)
+def model_key(job_id: int, attempt: int | None) -> str:
+    return attempt_scoped(f"jobs/{job_id}/{MODEL_DIR}", attempt)
+
+
+@dataclass(frozen=True)
+class Published:
+    """What the job's attempts published while they owned it, as SQL records it: each kept
+    checkpoint's step and the attempt that stored it, and, once the job succeeded, the attempt
+    whose final model is the job's (None before, or for a job that ended otherwise)."""
+
+    checkpoints: dict[int, int | None] = field(default_factory=dict)
+    model_attempt: int | None = None
+
+
+def stored_model_to_continue(store: ObjectStore, job_id: int, step: int | None,
+                             published: Published) -> str | None:
+    """:func:`model_to_continue` in the store: the key of the folder to load, or None. Only what
+    SQL says an attempt published (a stale attempt's objects are under keys no row names)."""
+    steps = sorted(published.checkpoints)
+    if step is not None:
+        return checkpoint_key(job_id, step, published.checkpoints[step]) if step in steps else None
+    model = stored_model(store, job_id, published)
+    if model is not None:
+        return model
+    return checkpoint_key(job_id, steps[-1], published.checkpoints[steps[-1]]) if steps else None
+
+
+def stored_model(store: ObjectStore, job_id: int, published: Published) -> str | None:
+    """The key of the job's final model in the store, whole (its card stored last), or None.
+    Models stored before keys named their attempt are under the plain key."""
+    if published.model_attempt is None:
+        return None
+    for key in (model_key(job_id, published.model_attempt), model_key(job_id, None)):
+        if store.exists(f"{key}/{MODEL_MARK}"):
+            return key
+    return None
+
+
+def stored_tracker_folder(store: ObjectStore, job_id: int, name: str, attempt: int) -> str | None:
+    """The key of the job's tracker folder ``name`` (e.g. ``tensorboard``) in the store: the copy
+    of the newest attempt up to ``attempt`` (the job's) that stored one, each attempt storing its
+    own (:func:`attempt_scoped`); else one stored before keys named attempts; None if none."""
+    base = f"jobs/{job_id}/"
+    found: dict[int | None, str] = {}
+    for folder in store.folders(base):
+        number = folder.removeprefix(f"{name}.attempt-")
+        if folder == name:
+            found[None] = folder
+        elif number != folder and number.isdigit() and int(number) <= attempt:
+            found[int(number)] = folder
+    newest = max((a for a in found if a is not None), default=None)
+    chosen = found.get(newest) if newest is not None else found.get(None)
+    return base + chosen if chosen is not None else None
 
 
 def complete_checkpoint(settings: Settings, job_id: int, step: int) -> Path | None:
@@ -127,21 +177,10 @@ def model_to_continue(settings: Settings, job_id: int, step: int | None,
     return next((found for s in steps if (found := complete_checkpoint(settings, job_id, s))), None)
 
 
-def stored_model_to_continue(store: ObjectStore, job_id: int, step: int | None,
-                             published: Collection[int] | None = None) -> str | None:
-    """:func:`model_to_continue` in the store: the key of the folder to load, or None."""
-    steps = [s for s in stored_checkpoint_steps(store, job_id) if published is None or s in published]
-    if step is not None:
-        return checkpoint_key(job_id, step) if step in steps else None
-    if store.exists(f"{model_key(job_id)}/{MODEL_MARK}"):
-        return model_key(job_id)
-    return checkpoint_key(job_id, steps[-1]) if steps else None
-
-
-def has_model_to_continue(settings: Settings, job_id: int, step: int | None) -> bool:
+def has_model_to_continue(settings: Settings, job_id: int, step: int | None, published: Published) -> bool:
     """Whether a ``job:ID[@STEP]`` source has something to load, wherever the artifacts are kept
     (StorageUnavailable when the store cannot say)."""
     store = remote_store(settings)
     if store is None:
-        return model_to_continue(settings, job_id, step) is not None
-    return stored_model_to_continue(store, job_id, step) is not None
+        return model_to_continue(settings, job_id, step, published.checkpoints) is not None
+    return stored_model_to_continue(store, job_id, step, published) is not None

@@ -18,11 +18,14 @@ import zlib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from sqlalchemy.orm import Session
+
 from api.artifacts.paths import model_to_continue, object_store, remote_store, stored_model_to_continue
 from api.domain.job_spec import JOB_SCHEME, continued_job, split_any_source
 from api.settings import Settings
 from api.storage import StorageError
 from api.storage.keys import file_key
+from api.store.telemetry import published_artifacts
 from api.uploads.model_archives import MAX_CONFIG_BYTES
 from grpo_core.errors import SpecError
 from grpo_core.io.paths import resolve_under_root
@@ -32,7 +35,7 @@ CONFIG = "config.json"
 ARCHIVE_HEAD_BYTES = 16 * 1024 * 1024
 
 
-def model_config(source: str, settings: Settings) -> dict[str, Any] | None:
+def model_config(source: str, settings: Settings, session: Session) -> dict[str, Any] | None:
     """The model's config as a dict, or None where it cannot be read here (see the module's note).
     ``source`` was checked already (:mod:`api.http.submission`): it is well formed and the team's."""
     try:
@@ -41,7 +44,7 @@ def model_config(source: str, settings: Settings) -> dict[str, Any] | None:
             folder = resolve_under_root(location, Path(settings.models_root), None, "model.source")
             return _parsed((folder / CONFIG).read_bytes())
         if scheme == JOB_SCHEME:
-            return _job_config(source, settings)
+            return _job_config(source, settings, session)
         if scheme == FILE_SCHEME:
             return _archive_config(location, settings)
     except (OSError, ValueError, StorageError, SpecError, tarfile.TarError, EOFError, zlib.error):
@@ -55,15 +58,16 @@ def _parsed(raw: bytes) -> dict[str, Any] | None:
     return config if isinstance(config, dict) else None
 
 
-def _job_config(source: str, settings: Settings) -> dict[str, Any] | None:
+def _job_config(source: str, settings: Settings, session: Session) -> dict[str, Any] | None:
     """The config of the folder a ``job:`` source loads (its checkpoints and final model are
     written by ``save_pretrained``, config.json included; a LoRA checkpoint holds none)."""
     job_id, step = continued_job(source)  # type: ignore[misc]  # a job: source, as checked
     store = remote_store(settings)
+    published = published_artifacts(session, job_id)
     if store is None:
-        folder = model_to_continue(settings, job_id, step)
+        folder = model_to_continue(settings, job_id, step, published.checkpoints)
         return None if folder is None else _parsed((folder / CONFIG).read_bytes())
-    key = stored_model_to_continue(store, job_id, step)
+    key = stored_model_to_continue(store, job_id, step, published)
     if key is None:
         return None
     with store.open_read(f"{key}/{CONFIG}", 0, MAX_CONFIG_BYTES + 1) as stream:

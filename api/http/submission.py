@@ -30,6 +30,7 @@ from api.store.files import usable_file
 from api.store.job_deletion import hold_against_deletion
 from api.store.jobs import get_job
 from api.store.pools import PoolSize, admission, list_pools, register_live_pool
+from api.store.telemetry import published_artifacts
 from api.store.verifiers import endpoints_for
 from api.vocabulary import Heartbeat
 from grpo_core.errors import SpecError, SpecWarning
@@ -234,7 +235,8 @@ def check_job_source(session: Session, spec: JobSpec, team_id: int, settings: Se
         raise InvalidSpec([SpecError("model.source", f"your team has no job {job_id}")]) from None
     if not hold_against_deletion(session, job_id):  # deleted since the read above
         raise InvalidSpec([SpecError("model.source", f"job {job_id} was deleted")])
-    if not has_model_to_continue(settings, job_id, step):  # a store away: 503, as any backend
+    published = published_artifacts(session, job_id)
+    if not has_model_to_continue(settings, job_id, step, published):  # a store away: 503, as any backend
         what = (f"keeps no checkpoint of step {step}" if step is not None
                 else "has no final model or checkpoint yet")
         listing = f"GET /v1/jobs/{job_id}/checkpoints lists what it keeps"
@@ -337,11 +339,11 @@ def check_verifiers(session: Session, spec: JobSpec, team_id: int) -> None:
         raise InvalidSpec(missing)
 
 
-def check_model_positions(spec: JobSpec, settings: Settings) -> None:
+def check_model_positions(session: Session, spec: JobSpec, settings: Settings) -> None:
     """``grpo.max_completion_length`` when a prompt of ``max_prompt_length`` tokens and the longest
     completion are more than the model's positions, where its config.json can be read here (after
     the source checks: a ``job:`` or ``file:`` source is then the team's and usable)."""
-    config = model_config(spec.model.source, settings)
+    config = model_config(spec.model.source, settings, session)
     problem = None if config is None else positions_problem(
         spec.grpo.max_prompt_length, spec.grpo.max_completion_length, config)
     if problem is not None:

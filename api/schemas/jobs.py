@@ -196,6 +196,8 @@ class CheckpointRead(BaseModel):
     step: int
     path: str = Field(description="The checkpoint's folder: its server path for admins, its name "
                                   "(`step-N`) for members")
+    attempt: int | None = Field(None, description="The job's attempt that wrote it (null: recorded "
+                                                  "before attempts were)")
     created_at: UtcDatetime
 
 

@@ -291,6 +291,9 @@ class Checkpoint(Base):
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     step: Mapped[int] = mapped_column(Integer)
     path: Mapped[str] = mapped_column(Text)
+    # The attempt that stored it: its object-store key (api.artifacts.paths.checkpoint_key). NULL
+    # for rows written before attempts were recorded, stored under the plain name.
+    attempt: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 

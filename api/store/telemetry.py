@@ -10,6 +10,8 @@ from typing import Any
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
+from api.artifacts.paths import Published
+from api.domain.lifecycle import JobStatus
 from api.schemas.jobs import CheckpointRead, EventRead, MetricRead, SamplesRead
 from api.store import outbox
 from api.store._rows import dialect_insert, insert_ignoring_duplicates
@@ -95,10 +97,9 @@ def record_samples(session: Session, job_id: int, step: int, rows: list[dict[str
     )
 
 
-def record_checkpoint(session: Session, job_id: int, step: int, path: str) -> bool:
-    return insert_ignoring_duplicates(
-        session, Checkpoint.__table__, {"job_id": job_id, "step": step, "path": path, "created_at": utcnow()}
-    )
+def record_checkpoint(session: Session, job_id: int, step: int, path: str, attempt: int | None) -> bool:
+    return insert_ignoring_duplicates(session, Checkpoint.__table__, {
+        "job_id": job_id, "step": step, "path": path, "attempt": attempt, "created_at": utcnow()})
 
 
 def forget_checkpoints(session: Session, job_id: int, steps: list[int]) -> None:
@@ -143,6 +144,16 @@ def list_samples(
     return [SamplesRead(step=row.step, rows=row.rows) for row in session.scalars(query.limit(limit))]
 
 
+def published_artifacts(session: Session, job_id: int) -> Published:
+    """What the job's attempts published (its checkpoint rows; its final model once it succeeded,
+    by the attempt that did), the one view every reader of its stored artifacts takes."""
+    rows = session.execute(select(Checkpoint.step, Checkpoint.attempt).where(Checkpoint.job_id == job_id))
+    job = session.execute(select(Job.status, Job.attempt).where(Job.id == job_id)).one_or_none()
+    succeeded = job is not None and job.status == JobStatus.SUCCEEDED
+    return Published({row.step: row.attempt for row in rows}, job.attempt if succeeded else None)
+
+
 def list_checkpoints(session: Session, job_id: int) -> list[CheckpointRead]:
     rows = session.scalars(select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.step))
-    return [CheckpointRead(step=r.step, path=r.path, created_at=r.created_at) for r in rows]
+    return [CheckpointRead(step=r.step, path=r.path, attempt=r.attempt, created_at=r.created_at)
+            for r in rows]

@@ -9,6 +9,8 @@ import shutil
 import uuid
 
 from api.artifacts.paths import checkpoint_dir, model_dir
+from api.store.db import session_scope
+from api.store.telemetry import record_checkpoint
 
 
 def submitted(client, spec) -> dict:
@@ -34,6 +36,11 @@ def test_a_job_source_must_be_the_teams_own_job_with_that_model(alpha, beta, job
     step_2 = checkpoint_dir(settings, done["id"]) / "step-2"
     shutil.copytree(tiny_model_dir, step_2)
     (step_2 / "trainer_state.json").write_text("{}")
+    # A folder no row names is a stale attempt's (docs/architecture.md §3): not a source yet.
+    assert "no checkpoint of step 2" in refused(alpha.post("/v1/jobs", json=job_spec(
+        model={"source": f"job:{done['id']}@2"})))
+    with session_scope(settings.database_url) as session:
+        record_checkpoint(session, done["id"], 2, str(step_2), 1)
 
     for source in (f"job:{done['id']}", f"job:{done['id']}@2"):
         assert submitted(alpha, job_spec(model={"source": source}))["spec"]["model"]["source"] == source

@@ -135,7 +135,7 @@ def alpha_job(client_for, team_keys, job_spec, api_server) -> int:
     from api.store.telemetry import record_checkpoint
 
     with session_scope(api_server.settings.database_url) as session:  # published, as a worker does
-        record_checkpoint(session, job_id, 1, str(step_1))
+        record_checkpoint(session, job_id, 1, str(step_1), None)
     return job_id
 
 

@@ -226,16 +226,16 @@ def test_samples_and_checkpoints(api, worker, job_spec) -> None:
     for step in (10, 20):
         worker.samples(job_id, step, [{"prompt": "2+3?", "completion": str(step), "reward": 1.0}])
     with session_scope(worker.database_url) as session:
-        telemetry.record_checkpoint(session, job_id, 10, "/artifacts/1/step-10")
-        telemetry.record_checkpoint(session, job_id, 20, "/artifacts/1/step-20")
+        telemetry.record_checkpoint(session, job_id, 10, "/artifacts/1/step-10", 1)
+        telemetry.record_checkpoint(session, job_id, 20, "/artifacts/1/step-20", 1)
     samples = api.get(f"/v1/jobs/{job_id}/samples").json()["items"]
     assert [s["step"] for s in samples] == [20, 10] and samples[0]["rows"][0]["completion"] == "20"
     one = api.get(f"/v1/jobs/{job_id}/samples", params={"step": 10}).json()["items"]
     assert [s["step"] for s in one] == [10]
     checkpoints = api.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]
-    assert [(c["step"], c["path"]) for c in checkpoints] == [
-        (10, "/artifacts/1/step-10"),
-        (20, "/artifacts/1/step-20"),
+    assert [(c["step"], c["path"], c["attempt"]) for c in checkpoints] == [
+        (10, "/artifacts/1/step-10", 1),
+        (20, "/artifacts/1/step-20", 1),
     ]
 
 

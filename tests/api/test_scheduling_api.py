@@ -168,7 +168,7 @@ def test_a_retried_telemetry_write_is_reported_as_a_duplicate(api, api_server, j
 
     job_id = api.post("/v1/jobs", json=job_spec()).json()["id"]
     writes = (lambda s: record_metrics(s, job_id, {"step": 1}), lambda s: record_samples(s, job_id, 1, []),
-              lambda s: record_checkpoint(s, job_id, 1, "/c"))
+              lambda s: record_checkpoint(s, job_id, 1, "/c", 1))
     with session_scope(api_server.settings.database_url) as session:
         assert [(write(session), write(session)) for write in writes] == [(True, False)] * 3
 

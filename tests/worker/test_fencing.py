@@ -103,20 +103,29 @@ def test_a_checkpoint_upload_that_outlived_the_lease_is_taken_out_of_the_store(
     monkeypatch.setattr(fencing, "time", types.SimpleNamespace(monotonic=lambda: clock[0],
                                                                sleep=lambda seconds: None))
     job_id = submit(tiny_spec("frozen-upload"))
-    fence = AttemptFence(settings, job_id, "w1", dispatch_and_claim(database_url, job_id, "w1"))
+    attempt = dispatch_and_claim(database_url, job_id, "w1")
+    fence = AttemptFence(settings, job_id, "w1", attempt)
     store = open_store(str(tmp_path / "bucket"))
-    checkpoint = written_folder(tmp_path, "step-2", "stale")
-    (checkpoint / "trainer_state.json").write_text("{}")  # the completion mark, stored last
-    uploads = StoredCheckpoints(TrainerCallback(), _FreezingStore(store, clock, 0.0), job_id, 5.0,
-                                fenced=fence.hold)
-    uploads.on_checkpoint(2, checkpoint)  # within the lease: stored
-    assert len(list(store.list(checkpoint_key(job_id, 2)))) == 2
-    frozen = StoredCheckpoints(TrainerCallback(), _FreezingStore(store, clock, settings.lease_seconds * 2),
-                               job_id, 5.0, fenced=fence.hold)
+
+    def checkpoint(name: str, text: str):
+        folder = written_folder(tmp_path / name, "step-2", text)
+        (folder / "trainer_state.json").write_text("{}")  # the completion mark, stored last
+        return folder
+
+    # The owner (the next attempt, here) stored step 2 within its lease. The stale attempt's
+    # process froze during its own upload of step 2 and woke after the lease had passed: its
+    # objects are taken out of the store, and only its own (the owner's are under another key).
+    owner = StoredCheckpoints(TrainerCallback(), _FreezingStore(store, clock, 0.0), job_id, attempt + 1, 5.0,
+                              fenced=fence.hold)
+    owner.on_checkpoint(2, checkpoint("owner", "owner"))
+    stale = StoredCheckpoints(TrainerCallback(), _FreezingStore(store, clock, settings.lease_seconds * 2),
+                              job_id, attempt, 5.0, fenced=fence.hold)
     with pytest.raises(StaleAttempt):
-        frozen.on_checkpoint(3, checkpoint)
-    assert list(store.list(checkpoint_key(job_id, 3))) == []
-    assert len(list(store.list(checkpoint_key(job_id, 2)))) == 2  # the earlier one is untouched
+        stale.on_checkpoint(2, checkpoint("stale", "stale"))
+    assert list(store.list(checkpoint_key(job_id, 2, attempt))) == []
+    with store.open_read(f"{checkpoint_key(job_id, 2, attempt + 1)}/weights") as stream:
+        assert b"".join(stream) == b"owner"  # whole, and never written over
+    assert len(list(store.list(checkpoint_key(job_id, 2, attempt + 1)))) == 2
 
 
 def test_a_fenced_write_frozen_before_its_commit_holds_the_job_no_longer_than_the_lease(

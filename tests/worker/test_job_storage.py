@@ -16,11 +16,12 @@ from typing import Any
 
 import pytest
 
-from api.artifacts.paths import checkpoint_dir, checkpoint_key, remote_store, stored_checkpoint_steps
+from api.artifacts.paths import checkpoint_dir, checkpoint_key, remote_store
 from api.settings import Settings
 from api.storage import StorageUnavailable
 from api.storage.local import LocalStore
 from grpo_core.run.callbacks import TrainerCallback
+from tests.stored_artifacts import stored_checkpoints, stored_steps
 from worker.checkpoint_uploads import UPLOAD_RETRY_EVENT, StoredCheckpoints
 from worker.job_storage import fetch_resume_checkpoint, retry_storage
 
@@ -80,7 +81,10 @@ def write_checkpoint(root: Path, step: int, complete: bool = True) -> Path:
 
 
 def stored_names(store, step: int) -> list[str]:
-    return sorted(info.key.rsplit("/", 1)[1] for info in store.list(checkpoint_key(7, step)))
+    return sorted(info.key.rsplit("/", 1)[1] for info in store.list(checkpoint_key(7, step, ATTEMPT)))
+
+
+ATTEMPT = 3  # the attempt storing, in the tests of StoredCheckpoints
 
 
 class Clock:
@@ -93,14 +97,15 @@ class Clock:
 @pytest.fixture
 def parts(tmp_path: Path):
     store, reporter, clock = Outage(tmp_path / "bucket"), Recorder(), Clock()
-    return store, reporter, clock, StoredCheckpoints(reporter, store, 7, budget_seconds=0, clock=clock)
+    uploads = StoredCheckpoints(reporter, store, 7, ATTEMPT, budget_seconds=0, clock=clock)
+    return store, reporter, clock, uploads
 
 
 def test_a_checkpoint_is_recorded_once_stored_whole(parts, tmp_path: Path) -> None:
     store, reporter, _, uploads = parts
     uploads.on_checkpoint(2, write_checkpoint(tmp_path / "local", 2))
     assert reporter.calls == [("checkpoint", 2)]
-    assert stored_checkpoint_steps(store, 7) == [2]
+    assert stored_steps(store, 7) == [2]
     assert stored_names(store, 2) == ["model.safetensors", "optimizer.pt", "trainer_state.json"]
 
 
@@ -117,21 +122,21 @@ def test_a_store_down_at_a_checkpoint_retries_after_later_steps_and_records_only
     clock.now = 5.0
     uploads.on_step({"step": 4})
     assert reporter.calls[-2:] == [("step", 4), ("checkpoint", 2)]
-    assert stored_checkpoint_steps(store, 7) == [2]
+    assert stored_steps(store, 7) == [2]
 
 
 def test_a_newer_checkpoint_replaces_one_waiting_and_its_partial_objects_go(parts, tmp_path: Path) -> None:
     store, reporter, clock, uploads = parts
     local = tmp_path / "local"
     weights = write_checkpoint(local, 2) / "model.safetensors"
-    store.put_file(f"{checkpoint_key(7, 2)}/model.safetensors", weights)
+    store.put_file(f"{checkpoint_key(7, 2, ATTEMPT)}/model.safetensors", weights)
     store.down = True  # the upload of step 2 broke off after its first file
     uploads.on_checkpoint(2, local / "step-2")
     uploads.on_checkpoint(4, write_checkpoint(local, 4))
     store.down, clock.now = False, 100.0
     uploads.on_step({"step": 5})
     assert [c for c in reporter.calls if c[0] == "checkpoint"] == [("checkpoint", 4)]
-    assert {info.key.split("/")[3] for info in store.list("jobs/7")} == {"step-4"}
+    assert {info.key.split("/")[3] for info in store.list("jobs/7")} == {f"step-4.attempt-{ATTEMPT}"}
     assert ("removed", [2]) in reporter.calls  # never recorded; nothing stays behind
 
 
@@ -144,11 +149,11 @@ def test_retention_waits_until_the_newer_checkpoint_is_stored(parts, tmp_path: P
     shutil.rmtree(local / "step-2")  # the trainer's retention, keep_last 1
     uploads.on_checkpoints_removed([2])
     store.down = False
-    assert stored_checkpoint_steps(store, 7) == [2]  # still what a resume would take
+    assert stored_steps(store, 7) == [2]  # still what a resume would take
     assert ("removed", [2]) not in reporter.calls
     clock.now = 100.0
     uploads.on_step({"step": 5})
-    assert stored_checkpoint_steps(store, 7) == [4]
+    assert stored_steps(store, 7) == [4]
     assert reporter.calls[-2:] == [("checkpoint", 4), ("removed", [2])]
 
 
@@ -177,7 +182,7 @@ def test_an_older_stored_checkpoint_loses_its_optimizer_state_as_locally(parts, 
     assert [stored_names(store, step) for step in (4, 6, 8)] == [
         ["model.safetensors", "trainer_state.json"], ["model.safetensors", "trainer_state.json"],
         ["model.safetensors", "optimizer.pt", "trainer_state.json"]]
-    assert stored_checkpoint_steps(store, 7) == [2, 4, 6, 8]  # each still whole
+    assert stored_steps(store, 7) == [2, 4, 6, 8]  # each still whole
 
 
 def test_a_store_down_at_the_end_raises_storage_unavailable(parts, tmp_path: Path) -> None:
@@ -217,24 +222,42 @@ def test_the_default_store_is_the_artifacts_folder_and_nothing_is_copied(tmp_pat
     assert remote_store(Settings(artifacts_root=tmp_path, storage_url=str(tmp_path / "other"))) is not None
 
 
-def test_a_resume_takes_the_stores_newest_whole_checkpoint_and_drops_local_ones_it_lacks(settings,
-                                                                                         tmp_path) -> None:
+def test_a_resume_takes_the_newest_published_checkpoint_by_its_key_and_drops_local_ones(settings,
+                                                                                       tmp_path) -> None:
     store = LocalStore(tmp_path / "bucket")
     elsewhere = tmp_path / "other-worker"
-    for step, complete in ((2, True), (4, True), (6, False)):
-        store.put_folder(checkpoint_key(7, step), write_checkpoint(elsewhere, step, complete))
+    store.put_folder(checkpoint_key(7, 2, None), write_checkpoint(elsewhere / "old", 2))  # before attempts
+    store.put_folder(checkpoint_key(7, 4, 2), write_checkpoint(elsewhere / "a2", 4))
+    stale = write_checkpoint(elsewhere / "a1", 4)
+    (stale / "model.safetensors").write_bytes(b"stale")
+    store.put_folder(checkpoint_key(7, 4, 1), stale)  # a stale attempt's, beside the owner's: no row
+    store.put_folder(checkpoint_key(7, 6, 1), write_checkpoint(elsewhere / "a1", 6))  # no row either
     local = checkpoint_dir(settings, 7)
     write_checkpoint(local, 8)  # trained here, its upload never finished: no row names it
     write_checkpoint(local, 2)
 
-    path = fetch_resume_checkpoint(store, settings, 7)
+    path = fetch_resume_checkpoint(store, settings, 7, {2: None, 4: 2})
     assert path == local / "step-4" and sorted(p.name for p in local.iterdir()) == ["step-4"]
-    assert (path / "model.safetensors").read_bytes() == b"w" * 1004
-    assert fetch_resume_checkpoint(store, settings, 8) is None
+    assert (path / "model.safetensors").read_bytes() == b"w" * 1004  # the owner's, not the stale one
+    assert fetch_resume_checkpoint(store, settings, 8, {}) is None
+    # A row written before attempts were recorded names the plain key.
+    assert fetch_resume_checkpoint(store, settings, 7, {2: None}) == local / "step-2"
+    assert (local / "step-2" / "model.safetensors").read_bytes() == b"w" * 1002
+
+
+def test_retention_deletes_an_earlier_attempts_checkpoint_under_its_key(tmp_path: Path) -> None:
+    store, reporter = LocalStore(tmp_path / "bucket"), Recorder()
+    # attempt 1's, which attempt 2 resumed from
+    store.put_folder(checkpoint_key(7, 2, 1), write_checkpoint(tmp_path / "a1", 2))
+    uploads = StoredCheckpoints(reporter, store, 7, 2, budget_seconds=0, published={2: 1})
+    uploads.on_checkpoint(4, write_checkpoint(tmp_path / "a2", 4))
+    uploads.on_checkpoints_removed([2])
+    assert stored_checkpoints(store, 7) == {4: [2]}
+    assert reporter.calls == [("checkpoint", 4), ("removed", [2])]
 
 
 def test_a_store_down_at_resume_raises_storage_unavailable(settings, tmp_path: Path) -> None:
     store = Outage(tmp_path / "bucket")
     store.down = True
     with pytest.raises(StorageUnavailable):
-        fetch_resume_checkpoint(store, settings, 7)
+        fetch_resume_checkpoint(store, settings, 7, {2: 1})

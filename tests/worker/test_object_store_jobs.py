@@ -21,11 +21,12 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from api.artifacts.paths import MODEL_MARK, checkpoint_key, model_key, stored_checkpoint_steps
+from api.artifacts.paths import MODEL_MARK, checkpoint_key, model_key
 from api.storage import open_store
 from api.store.db import session_scope
 from api.store.tables import JobMetric
 from api.store.telemetry import list_events
+from tests.stored_artifacts import stored_checkpoints, stored_steps
 from worker.checkpoint_uploads import UPLOAD_RETRY_EVENT
 from worker.job_storage import STORAGE_UNAVAILABLE
 
@@ -74,19 +75,20 @@ def test_a_job_stores_its_artifacts_in_the_bucket_and_the_api_serves_them_from_t
         done = wait_for(lambda: finished(job_id), 180, "the job to end", processes)
         assert done.status == "succeeded", done.error
 
-        assert stored_checkpoint_steps(store, job_id) == recorded_steps(api, job_id) == [2, 4]
+        assert stored_checkpoints(store, job_id) == {2: [1], 4: [1]}  # each under its attempt's key
+        assert recorded_steps(api, job_id) == [2, 4]
         assert not (tmp_path / "api-artifacts" / "jobs").exists()  # nothing came through a folder
         model = api.get(f"/v1/jobs/{job_id}/model")
         assert model.status_code == 200 and int(model.headers["content-length"]) == len(model.content)
         files = members(model.content)
-        with store.open_read(f"{model_key(job_id)}/model.safetensors") as stream:
+        with store.open_read(f"{model_key(job_id, done.attempt)}/model.safetensors") as stream:
             assert files["model.safetensors"] == b"".join(stream)
         assert MODEL_MARK in files and "config.json" in files
         part = api.get(f"/v1/jobs/{job_id}/model", headers={"Range": "bytes=700-1799"})
         assert part.status_code == 206 and part.content == model.content[700:1800]
 
         checkpoint = members(api.get(f"/v1/jobs/{job_id}/checkpoints/2/archive").content)
-        with store.open_read(f"{checkpoint_key(job_id, 2)}/model.safetensors") as stream:
+        with store.open_read(f"{checkpoint_key(job_id, 2, 1)}/model.safetensors") as stream:
             assert checkpoint["model.safetensors"] == b"".join(stream)
         assert "optimizer.pt" not in checkpoint and "generation_config.json" in checkpoint
         assert api.get(f"/v1/jobs/{job_id}/checkpoints/3/archive").status_code == 404
@@ -119,8 +121,8 @@ def test_the_store_killed_during_checkpoint_uploads_then_back_the_job_finishes_w
         assert job_of(job_id).attempt == 1  # trained on through the outage: never requeued
 
         recorded = recorded_steps(api, job_id)
-        assert recorded == stored_checkpoint_steps(store, job_id) == [6]
-        names = {info.key.rsplit("/", 1)[1] for info in store.list(checkpoint_key(job_id, 6))}
+        assert recorded == stored_steps(store, job_id) == [6]
+        names = {info.key.rsplit("/", 1)[1] for info in store.list(checkpoint_key(job_id, 6, 1))}
         assert {"model.safetensors", "optimizer.pt", "trainer_state.json", "rng.pt"} <= names
         assert api.get(f"/v1/jobs/{job_id}/model").status_code == 200
 
@@ -143,9 +145,9 @@ def test_the_store_away_when_a_paused_job_resumes_requeues_it_and_it_resumes_fro
                           processes)
         paused_at = paused.last_step
         assert 2 <= paused_at < steps
-        assert stored_checkpoint_steps(store, job_id)[-1] == paused_at
+        assert stored_steps(store, job_id)[-1] == paused_at
         # As on any host: the paused attempt left no local copy, only the store holds it (issue 33).
-        assert not (tmp_path / "worker-artifacts" / checkpoint_key(job_id, paused_at)).parent.exists()
+        assert not (tmp_path / "worker-artifacts" / checkpoint_key(job_id, paused_at, 1)).parent.exists()
 
         s3_server.stop_listening()  # unlike a kill, what it stored is there when it listens again
         try:
@@ -173,7 +175,7 @@ def test_the_store_away_when_a_paused_job_resumes_requeues_it_and_it_resumes_fro
                                    .where(JobMetric.job_id == job_id).order_by(JobMetric.step)).all()
         assert [tuple(row) for row in rows] == [
             (step, 1 if step <= paused_at else 3) for step in range(1, steps + 1)]
-        assert recorded_steps(api, job_id)[-1] == stored_checkpoint_steps(store, job_id)[-1] == steps
+        assert recorded_steps(api, job_id)[-1] == stored_steps(store, job_id)[-1] == steps
 
 
 def test_jobs_on_a_bucket_leave_the_workers_artifacts_folder_holding_none_of_their_files(
@@ -191,8 +193,8 @@ def test_jobs_on_a_bucket_leave_the_workers_artifacts_folder_holding_none_of_the
                       for p in (worker_root / folder).rglob("*") if p.is_file())
         assert left == []
         for job_id in job_ids:  # all of it in the store, served from there
-            assert stored_checkpoint_steps(store, job_id) == recorded_steps(api, job_id) == [2]
-            assert store.exists(f"{model_key(job_id)}/{MODEL_MARK}")
+            assert stored_steps(store, job_id) == recorded_steps(api, job_id) == [2]
+            assert store.exists(f"{model_key(job_id, 1)}/{MODEL_MARK}")  # one attempt each
             model = api.get(f"/v1/jobs/{job_id}/model")
             assert model.status_code == 200 and "model.safetensors" in members(model.content)
             assert api.get(f"/v1/jobs/{job_id}/tensorboard").status_code == 200

@@ -22,12 +22,12 @@ from starlette.requests import HTTPConnection
 from api.artifacts.paths import (
     COMPLETE_MARK,
     MODEL_MARK,
-    artifact_key,
     checkpoint_key,
     complete_checkpoint,
     model_dir,
-    model_key,
     remote_store,
+    stored_model,
+    stored_tracker_folder,
     tensorboard_dir,
 )
 from api.domain.errors import NotFound
@@ -74,8 +74,9 @@ def download_model(job_id: JobId, session: SessionDep, principal: PrincipalDep, 
     adapter under ``adapter/``."""
     job_store.get_job(session, job_id, principal.scope)
     name, store = f"job-{job_id}-model", remote_store(settings)
-    if store is not None:
-        stored = _stored_under(store, model_key(job_id))
+    if store is not None:  # the model of the attempt the job succeeded as, never a stale one's
+        key = stored_model(store, job_id, telemetry.published_artifacts(session, job_id))
+        stored = _stored_under(store, key) if key is not None else {}
         if MODEL_MARK not in stored:
             raise _no_model(job_id)
         return _tar_response(TarStream(name, {}, {}, store=store, stored=stored), f"{name}.tar", range_)
@@ -97,10 +98,11 @@ def download_tensorboard(job_id: JobId, session: SessionDep, principal: Principa
                          ) -> Response:
     """The TensorBoard event files of a job with ``report_to: [tensorboard]`` (``tensorboard
     --logdir`` the unpacked folder), as written so far."""
-    job_store.get_job(session, job_id, principal.scope)
+    job = job_store.get_job(session, job_id, principal.scope)
     name, folder = f"job-{job_id}-tensorboard", tensorboard_dir(settings, job_id)
     store = remote_store(settings)
-    stored = _stored_under(store, artifact_key(settings, folder)) if store is not None else {}
+    key = stored_tracker_folder(store, job_id, folder.name, job.attempt) if store is not None else None
+    stored = _stored_under(store, key) if key is not None else {}
     if not (stored or folder.is_dir()):
         raise NotFound(f"job {job_id} has no TensorBoard files: its spec does not report_to tensorboard, "
                        "or it has not trained a step yet", param="job_id")
@@ -127,10 +129,12 @@ def download_checkpoint(job_id: JobId, step: StepNumber,
     generation config and a model card made for it; the training state (optimizer, RNG) stays."""
     job = job_store.get_job(session, job_id, principal.scope)
     # Only a checkpoint an attempt published while it owned the job (its row, docs/architecture.md
-    # §6): a folder without one is a stale attempt's.
-    published = any(c.step == step for c in telemetry.list_checkpoints(session, job_id))
+    # §6): a folder without one is a stale attempt's, and in a store, under the key its row names.
+    checkpoints = telemetry.published_artifacts(session, job_id).checkpoints
+    published = step in checkpoints
     store = remote_store(settings)
-    stored = _stored_under(store, checkpoint_key(job_id, step)) if store is not None and published else {}
+    stored = (_stored_under(store, checkpoint_key(job_id, step, checkpoints[step]))
+              if store is not None and published else {})
     folder = complete_checkpoint(settings, job_id, step) if store is None and published else None
     if folder is None and COMPLETE_MARK not in stored:
         raise NotFound(f"job {job_id} keeps no checkpoint of step {step} (see its /checkpoints)",

@@ -130,7 +130,7 @@ def _check_and_create(
         check_job_source(session, spec, team_id, settings)
         files = check_file_sources(session, spec, team_id)
         spec = with_dataset_files(spec, files)
-        check_model_positions(spec, settings)
+        check_model_positions(session, spec, settings)
         check_verifiers(session, spec, team_id)
         spec = with_team_priority(session, team_id, spec, settings)
         job, created = job_store.create_job(session, team_id, spec, idempotency_key,
