@@ -90,6 +90,7 @@ class UploadSlots:
         """Hold one of the team's ``limit`` slots while the block runs; RateLimited (429) when
         all are taken."""
         token = secrets.token_hex(8)
+        asked_redis = self._clock() >= self._redis_from
         in_redis = await self._take(team_id, limit, token)
         renewing = asyncio.create_task(self._renew(team_id, token)) if in_redis else None
         try:
@@ -100,6 +101,8 @@ class UploadSlots:
                 await self._give_back(team_id, token)
             else:
                 self._local[team_id].discard(token)
+                if asked_redis:  # a take that timed out here may have run there: its token would
+                    await self._give_back(team_id, token)  # hold a slot, unrenewed, for SLOT_SECONDS
 
     async def _take(self, team_id: int, limit: int, token: str) -> bool:
         """Take a slot under ``token``; True when Redis holds it, False when this process does."""

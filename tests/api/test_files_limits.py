@@ -202,6 +202,30 @@ def test_a_redis_outage_bounds_uploads_in_each_process() -> None:
     asyncio.run(scenario())
 
 
+def test_a_take_that_timed_out_here_but_ran_in_redis_leaves_no_slot_behind() -> None:
+    # CI, loaded: the take's script ran in Redis, its answer came after the 0.25 s timeout, the
+    # process counted the upload locally, and the token stayed in Redis for SLOT_SECONDS.
+    redis_url, namespace = os.environ["GRPO_TEST_REDIS_URL"], f"t{uuid.uuid4().hex[:8]}"
+
+    async def scenario() -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        slots = UploadSlots(client, RedisKeys(namespace))
+        ran = slots._take_script
+
+        async def slow_answer(**kwargs):
+            taken = await ran(**kwargs)
+            await asyncio.sleep(upload_slots.REDIS_TIMEOUT_SECONDS * 4)
+            return taken
+
+        slots._take_script = slow_answer
+        async with slots.held(5, 2):
+            assert await client.zcard(RedisKeys(namespace).upload_slots(5)) == 1  # it did run there
+        assert await client.zcard(RedisKeys(namespace).upload_slots(5)) == 0
+        await client.aclose()
+
+    asyncio.run(scenario())
+
+
 # A process that takes an upload slot and holds it until it is killed, as an API process that
 # died mid-upload: its slot is no longer renewed. argv: Redis URL, key namespace.
 _DIES_HOLDING_A_SLOT = """
