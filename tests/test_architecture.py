@@ -19,9 +19,10 @@ SERVICE = ("api", "worker", *SERVICE_FRAMEWORKS)
 # grpo_core's sub-packages in layers (each package docstring says the same): a layer imports only
 # the layers before it, so the core reads bottom-up and no two of its parts call back into each other.
 CORE_LAYERS = ("grpo_core.spec", "grpo_core.io", "grpo_core.parallel", "grpo_core.rewards",
-               "grpo_core.algorithm", "grpo_core.run", "grpo_core.cli")
-# rewards sit beside parallel, not above it: a reward never needs ranks or sharding.
-_LAYER_ALSO_FORBIDS = {"grpo_core.rewards": ("grpo_core.parallel",)}
+               "grpo_core.agents", "grpo_core.algorithm", "grpo_core.run", "grpo_core.cli")
+# rewards and agents' tools sit beside parallel, not above it: neither needs ranks or sharding.
+_LAYER_ALSO_FORBIDS = {"grpo_core.rewards": ("grpo_core.parallel",),
+                       "grpo_core.agents": ("grpo_core.parallel",)}
 
 
 def _core_layer_rules() -> dict[str, tuple[str, ...]]:

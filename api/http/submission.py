@@ -37,6 +37,7 @@ from grpo_core.errors import SpecError, SpecWarning
 from grpo_core.io.paths import resolve_under_root
 from grpo_core.rewards import check_reward_rows, model_sources, required_capabilities, validate_reward_specs
 from grpo_core.rewards.http_verifier import verifier_names
+from grpo_core.rewards.sandbox import CAPABILITY as SANDBOX_CAPABILITY
 from grpo_core.spec.prompt_rows import reward_column_names, reward_columns
 from grpo_core.spec.run_spec import DatasetSpec, RewardSpec
 from grpo_core.spec.size_checks import positions_problem, prompts_over_rows
@@ -205,9 +206,17 @@ def check_capabilities(spec: JobSpec, live_workers: Callable[[], list[Heartbeat]
     """Raise :class:`InvalidSpec` when a reward needs what a worker must advertise (``code_tests``:
     a working sandbox) and no live worker of the job's pool advertises it: such a job could only
     fail. ``live_workers`` is called only when some reward needs a capability."""
-    if not required_capabilities(spec.rewards):
+    if not required_capabilities(spec.rewards) and spec.tools is None:
         return
-    if problems := capability_problems(spec.rewards, spec.resources.pool, live_workers()):
+    live = live_workers()
+    problems = capability_problems(spec.rewards, spec.resources.pool, live)
+    pool = spec.resources.pool
+    offered = {capability for beat in live if beat.pool == pool for capability in beat.capabilities}
+    if spec.tools is not None and SANDBOX_CAPABILITY not in offered:
+        problems.append(SpecError("tools", (
+            f"tool calls run in the sandbox, and no live worker of pool '{pool}' advertises "
+            f"'{SANDBOX_CAPABILITY}' (GET /v1/cluster lists each worker's capabilities)")))
+    if problems:
         raise InvalidSpec(problems)
 
 

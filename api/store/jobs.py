@@ -37,6 +37,7 @@ from api.store.webhooks import enqueue_job_event
 from api.vocabulary import PRIORITIES
 from grpo_core.errors import SpecWarning
 from grpo_core.rewards import required_capabilities
+from grpo_core.rewards.sandbox import CAPABILITY as SANDBOX_CAPABILITY
 
 
 def request_hash(spec: JobSpec, body: dict[str, Any] | None = None) -> str:
@@ -48,7 +49,10 @@ def request_hash(spec: JobSpec, body: dict[str, Any] | None = None) -> str:
 def capabilities_needed(spec: JobSpec) -> list[str]:
     """What a worker must advertise to run ``spec`` (its rewards' needs), sorted, each once:
     stored with the job for the scheduler, and checked again by the worker that gets it."""
-    return sorted({capability for _, capability in required_capabilities(spec.rewards)})
+    needed = {capability for _, capability in required_capabilities(spec.rewards)}
+    if spec.tools is not None:  # tool calls run in the sandbox the python graders use
+        needed.add(SANDBOX_CAPABILITY)
+    return sorted(needed)
 
 
 _JOBS = Job.__table__

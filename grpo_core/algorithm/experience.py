@@ -13,6 +13,7 @@ import torch
 
 from grpo_core.algorithm.advantages import combine_rewards, compute_advantages, group_std
 from grpo_core.algorithm.completion_text import DecodedCompletion, decode_and_strip_padding
+from grpo_core.algorithm.episodes import AgentSetup, episode_metrics, sample_episodes
 from grpo_core.algorithm.logprobs import completion_logprobs
 from grpo_core.algorithm.randomness import row_keys
 from grpo_core.algorithm.rollout import (
@@ -77,6 +78,9 @@ class Experience:
     columns: list[dict[str, Any]] = field(default_factory=list)
     # (N,) why a reward left the row unscored, where it said (Scores.row_errors); None: scored
     errors: list[str | None] = field(default_factory=list)
+    # (N,) each multi-turn episode's turns, tool calls and messages (grpo_core.algorithm.episodes);
+    # empty for single-turn rounds
+    episodes: list[dict[str, Any]] = field(default_factory=list)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """A pending experience a checkpoint of an earlier version holds lacks the fields added
@@ -107,6 +111,7 @@ class Experience:
             prompts=self.prompts[rows],
             columns=self.columns[rows],
             errors=self.errors[rows],
+            episodes=self.episodes[rows],
             decoded=self.decoded[rows],
             rewards_per_func=self.rewards_per_func[rows],
             rewards=self.rewards[rows],
@@ -131,13 +136,14 @@ class _Rows:
     scores: torch.Tensor  # (N, F) per reward function, on the CPU
     columns: list[dict[str, Any]]  # (N,) the dataset row's columns but the prompt
     errors: list[str | None]  # (N,) why a reward left the row unscored, where it said
+    episodes: list[dict[str, Any]]  # (N,) a multi-turn episode's record; empty when single-turn
 
     def group_on_cpu(self, index: int, g: int) -> _Rows:
         """Group ``index``'s G rows, with tensors on the CPU: rows cross ranks pickled."""
         rows = slice(index * g, (index + 1) * g)
         rollout = self.rollout.select(rows).to("cpu")
         return _Rows(rollout, self.prompts[rows], self.decoded[rows], self.scores[rows], self.columns[rows],
-                     self.errors[rows])
+                     self.errors[rows], self.episodes[rows])
 
     @staticmethod
     def concat(parts: list[_Rows], pad_id: int) -> _Rows:
@@ -148,6 +154,7 @@ class _Rows:
             torch.cat([p.scores for p in parts]),
             [row for p in parts for row in p.columns],
             [error for p in parts for error in p.errors],
+            [episode for p in parts for episode in p.episodes],
         )
 
 
@@ -186,6 +193,7 @@ class _Generation:
     reasoning: ReasoningSpec
     placement: Placement
     should_stop: Callable[[], bool] | None = None  # asked inside the decode loop
+    agent: AgentSetup | None = None  # multi-turn episodes with tools; None: one completion per row
 
     @property
     def weights(self) -> torch.Tensor:
@@ -216,12 +224,20 @@ def _sample_round(gen: _Generation, groups: _Groups) -> None:
     options = SamplingOptions(cfg.max_completion_length, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p,
                               cfg.repetition_penalty)
     stopped = None
+    episodes: list[dict[str, Any]] = []
     with gen.placement.autocast():
         try:
-            rollout = sample_completions(
-                gen.policy, prompt_batch, g, gen.eos_ids, gen.tokenizer.pad_token_id, options,
-                row_keys(cfg.seed, draws, g), gen.should_stop,
-            )
+            if gen.agent is None:
+                rollout = sample_completions(
+                    gen.policy, prompt_batch, g, gen.eos_ids, gen.tokenizer.pad_token_id, options,
+                    row_keys(cfg.seed, draws, g), gen.should_stop,
+                )
+            else:
+                chat = [isinstance(gen.prompts.rows[i]["prompt"], list) for i in indices]
+                rollout, decoded, stats = sample_episodes(
+                    gen.policy, prompt_batch, chat, g, gen.eos_ids, gen.tokenizer, options,
+                    row_keys(cfg.seed, draws, g), gen.agent, gen.reasoning, gen.should_stop)
+                episodes = stats.rows()
         except GenerationStopped as inside:
             stopped = inside
     # Ranks that can stop inside their loops agree after them: a rank whose loop ended before the
@@ -231,9 +247,10 @@ def _sample_round(gen: _Generation, groups: _Groups) -> None:
         raise stopped or GenerationStopped(rollout.completion_ids.size(1))
     scoring = time.perf_counter()
     groups.generation_seconds += scoring - started
-    decoded = decode_and_strip_padding(
-        rollout.completion_ids, rollout.completion_mask, gen.tokenizer, gen.reasoning
-    )
+    if gen.agent is None:
+        decoded = decode_and_strip_padding(
+            rollout.completion_ids, rollout.completion_mask, gen.tokenizer, gen.reasoning
+        )
     row_prompts = [t for t in texts for _ in range(g)]
     scored = score_completions(
         gen.rewards,
@@ -254,7 +271,7 @@ def _sample_round(gen: _Generation, groups: _Groups) -> None:
         groups.reward_failures[name] = earlier.merged(failure) if earlier else failure
     scores = torch.tensor(scored.matrix, dtype=torch.float32).reshape(len(decoded), len(gen.rewards))
     groups.rounds.append(_Rows(rollout, row_prompts, decoded, scores, gen.prompts.sample_columns(indices, g),
-                               scored.row_errors(len(decoded))))
+                               scored.row_errors(len(decoded)), episodes))
     spread = torch.nan_to_num(group_std(combine_rewards(scores, gen.weights), g), nan=0.0)
     has_signal = ~torch.isclose(spread, torch.tensor(0.0))
     # Every rank learns every rank's flags, so all decide alike whether to resample and what to keep.
@@ -300,6 +317,7 @@ def make_experience(
     reasoning: ReasoningSpec,
     placement: Placement,
     should_stop: Callable[[], bool] | None = None,
+    agent: AgentSetup | None = None,
 ) -> Experience:
     """Draw ``config.prompts_per_round`` prompts from ``sampler``, sample, score and prepare them
     for the ``config.round_steps · config.num_iterations`` optimizer steps they feed (advantages
@@ -307,7 +325,7 @@ def make_experience(
     ``should_stop``: see :func:`sample_completions` (its yes raises ``GenerationStopped``, with
     ``sampler`` already past the round's draws)."""
     gen = _Generation(models.policy, tokenizer, prompts, sampler, rewards, eos_ids, config, reasoning,
-                      placement, should_stop)
+                      placement, should_stop, agent)
     ranks = placement.ranks
     g, b = config.num_generations, config.prompts_per_round
     groups = _Groups()
@@ -328,7 +346,7 @@ def make_experience(
     combined = combine_rewards(rows.scores, gen.weights)
     step_rewards = ranks.gather_rows(combined) if config.scale_rewards == "batch" else None
     adv = compute_advantages(combined, g, config.scale_rewards, step_rewards)
-    loss_mask = rollout.completion_mask
+    loss_mask = rollout.sampled_mask  # a multi-turn trajectory's observations are not the model's
     if config.mask_truncated_completions:
         loss_mask = loss_mask * (~rollout.is_truncated).unsqueeze(1).long()
     exp = Experience(
@@ -336,6 +354,7 @@ def make_experience(
         prompts=rows.prompts,
         columns=rows.columns,
         errors=rows.errors,
+        episodes=rows.episodes,
         decoded=rows.decoded,
         rewards_per_func=rows.scores,
         rewards=combined,
@@ -354,6 +373,8 @@ def make_experience(
     exp.metrics["timing/reward"] = groups.reward_seconds
     dynamic = config.drop_zero_std_groups
     exp.metrics.update(_sampling_metrics(groups, extra_rounds, dynamic, ranks))
+    if agent is not None:
+        exp.metrics.update(episode_metrics(rows.episodes, ranks))
     started = time.perf_counter()
     exp.ref_logprobs, exp.old_logprobs = fixed_logprobs(models, rollout, config, placement)
     exp.metrics["timing/ref"] = time.perf_counter() - started

@@ -91,9 +91,11 @@ def sample_rows(
     for i in range(min(MAX_SAMPLE_ROWS, len(exp.decoded))):
         per_func = {n: exp.rewards_per_func[i, j].item() for j, n in enumerate(reward_names)}
         error = exp.errors[i] if i < len(exp.errors) else None
+        episode = exp.episodes[i] if i < len(exp.episodes) else {}
         rows.append(
             {
                 **({"error": error} if error else {}),  # only rows a reward said it could not score
+                **episode,  # a multi-turn episode's turns, tool calls and messages (the conversation)
                 "step": step,
                 "prompt": exp.prompts[i],
                 "completion": exp.decoded[i].text,

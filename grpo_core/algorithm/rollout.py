@@ -61,7 +61,11 @@ class Rollout:
     """One generation batch. Rows are grouped: row ``i`` answers prompt ``i // G``.
 
     ``completion_mask`` is 1 up to and including the first EOS; ``is_truncated`` marks rows that
-    reached ``max_completion_length`` without an EOS.
+    reached ``max_completion_length`` without an EOS. A multi-turn episode's completion holds its
+    observations (tool results, an environment's answers) between the model's turns:
+    ``completion_mask`` is then 1 on every token of the trajectory and ``model_mask`` 1 only on
+    the tokens the model sampled, the ones trained on (:mod:`grpo_core.algorithm.episodes`); None
+    for a single-turn rollout, where the two are the same.
     """
 
     prompt_ids: torch.Tensor  # (N, P)
@@ -69,6 +73,12 @@ class Rollout:
     completion_ids: torch.Tensor  # (N, T)
     completion_mask: torch.Tensor  # (N, T)
     is_truncated: torch.Tensor  # (N,) bool
+    model_mask: torch.Tensor | None = None  # (N, T)
+
+    @property
+    def sampled_mask(self) -> torch.Tensor:
+        """1 on the tokens the model sampled (the loss's, the KL's, the clip metrics')."""
+        return self.completion_mask if self.model_mask is None else self.model_mask
 
     @property
     def input_ids(self) -> torch.Tensor:
@@ -85,6 +95,7 @@ class Rollout:
             self.completion_ids[rows],
             self.completion_mask[rows],
             self.is_truncated[rows],
+            None if self.model_mask is None else self.model_mask[rows],
         )
 
     def to(self, device: torch.device | str) -> Rollout:
@@ -94,6 +105,7 @@ class Rollout:
             self.completion_ids.to(device),
             self.completion_mask.to(device),
             self.is_truncated.to(device),
+            None if self.model_mask is None else self.model_mask.to(device),
         )
 
 
@@ -236,10 +248,12 @@ def concat_rollouts(parts: list[Rollout], pad_id: int) -> Rollout:
         extra = width - t.size(1)
         return torch.nn.functional.pad(t, (extra, 0) if left else (0, extra), value=value)
 
+    multi_turn = any(p.model_mask is not None for p in parts)
     return Rollout(
         torch.cat([pad(p.prompt_ids, prompt_width, pad_id, True) for p in parts]),
         torch.cat([pad(p.prompt_mask, prompt_width, 0, True) for p in parts]),
         torch.cat([pad(p.completion_ids, completion_width, pad_id, False) for p in parts]),
         torch.cat([pad(p.completion_mask, completion_width, 0, False) for p in parts]),
         torch.cat([p.is_truncated for p in parts]),
+        torch.cat([pad(p.sampled_mask, completion_width, 0, False) for p in parts]) if multi_turn else None,
     )

@@ -38,8 +38,7 @@ from grpo_core.spec.prompt_rows import prompt_problem
 from grpo_core.spec.run_spec import DatasetSpec
 from grpo_core.spec.sources import split_source
 
-__all__ = ["MAX_ROWS", "FileRows", "PromptSampler", "check_rows_file", "columns_of", "load_rows",
-           "render_prompt"]
+__all__ = ["MAX_ROWS", "FileRows", "PromptSampler", "check_rows_file", "columns_of", "load_rows"]
 
 # Rows are held in memory for the whole run; past this a dataset belongs in a streaming loader.
 MAX_ROWS = 1_000_000
@@ -272,18 +271,6 @@ def load_rows(
 def columns_of(rows: list[dict[str, Any]]) -> set[str]:
     """Columns other than the prompt, i.e. what rewards may ask for by name."""
     return {key for row in rows for key in row if key != "prompt"}
-
-
-def render_prompt(prompt: str | list[dict[str, Any]], tokenizer: Any) -> str:
-    """A string is used as is; messages go through the tokenizer's chat template."""
-    if isinstance(prompt, str):
-        return prompt
-    if not getattr(tokenizer, "chat_template", None):
-        raise SpecError("dataset.prompts", "chat-style prompts need a tokenizer with a chat template")
-    try:
-        return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
-    except Exception as exc:  # a template may raise on roles it does not support
-        raise SpecError("dataset.prompts", f"the chat template could not render a prompt: {exc}") from exc
 
 
 MAX_SAMPLE_VALUE_CHARS = 1000

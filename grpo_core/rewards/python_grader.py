@@ -43,11 +43,11 @@ from grpo_core.errors import GRPOError
 from grpo_core.rewards.reward_types import RewardContext, RewardDefinition, RewardFn
 from grpo_core.rewards.sandbox import CAPABILITY, Limits, SandboxUnavailable, run_python, sandbox_problem
 from grpo_core.rewards.scoring import SCORER_COLUMNS, PartlyScored
+from grpo_core.spec.source_checks import MAX_SOURCE_CHARS, outside_stdlib
 
 __all__ = ["MAX_SOURCE_CHARS", "PYTHON_GRADER", "GradedRows", "PythonGraderArgs", "grade_rows",
            "outside_stdlib"]
 
-MAX_SOURCE_CHARS = 65536
 _HARNESS = (Path(__file__).with_name("grader_harness.py")).read_text(encoding="utf-8")
 _HARNESS_LINE_BYTES = 512  # a result line's most: the harness cuts its messages to 300 characters
 _MESSAGE_CHARS = 300  # what is kept of a message the sandbox sent (it is the team's text)
@@ -60,43 +60,6 @@ def _defines_grade(tree: ast.Module) -> bool:
             return isinstance(node, ast.FunctionDef) and (
                 len(params.posonlyargs) + len(params.args) >= 2 or params.vararg is not None)
     return False
-
-
-# An except clause naming one of these catches a failed import: what it guards may fail.
-_IMPORT_GUARDS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
-
-
-def _guards_imports(node: ast.AST) -> bool:
-    if not isinstance(node, ast.Try | ast.TryStar):
-        return False
-    for handler in node.handlers:
-        caught = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-        if handler.type is None or any(isinstance(name, ast.Name) and name.id in _IMPORT_GUARDS
-                                       for name in caught):
-            return True
-    return False
-
-
-def outside_stdlib(tree: ast.Module) -> tuple[int, str] | None:
-    """``(line, module)`` of the first import of something the standard library does not have
-    (a relative import too: the grader is one file), leaving out imports a ``try`` guards. Walked
-    without recursion: a tree that compiled may still be deeper than Python's recursion limit."""
-    found: list[tuple[int, str]] = []
-    pending: list[tuple[ast.AST, bool]] = [(tree, False)]
-    while pending:
-        node, guarded = pending.pop()
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
-                ["." * node.level + (node.module or "")]
-            found += [(node.lineno, name) for name in names if not guarded and
-                      (name.startswith(".") or name.partition(".")[0] not in sys.stdlib_module_names)]
-        elif _guards_imports(node):
-            assert isinstance(node, ast.Try | ast.TryStar)
-            pending += [(statement, True) for statement in node.body]
-            pending += [(part, guarded) for part in (*node.handlers, *node.orelse, *node.finalbody)]
-        else:
-            pending += [(child, guarded) for child in ast.iter_child_nodes(node)]
-    return min(found, default=None)
 
 
 def check_source(source: str) -> str:

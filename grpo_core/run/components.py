@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from grpo_core.agents.rendering import Conversations
+from grpo_core.agents.tool_runner import sandbox_limits
+from grpo_core.algorithm.episodes import AgentSetup
 from grpo_core.algorithm.optim import build_optimizer, build_scheduler
 from grpo_core.errors import SpecError
 from grpo_core.io.model_loading import (
@@ -23,7 +26,7 @@ from grpo_core.io.model_loading import (
     load_tokenizer,
     resolve_model_location,
 )
-from grpo_core.io.prompt_data import PromptSampler, PromptSet, columns_of, load_rows, render_prompt
+from grpo_core.io.prompt_data import PromptSampler, PromptSet, columns_of, load_rows
 from grpo_core.parallel.distributed import SINGLE, Ranks, in_process_group
 from grpo_core.parallel.placement import Placement, place
 from grpo_core.parallel.sharding import shard_models
@@ -34,10 +37,12 @@ from grpo_core.rewards import (
     check_reward_rows,
     validate_reward_specs,
 )
+from grpo_core.rewards.sandbox import SandboxUnavailable, sandbox_problem
 from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
 from grpo_core.spec.prompt_rows import reserved_in
 from grpo_core.spec.run_spec import RunSpec
 from grpo_core.spec.size_checks import positions_problem
+from grpo_core.spec.tools_spec import tools_of
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -56,6 +61,7 @@ class RunComponents:
     scheduler: torch.optim.lr_scheduler.LambdaLR
     eos_ids: torch.Tensor
     eval_prompts: PromptSet | None = None  # the eval_dataset's, when the spec evaluates
+    agent: AgentSetup | None = None  # the spec's tools: episodes are multi-turn
 
     @property
     def device(self) -> torch.device:
@@ -98,11 +104,15 @@ def build_components(
     location = resolve_model_location(spec.model, models_root, base_dir)
     tokenizer = load_tokenizer(location)
     check_reward_rows(spec.rewards, rows)
-    prompts = PromptSet(rows, [render_prompt(row["prompt"], tokenizer) for row in rows])
+    tools = tools_of(spec.tools) if spec.tools is not None else None
+    if tools is not None and (problem := sandbox_problem()) is not None:
+        raise SandboxUnavailable(f"the job's tools cannot run here: {problem}")
+    conversations = Conversations(tokenizer, tools, spec.grpo.chat_template_kwargs)
+    prompts = PromptSet(rows, [conversations.prompt_text(row["prompt"]) for row in rows])
     eval_prompts = None
     if eval_rows is not None:
         check_reward_rows(spec.rewards, eval_rows)
-        eval_prompts = PromptSet(eval_rows, [render_prompt(row["prompt"], tokenizer) for row in eval_rows])
+        eval_prompts = PromptSet(eval_rows, [conversations.prompt_text(row["prompt"]) for row in eval_rows])
     placement = place(device, spec.model.dtype, ranks)
     context = RewardContext(tokenizer=tokenizer, timeout_seconds=spec.reward_timeout_seconds,
                             models_root=reward_models_root or models_root, base_dir=base_dir,
@@ -145,6 +155,9 @@ def build_components(
         scheduler=build_scheduler(optimizer, spec.grpo),
         eos_ids=torch.tensor(eos, device=placement.device),
         eval_prompts=eval_prompts,
+        agent=None if tools is None else AgentSetup(
+            conversations, tools, sandbox_limits(spec.tool_limits), spec.grpo.max_tool_calling_iterations,
+            spec.grpo.max_trajectory_length or models.policy.config.max_position_embeddings),
     )
 
 

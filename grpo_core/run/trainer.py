@@ -102,6 +102,7 @@ class GRPOTrainer:
                 reasoning=c.spec.reasoning,
                 placement=c.placement,
                 should_stop=self._stop_inside_generation(),
+                agent=c.agent,
             )
         except GenerationStopped:
             c.sampler.load_state_dict(drawn_from)

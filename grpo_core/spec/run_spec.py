@@ -21,6 +21,7 @@ from grpo_core.spec.grpo_config import GRPOConfig
 from grpo_core.spec.prompt_rows import prompt_problem, reserved_in
 from grpo_core.spec.size_checks import prompts_over_rows
 from grpo_core.spec.sources import split_source
+from grpo_core.spec.tools_spec import ToolLimits, ToolSource, tools_of
 from grpo_core.spec.trl_fields import ignored_message
 
 # A job whose rewards time out in this many consecutive steps fails `reward_timeout`: one slow
@@ -277,6 +278,14 @@ class RunSpec(_Strict):
         default_factory=list, max_length=3,
         description="Experiment trackers (TRL's name) that also get every step's metrics: TensorBoard "
         "event files beside the run's checkpoints, a W&B run, an MLflow run (grpo_core.run.tracking).")
+    tools: list[ToolSource] | None = Field(
+        None, min_length=1, max_length=16, exclude_if=lambda value: value is None,
+        description="Tools the model may call (multi-turn episodes): Python functions given as source, "
+        "rendered into the prompt by the chat template (tools=) or this service's fallback format, called "
+        "as <tool_call>{...}</tool_call> and run in the sandbox; generation goes on after each turn's "
+        "results until the model answers without a call (grpo.max_tool_calling_iterations).")
+    tool_limits: ToolLimits = Field(default_factory=ToolLimits, description="The sandbox limits of the tool "
+                                    "calls of one turn.")
 
     def warnings(self) -> list[SpecWarning]:
         """Fields this spec was given that change nothing: TRL fields set to a value that asks for
@@ -315,6 +324,16 @@ class RunSpec(_Strict):
             raise _located_error(type(self).__name__, ("grpo", "eval_steps"), None, "eval_without_steps",
                                  "grpo.eval_strategy 'steps' needs eval_steps: the optimizer steps between "
                                  "evaluations (or below 1, a fraction of the run)", {})
+        return self
+
+    @model_validator(mode="after")
+    def _tool_names_are_unique(self) -> RunSpec:
+        if self.tools is not None:
+            try:
+                tools_of(self.tools)
+            except ValueError as exc:
+                raise _located_error(type(self).__name__, ("tools",), None, "invalid_tools", str(exc),
+                                     {}) from None
         return self
 
     @model_validator(mode="after")

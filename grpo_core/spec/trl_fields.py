@@ -115,7 +115,7 @@ REFUSED: dict[str, str] = {
     **dict.fromkeys(("model_init_kwargs", "trust_remote_code", "router_aux_loss_coef"), _MODEL_LOADING),
     "disable_dropout": "dropout is always off while training (GRPO needs the on-policy ratio to be 1)",
     # generation
-    **dict.fromkeys(("generation_kwargs", "chat_template_kwargs"), _SAMPLING),
+    "generation_kwargs": _SAMPLING,
     **dict.fromkeys(("use_vllm", "vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode",
                      "vllm_structured_outputs_regex", "vllm_server_base_url", "vllm_server_host",
                      "vllm_server_port", "vllm_server_timeout", "vllm_group_port",
@@ -133,7 +133,7 @@ REFUSED: dict[str, str] = {
                      "vespo_k_neg", "vespo_lambda_neg", "sync_ref_model", "ref_model_mixup_alpha",
                      "ref_model_sync_steps", "top_entropy_quantile", "entropy_coef", "use_adaptive_entropy",
                      "entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target",
-                     "max_tool_calling_iterations", "off_policy_mask_threshold"), _NOT_IMPLEMENTED),
+                     "off_policy_mask_threshold"), _NOT_IMPLEMENTED),
 }
 
 
@@ -183,9 +183,9 @@ _OFF_GROUPS: dict[str, dict[str, Any]] = {
                          "ddp_find_unused_parameters", "ddp_bucket_cap_mb", "ddp_broadcast_buffers",
                          "ddp_static_graph", "ddp_backend", "fsdp", "fsdp_config", "deepspeed",
                          "resume_from_checkpoint", "model_init_kwargs", "router_aux_loss_coef",
-                         "num_generations_eval", "generation_kwargs", "chat_template_kwargs",
+                         "num_generations_eval", "generation_kwargs",
                          "cache_implementation", "transformers_continuous_batching_config", "reward_weights",
-                         "max_tool_calling_iterations", "off_policy_mask_threshold",
+                         "off_policy_mask_threshold",
                          "num_completions_to_print", "log_completions_hub_repo"), None),
         "include_for_metrics": [],
         "local_rank": -1,

@@ -10,6 +10,7 @@ import logging
 import pytest
 from sandbox_guard import needs_sandbox
 from test_jobs_api import row_counts
+from tool_models import TOOLS
 from waiting import wait_until
 
 import worker.heartbeat as heartbeat_module
@@ -135,3 +136,30 @@ def test_malformed_inline_test_cases_are_a_422_naming_the_reward_and_the_row(api
     error = response.json()["error"]
     assert error["param"] == "rewards.1.args" and "column 'tests' row 1: case 0" in error["message"], error
     assert row_counts(api_server.settings.database_url) == before
+
+
+
+def test_a_tools_job_needs_a_sandboxed_worker_and_tools_the_service_can_describe(api, api_server,
+                                                                                 job_spec) -> None:
+    settings = api_server.settings
+    tools_job = job_spec(tools=[{"source": TOOLS}])
+    with bus.connect(settings) as client:
+        bus.advertise_worker(client, settings.redis_keys, Heartbeat(worker_id="plain", pool="default"), 60)
+        try:
+            refused = api.post("/v1/jobs", json=tools_job)
+            assert refused.status_code == 422 and refused.json()["error"]["param"] == "tools", refused.text
+            assert "code_sandbox" in refused.json()["error"]["message"]
+            bus.advertise_worker(client, settings.redis_keys,
+                                 Heartbeat(worker_id="boxed", pool="default", capabilities=[CAPABILITY]), 60)
+            accepted = api.post("/v1/jobs", json=tools_job)
+            assert accepted.status_code == 201, accepted.text
+            assert accepted.json()["spec"]["tools"] == [{"source": TOOLS}]
+            # Parsed, never run: an argument without a description, an import outside the stdlib.
+            for source, said in (("def f(x: int) -> int:\n    '''F.'''\n    return x", "argument 'x'"),
+                                 ("import requests\n" + TOOLS, "'requests'")):
+                bad = api.post("/v1/jobs", json=job_spec(tools=[{"source": source}]))
+                assert bad.status_code == 422, bad.text
+                error = bad.json()["error"]
+                assert error["param"] == "tools.0.source" and said in error["message"]
+        finally:
+            client.delete(settings.redis_keys.worker("plain"), settings.redis_keys.worker("boxed"))

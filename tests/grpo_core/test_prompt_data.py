@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from grpo_core.agents.rendering import Conversations
 from grpo_core.errors import SourceUnavailable, SpecError
 from grpo_core.io import prompt_data
-from grpo_core.io.prompt_data import PromptSampler, columns_of, load_rows, render_prompt
+from grpo_core.io.prompt_data import PromptSampler, columns_of, load_rows
 from grpo_core.spec.run_spec import DatasetSpec
 
 ROWS = [{"question": "What is 2+2?", "answer": "4"}, {"question": "Name a colour.", "answer": "red"}]
@@ -126,6 +127,14 @@ def test_chat_prompts_are_kept_and_rendered(word_tokenizer) -> None:
     word_tokenizer.chat_template = CHAT_TEMPLATE
     assert render_prompt(row["prompt"], word_tokenizer) == "<system>Be brief.\n<user>hi\n<assistant>"
     assert render_prompt("plain text", word_tokenizer) == "plain text"
+    # chat_template_kwargs reach the template, as TRL passes them
+    word_tokenizer.chat_template = "{{ greeting }}" + CHAT_TEMPLATE
+    rendered = Conversations(word_tokenizer, None, {"greeting": "Hi! "}).prompt_text(row["prompt"])
+    assert rendered == "Hi! <system>Be brief.\n<user>hi\n<assistant>"
+
+
+def render_prompt(prompt, tokenizer) -> str:
+    return Conversations(tokenizer, None).prompt_text(prompt)
 
 
 def test_chat_prompt_without_template(word_tokenizer) -> None:

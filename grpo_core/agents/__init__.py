@@ -1,0 +1,8 @@
+"""What an agent's episode needs besides the model: tool calls read from a turn (``tool_calls``),
+run in the sandbox the python graders use (``tool_runner``, by ``tool_harness`` inside it), and
+the prompt and observations laid out for the model's chat template (``rendering``). The loop that
+samples the turns is :mod:`grpo_core.algorithm.episodes`.
+
+May import: ``grpo_core.rewards`` (the sandbox), ``grpo_core.io``, ``grpo_core.spec``, the
+top-level foundations and this package.
+"""

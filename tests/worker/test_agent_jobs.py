@@ -1,0 +1,49 @@
+"""A tools job through the worker's real attempt (job process body, SQL, Redis, the sandbox): a
+tiny model fitted to call its tool (tests/tool_models.py) runs two-turn episodes, its tool calls
+run in the sandbox, and the job's metrics (turns, tool calls, tool errors) and samples (the
+conversation: the call, the tool's message, the answer) reach SQL as any step's do."""
+
+from __future__ import annotations
+
+import pytest
+from sandbox_guard import needs_sandbox
+from tool_models import QUESTIONS, TOOLS, save_tool_user
+
+from api.store.db import session_scope
+from api.store.telemetry import list_metrics, list_samples
+
+pytestmark = [needs_sandbox, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def tool_user(roots, tmp_path_factory) -> str:
+    save_tool_user(roots["models"] / "tool-user", tmp_path_factory.mktemp("tool-user"))
+    return "path:tool-user"
+
+
+def test_a_tools_job_runs_its_episodes_and_records_their_turns_and_conversations(
+        run_in_process, submit, tiny_spec, tool_user, database_url):
+    spec = tiny_spec("agent", max_steps=2, model={"source": tool_user},
+                     dataset={"prompts": [{"prompt": [{"role": "user", "content": q}]} for q in QUESTIONS]},
+                     tools=[{"source": TOOLS}], rewards=[{"name": "contains", "args": {"text": "5"}}],
+                     grpo={"max_completion_length": 120, "max_prompt_length": 768, "temperature": 0.7,
+                           "max_tool_calling_iterations": 3},
+                     log_completions_every=1)
+    job_id = submit(spec)
+    job = run_in_process(job_id)
+    assert job.status == "succeeded", job.error
+    with session_scope(database_url) as session:
+        metrics = [m.values for m in list_metrics(session, job_id)]
+        samples = [row for page in list_samples(session, job_id) for row in page.rows]
+    assert len(metrics) == 2
+    for values in metrics:
+        assert 1.0 <= values["turns/mean"] <= values["turns/max"] <= 4.0
+        assert values["tool_errors/frequency"] == 0.0  # every call the model wrote ran
+    assert max(values["tool_calls/mean"] for values in metrics) > 0.5  # the tuned model calls its tool
+    called = [row for row in samples if row["tool_calls"] > 0]
+    assert called, samples
+    row = called[0]
+    assert row["messages"][0]["role"] == "assistant" and row["messages"][0]["tool_calls"][0]["function"] == {
+        "name": "add", "arguments": {"a": 2, "b": 3}}
+    assert row["messages"][1] == {"role": "tool", "name": "add", "content": "5"}
+    assert row["turns"] == len([m for m in row["messages"] if m["role"] == "assistant"])
