@@ -42,6 +42,8 @@ ERROR_CODES: dict[str, str] = {
     "reward_error": "a reward function raised an error or returned the wrong number of scores, or failed "
                     "on every row of a step (the message has its first exception, the grader's line and "
                     "a failing row)",
+    "tool_error": "the spec's tools did not load in the sandbox (an exception when their source ran): "
+                  "the message has it",
     "reward_timeout": "rewards went over reward_timeout_seconds on 3 steps in a row",
     "reward_unavailable": "an http_verifier reward's service could not be reached on 3 steps in a row",
     "sandbox_unavailable": "the code sandbox that the code_tests reward runs in does not work on the worker",

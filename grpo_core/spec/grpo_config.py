@@ -78,15 +78,18 @@ class GRPOConfig(BaseModel):
         "completion are divided by it (multiplied when negative), as transformers' "
         "RepetitionPenaltyLogitsProcessor; 1 disables it. Log-probs ignore it, as in TRL.")
     max_tool_calling_iterations: int | None = Field(
-        None, ge=0, le=1000, description="With tools: the most turns of an episode whose tool calls are run "
-        "(TRL's name); the turn after the last is the model's answer. null: no limit but the token budgets.")
+        None, exclude_if=_is(None), ge=0, le=1000,
+        description="With tools: the most turns of an episode whose tool calls are run (TRL's name); the "
+        "turn after the last is the model's answer. null: no limit but the token budgets.")
     max_trajectory_length: int | None = Field(
-        None, ge=2, le=1_048_576, description="With tools or an environment: the most tokens of an episode, "
-        "prompt, turns and observations together; a turn or an observation that would not fit ends the "
-        "episode (as truncated). null: the model's positions (max_position_embeddings).")
+        None, exclude_if=_is(None), ge=2, le=1_048_576,
+        description="With tools: the most tokens of an episode, prompt, turns and tool results together; a "
+        "turn or a result that would not fit ends the episode (as truncated). null: the model's positions "
+        "(max_position_embeddings).")
     chat_template_kwargs: dict[str, Any] | None = Field(
-        None, description="Extra keyword arguments for the tokenizer's chat template when prompts and "
-        "observations are rendered (e.g. {enable_thinking: false}), as TRL's.")
+        None, exclude_if=_is(None),
+        description="Extra keyword arguments for the tokenizer's chat template when prompts and tool "
+        "results are rendered (e.g. {enable_thinking: false}), as TRL's.")
     beta: float = Field(0.0, ge=0.0, le=100.0, description="KL coefficient; 0 builds no reference model.")
     epsilon: float = Field(0.2, gt=0.0, lt=1.0, description="Lower clip range epsilon_low.")
     epsilon_high: float | None = Field(

@@ -284,8 +284,9 @@ class RunSpec(_Strict):
         "rendered into the prompt by the chat template (tools=) or this service's fallback format, called "
         "as <tool_call>{...}</tool_call> and run in the sandbox; generation goes on after each turn's "
         "results until the model answers without a call (grpo.max_tool_calling_iterations).")
-    tool_limits: ToolLimits = Field(default_factory=ToolLimits, description="The sandbox limits of the tool "
-                                    "calls of one turn.")
+    tool_limits: ToolLimits = Field(
+        default_factory=ToolLimits, exclude_if=lambda limits: limits == ToolLimits(),  # as tools: see there
+        description="The sandbox limits of the tool calls of one turn.")
 
     def warnings(self) -> list[SpecWarning]:
         """Fields this spec was given that change nothing: TRL fields set to a value that asks for
