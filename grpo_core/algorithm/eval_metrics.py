@@ -33,6 +33,8 @@ class EvalRow:
     truncated: bool  # reached max_completion_length without an EOS
     # the dataset row's columns but the prompt, as the samples show them (PromptSet.sample_columns)
     columns: dict[str, Any] = field(default_factory=dict)
+    # a multi-turn episode's turns, tool calls and messages (grpo_core.algorithm.episodes); empty otherwise
+    episode: dict[str, Any] = field(default_factory=dict)
 
 
 def passes(reward: float, threshold: float) -> bool:
@@ -88,6 +90,7 @@ def eval_sample_rows(rows: list[EvalRow], reward_names: list[str], step: int) ->
             "rewards": dict(zip(reward_names, row.scores, strict=True)),
             "reward": row.reward,
             "advantage": None,
+            **row.episode,
         }
         for row in rows[:MAX_EVAL_SAMPLE_ROWS]
     ])

@@ -18,6 +18,7 @@ import torch
 
 from grpo_core.algorithm.advantages import combine_rewards
 from grpo_core.algorithm.completion_text import decode_and_strip_padding
+from grpo_core.algorithm.episodes import AgentSetup, episode_metrics, sample_episodes
 from grpo_core.algorithm.eval_metrics import EvalRow, eval_metrics, eval_sample_rows
 from grpo_core.algorithm.randomness import eval_row_keys
 from grpo_core.algorithm.rollout import SamplingOptions, sample_completions, tokenize_prompts
@@ -43,6 +44,7 @@ class EvalInputs:
     config: GRPOConfig
     reasoning: ReasoningSpec
     placement: Placement
+    agent: AgentSetup | None = None  # the spec's tools: eval episodes are multi-turn, as training's
 
 
 @dataclass
@@ -91,6 +93,9 @@ def evaluate(inputs: EvalInputs, step: int) -> EvalResult:
     every = [row for part in ranks.gather_objects(rows) for row in part]
     names = [reward.name for reward in inputs.rewards]
     metrics = eval_metrics(every, names, cfg.eval_pass_threshold)
+    if inputs.agent is not None:  # every rank holds every row here: no collective
+        episodes = episode_metrics([row.episode for row in every])
+        metrics.update({f"eval_{name}": value for name, value in episodes.items()})
     return EvalResult(metrics, eval_sample_rows(every, names, step))
 
 
@@ -101,11 +106,20 @@ def _generate_and_score(inputs: EvalInputs, indices: list[int], step: int) -> li
     options = eval_sampling_options(cfg)
     keys = None if options.greedy else eval_row_keys(
         cfg.seed, step, torch.tensor(indices, dtype=torch.long, device=device), k)
+    episodes: list[dict[str, Any]] = [{} for _ in range(len(indices) * k)]
     with inputs.placement.autocast():
-        rollout = sample_completions(inputs.policy, prompt_batch, k, inputs.eos_ids,
-                                     inputs.tokenizer.pad_token_id, options, keys)
-    decoded = decode_and_strip_padding(rollout.completion_ids, rollout.completion_mask, inputs.tokenizer,
-                                       inputs.reasoning)
+        if inputs.agent is None:
+            rollout = sample_completions(inputs.policy, prompt_batch, k, inputs.eos_ids,
+                                         inputs.tokenizer.pad_token_id, options, keys)
+        else:
+            chat = [isinstance(inputs.prompts.rows[i]["prompt"], list) for i in indices]
+            rollout, decoded, stats = sample_episodes(inputs.policy, prompt_batch, chat, k, inputs.eos_ids,
+                                                      inputs.tokenizer, options, keys, inputs.agent,
+                                                      inputs.reasoning)
+            episodes = stats.rows()
+    if inputs.agent is None:
+        decoded = decode_and_strip_padding(rollout.completion_ids, rollout.completion_mask, inputs.tokenizer,
+                                           inputs.reasoning)
     row_prompts = [t for t in texts for _ in range(k)]
     scored = score_completions(
         inputs.rewards, [d.answer for d in decoded], row_prompts, inputs.prompts.reward_columns(indices, k),
@@ -114,12 +128,12 @@ def _generate_and_score(inputs: EvalInputs, indices: list[int], step: int) -> li
     scores = torch.tensor(scored.matrix, dtype=torch.float32).reshape(len(decoded), len(inputs.rewards))
     weights = torch.tensor([r.weight for r in inputs.rewards], dtype=torch.float32)
     combined = combine_rewards(scores, weights)
-    lengths = rollout.completion_mask.sum(dim=1).tolist()
+    lengths = rollout.sampled_mask.sum(dim=1).tolist()  # the model's tokens
     truncated = rollout.is_truncated.tolist()
     columns = inputs.prompts.sample_columns(indices, k)
     return [
         EvalRow(prompt_index=indices[i // k], generation=i % k, prompt=row_prompts[i], text=d.text,
                 answer=d.answer, scores=scores[i].tolist(), reward=float(combined[i]), length=int(lengths[i]),
-                truncated=bool(truncated[i]), columns=columns[i])
+                truncated=bool(truncated[i]), columns=columns[i], episode=episodes[i])
         for i, d in enumerate(decoded)
     ]

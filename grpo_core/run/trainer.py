@@ -161,7 +161,7 @@ class GRPOTrainer:
             raise ValueError("this run has no eval prompts: its spec sets no eval_dataset")
         started = time.perf_counter()
         result = evaluate(EvalInputs(c.models.policy, c.tokenizer, c.eval_prompts, c.rewards, c.eos_ids,
-                                     self.config, c.spec.reasoning, c.placement), step)
+                                     self.config, c.spec.reasoning, c.placement, c.agent), step)
         result.metrics["timing/eval"] = self.ranks.max([time.perf_counter() - started])[0]
         return result
 

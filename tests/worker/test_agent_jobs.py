@@ -1,7 +1,8 @@
 """A tools job through the worker's real attempt (job process body, SQL, Redis, the sandbox): a
 tiny model fitted to call its tool (tests/tool_models.py) runs two-turn episodes, its tool calls
 run in the sandbox, and the job's metrics (turns, tool calls, tool errors) and samples (the
-conversation: the call, the tool's message, the answer) reach SQL as any step's do."""
+conversation: the call, the tool's message, the answer) reach SQL as any step's do; evaluation
+runs its episodes the same way."""
 
 from __future__ import annotations
 
@@ -23,11 +24,12 @@ def tool_user(roots, tmp_path_factory) -> str:
 
 def test_a_tools_job_runs_its_episodes_and_records_their_turns_and_conversations(
         run_in_process, submit, tiny_spec, tool_user, database_url):
-    spec = tiny_spec("agent", max_steps=2, model={"source": tool_user},
-                     dataset={"prompts": [{"prompt": [{"role": "user", "content": q}]} for q in QUESTIONS]},
+    prompts = {"prompts": [{"prompt": [{"role": "user", "content": q}]} for q in QUESTIONS]}
+    spec = tiny_spec("agent", max_steps=2, model={"source": tool_user}, dataset=prompts, eval_dataset=prompts,
                      tools=[{"source": TOOLS}], rewards=[{"name": "contains", "args": {"text": "5"}}],
                      grpo={"max_completion_length": 120, "max_prompt_length": 768, "temperature": 0.7,
-                           "max_tool_calling_iterations": 3},
+                           "max_tool_calling_iterations": 3, "eval_strategy": "steps", "eval_steps": 2,
+                           "eval_num_generations": 2, "eval_temperature": 0},
                      log_completions_every=1)
     job_id = submit(spec)
     job = run_in_process(job_id)
@@ -47,3 +49,6 @@ def test_a_tools_job_runs_its_episodes_and_records_their_turns_and_conversations
         "name": "add", "arguments": {"a": 2, "b": 3}}
     assert row["messages"][1] == {"role": "tool", "name": "add", "content": "5"}
     assert row["turns"] == len([m for m in row["messages"] if m["role"] == "assistant"])
+    # Evaluation runs episodes the same way (greedy here: the tuned path, every time).
+    assert metrics[-1]["eval_turns/mean"] == 2.0 and metrics[-1]["eval_tool_calls/mean"] == 1.0
+    assert metrics[-1]["eval_reward"] == 1.0  # its answer, "5", after the tool's result
