@@ -236,3 +236,32 @@ def test_a_samples_reward_error_has_a_column_of_its_own(browser_page, keyed_stac
     shown = page.evaluate(ERRORED_ROW)
     assert shown["titles"][:6] == ["split", "prompt", "completion", "parsed answer", "answer", "reward error"]
     assert shown["cells"] == ["ZeroDivisionError: division by zero (line 3)", "–"]
+
+
+# A tools job's sample row (grpo_core's episode fields), shown by the page's own SamplesView: the
+# completion cell is the conversation, the turns have a column. The rows a real tools job writes
+# are checked in tests/worker/test_agent_jobs.py.
+EPISODE_ROW = """async () => {
+  const {SamplesView} = await import("/static/samples.js");
+  const box = document.body.appendChild(document.createElement("div"));
+  box.dataset.panel = "episode-samples";
+  const view = new SamplesView(box, 0);
+  view.add(1, [{prompt: "What is 2+3?", completion: "<tool_call>...</tool_call>5", answer: "5", columns: {},
+                rewards: {contains: 1}, reward: 1, advantage: 0.5, turns: 2, tool_calls: 1, tool_errors: 0,
+                messages: [
+                  {role: "assistant", content: "",
+                   tool_calls: [{type: "function", function: {name: "add", arguments: {a: 2, b: 3}}}]},
+                  {role: "tool", name: "add", content: "5"}, {role: "assistant", content: "5"}]}]);
+  const titles = Array.from(box.querySelectorAll("thead th"), (th) => th.textContent);
+  const row = box.querySelector("tbody tr");
+  const turns = Array.from(row.querySelectorAll(".conversation .turn"), (turn) => turn.textContent);
+  return {titles, turns, count: row.children[titles.indexOf("turns")].textContent};
+}"""
+
+
+def test_a_tools_jobs_sample_shows_its_conversation(browser_page, keyed_stack) -> None:
+    page = browser_page
+    log_in_as(page, keyed_stack, "alpha")
+    shown = page.evaluate(EPISODE_ROW)
+    assert shown["turns"] == ['assistant→ add({"a":2,"b":3})', "tool add5", "assistant5"]
+    assert "turns" in shown["titles"] and shown["count"] == "2"

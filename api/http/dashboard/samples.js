@@ -8,6 +8,7 @@
 // evaluation before training): they are marked, and a second picker shows one split alone.
 
 import {api} from "./api.js";
+import {conversationLines} from "./conversation.js";
 import {el, fill, table} from "./dom.js";
 import {number, valueText} from "./format.js";
 
@@ -17,6 +18,15 @@ const EVAL = "eval"; // the split grpo_core marks eval rows with; training rows 
 const SPLITS = [["all", "training and eval"], ["training", "training"], [EVAL, "eval"]];
 
 const splitOf = (row) => (row.split === EVAL ? EVAL : "training");
+
+// A single-turn completion as its text; an episode (a tools job's row) as its conversation.
+function completionCell(row) {
+  const lines = conversationLines(row.messages);
+  if (!lines.length) return el("pre", {}, row.completion);
+  return el("div", {className: "conversation"}, lines.map((line) =>
+    el("div", {className: `turn turn-${line.role}`}, el("span", {className: "badge"}, line.label),
+      el("pre", {}, line.text))));
+}
 
 export class SamplesView {
   constructor(container, jobId) {
@@ -78,7 +88,9 @@ export class SamplesView {
       {title: "split", cell: (row) => el("span", {className: `badge split-${splitOf(row)}`}, splitOf(row)),
         help: "eval: a completion of an eval prompt, scored but not trained on"},
       {title: "prompt", className: "text", cell: (row) => row.prompt},
-      {title: "completion", className: "text", cell: (row) => el("pre", {}, row.completion)},
+      {title: "completion", className: "text", cell: completionCell},
+      ...(rows.some((row) => row.turns !== undefined) ? [{title: "turns", className: "num",
+        cell: (row) => number(row.turns), help: "The episode's turns (tool calls made: the row's conversation)"}] : []),
       {title: "parsed answer", className: "text", cell: (row) => row.answer ?? "–",
         help: "The answer the rewards read, parsed from the completion (after the reasoning, if any)"},
       ...columns.map((name) => ({title: name, className: "text dataset-column",
