@@ -23,6 +23,7 @@ import math
 from api.domain.job_spec import JobSpec
 from api.schemas.admin import PoolLimits
 from api.settings import Settings
+from grpo_core.agents.tool_runner import PARALLEL_SANDBOXES, tool_sandbox_bytes
 from grpo_core.errors import SpecError
 from grpo_core.rewards import available_rewards, sandbox_footprints
 from grpo_core.spec.run_spec import RewardSpec
@@ -76,7 +77,25 @@ def limit_problems(spec: JobSpec, limits: PoolLimits) -> list[SpecError]:
     if limits.max_sandbox_memory_bytes is not None:
         problems += sandbox_problems(spec.rewards, spec.resources.pool, spec.resources.gpus,
                                      limits.max_sandbox_memory_bytes)
+        problems += tool_problems(spec, limits.max_sandbox_memory_bytes)
     return problems
+
+
+def tool_problems(spec: JobSpec, limit: int) -> list[SpecError]:
+    """A tools job's sandboxes over the pool's sandbox memory: a turn's calls run in up to
+    PARALLEL_SANDBOXES sandboxes at once on each rank (rewards and tools never run together, so
+    each is held to the limit alone)."""
+    if spec.tools is None:
+        return []
+    ranks = spec.resources.gpus
+    held = tool_sandbox_bytes(spec.tool_limits) * ranks
+    if held <= limit:
+        return []
+    on_ranks = f" on {ranks} ranks (resources.gpus)" if ranks > 1 else ""
+    return [SpecError("tool_limits", (
+        f"a turn's tool calls may hold {held / MIB:,.0f} MiB{on_ranks} ({PARALLEL_SANDBOXES} sandboxes of "
+        f"max_processes × memory_mb and their /tmp); pool '{spec.resources.pool}' allows at most "
+        f"{limit / MIB:,.0f} MiB: lower tool_limits.memory_mb or max_processes"))]
 
 
 def eval_tokens_per_point(spec: JobSpec, eval_prompts: int) -> int:

@@ -39,6 +39,12 @@ def sandbox_limits(limits: ToolLimits) -> Limits:
                   memory_bytes=limits.memory_mb * 2**20, processes=limits.max_processes)
 
 
+def tool_sandbox_bytes(limits: ToolLimits) -> int:
+    """The most memory a turn's tool calls hold at once on one rank: :data:`PARALLEL_SANDBOXES`
+    sandboxes, each its processes' address space and its /tmp (what the pool's sandbox limit counts)."""
+    return PARALLEL_SANDBOXES * sandbox_limits(limits).cgroup_memory_bytes
+
+
 def error_result(message: str) -> ToolResult:
     return ToolResult(str({"error": message}), True)
 

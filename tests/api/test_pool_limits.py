@@ -48,7 +48,9 @@ def refusal(response, field: str) -> str:
     """The message of the 422's error on ``field`` (the only one, or one of ``errors``)."""
     assert response.status_code == 422, response.text
     error = response.json()["error"]
-    [message] = [e["message"] for e in error.get("errors", [error]) if e["param"] == field]
+    found = [e["message"] for e in error.get("errors", [error]) if e["param"] == field]
+    assert len(found) == 1, error
+    [message] = found
     return message
 
 
@@ -185,6 +187,22 @@ def test_a_pools_sandbox_limit_bounds_the_largest_reward_on_every_rank(admin, al
 
     admin.put(url, json={"max_sandbox_memory_bytes": None})
     assert submit([GRADER, code_tests()], gpus=2).status_code == 201  # 16,512 MiB: the default admits it
+
+
+def test_a_pools_sandbox_limit_bounds_a_tools_jobs_sandboxes(admin, alpha, sandboxed_pool, job_spec) -> None:
+    from tool_models import TOOLS
+
+    admin.put(f"/v1/admin/pools/{sandboxed_pool}/limits", json={"max_sandbox_memory_bytes": 4 * 2**30})
+    # The defaults: 4 sandboxes of 16 × 256 MiB + 16 MiB of /tmp = 16,448 MiB per rank.
+    spec = job_spec(resources={"pool": sandboxed_pool}, tools=[{"source": TOOLS}])
+    message = refusal(alpha.post("/v1/jobs", json=spec), "tool_limits")
+    assert "16,448 MiB (4 sandboxes of max_processes × memory_mb and their /tmp)" in message
+    assert message.endswith("at most 4,096 MiB: lower tool_limits.memory_mb or max_processes")
+    small = {**spec, "tool_limits": {"memory_mb": 64, "max_processes": 8}}  # 4 × (512 + 16) MiB
+    assert alpha.post("/v1/jobs", json=small).status_code == 201
+    eight_ranks = {**small, "resources": {"pool": sandboxed_pool, "gpus": 8},  # 16,896 MiB on 8 ranks
+                   "grpo": {**small["grpo"], "prompts_per_step": 8}}
+    assert "on 8 ranks (resources.gpus)" in refusal(alpha.post("/v1/jobs", json=eight_ranks), "tool_limits")
 
 
 def dry_run(client, pool: str, rewards: list[dict]):
