@@ -328,13 +328,20 @@ class RunSpec(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _tool_names_are_unique(self) -> RunSpec:
-        if self.tools is not None:
-            try:
-                tools_of(self.tools)
-            except ValueError as exc:
-                raise _located_error(type(self).__name__, ("tools",), None, "invalid_tools", str(exc),
-                                     {}) from None
+    def _tools_are_usable(self) -> RunSpec:
+        if self.tools is None:
+            return self
+        try:
+            tools_of(self.tools)
+        except ValueError as exc:
+            raise _located_error(type(self).__name__, ("tools",), None, "invalid_tools", str(exc),
+                                 {}) from None
+        if self.resources.sharding == "fsdp":
+            # A sharded model is gathered for each turn's decode, a collective: ranks whose
+            # episodes take different numbers of turns would wait on each other for ever.
+            raise _located_error(type(self).__name__, ("resources", "sharding"), "fsdp", "tools_with_fsdp",
+                                 "multi-turn episodes (tools) do not run on a sharded model yet: use "
+                                 "sharding ddp", {})
         return self
 
     @model_validator(mode="after")

@@ -154,6 +154,12 @@ def test_a_tools_job_needs_a_sandboxed_worker_and_tools_the_service_can_describe
             accepted = api.post("/v1/jobs", json=tools_job)
             assert accepted.status_code == 201, accepted.text
             assert accepted.json()["spec"]["tools"] == [{"source": TOOLS}]
+            # Each turn's decode gathers a sharded model, a collective ranks with other turn counts
+            # would never meet: refused rather than left to hang.
+            sharded = job_spec(tools=[{"source": TOOLS}], resources={"gpus": 2, "sharding": "fsdp"},
+                               grpo={"prompts_per_step": 2})
+            refused = api.post("/v1/jobs", json=sharded)
+            assert refused.status_code == 422 and refused.json()["error"]["param"] == "resources.sharding"
             # Parsed, never run: an argument without a description, an import outside the stdlib.
             for source, said in (("def f(x: int) -> int:\n    '''F.'''\n    return x", "argument 'x'"),
                                  ("import requests\n" + TOOLS, "'requests'")):
