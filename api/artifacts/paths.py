@@ -142,17 +142,14 @@ def stored_tracker_folder(store: ObjectStore, job_id: int, name: str, attempt: i
     """The key of the job's tracker folder ``name`` (e.g. ``tensorboard``) in the store: the copy
     of the newest attempt up to ``attempt`` (the job's) that stored one, each attempt storing its
     own (:func:`attempt_scoped`); else one stored before keys named attempts; None if none."""
-    base = f"jobs/{job_id}/"
-    found: dict[int | None, str] = {}
-    for folder in store.folders(base):
-        number = folder.removeprefix(f"{name}.attempt-")
-        if folder == name:
-            found[None] = folder
-        elif number != folder and number.isdigit() and int(number) <= attempt:
-            found[int(number)] = folder
-    newest = max((a for a in found if a is not None), default=None)
-    chosen = found.get(newest) if newest is not None else found.get(None)
-    return base + chosen if chosen is not None else None
+    base, scoped = f"jobs/{job_id}/", f"{name}.attempt-"
+    folders = set(store.folders(base))
+    attempts = [int(number) for folder in folders
+                if folder.startswith(scoped) and (number := folder.removeprefix(scoped)).isdigit()
+                and int(number) <= attempt]
+    if attempts:
+        return base + attempt_scoped(name, max(attempts))
+    return base + name if name in folders else None
 
 
 def complete_checkpoint(settings: Settings, job_id: int, step: int) -> Path | None:

@@ -208,11 +208,9 @@ def check_capabilities(spec: JobSpec, live_workers: Callable[[], list[Heartbeat]
     fail. ``live_workers`` is called only when some reward needs a capability."""
     if not required_capabilities(spec.rewards) and spec.tools is None:
         return
-    live = live_workers()
-    problems = capability_problems(spec.rewards, spec.resources.pool, live)
-    pool = spec.resources.pool
-    offered = {capability for beat in live if beat.pool == pool for capability in beat.capabilities}
-    if spec.tools is not None and SANDBOX_CAPABILITY not in offered:
+    pool, live = spec.resources.pool, live_workers()
+    problems = capability_problems(spec.rewards, pool, live)
+    if spec.tools is not None and SANDBOX_CAPABILITY not in offered_capabilities(pool, live):
         problems.append(SpecError("tools", (
             f"tool calls run in the sandbox, and no live worker of pool '{pool}' advertises "
             f"'{SANDBOX_CAPABILITY}' (GET /v1/cluster lists each worker's capabilities)")))
@@ -220,10 +218,15 @@ def check_capabilities(spec: JobSpec, live_workers: Callable[[], list[Heartbeat]
         raise InvalidSpec(problems)
 
 
+def offered_capabilities(pool: str, live: list[Heartbeat]) -> set[str]:
+    """What the live workers of ``pool`` advertise, together."""
+    return {capability for beat in live if beat.pool == pool for capability in beat.capabilities}
+
+
 def capability_problems(rewards: list[RewardSpec], pool: str, live: list[Heartbeat]) -> list[SpecError]:
     """``rewards.N.name`` for each reward needing a capability no worker of ``pool`` among
     ``live`` advertises (a job's rewards at submit, a relayed dry run's)."""
-    offered = {capability for beat in live if beat.pool == pool for capability in beat.capabilities}
+    offered = offered_capabilities(pool, live)
     return [SpecError(f"rewards.{index}.name", (
         f"'{rewards[index].name}' needs a worker that advertises '{capability}', and no live worker "
         f"of pool '{pool}' does (a worker advertises it when its check at start passes; GET /v1/cluster "

@@ -52,7 +52,7 @@ def error_result(message: str) -> ToolResult:
 def run_tool_calls(sources: tuple[str, ...], calls: list[ToolCall], limits: Limits) -> list[ToolResult]:
     """Each call's result, in order. Tools that do not load (an exception when their source runs)
     are the job's fault: a GRPOError ``tool_error``."""
-    results: list[ToolResult | None] = [error_result(call.error) if call.error else None for call in calls]
+    results = {index: error_result(call.error) for index, call in enumerate(calls) if call.error}
     runnable = [index for index, call in enumerate(calls) if call.error is None]
     batches = [
         runnable[start : start + CALLS_PER_SANDBOX] for start in range(0, len(runnable), CALLS_PER_SANDBOX)
@@ -65,7 +65,7 @@ def run_tool_calls(sources: tuple[str, ...], calls: list[ToolCall], limits: Limi
         for batch, answer in zip(batches, answers, strict=True):
             for index, result in zip(batch, answer, strict=True):
                 results[index] = result
-    return [result if result is not None else error_result("the tool did not answer") for result in results]
+    return [results[index] for index in range(len(calls))]  # each batch answers every call it was given
 
 
 def _run_batch(sources: tuple[str, ...], calls: list[ToolCall], limits: Limits) -> list[ToolResult]:

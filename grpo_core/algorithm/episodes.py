@@ -22,7 +22,7 @@ applies); an observation that would not fit ends it where it is, without the obs
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -32,7 +32,13 @@ from grpo_core.agents.tool_calls import content_without_calls, parse_tool_calls
 from grpo_core.agents.tool_runner import run_tool_calls
 from grpo_core.algorithm.completion_text import DecodedCompletion, decode_and_strip_padding, split_reasoning
 from grpo_core.algorithm.randomness import absorb
-from grpo_core.algorithm.rollout import PromptBatch, Rollout, SamplingOptions, sample_completions
+from grpo_core.algorithm.rollout import (
+    PromptBatch,
+    Rollout,
+    SamplingOptions,
+    left_padded,
+    sample_completions,
+)
 from grpo_core.parallel.distributed import SINGLE, Ranks
 from grpo_core.rewards.sandbox import Limits
 from grpo_core.spec.run_spec import ReasoningSpec
@@ -58,7 +64,6 @@ class _Episode:
     tokens: list[int] = field(default_factory=list)
     sampled: list[int] = field(default_factory=list)  # 1 where the model sampled the token
     messages: list[dict[str, Any]] = field(default_factory=list)
-    model_tokens: int = 0
     turns: int = 0
     tool_calls: int = 0
     tool_errors: int = 0
@@ -67,6 +72,10 @@ class _Episode:
 
     def context(self) -> list[int]:
         return self.prompt + self.tokens
+
+    @property
+    def model_tokens(self) -> int:
+        return sum(self.sampled)
 
 
 @dataclass(frozen=True)
@@ -144,17 +153,9 @@ def sample_episodes(
         live = [i for i in live if budgets[i] > 0]
         if not live:
             break
-        batch = _left_padded([episodes[i].context() for i in live], pad, prompts.ids.device)
+        batch = left_padded([episodes[i].context() for i in live], pad, prompts.ids.device)
         turn_keys = None if keys is None else (keys[live] if turn == 0 else absorb(keys[live], turn))
-        turn_options = SamplingOptions(
-            max(budgets.values()),
-            options.temperature,
-            options.top_k,
-            options.top_p,
-            options.min_p,
-            options.repetition_penalty,
-            options.greedy,
-        )
+        turn_options = replace(options, max_new_tokens=max(budgets.values()))
         sampled = sample_completions(model, batch, 1, eos_ids, pad, turn_options, turn_keys, should_stop)
         decoded = decode_and_strip_padding(
             sampled.completion_ids, sampled.completion_mask, tokenizer, ReasoningSpec(enabled=False)
@@ -167,7 +168,6 @@ def sample_episodes(
             ended = bool(torch.isin(torch.tensor(tokens[-1:]), eos_ids.cpu()).any()) if tokens else False
             episode.tokens += tokens
             episode.sampled += [1] * len(tokens)
-            episode.model_tokens += len(tokens)
             episode.turns += 1
             text = (
                 decoded[row].text if length <= budget else tokenizer.decode(tokens, skip_special_tokens=True)
@@ -233,16 +233,6 @@ def _observe(episodes: list[_Episode], calling: list[tuple[int, list]], setup: A
         episode.sampled += [0] * len(observation)
         going_on.append(i)
     return going_on
-
-
-def _left_padded(rows: list[list[int]], pad: int, device: torch.device) -> PromptBatch:
-    width = max(len(row) for row in rows)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for index, row in enumerate(rows):
-        ids[index, width - len(row) :] = torch.tensor(row, dtype=torch.long)
-        mask[index, width - len(row) :] = 1
-    return PromptBatch(ids.to(device), mask.to(device), 0)
 
 
 def _rollout(episodes: list[_Episode], prompts: PromptBatch, g: int, pad: int) -> Rollout:

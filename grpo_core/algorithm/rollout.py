@@ -116,12 +116,16 @@ def tokenize_prompts(
     because the end of a prompt (the question, the generation prompt) matters most."""
     encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
     num_truncated = sum(len(ids) > max_prompt_length for ids in encoded)
-    encoded = [ids[-max_prompt_length:] for ids in encoded]
-    width = max(1, max(len(ids) for ids in encoded))
-    pad = tokenizer.pad_token_id
-    ids = torch.full((len(encoded), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(encoded), width), dtype=torch.long)
-    for row, tokens in enumerate(encoded):
+    kept = [ids[-max_prompt_length:] for ids in encoded]
+    return left_padded(kept, tokenizer.pad_token_id, device, num_truncated)
+
+
+def left_padded(rows: list[list[int]], pad: int, device: torch.device, num_truncated: int = 0) -> PromptBatch:
+    """Token rows as one left-padded batch (at least one column wide)."""
+    width = max(1, max(len(ids) for ids in rows))
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for row, tokens in enumerate(rows):
         if tokens:
             ids[row, width - len(tokens) :] = torch.tensor(tokens, dtype=torch.long)
             mask[row, width - len(tokens) :] = 1
