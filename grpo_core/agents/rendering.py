@@ -120,6 +120,19 @@ class Conversations:
             ) from exc
 
 
+def with_observation(prompt: str | list[dict[str, Any]], observation: str) -> str | list[dict[str, Any]]:
+    """A dataset row's prompt with an environment's first observation added: at the end of the
+    last user message (a new user message when the last is not the user's), or of a text prompt."""
+    if isinstance(prompt, str):
+        return f"{prompt}\n\n{observation}"
+    messages = [dict(message) for message in prompt]
+    if messages and messages[-1].get("role") == "user" and isinstance(messages[-1].get("content"), str):
+        messages[-1]["content"] = f"{messages[-1]['content']}\n\n{observation}"
+    else:
+        messages.append({"role": "user", "content": observation})
+    return messages
+
+
 def _with_system(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
     if messages and messages[0].get("role") == "system":
         first = dict(messages[0])

@@ -17,11 +17,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from grpo_core.algorithm.advantages import combine_rewards
-from grpo_core.algorithm.completion_text import decode_and_strip_padding
-from grpo_core.algorithm.episodes import AgentSetup, episode_metrics, sample_episodes
+from grpo_core.algorithm.episodes import AgentSetup, episode_metrics, sample_rows
 from grpo_core.algorithm.eval_metrics import EvalRow, eval_metrics, eval_sample_rows
 from grpo_core.algorithm.randomness import eval_row_keys
-from grpo_core.algorithm.rollout import SamplingOptions, sample_completions, tokenize_prompts
+from grpo_core.algorithm.rollout import SamplingOptions, tokenize_prompts
 from grpo_core.io.prompt_data import PromptSet
 from grpo_core.parallel.placement import Placement
 from grpo_core.rewards import BoundReward, score_completions
@@ -106,24 +105,15 @@ def _generate_and_score(inputs: EvalInputs, indices: list[int], step: int) -> li
     options = eval_sampling_options(cfg)
     keys = None if options.greedy else eval_row_keys(
         cfg.seed, step, torch.tensor(indices, dtype=torch.long, device=device), k)
-    episodes: list[dict[str, Any]] = [{} for _ in range(len(indices) * k)]
     with inputs.placement.autocast():
-        if inputs.agent is None:
-            rollout = sample_completions(inputs.policy, prompt_batch, k, inputs.eos_ids,
-                                         inputs.tokenizer.pad_token_id, options, keys)
-        else:
-            chat = [isinstance(inputs.prompts.rows[i]["prompt"], list) for i in indices]
-            rollout, decoded, stats = sample_episodes(inputs.policy, prompt_batch, chat, k, inputs.eos_ids,
-                                                      inputs.tokenizer, options, keys, inputs.agent,
-                                                      inputs.reasoning)
-            episodes = stats.rows()
-    if inputs.agent is None:
-        decoded = decode_and_strip_padding(rollout.completion_ids, rollout.completion_mask, inputs.tokenizer,
-                                           inputs.reasoning)
+        sampled = sample_rows(inputs.policy, prompt_batch, [inputs.prompts.rows[i] for i in indices], k,
+                              inputs.eos_ids, inputs.tokenizer, options, keys, inputs.agent, inputs.reasoning)
+    rollout, decoded, episodes = sampled.rollout, sampled.decoded, sampled.episodes
     row_prompts = [t for t in texts for _ in range(k)]
     scored = score_completions(
         inputs.rewards, [d.answer for d in decoded], row_prompts, inputs.prompts.reward_columns(indices, k),
         raw_completions=[d.text for d in decoded], prompt_messages=inputs.prompts.prompt_messages(indices, k),
+        **sampled.scoring_inputs(),
     )
     scores = torch.tensor(scored.matrix, dtype=torch.float32).reshape(len(decoded), len(inputs.rewards))
     weights = torch.tensor([r.weight for r in inputs.rewards], dtype=torch.float32)

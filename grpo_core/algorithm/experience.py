@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from grpo_core.algorithm.advantages import combine_rewards, compute_advantages, group_std
-from grpo_core.algorithm.completion_text import DecodedCompletion, decode_and_strip_padding
-from grpo_core.algorithm.episodes import AgentSetup, episode_metrics, sample_episodes
+from grpo_core.algorithm.completion_text import DecodedCompletion
+from grpo_core.algorithm.episodes import AgentSetup, episode_metrics, sample_rows
 from grpo_core.algorithm.logprobs import completion_logprobs
 from grpo_core.algorithm.randomness import row_keys
 from grpo_core.algorithm.rollout import (
@@ -22,7 +22,6 @@ from grpo_core.algorithm.rollout import (
     SamplingOptions,
     concat_rollouts,
     micro_batches,
-    sample_completions,
     tokenize_prompts,
 )
 from grpo_core.io.model_loading import PolicyAndReference
@@ -79,7 +78,7 @@ class Experience:
     # (N,) why a reward left the row unscored, where it said (Scores.row_errors); None: scored
     errors: list[str | None] = field(default_factory=list)
     # (N,) each multi-turn episode's turns, tool calls and messages (grpo_core.algorithm.episodes);
-    # empty for single-turn rounds
+    # empty dicts for single-turn rows
     episodes: list[dict[str, Any]] = field(default_factory=list)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -136,7 +135,7 @@ class _Rows:
     scores: torch.Tensor  # (N, F) per reward function, on the CPU
     columns: list[dict[str, Any]]  # (N,) the dataset row's columns but the prompt
     errors: list[str | None]  # (N,) why a reward left the row unscored, where it said
-    episodes: list[dict[str, Any]]  # (N,) a multi-turn episode's record; empty when single-turn
+    episodes: list[dict[str, Any]]  # (N,) a multi-turn episode's record; {} for a single-turn row
 
     def group_on_cpu(self, index: int, g: int) -> _Rows:
         """Group ``index``'s G rows, with tensors on the CPU: rows cross ranks pickled."""
@@ -224,33 +223,23 @@ def _sample_round(gen: _Generation, groups: _Groups) -> None:
     options = SamplingOptions(cfg.max_completion_length, cfg.temperature, cfg.top_k, cfg.top_p, cfg.min_p,
                               cfg.repetition_penalty)
     stopped = None
-    episodes: list[dict[str, Any]] = []
     with gen.placement.autocast():
         try:
-            if gen.agent is None:
-                rollout = sample_completions(
-                    gen.policy, prompt_batch, g, gen.eos_ids, gen.tokenizer.pad_token_id, options,
-                    row_keys(cfg.seed, draws, g), gen.should_stop,
-                )
-            else:
-                chat = [isinstance(gen.prompts.rows[i]["prompt"], list) for i in indices]
-                rollout, decoded, stats = sample_episodes(
-                    gen.policy, prompt_batch, chat, g, gen.eos_ids, gen.tokenizer, options,
-                    row_keys(cfg.seed, draws, g), gen.agent, gen.reasoning, gen.should_stop)
-                episodes = stats.rows()
+            sampled = sample_rows(
+                gen.policy, prompt_batch, [gen.prompts.rows[i] for i in indices], g, gen.eos_ids,
+                gen.tokenizer, options, row_keys(cfg.seed, draws, g), gen.agent, gen.reasoning,
+                gen.should_stop,
+            )
         except GenerationStopped as inside:
             stopped = inside
     # Ranks that can stop inside their loops agree after them: a rank whose loop ended before the
     # stop flag went up stops with the others rather than meet them in another collective.
     agree = gen.should_stop is not None and gen.placement.ranks.world_size > 1
     if (gen.placement.ranks.any(stopped is not None) if agree else stopped is not None):
-        raise stopped or GenerationStopped(rollout.completion_ids.size(1))
+        raise stopped or GenerationStopped(sampled.rollout.completion_ids.size(1))
     scoring = time.perf_counter()
     groups.generation_seconds += scoring - started
-    if gen.agent is None:
-        decoded = decode_and_strip_padding(
-            rollout.completion_ids, rollout.completion_mask, gen.tokenizer, gen.reasoning
-        )
+    rollout, decoded, episodes = sampled.rollout, sampled.decoded, sampled.episodes
     row_prompts = [t for t in texts for _ in range(g)]
     scored = score_completions(
         gen.rewards,
@@ -259,6 +248,7 @@ def _sample_round(gen: _Generation, groups: _Groups) -> None:
         gen.prompts.reward_columns(indices, g),
         raw_completions=[d.text for d in decoded],
         prompt_messages=gen.prompts.prompt_messages(indices, g),
+        **sampled.scoring_inputs(),
     )
     groups.reward_seconds += time.perf_counter() - scoring
     groups.reward_timeouts += scored.timed_out

@@ -11,10 +11,10 @@ Only the standard library is available: ``args.requirements`` is refused rather 
 source is checked when the spec is (it compiles, defines ``grade`` at top level, at most
 :data:`MAX_SOURCE_CHARS`, imports only the standard library), without running any of it: the
 service parses it and nothing more. The imports are read from the syntax tree
-(:func:`outside_stdlib`): every ``import``/``from ... import`` statement, at top level or in a
-function, against ``sys.stdlib_module_names`` of the Python doing the check: the service's and
-the worker's, of the release the sandbox's system Python is in the images
-(:func:`grpo_core.rewards.sandbox.interpreter`; a module that release lists but a build leaves
+(:func:`grpo_core.spec.source_checks.outside_stdlib`): every ``import``/``from ... import``
+statement, at top level or in a function, against ``sys.stdlib_module_names`` of the Python
+doing the check: the service's and the worker's, of the release the sandbox's system Python is
+in the images (:func:`grpo_core.rewards.sandbox.interpreter`; a module that release lists but a build leaves
 out, such as ``tkinter``, still fails at run time).
 An import inside ``try`` with an ``except ImportError`` (or broader) is a fallback the grader
 handles, so it passes. Names built at run time (``__import__(name)``, ``importlib.import_module``)
@@ -32,7 +32,6 @@ from __future__ import annotations
 import ast
 import json
 import math
-import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
@@ -43,10 +42,9 @@ from grpo_core.errors import GRPOError
 from grpo_core.rewards.reward_types import RewardContext, RewardDefinition, RewardFn
 from grpo_core.rewards.sandbox import CAPABILITY, Limits, SandboxUnavailable, run_python, sandbox_problem
 from grpo_core.rewards.scoring import SCORER_COLUMNS, PartlyScored
-from grpo_core.spec.source_checks import MAX_SOURCE_CHARS, outside_stdlib
+from grpo_core.spec.source_checks import MAX_SOURCE_CHARS, sandbox_source_tree
 
-__all__ = ["MAX_SOURCE_CHARS", "PYTHON_GRADER", "GradedRows", "PythonGraderArgs", "grade_rows",
-           "outside_stdlib"]
+__all__ = ["MAX_SOURCE_CHARS", "PYTHON_GRADER", "GradedRows", "PythonGraderArgs", "grade_rows"]
 
 _HARNESS = (Path(__file__).with_name("grader_harness.py")).read_text(encoding="utf-8")
 _HARNESS_LINE_BYTES = 512  # a result line's most: the harness cuts its messages to 300 characters
@@ -64,25 +62,12 @@ def _defines_grade(tree: ast.Module) -> bool:
 
 def check_source(source: str) -> str:
     """``source`` when it compiles, defines ``grade(sample, item)`` at top level and imports only
-    the standard library (:func:`outside_stdlib`), else a ValueError saying what is wrong (a
+    the standard library (:func:`sandbox_source_tree`), else a ValueError saying what is wrong (a
     syntax error or an import with its line). Parses, never runs."""
-    try:
-        tree = ast.parse(source, filename="grader.py")
-        compile(tree, "grader.py", "exec")
-    except SyntaxError as exc:
-        raise ValueError(f"does not compile: {exc.msg} (line {exc.lineno})") from None
-    except (RecursionError, MemoryError, ValueError) as exc:  # nesting too deep; a NUL byte
-        raise ValueError(f"does not compile: {type(exc).__name__}") from None
+    tree = sandbox_source_tree(source, "grader.py", "python graders")
     if not _defines_grade(tree):
         raise ValueError("must define a function grade(sample, item) at top level (not async), "
                          "returning a float in [0, 1] or None")
-    if (imported := outside_stdlib(tree)) is not None:
-        line, module = imported
-        release = f"{sys.version_info.major}.{sys.version_info.minor}"
-        raise ValueError(f"line {line} imports '{module}', which is not in the standard library of the "
-                         f"sandbox's Python {release}: python graders run with the standard library only "
-                         "(vendor what you need into 'source', or guard the import with try/except "
-                         "ImportError)")
     return source
 
 
@@ -128,12 +113,16 @@ class GradedRows(PartlyScored):
 
 def _rows(completions: list[str], prompts: list[str], columns: dict[str, list[Any]]) -> list[dict[str, Any]]:
     messages = columns.get("prompt_messages") or [None] * len(completions)
+    conversations = columns.get("completion_messages") or [None] * len(completions)
     row_columns = {name: values for name, values in columns.items() if name not in SCORER_COLUMNS}
     rows = []
     for index, text in enumerate(completions):
         item = {name: values[index] for name, values in row_columns.items()}
         item["prompt"] = messages[index] if messages[index] is not None else prompts[index]
-        rows.append({"sample": {"output_text": text}, "item": item})
+        sample: dict[str, Any] = {"output_text": text}
+        if conversations[index] is not None:  # a multi-turn episode: every turn and what answered it
+            sample["messages"] = conversations[index]
+        rows.append({"sample": sample, "item": item})
     return rows
 
 

@@ -176,7 +176,7 @@ def _data_fd(name: str, data: bytes) -> int:
     return fd
 
 
-def _start(source: str, limits: Limits, cgroup: RunCgroup | None) -> tuple[subprocess.Popen, int]:
+def start_sandbox(source: str, limits: Limits, cgroup: RunCgroup | None) -> tuple[subprocess.Popen, int]:
     """bwrap started (in ``cgroup`` when there is one) and the read end of its info pipe."""
     try:
         seccomp = seccomp_program()
@@ -205,7 +205,7 @@ def _start(source: str, limits: Limits, cgroup: RunCgroup | None) -> tuple[subpr
     return process, info_read
 
 
-def _cgroup(limits: Limits) -> RunCgroup | None:
+def run_cgroup(limits: Limits) -> RunCgroup | None:
     """The run's cgroup where the host delegates one; one task more than the sandbox's own
     processes: bwrap's, outside the namespace."""
     base, _ = delegated_cgroup()
@@ -226,9 +226,9 @@ def run_python(source: str, stdin: str = "", limits: Limits | None = None) -> Ou
     limits = limits or Limits()
     if shutil.which("bwrap") is None or interpreter() is None:
         raise SandboxUnavailable("bwrap (bubblewrap) is not installed, or no Python under /usr")
-    cgroup = _cgroup(limits)
+    cgroup = run_cgroup(limits)
     try:
-        process, info = _start(source, limits, cgroup)
+        process, info = start_sandbox(source, limits, cgroup)
         run = SandboxRun(process, info, limits.wall_seconds, limits.output_bytes)
         try:
             run.exchange(stdin.encode("utf-8", "replace"))

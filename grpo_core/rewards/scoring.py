@@ -38,7 +38,7 @@ from grpo_core.rewards.shaping import shape_scores
 from grpo_core.spec.prompt_rows import RESERVED_COLUMNS
 
 # What score_completions adds to the dataset's columns for every reward.
-SCORER_COLUMNS = frozenset({"raw_completions", "prompt_messages"})
+SCORER_COLUMNS = RESERVED_COLUMNS - {"completions", "prompts"}
 
 __all__ = ["RESERVED_COLUMNS", "SCORER_COLUMNS", "PartlyScored", "RowFailure", "Scores", "score_completions"]
 
@@ -164,6 +164,15 @@ def _excerpt(index: int, completions: list[str], prompts: list[str],
     return {name: _cut(value) for name, value in row.items()}
 
 
+def _aligned(values: list[Any] | None, n: int, what: str) -> list[Any]:
+    """``values`` as a column of ``n`` (all None when not given)."""
+    if values is None:
+        return [None] * n
+    if len(values) != n:
+        raise ValueError(f"{len(values)} {what} for {n} completions")
+    return list(values)
+
+
 def score_completions(
     rewards: list[BoundReward],
     completions: list[str],
@@ -171,6 +180,8 @@ def score_completions(
     columns: dict[str, list[Any]],
     raw_completions: list[str] | None = None,
     prompt_messages: list[Any] | None = None,
+    completion_messages: list[Any] | None = None,
+    environment_rewards: list[float] | None = None,
 ) -> Scores:
     """An N x F matrix (row per completion, column per reward), clipped and gated as each reward
     asks (:mod:`grpo_core.rewards.shaping`); NaN where a reward returned None or went over its
@@ -179,17 +190,20 @@ def score_completions(
     ``completions`` are the answers rewards score, ``raw_completions`` the whole texts (reasoning
     included; the answers when not given) for format rewards, ``columns`` every dataset column
     aligned with the completions, ``prompt_messages`` each row's prompt as chat messages (None for
-    a string prompt; all None when not given). All of them are passed to every reward as keywords.
+    a string prompt; all None when not given), ``completion_messages`` a multi-turn episode's
+    messages after its prompt (the model's turns, tool results, observations; None for a
+    single-turn row) and ``environment_reward`` its environment's rewards summed (what the reward
+    named 'environment' returns). All of them are passed to every reward as keywords.
     """
     n = len(completions)
     _check_inputs(n, prompts, columns)
     raw = list(completions) if raw_completions is None else list(raw_completions)
     if len(raw) != n:
         raise ValueError(f"{len(raw)} raw completions for {n} completions")
-    messages = [None] * n if prompt_messages is None else list(prompt_messages)
-    if len(messages) != n:
-        raise ValueError(f"{len(messages)} prompt messages for {n} completions")
-    columns = {**columns, "raw_completions": raw, "prompt_messages": messages}
+    messages = _aligned(prompt_messages, n, "prompt messages")
+    columns = {**columns, "raw_completions": raw, "prompt_messages": messages,
+               "completion_messages": _aligned(completion_messages, n, "completion messages"),
+               "environment_reward": _aligned(environment_rewards, n, "environment rewards")}
     scores = Scores([[math.nan] * len(rewards) for _ in range(n)])
     for j, reward in enumerate(rewards):
         try:

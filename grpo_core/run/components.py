@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from grpo_core.agents.environment_runner import EnvironmentSetup, environment_reward
 from grpo_core.agents.rendering import Conversations
 from grpo_core.agents.tool_runner import sandbox_limits
 from grpo_core.algorithm.episodes import AgentSetup
@@ -40,8 +41,9 @@ from grpo_core.rewards import (
 from grpo_core.rewards.sandbox import SandboxUnavailable, sandbox_problem
 from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
 from grpo_core.spec.prompt_rows import reserved_in
-from grpo_core.spec.run_spec import RunSpec
+from grpo_core.spec.run_spec import ENVIRONMENT_REWARD, RunSpec
 from grpo_core.spec.size_checks import positions_problem
+from grpo_core.spec.tool_schemas import ToolSet
 from grpo_core.spec.tools_spec import tools_of
 
 if TYPE_CHECKING:
@@ -105,8 +107,9 @@ def build_components(
     tokenizer = load_tokenizer(location)
     check_reward_rows(spec.rewards, rows)
     tools = tools_of(spec.tools) if spec.tools is not None else None
-    if tools is not None and (problem := sandbox_problem()) is not None:
-        raise SandboxUnavailable(f"the job's tools cannot run here: {problem}")
+    if (tools or spec.environment) is not None and (problem := sandbox_problem()) is not None:
+        what = "tools" if tools is not None else "environment"
+        raise SandboxUnavailable(f"the job's {what} cannot run here: {problem}")
     conversations = Conversations(tokenizer, tools, spec.grpo.chat_template_kwargs)
     prompts = PromptSet(rows, [conversations.prompt_text(row["prompt"]) for row in rows])
     eval_prompts = None
@@ -118,6 +121,8 @@ def build_components(
                             models_root=reward_models_root or models_root, base_dir=base_dir,
                             device=placement.device, dtype=spec.model.dtype, verifiers=dict(verifiers or {}))
     rewards = bind_rewards(spec.rewards, context, columns)
+    if spec.environment is not None:
+        rewards.append(BoundReward(ENVIRONMENT_REWARD, 1.0, environment_reward))
     torch.manual_seed(spec.grpo.seed)  # after any reward model's load, so it draws nothing of the policy's
     # Sharded wherever the ranks form a process group: k ranks, or one launched rank (a 1-GPU
     # measurement of FSDP's own cost); a plain process has no group to shard over.
@@ -155,9 +160,21 @@ def build_components(
         scheduler=build_scheduler(optimizer, spec.grpo),
         eos_ids=torch.tensor(eos, device=placement.device),
         eval_prompts=eval_prompts,
-        agent=None if tools is None else AgentSetup(
-            conversations, tools, sandbox_limits(spec.tool_limits), spec.grpo.max_tool_calling_iterations,
-            spec.grpo.max_trajectory_length or models.policy.config.max_position_embeddings),
+        agent=_agent_setup(spec, conversations, tools, models.policy.config.max_position_embeddings),
+    )
+
+
+def _agent_setup(
+    spec: RunSpec, conversations: Conversations, tools: ToolSet | None, positions: int
+) -> AgentSetup | None:
+    """What the job's episodes need, when they are multi-turn (tools or an environment)."""
+    if tools is None and spec.environment is None:
+        return None
+    return AgentSetup(
+        conversations, tools, sandbox_limits(spec.tool_limits), spec.grpo.max_tool_calling_iterations,
+        spec.grpo.max_trajectory_length or positions,
+        environment=None if spec.environment is None else EnvironmentSetup.of(spec.environment),
+        max_prompt_length=spec.grpo.max_prompt_length,
     )
 
 

@@ -83,8 +83,9 @@ class GRPOConfig(BaseModel):
         "turn after the last is the model's answer. null: no limit but the token budgets.")
     max_trajectory_length: int | None = Field(
         None, exclude_if=_is(None), ge=2, le=1_048_576,
-        description="With tools: the most tokens of an episode, prompt, turns and tool results together; a "
-        "turn or a result that would not fit ends the episode (as truncated). null: the model's positions "
+        description="With tools or an environment: the most tokens of an episode, prompt, turns and tool "
+        "results (observations) together; a turn or a result that would not fit ends the episode (as "
+        "truncated). null: the model's positions "
         "(max_position_embeddings).")
     chat_template_kwargs: dict[str, Any] | None = Field(
         None, exclude_if=_is(None),

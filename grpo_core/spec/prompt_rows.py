@@ -15,7 +15,8 @@ __all__ = ["MESSAGE_ROLES", "RESERVED_COLUMNS", "prompt_problem", "reward_column
            "reserved_in"]
 
 # The inputs score_completions passes every reward besides the dataset's columns.
-RESERVED_COLUMNS = frozenset({"completions", "prompts", "raw_completions", "prompt_messages"})
+RESERVED_COLUMNS = frozenset({"completions", "prompts", "raw_completions", "prompt_messages",
+                              "completion_messages", "environment_reward"})
 MESSAGE_ROLES = ("system", "user", "assistant")
 
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from grpo_core.errors import SpecWarning
+from grpo_core.spec.environment_spec import EnvironmentSpec
 from grpo_core.spec.grpo_config import GRPOConfig
 from grpo_core.spec.prompt_rows import prompt_problem, reserved_in
 from grpo_core.spec.size_checks import prompts_over_rows
@@ -24,6 +25,8 @@ from grpo_core.spec.sources import split_source
 from grpo_core.spec.tools_spec import ToolLimits, ToolSource, tools_of
 from grpo_core.spec.trl_fields import ignored_message
 
+# The name the environment's rewards go by among the job's rewards (metrics, samples, gate_by).
+ENVIRONMENT_REWARD = "environment"
 # A job whose rewards time out in this many consecutive steps fails `reward_timeout`: one slow
 # batch is noise, a reward that never finishes in time only burns a device.
 REWARD_TIMEOUT_STEPS = 3
@@ -247,8 +250,9 @@ class RunSpec(_Strict):
         None, exclude_if=lambda value: value is None,  # as the grpo section's eval fields: see there
         description="Prompts the policy is evaluated on during training (grpo.eval_strategy), with the "
         "same shapes and sources as dataset and the columns the rewards read; null: no evaluation.")
-    rewards: list[RewardSpec] = Field(..., min_length=1, max_length=32, description="The rewards; each "
-                                      "completion's reward is their clipped, gated and weighted sum.")
+    rewards: list[RewardSpec] = Field(..., max_length=32, description="The rewards; each completion's "
+                                      "reward is their clipped, gated and weighted sum (with an environment, "
+                                      "plus its rewards; at least one of them).")
     grpo: GRPOConfig = Field(default_factory=GRPOConfig, description="Hyper-parameters, with TRL "
                              "GRPOConfig's names, meaning and defaults.")
     reasoning: ReasoningSpec = Field(default_factory=ReasoningSpec, description="How <think> blocks are "
@@ -287,6 +291,12 @@ class RunSpec(_Strict):
     tool_limits: ToolLimits = Field(
         default_factory=ToolLimits, exclude_if=lambda limits: limits == ToolLimits(),  # as tools: see there
         description="The sandbox limits of the tool calls of one turn.")
+    environment: EnvironmentSpec | None = Field(
+        None, exclude_if=lambda value: value is None,  # as tools: see there
+        description="A stateful environment the model acts in (multi-turn episodes): each episode gets its "
+        "own Environment, reset on its dataset row; each model turn is an action, answered by an observation "
+        "and a reward; the episode's reward is the sum of the environment's (a reward named 'environment', "
+        "weight 1) and the spec's rewards over the whole trajectory.")
 
     def warnings(self) -> list[SpecWarning]:
         """Fields this spec was given that change nothing: TRL fields set to a value that asks for
@@ -328,20 +338,30 @@ class RunSpec(_Strict):
         return self
 
     @model_validator(mode="after")
-    def _tools_are_usable(self) -> RunSpec:
-        if self.tools is None:
-            return self
-        try:
-            tools_of(self.tools)
-        except ValueError as exc:
-            raise _located_error(type(self).__name__, ("tools",), None, "invalid_tools", str(exc),
-                                 {}) from None
-        if self.resources.sharding == "fsdp":
+    def _episodes_are_usable(self) -> RunSpec:
+        title = type(self).__name__
+        if not self.rewards and self.environment is None:
+            raise _located_error(title, ("rewards",), [], "too_short", "give at least one reward (or an "
+                                 "environment, whose rewards score the episodes)", {})
+        if self.tools is not None:
+            try:
+                tools_of(self.tools)
+            except ValueError as exc:
+                raise _located_error(title, ("tools",), None, "invalid_tools", str(exc), {}) from None
+            if self.environment is not None:
+                raise _located_error(title, ("environment",), None, "tools_with_environment",
+                                     "give tools or an environment, not both: a job's episodes are one "
+                                     "or the other", {})
+        if self.environment is not None and ENVIRONMENT_REWARD in reward_names(self.rewards):
+            raise _located_error(title, ("rewards",), None, "reward_named_environment", "a reward named "
+                                 "'environment' would clash with the environment's own rewards: rename it",
+                                 {})
+        if (self.tools or self.environment) is not None and self.resources.sharding == "fsdp":
             # A sharded model is gathered for each turn's decode, a collective: ranks whose
             # episodes take different numbers of turns would wait on each other for ever.
-            raise _located_error(type(self).__name__, ("resources", "sharding"), "fsdp", "tools_with_fsdp",
-                                 "multi-turn episodes (tools) do not run on a sharded model yet: use "
-                                 "sharding ddp", {})
+            raise _located_error(title, ("resources", "sharding"), "fsdp", "tools_with_fsdp",
+                                 "multi-turn episodes (tools, environments) do not run on a sharded model "
+                                 "yet: use sharding ddp", {})
         return self
 
     @model_validator(mode="after")
@@ -353,7 +373,7 @@ class RunSpec(_Strict):
 
     @model_validator(mode="after")
     def _gates_name_other_rewards(self) -> RunSpec:
-        names = reward_names(self.rewards)
+        names = reward_names(self.rewards) + ([ENVIRONMENT_REWARD] if self.environment is not None else [])
         for index, reward in enumerate(self.rewards):
             gate = reward.gate_by
             if gate is None:

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from grpo_core.spec.source_checks import outside_stdlib
+from grpo_core.spec.source_checks import sandbox_source_tree
 
 MAX_TOOLS = 32
 
@@ -79,17 +79,9 @@ def source_schemas(source: str) -> list[dict[str, Any]]:
     """The schema of each public top-level function of ``source``, which must compile and import
     only the standard library (tools run in the sandbox the python graders use)."""
     try:
-        tree = ast.parse(source, filename="tools.py")
-        compile(tree, "tools.py", "exec")
-    except SyntaxError as exc:
-        raise ToolSourceError(f"does not compile: {exc.msg} (line {exc.lineno})") from None
-    except (RecursionError, MemoryError, ValueError) as exc:
-        raise ToolSourceError(f"does not compile: {type(exc).__name__}") from None
-    if (imported := outside_stdlib(tree)) is not None:
-        raise ToolSourceError(
-            f"line {imported[0]} imports '{imported[1]}', which is not in the standard "
-            "library: tools run in the sandbox with the standard library only"
-        )
+        tree = sandbox_source_tree(source, "tools.py", "tools")
+    except ValueError as exc:
+        raise ToolSourceError(str(exc)) from None
     functions = [
         node for node in tree.body if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")
     ]

@@ -29,7 +29,7 @@ def _train(spec, checkpoint_dir, monkeypatch):
     """Train ``spec``; return its records, how many times it generated, the prompts of each
     optimizer step's rows, and per micro-batch the largest |logprobs − old_logprobs| on a loss token."""
     calls, drift, prompts = [], [], []
-    real_sample, real_loss = experience_module.sample_completions, update_module.micro_batch_loss
+    real_sample, real_loss = experience_module.sample_rows, update_module.micro_batch_loss
 
     def counting_sample(*args, **kwargs):
         calls.append(1)
@@ -40,7 +40,7 @@ def _train(spec, checkpoint_dir, monkeypatch):
         return real_loss(logprobs, old_logprobs, advantages, mask, *args, **kwargs)
 
     with monkeypatch.context() as patch:
-        patch.setattr(experience_module, "sample_completions", counting_sample)
+        patch.setattr(experience_module, "sample_rows", counting_sample)
         patch.setattr(update_module, "micro_batch_loss", recording_loss)
         callbacks = _Records()
         trainer = GRPOTrainer(build_components(spec, device="cpu"), checkpoint_dir, callbacks)

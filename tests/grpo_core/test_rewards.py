@@ -337,9 +337,11 @@ def test_score_completions_passes_every_column_and_copies():
     columns = {"answer": [1, 2], "extra": ["e", "f"]}
     matrix = score_completions([BoundReward("spy", 1.0, spy)], completions, ["p", "q"], columns).matrix
     assert matrix == [[1.0], [1.0]]
-    # Without raw texts (no reasoning split) the answers stand in for them; without messages, None.
+    # Without raw texts (no reasoning split) the answers stand in for them; without messages (or
+    # episodes), None.
     expected = {"answer": [1, 2], "extra": ["e", "f"], "prompts": ["p", "q"], "raw_completions": ["a", "b"],
-                "prompt_messages": [None, None]}
+                "prompt_messages": [None, None], "completion_messages": [None, None],
+                "environment_reward": [None, None]}
     assert seen == expected
     assert completions == ["a", "b"]
 
