@@ -183,7 +183,9 @@ class Settings(BaseSettings):
     pool_max_sandbox_memory_bytes: int = Field(
         80 * 2**30, ge=1, description="Most memory the sandboxes of a job's rewards may hold at once: its "
         "largest reward's parallel × (max_processes × memory_mb + 16 MiB of /tmp), times resources.gpus; "
-        "a tools job's turn, 4 × (tool_limits.max_processes × memory_mb + 16 MiB), is held to it too.")
+        "a tools job's turn, 4 × (tool_limits.max_processes × memory_mb + 16 MiB), and an environment job's "
+        "round, one sandbox of (environment.max_processes + 1) × memory_mb + 16 MiB per episode, are held "
+        "to it too.")
     pool_job_memory_fraction: float = Field(
         0.9, gt=0, le=1, description="Without a pool's job_memory_bytes, a job may use this fraction of "
         "its worker's memory times its share of the worker's devices; beyond it the job's processes are "

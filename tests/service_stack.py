@@ -281,6 +281,7 @@ def run_in_process(task_settings, database_url: str, job_of: Callable[[int], Any
         files = tmp_path / f"attempt-{job_id}-{job.attempt}"  # a job retried runs again here
         files.mkdir()
         outcome = run_attempt(job, task_settings, worker_id, AttemptFiles(files))
+        assert hasattr(outcome, "status"), f"the attempt ended in a fault, not an outcome: {outcome}"
         record_outcome(job, worker_id, task_settings, None, outcome)
         return job_of(job_id)
 

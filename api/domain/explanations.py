@@ -44,6 +44,10 @@ ERROR_CODES: dict[str, str] = {
                     "a failing row)",
     "tool_error": "the spec's tools did not load in the sandbox (an exception when their source ran): "
                   "the message has it",
+    "environment_error": "the spec's environment failed in an episode's sandbox: it did not load, reset or "
+                         "step raised, answered something that is not what it must return, or went over its "
+                         "time, memory or output limits (the message says which; try it with POST "
+                         "/v1/environments/run)",
     "reward_timeout": "rewards went over reward_timeout_seconds on 3 steps in a row",
     "reward_unavailable": "an http_verifier reward's service could not be reached on 3 steps in a row",
     "sandbox_unavailable": "the code sandbox that the code_tests reward runs in does not work on the worker",

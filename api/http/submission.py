@@ -206,13 +206,15 @@ def check_capabilities(spec: JobSpec, live_workers: Callable[[], list[Heartbeat]
     """Raise :class:`InvalidSpec` when a reward needs what a worker must advertise (``code_tests``:
     a working sandbox) and no live worker of the job's pool advertises it: such a job could only
     fail. ``live_workers`` is called only when some reward needs a capability."""
-    if not required_capabilities(spec.rewards) and spec.tools is None:
+    if not required_capabilities(spec.rewards) and spec.tools is None and spec.environment is None:
         return
     pool, live = spec.resources.pool, live_workers()
     problems = capability_problems(spec.rewards, pool, live)
-    if spec.tools is not None and SANDBOX_CAPABILITY not in offered_capabilities(pool, live):
-        problems.append(SpecError("tools", (
-            f"tool calls run in the sandbox, and no live worker of pool '{pool}' advertises "
+    sandboxed = "tools" if spec.tools is not None else "environment" if spec.environment is not None else None
+    if sandboxed is not None and SANDBOX_CAPABILITY not in offered_capabilities(pool, live):
+        what = "tool calls" if sandboxed == "tools" else "an environment's episodes"
+        problems.append(SpecError(sandboxed, (
+            f"{what} run in the sandbox, and no live worker of pool '{pool}' advertises "
             f"'{SANDBOX_CAPABILITY}' (GET /v1/cluster lists each worker's capabilities)")))
     if problems:
         raise InvalidSpec(problems)

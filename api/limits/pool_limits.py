@@ -23,6 +23,7 @@ import math
 from api.domain.job_spec import JobSpec
 from api.schemas.admin import PoolLimits
 from api.settings import Settings
+from grpo_core.agents.environment_runner import environment_sandbox_bytes
 from grpo_core.agents.tool_runner import PARALLEL_SANDBOXES, tool_sandbox_bytes
 from grpo_core.errors import SpecError
 from grpo_core.rewards import available_rewards, sandbox_footprints
@@ -78,7 +79,24 @@ def limit_problems(spec: JobSpec, limits: PoolLimits) -> list[SpecError]:
         problems += sandbox_problems(spec.rewards, spec.resources.pool, spec.resources.gpus,
                                      limits.max_sandbox_memory_bytes)
         problems += tool_problems(spec, limits.max_sandbox_memory_bytes)
+        problems += environment_problems(spec, limits.max_sandbox_memory_bytes)
     return problems
+
+
+def environment_problems(spec: JobSpec, limit: int) -> list[SpecError]:
+    """An environment job's sandboxes over the pool's sandbox memory: each live episode holds one,
+    and a generation round's episodes (all ranks' together here) are live at once."""
+    if spec.environment is None:
+        return []
+    episodes = spec.grpo.prompts_per_round * spec.grpo.num_generations
+    held = environment_sandbox_bytes(spec.environment, episodes)
+    if held <= limit:
+        return []
+    return [SpecError("environment", (
+        f"a generation round's {episodes} episodes (prompts × num_generations) may hold "
+        f"{held / MIB:,.0f} MiB, a sandbox each of max_processes × memory_mb and its /tmp; pool "
+        f"'{spec.resources.pool}' allows at most {limit / MIB:,.0f} MiB: lower environment.memory_mb or "
+        "max_processes"))]
 
 
 def tool_problems(spec: JobSpec, limit: int) -> list[SpecError]:

@@ -344,6 +344,7 @@ def _take_turns(
                     "role": "assistant",
                     "content": content_without_calls(text) if calls else text,
                     **({"tool_calls": [c.as_message_call() for c in calls]} if calls else {}),
+                    **({"reward": None} if environment is not None else {}),  # the step's, once it is taken
                 }
             )
             episode.answer = split_reasoning(content_without_calls(text) if calls else text, reasoning)

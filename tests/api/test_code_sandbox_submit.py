@@ -169,3 +169,37 @@ def test_a_tools_job_needs_a_sandboxed_worker_and_tools_the_service_can_describe
                 assert error["param"] == "tools.0.source" and said in error["message"]
         finally:
             client.delete(settings.redis_keys.worker("plain"), settings.redis_keys.worker("boxed"))
+
+
+ENVIRONMENT = ("class Environment:\n    def reset(self, item):\n        return None\n"
+               "    def step(self, action):\n        return {'reward': 1.0, 'done': True}\n")
+
+
+def test_an_environment_job_needs_a_sandboxed_worker_and_an_environment_class(api, api_server,
+                                                                              job_spec) -> None:
+    settings = api_server.settings
+    environment_job = job_spec(rewards=[], environment={"source": ENVIRONMENT, "max_turns": 2})
+    with bus.connect(settings) as client:
+        bus.advertise_worker(client, settings.redis_keys, Heartbeat(worker_id="plain", pool="default"), 60)
+        try:
+            refused = api.post("/v1/jobs", json=environment_job)
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["error"]["param"] == "environment"
+            assert "code_sandbox" in refused.json()["error"]["message"]
+            bus.advertise_worker(client, settings.redis_keys,
+                                 Heartbeat(worker_id="boxed", pool="default", capabilities=[CAPABILITY]), 60)
+            accepted = api.post("/v1/jobs", json=environment_job)
+            assert accepted.status_code == 201, accepted.text
+            assert accepted.json()["spec"]["environment"]["max_turns"] == 2
+            assert accepted.json()["spec"]["rewards"] == []
+            # Parsed, never run: no Environment class, an import outside the stdlib.
+            for source, said in (("x = 1\n", "class Environment"), ("import requests\n" + ENVIRONMENT,
+                                                                       "'requests'")):
+                bad = api.post("/v1/jobs", json=job_spec(rewards=[], environment={"source": source}))
+                assert bad.status_code == 422, bad.text
+                error = bad.json()["error"]
+                assert error["param"] == "environment.source" and said in error["message"], error
+            neither = api.post("/v1/jobs", json=job_spec(rewards=[]))
+            assert neither.status_code == 422 and neither.json()["error"]["param"] == "rewards"
+        finally:
+            client.delete(settings.redis_keys.worker("plain"), settings.redis_keys.worker("boxed"))

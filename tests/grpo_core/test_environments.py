@@ -157,8 +157,8 @@ def tiny(tmp_path_factory):
 def run(model, tokenizer, items, environment: EnvironmentSetup, max_new=40, trajectory=1024):
     conversations = Conversations(tokenizer, None)
     setup = AgentSetup(conversations, None, Limits(), None, trajectory, environment, max_prompt_length=256)
-    texts = [conversations.prompt_text([{"role": "user", "content": f"Play {i}."}]) for i in range(len(items))]
     rows = [{**item, "prompt": [{"role": "user", "content": f"Play {i}."}]} for i, item in enumerate(items)]
+    texts = [conversations.prompt_text(row["prompt"]) for row in rows]
     prompts = tokenize_prompts(tokenizer, texts, 256, torch.device("cpu"))
     eos = torch.tensor([tokenizer.eos_token_id])
     result = sample_episodes(model, prompts, [True] * len(items), 2, eos, tokenizer, SamplingOptions(max_new),
@@ -192,7 +192,8 @@ def test_episodes_act_in_their_environment_until_done_with_observations_masked_o
             assert ids[start:start + len(observation)] == observation
             at = start + len(observation)
     assert episode_metrics(stats.rows())["env_reward/mean"] == 1.25
-    assert decoded[0].answer == stats.messages[0][-2]["content"]  # the last turn's text (then its observation)
+    # The answer is the last turn's text (its observation follows it).
+    assert decoded[0].answer == stats.messages[0][-2]["content"]
 
 
 @needs_sandbox
@@ -227,3 +228,39 @@ def test_the_token_budgets_end_an_environment_episode_as_truncated(tiny) -> None
     _, _, (rollout, _, stats) = run(model, tokenizer, [{"turns": 5}], setup_of(max_turns=5), max_new=40,
                                     trajectory=prompt + 4)
     assert rollout.is_truncated.all() and stats.turns == [1, 1]
+
+
+ESCAPES = '''
+import socket, subprocess
+
+
+class Environment:
+    def reset(self, item):
+        return None
+
+    def step(self, action):
+        tried = {}
+        for name, attempt in (
+            ("host files", lambda: open("/etc/passwd").read()),
+            ("network", lambda: socket.create_connection(("127.0.0.1", 5432), timeout=1)),
+            ("a program", lambda: subprocess.run(["/bin/sh", "-c", "true"])),
+            ("writing the root", lambda: open("/escaped", "w").write("x")),
+        ):
+            try:
+                attempt()
+                tried[name] = "reached"
+            except BaseException as exc:
+                tried[name] = type(exc).__name__
+        return {"observation": repr(tried), "reward": 0.0, "done": True}
+'''
+
+
+@needs_sandbox
+def test_an_environment_runs_inside_the_sandbox_the_graders_use() -> None:
+    """The escape suite's main doors, tried from an episode: no host file, no network, no other
+    program, no writing outside its /tmp (tests/grpo_core/test_sandbox_escapes.py tries the rest
+    against the same sandbox)."""
+    with EnvironmentEpisodes(setup_of(ESCAPES), [{}]) as episodes:
+        tried = episodes.step({0: "x"})[0].observation
+    assert "reached" not in tried, tried
+    assert "host files" in tried and "network" in tried

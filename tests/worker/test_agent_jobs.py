@@ -1,4 +1,4 @@
-"""A tools job through the worker's real attempt (job process body, SQL, Redis, the sandbox): a
+"""Agent jobs through the worker's real attempt. A tools job (job process body, SQL, Redis, the sandbox): a
 tiny model fitted to call its tool (tests/tool_models.py) runs two-turn episodes, its tool calls
 run in the sandbox, and the job's metrics (turns, tool calls, tool errors) and samples (the
 conversation: the call, the tool's message, the answer) reach SQL as any step's do; evaluation
@@ -6,7 +6,10 @@ runs its episodes the same way."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 from sandbox_guard import needs_sandbox
 from tool_models import QUESTIONS, TOOLS, save_tool_user
 
@@ -14,12 +17,24 @@ from api.store.db import session_scope
 from api.store.telemetry import list_metrics, list_samples
 
 pytestmark = [needs_sandbox, pytest.mark.slow]
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture(scope="module")
 def tool_user(roots, tmp_path_factory) -> str:
     save_tool_user(roots["models"] / "tool-user", tmp_path_factory.mktemp("tool-user"))
     return "path:tool-user"
+
+
+def run_to_success(run_in_process, submit, database_url: str, spec: dict) -> tuple[list[dict], list[dict]]:
+    """Submit ``spec``, run its attempt here, and return its steps' metrics and its samples."""
+    job_id = submit(spec)
+    job = run_in_process(job_id)
+    assert job.status == "succeeded", job.error
+    with session_scope(database_url) as session:
+        metrics = [m.values for m in list_metrics(session, job_id)]
+        samples = [row for page in list_samples(session, job_id) for row in page.rows]
+    return metrics, samples
 
 
 def test_a_tools_job_runs_its_episodes_and_records_their_turns_and_conversations(
@@ -31,12 +46,7 @@ def test_a_tools_job_runs_its_episodes_and_records_their_turns_and_conversations
                            "max_tool_calling_iterations": 3, "eval_strategy": "steps", "eval_steps": 2,
                            "eval_num_generations": 2, "eval_temperature": 0},
                      log_completions_every=1)
-    job_id = submit(spec)
-    job = run_in_process(job_id)
-    assert job.status == "succeeded", job.error
-    with session_scope(database_url) as session:
-        metrics = [m.values for m in list_metrics(session, job_id)]
-        samples = [row for page in list_samples(session, job_id) for row in page.rows]
+    metrics, samples = run_to_success(run_in_process, submit, database_url, spec)
     assert len(metrics) == 2
     for values in metrics:
         assert 1.0 <= values["turns/mean"] <= values["turns/max"] <= 4.0
@@ -52,3 +62,31 @@ def test_a_tools_job_runs_its_episodes_and_records_their_turns_and_conversations
     # Evaluation runs episodes the same way (greedy here: the tuned path, every time).
     assert metrics[-1]["eval_turns/mean"] == 2.0 and metrics[-1]["eval_tool_calls/mean"] == 1.0
     assert metrics[-1]["eval_reward"] == 1.0  # its answer, "5", after the tool's result
+
+
+def test_an_environment_job_plays_its_episodes_and_its_reward_rises(
+        run_in_process, submit, database_url, task_settings, monkeypatch):
+    """examples/environment.yaml (guess-the-number) on the tiny model, through the real attempt:
+    each episode's environment runs in a sandbox of its own, and over 20 steps the reward rises
+    (measured: 0.003 at step 1, 0.13 at step 20, ~0.8 from 35 on)."""
+    # Run in this process, the attempt renews no lease: it holds one long enough for its minute.
+    monkeypatch.setenv("GRPO_LEASE_SECONDS", "600")
+    task_settings.lease_seconds = 600.0
+    spec = yaml.safe_load((EXAMPLES / "environment.yaml").read_text())
+    spec.update(model={"source": "path:tiny"}, checkpoint_every=10, log_completions_every=5)
+    spec["grpo"]["max_steps"] = 20
+    metrics, samples = run_to_success(run_in_process, submit, database_url, spec)
+    assert len(metrics) == 20
+    for values in metrics:
+        assert values["env_reward/mean"] == pytest.approx(values["rewards/environment/mean"])
+        assert 1.0 <= values["turns/mean"] <= values["turns/max"] <= 3.0
+    early = sum(v["reward"] for v in metrics[:5]) / 5
+    late = sum(v["reward"] for v in metrics[-5:]) / 5
+    assert late > early + 0.02, [round(v["reward"], 3) for v in metrics]
+    played = [row for row in samples if row["turns"] > 1]
+    assert played, samples
+    row = played[0]
+    turns = [m for m in row["messages"] if m["role"] == "assistant"]
+    assert len(turns) == row["turns"] and all("reward" in m for m in turns)
+    assert row["messages"][1]["role"] == "user" and row["messages"][1]["content"].startswith(("No:", "Say"))
+    assert row["env_reward"] == pytest.approx(sum(m["reward"] or 0.0 for m in turns))
