@@ -1,8 +1,10 @@
-"""The worker's side of a relayed rewards dry run (:mod:`api.http.reward_trial_relay`): a thread of
-the Celery main process pops the dry runs of the worker's pool (``RedisKeys.reward_trials``) while
-the worker advertises ``code_sandbox``, scores each in this host's sandbox exactly as the API
-would (:func:`api.trials.reward_trials.run_trial`: the same checks, ``reward_model`` refused, the
-team's verifiers looked up in SQL), and pushes the answer to the request's reply key.
+"""The worker's side of a relayed dry run (:mod:`api.http.reward_trial_relay`): a thread of the
+Celery main process pops the dry runs of the worker's pool (``RedisKeys.reward_trials``) while the
+worker advertises ``code_sandbox``, runs each in this host's sandbox exactly as the API would — a
+rewards dry run by :func:`api.trials.reward_trials.run_trial` (the same checks, ``reward_model``
+refused, the team's verifiers looked up in SQL), an environment's by
+:func:`api.trials.environment_trials.run_environment_trial` — and pushes the answer to the
+request's reply key.
 
 One request at a time. The scoring path is torch-free (a grader runs as a sandboxed process),
 so the main process, which forks the job children, still never imports torch. A request whose
@@ -18,8 +20,10 @@ from collections.abc import Callable
 
 from redis.exceptions import RedisError
 
+from api.schemas.environment_trials import EnvironmentTrialRequest
 from api.settings import Settings
 from api.store import bus
+from api.trials.environment_trials import run_environment_trial
 from api.trials.reward_trial_messages import RelayedTrial, answer_of, error_answer, read_request
 from api.trials.reward_trials import run_trial
 from grpo_core.spec.spec_file import InvalidSpec
@@ -102,6 +106,8 @@ class RewardTrialResponder:
 
 def _answer(trial: RelayedTrial, settings: Settings) -> str:
     try:
+        if isinstance(trial.request, EnvironmentTrialRequest):
+            return answer_of(run_environment_trial(trial.request, settings))
         return answer_of(run_trial(trial.request, trial.team_id, settings))
     except InvalidSpec as exc:
         return error_answer(exc)

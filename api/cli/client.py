@@ -114,6 +114,10 @@ class ApiClient:
         """A dry run of rewards on samples: each reward has up to 30 s, so more than the default."""
         return self._json(self.http.post("/v1/rewards/run", json=body, timeout=120.0))
 
+    def run_environment(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A dry run of an environment: each of its calls has up to 10 s, so more than the default."""
+        return self._json(self.http.post("/v1/environments/run", json=body, timeout=300.0))
+
     def reward_catalog(self) -> dict[str, Any]:
         return self._get("/v1/rewards")
 

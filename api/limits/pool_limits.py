@@ -27,6 +27,7 @@ from grpo_core.agents.environment_runner import environment_sandbox_bytes
 from grpo_core.agents.tool_runner import PARALLEL_SANDBOXES, tool_sandbox_bytes
 from grpo_core.errors import SpecError
 from grpo_core.rewards import available_rewards, sandbox_footprints
+from grpo_core.spec.environment_spec import EnvironmentSpec
 from grpo_core.spec.run_spec import RewardSpec
 
 MIB = 2**20
@@ -79,23 +80,27 @@ def limit_problems(spec: JobSpec, limits: PoolLimits) -> list[SpecError]:
         problems += sandbox_problems(spec.rewards, spec.resources.pool, spec.resources.gpus,
                                      limits.max_sandbox_memory_bytes)
         problems += tool_problems(spec, limits.max_sandbox_memory_bytes)
-        problems += environment_problems(spec, limits.max_sandbox_memory_bytes)
+        episodes = spec.grpo.prompts_per_round * spec.grpo.num_generations
+        problems += environment_problems(spec.environment, episodes, spec.resources.pool,
+                                         limits.max_sandbox_memory_bytes)
     return problems
 
 
-def environment_problems(spec: JobSpec, limit: int) -> list[SpecError]:
-    """An environment job's sandboxes over the pool's sandbox memory: each live episode holds one,
-    and a generation round's episodes (all ranks' together here) are live at once."""
-    if spec.environment is None:
+def environment_problems(environment: EnvironmentSpec | None, episodes: int, pool: str,
+                         limit: int) -> list[SpecError]:
+    """An environment's sandboxes over the pool's sandbox memory: each live episode holds one.
+    A job's generation round has its episodes live at once (all ranks' together here: the
+    prompts it draws × num_generations); a dry run plays one."""
+    if environment is None:
         return []
-    episodes = spec.grpo.prompts_per_round * spec.grpo.num_generations
-    held = environment_sandbox_bytes(spec.environment, episodes)
+    held = environment_sandbox_bytes(environment, episodes)
     if held <= limit:
         return []
+    what = f"a generation round's {episodes} episodes (prompts × num_generations)" if episodes > 1 else \
+        "an episode"
     return [SpecError("environment", (
-        f"a generation round's {episodes} episodes (prompts × num_generations) may hold "
-        f"{held / MIB:,.0f} MiB, a sandbox each of max_processes × memory_mb and its /tmp; pool "
-        f"'{spec.resources.pool}' allows at most {limit / MIB:,.0f} MiB: lower environment.memory_mb or "
+        f"{what} may hold {held / MIB:,.0f} MiB, a sandbox each of max_processes × memory_mb and its "
+        f"/tmp; pool '{pool}' allows at most {limit / MIB:,.0f} MiB: lower environment.memory_mb or "
         "max_processes"))]
 
 

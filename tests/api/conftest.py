@@ -325,6 +325,12 @@ def store_server(request, api_server, api_settings_factory, serve_api, monkeypat
 
 
 @pytest.fixture
+def member(client_for, team_keys):
+    """An httpx client of team alpha's member key (not an admin)."""
+    return client_for(team_keys.alpha)
+
+
+@pytest.fixture
 def private_redis():
     """``(url, process)``: a redis-server of the test's own, to freeze (SIGSTOP) or kill."""
     import os

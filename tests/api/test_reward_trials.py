@@ -36,10 +36,6 @@ def trial(client, rewards: list[dict], samples: list[dict], **fields):
     return client.post("/v1/rewards/run", json={"rewards": rewards, "samples": samples, **fields})
 
 
-@pytest.fixture
-def member(client_for, team_keys):
-    return client_for(team_keys.alpha)
-
 
 @needs_sandbox
 def test_a_python_grader_and_builtins_score_samples_in_order_as_a_step_would(member, api_server) -> None:

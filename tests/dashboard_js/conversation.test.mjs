@@ -25,3 +25,18 @@ test("a single-turn row has no conversation; a long result is cut", () => {
   assert.equal(line.text.length, 2001);
   assert.ok(line.text.endsWith("…"));
 });
+
+test("an environment's turn shows the reward its step gave; an observation is a user line", () => {
+  const messages = [
+    {role: "assistant", content: "3", reward: 0.1},
+    {role: "user", content: "No: higher."},
+    {role: "assistant", content: "7", reward: 1},
+    {role: "assistant", content: "cut short", reward: null},
+  ];
+  assert.deepEqual(conversationLines(messages), [
+    {role: "assistant", label: "assistant · reward 0.1", text: "3"},
+    {role: "user", label: "user", text: "No: higher."},
+    {role: "assistant", label: "assistant · reward 1", text: "7"},
+    {role: "assistant", label: "assistant", text: "cut short"},
+  ]);
+});

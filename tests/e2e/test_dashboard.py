@@ -197,16 +197,23 @@ def test_the_form_shows_the_fields_the_service_took_but_ignores(browser_page, ke
     keyed_stack.client("alpha").http.post(f"/v1/jobs/{job_id}/cancel")  # the worker stays free
 
 
+def open_the_form_on(page: Any, stack: Any, example: str) -> list[int]:
+    """Log in as alpha and open the submit form holding the example's text; the team's job ids
+    before (a dry run must queue nothing)."""
+    log_in_as(page, stack, "alpha")
+    before = [job["id"] for job in stack.client("alpha").list_jobs()["items"]]
+    page.goto("/#/jobs")
+    page.locator("[data-panel=submit] > summary").click()
+    page.fill("textarea[name=spec]", (EXAMPLES / example).read_text())
+    return before
+
+
 @needs_sandbox
 def test_the_forms_rewards_are_tried_on_samples_without_a_job(browser_page, keyed_stack, screenshots) -> None:
     """The example's inline grader, pasted as YAML, scores the samples in the real sandbox; a
     broken one is refused naming its field; no job is queued either way."""
     page = browser_page
-    log_in_as(page, keyed_stack, "alpha")
-    before = [job["id"] for job in keyed_stack.client("alpha").list_jobs()["items"]]
-    page.goto("/#/jobs")
-    page.locator("[data-panel=submit] > summary").click()
-    page.fill("textarea[name=spec]", (EXAMPLES / "python_grader.yaml").read_text())
+    before = open_the_form_on(page, keyed_stack, "python_grader.yaml")
     page.locator(".reward-trial summary").click()
     page.fill("textarea[name=samples]", "\n".join(json.dumps(sample) for sample in [
         {"prompt": "Is it good?", "completion": "yes indeed", "answer": "yes"},
@@ -222,6 +229,33 @@ def test_the_forms_rewards_are_tried_on_samples_without_a_job(browser_page, keye
     page.click(".reward-trial button")
     refused = page.wait_for_selector(".trial-result .notice.error")
     assert "rewards.0.args.source" in refused.inner_text() and "does not compile" in refused.inner_text()
+    assert [job["id"] for job in keyed_stack.client("alpha").list_jobs()["items"]] == before
+
+
+@needs_sandbox
+def test_the_forms_environment_is_played_on_actions_without_a_job(browser_page, keyed_stack) -> None:
+    """examples/environment.yaml, pasted as the form's spec, plays its game in the real sandbox on
+    the typed actions; an environment that raises is refused naming its field; no job is queued."""
+    page = browser_page
+    before = open_the_form_on(page, keyed_stack, "environment.yaml")
+    page.locator(".environment-trial summary").click()
+    page.fill("textarea[name=episode-item]", '{"target": 7}')
+    page.fill("textarea[name=episode-actions]", "3\n7\n9")
+    page.click(".environment-trial button")
+    episode = page.wait_for_selector(".environment-trial .trial-result table")
+    rows = episode.inner_text().splitlines()[1:]
+    assert rows[0].startswith("reset") and "Guess a digit" in rows[0], rows
+    assert "0.1" in rows[1] and "No: higher." in rows[1], rows
+    assert rows[2].split("\t")[2:4] == ["1", "yes"], rows
+    summary = page.locator(".environment-trial .trial-result p.hint").inner_text()
+    assert "Total reward 1.1" in summary and "1 action(s) unused" in summary
+
+    page.fill("textarea[name=spec]", "environment:\n  source: |\n    class Environment:\n"
+              "        def reset(self, item): return None\n"
+              "        def step(self, action): raise ValueError('no')\n")
+    page.click(".environment-trial button")
+    refused = page.wait_for_selector(".environment-trial .trial-result .notice.error")
+    assert "environment" in refused.inner_text() and "step raised ValueError: no" in refused.inner_text()
     assert [job["id"] for job in keyed_stack.client("alpha").list_jobs()["items"]] == before
 
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from dashboard_pages import log_in_as
+from sandbox_guard import needs_sandbox
 from test_dashboard import row_of
 from test_dashboard_compare import wait_finished
 
@@ -265,3 +268,25 @@ def test_a_tools_jobs_sample_shows_its_conversation(browser_page, keyed_stack) -
     shown = page.evaluate(EPISODE_ROW)
     assert shown["turns"] == ['assistant→ add({"a":2,"b":3})', "tool add5", "assistant5"]
     assert "turns" in shown["titles"] and shown["count"] == "2"
+
+
+@needs_sandbox
+def test_an_environment_jobs_samples_show_its_games_turns_rewards_and_observations(browser_page,
+                                                                                 keyed_stack) -> None:
+    """examples/environment.yaml run by the stack's real worker (each episode's game in its own
+    sandbox) for two steps; the job page's samples show each episode as its conversation: every
+    guess with the reward the game gave it, the game's answers as user lines."""
+    spec = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "environment.yaml").read_text())
+    spec.update(model={"source": "path:tiny"}, checkpoint_every=2, log_completions_every=1)
+    spec["grpo"].update(max_steps=2, prompts_per_step=2, num_generations=4)
+    job_id = keyed_stack.client("alpha").submit(spec)["id"]
+    assert wait_finished(keyed_stack, job_id)["status"] == "succeeded"
+    page = browser_page
+    log_in_as(page, keyed_stack, "alpha")
+    page.goto(f"/#/jobs/{job_id}")
+    page.wait_for_selector("[data-panel=samples] tbody tr .conversation")
+    labels = page.locator("[data-panel=samples] .conversation .turn").evaluate_all(
+        "turns => turns.map((turn) => turn.firstChild.textContent)")
+    assert any(label.startswith("assistant · reward") for label in labels), labels
+    titles = page.locator("[data-panel=samples] thead th").all_inner_texts()
+    assert "turns" in titles, titles

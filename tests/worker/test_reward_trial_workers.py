@@ -175,3 +175,38 @@ def test_the_responder_outlives_a_redis_outage(service_env, caplog) -> None:
         finally:
             responder.stop()
     assert not responder.is_alive()
+
+
+GAME = ("class Environment:\n"
+        "    def reset(self, item):\n"
+        "        self.turns = 0\n"
+        "        return f\"row {item['n']}\"\n"
+        "    def step(self, action):\n"
+        "        self.turns += 1\n"
+        "        return {'observation': f'{action} at turn {self.turns}', 'reward': 0.5,\n"
+        "                'done': self.turns == 2}\n")
+
+
+@needs_sandbox
+def test_an_environment_played_on_the_worker_answers_as_the_api_hosts_own_sandbox(stack: Stack) -> None:
+    body = {"environment": {"source": GAME}, "item": {"n": 3}, "actions": ["a", "b", "c"], "pool": stack.pool}
+    relayed = stack.relaying.post("/v1/environments/run", json=body)
+    assert relayed.status_code == 200, relayed.text + stack.processes.logs()
+    here = stack.local.post("/v1/environments/run", json=body)
+    assert here.status_code == 200, here.text
+    assert relayed.json() == here.json()
+    episode = relayed.json()
+    assert episode["first_observation"] == "row 3" and episode["unused_actions"] == 1
+    assert [step["observation"] for step in episode["steps"]] == ["a at turn 1", "b at turn 2"]
+    # One that fails as it would fail a job is the same 422 from the worker.
+    broken = {**body, "environment": {"source": GAME.replace("self.turns += 1", "self.turns += None")}}
+    for client in (stack.relaying, stack.local):
+        response = client.post("/v1/environments/run", json=broken)
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["param"] == "environment"
+        assert "step raised TypeError" in response.json()["error"]["message"]
+    # No live worker of the pool with the sandbox: a 422 naming the environment, nothing sent.
+    nobody = f"nobody{uuid.uuid4().hex[:6]}"
+    refused = stack.relaying.post("/v1/environments/run", json={**body, "pool": nobody})
+    assert refused.status_code == 422 and refused.json()["error"]["param"] == "environment", refused.text
+    assert stack.redis.llen(stack.keys.reward_trials(nobody)) == 0

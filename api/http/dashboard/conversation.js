@@ -12,7 +12,8 @@ function callText(call) {
 }
 
 // [{role, label, text}] for each message: role "assistant" (its content, then "→ name(args)" per
-// call) or "tool" (labelled with the tool's name); other roles as they are.
+// call; an environment's turn labelled with the reward its step gave) or "tool" (labelled with
+// the tool's name); other roles (an environment's observations: user) as they are.
 export function conversationLines(messages) {
   if (!Array.isArray(messages)) return [];
   return messages.map((message) => {
@@ -20,6 +21,7 @@ export function conversationLines(messages) {
     const content = typeof message?.content === "string" ? message.content : JSON.stringify(message?.content ?? "");
     if (role === "tool") return {role, label: `tool ${message.name ?? ""}`.trim(), text: cut(content)};
     const calls = Array.isArray(message?.tool_calls) ? message.tool_calls.map((call) => `→ ${callText(call)}`) : [];
-    return {role, label: role, text: cut([content, ...calls].filter((part) => part !== "").join("\n"))};
+    const label = typeof message?.reward === "number" ? `${role} · reward ${message.reward}` : role;
+    return {role, label, text: cut([content, ...calls].filter((part) => part !== "").join("\n"))};
   });
 }

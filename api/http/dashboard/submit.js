@@ -8,6 +8,7 @@
 import {api} from "./api.js";
 import {el, fill, jobLink} from "./dom.js";
 import {mountRewardPicker} from "./reward_picker.js";
+import {mountEnvironmentTrial} from "./environment_trial.js";
 import {mountRewardTrial} from "./reward_trial.js";
 import {readJson} from "./spec_source.js";
 import {mountUploads} from "./uploads.js";
@@ -68,6 +69,7 @@ export function mountSubmitForm(container, onSubmitted) {
   mountUploads(uploads, spec);
   mountRewardPicker(rewards, spec);
   mountRewardTrial(form, spec, errorList);
+  mountEnvironmentTrial(form, spec, errorList);
 
   async function submit() {
     fill(result);

@@ -13,6 +13,7 @@ from api.http.routes import (
     compare,
     dashboard,
     downloads,
+    environment_trials,
     files,
     jobs,
     meta,
@@ -36,9 +37,9 @@ def build_router() -> APIRouter:
                               429: {"description": "The team's reads or writes are over its rate limit; "
                                                    "retry after `Retry-After` seconds"}})
     # compare before jobs: `/jobs/{job_id}` would take `compare` for an id (and refuse it).
-    for module_router in (meta.catalog, reward_trials.router, compare.router, jobs.router,
-                          telemetry.router, downloads.router, stream.router, cluster.router, usage.router,
-                          webhooks.router, files.router, admin.me, admin.router):
+    for module_router in (meta.catalog, reward_trials.router, environment_trials.router, compare.router,
+                          jobs.router, telemetry.router, downloads.router, stream.router, cluster.router,
+                          usage.router, webhooks.router, files.router, admin.me, admin.router):
         v1.include_router(module_router)
     root.include_router(v1)
     return root

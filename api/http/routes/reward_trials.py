@@ -5,6 +5,8 @@ Each team holds at most its share of dry runs at once (:mod:`api.store.trial_slo
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 import yaml
@@ -27,11 +29,23 @@ _REWARDS = TypeAdapter(Annotated[list[RewardSpec], Field(min_length=1, max_lengt
 router = APIRouter(prefix="/rewards", tags=["rewards"])
 
 
-def _slots(state: Any) -> SpecIntake:
+def trial_slots(state: Any) -> SpecIntake:
     return slots_on(state, "reward_trials", state.settings.reward_trial_slots)
 
 
-def _team_slots(state: Any) -> RewardTrialSlots:
+@asynccontextmanager
+async def team_share(request: Request, principal: Any, settings: Any) -> AsyncIterator[None]:
+    """One of the caller's team's dry runs held, rewards' and environments' alike, for as long
+    as the block runs (a relayed one's wait included)."""
+    if principal.is_admin:  # as for the other per-team limits: admin keys are the operator's
+        yield
+        return
+    share = settings.reward_trial_slots_per_team
+    async with team_trial_slots(request.app.state).held(principal.team_id, share):
+        yield
+
+
+def team_trial_slots(state: Any) -> RewardTrialSlots:
     """The process's handle on the teams' shares (``app.state``), made on first use."""
     found = getattr(state, "reward_trial_team_slots", None)
     if found is None:
@@ -39,14 +53,19 @@ def _team_slots(state: Any) -> RewardTrialSlots:
     return found
 
 
-@router.post("/run", response_model=RewardTrialRead, responses={
+# What any dry run may answer besides its 200 and its own 422s.
+TRIAL_RESPONSES: dict[int | str, dict[str, Any]] = {
     429: {"description": "`rate_limited`: the team already has `GRPO_REWARD_TRIAL_SLOTS_PER_TEAM` dry runs "
                          "in progress (Retry-After says when to try again)"},
+    503: {"description": "`unavailable`: no sandbox-capable worker of the pool answered in time "
+                         "(Retry-After says when to try again)"}}
+
+
+@router.post("/run", response_model=RewardTrialRead, responses={
+    **TRIAL_RESPONSES,
     422: {"description": "A reward does not validate (as at submit), cannot run here, or fails as it would "
                          "fail a job (a grader that does not load): `param` names it; or it needs the code "
-                         "sandbox and no live worker of the pool advertises one"},
-    503: {"description": "`unavailable`: no sandbox-capable worker of the pool answered in time "
-                         "(Retry-After says when to try again)"}})
+                         "sandbox and no live worker of the pool advertises one"}})
 async def run_rewards(body: RewardTrialRequest, request: Request, principal: PrincipalDep,
                       settings: SettingsDep, redis: RedisDep) -> RewardTrialRead:
     """Each sample's scores, in sample order, as a training step would compute them from the same
@@ -54,15 +73,13 @@ async def run_rewards(body: RewardTrialRequest, request: Request, principal: Pri
     Sandboxed rewards run where a sandbox is (``GRPO_REWARD_TRIAL_HOST``). A team has at most
     ``GRPO_REWARD_TRIAL_SLOTS_PER_TEAM`` in progress, held from here to its answer (a relayed one's
     wait included), so it cannot take the slots another team's dry run needs."""
-    if principal.is_admin:  # as for the other per-team limits: admin keys are the operator's
-        return await _run(body, request, principal.team_id, settings, redis)
-    async with _team_slots(request.app.state).held(principal.team_id, settings.reward_trial_slots_per_team):
+    async with team_share(request, principal, settings):
         return await _run(body, request, principal.team_id, settings, redis)
 
 
 async def _run(body: RewardTrialRequest, request: Request, team_id: int, settings: Any,
                redis: Any) -> RewardTrialRead:
-    done = await _slots(request.app.state).run(_trial, body, team_id, settings)
+    done = await trial_slots(request.app.state).run(_trial, body, team_id, settings)
     if isinstance(done, RewardTrialRead):
         return done
     return await ask_a_worker(redis, settings, done, team_id)
