@@ -184,8 +184,8 @@ class Settings(BaseSettings):
         80 * 2**30, ge=1, description="Most memory the sandboxes of a job's rewards may hold at once: its "
         "largest reward's parallel × (max_processes × memory_mb + 16 MiB of /tmp), times resources.gpus; "
         "a tools job's turn, 4 × (tool_limits.max_processes × memory_mb + 16 MiB), and an environment job's "
-        "round, one sandbox of (environment.max_processes + 1) × memory_mb + 16 MiB per episode, are held "
-        "to it too.")
+        "round, a sandbox per 16 episodes of (16 × environment.max_processes + 2) × memory_mb + 16 MiB, are "
+        "held to it too.")
     pool_job_memory_fraction: float = Field(
         0.9, gt=0, le=1, description="Without a pool's job_memory_bytes, a job may use this fraction of "
         "its worker's memory times its share of the worker's devices; beyond it the job's processes are "

@@ -1,7 +1,7 @@
-"""A sandboxed interpreter that lives across several exchanges: the program gets a line on stdin,
-answers with a line on stdout, and keeps its state for the next line. An environment's episode
-runs in one (:mod:`grpo_core.agents.environment_runner`): its state lasts the whole episode and
-belongs to that episode alone.
+"""A sandboxed interpreter that lives across several exchanges: the program gets lines on stdin,
+answers with lines on stdout, and keeps its state for the next ones. An environment's episodes
+run in such sandboxes (:mod:`grpo_core.agents.environment_runner`): their state lasts the whole
+episode.
 
 The sandbox is :mod:`grpo_core.rewards.sandbox`'s own (same namespaces, mounts, seccomp filter,
 limits on its init, cgroup where the host delegates one); only the conversation differs. There is
@@ -57,13 +57,23 @@ class SandboxSession:
     def ask(self, line: str, timeout: float) -> str:
         """Send ``line`` (one line of text) and return the program's next line, or raise
         :class:`SessionFailed` saying why none came within ``timeout`` seconds."""
+        self.send(line)
+        return self.receive(time.monotonic() + timeout)
+
+    def send(self, line: str) -> None:
+        """Write one line to the program (its newlines made spaces); :class:`SessionFailed` when
+        it no longer reads."""
         self._read_info()
         try:
             self._process.stdin.write(line.replace("\n", " ").encode("utf-8", "replace") + b"\n")
             self._process.stdin.flush()
         except (BrokenPipeError, ValueError):
             raise SessionFailed(self._ended()) from None
-        return self._read_line(time.monotonic() + timeout)
+
+    def receive(self, deadline: float) -> str:
+        """The program's next line, waited for until ``deadline`` (``time.monotonic()``), or
+        :class:`SessionFailed` saying why none came."""
+        return self._read_line(deadline)
 
     def _read_line(self, deadline: float) -> str:
         stdout = self._process.stdout

@@ -1,7 +1,7 @@
 """The ``environment:`` section of a spec: a stateful environment the model acts in, turn after
 turn, given as Python source (the standard library only) defining ``class Environment``. Checked
 here from the syntax tree only: nothing of the source runs outside the sandbox
-(:mod:`grpo_core.agents.environment_runner` runs it, one sandboxed interpreter per episode)."""
+(:mod:`grpo_core.agents.environment_runner` runs it, one process per episode)."""
 
 from __future__ import annotations
 
@@ -69,9 +69,10 @@ class EnvironmentSpec(BaseModel):
         "`environment_error`.",
     )
     memory_mb: int = Field(
-        256, ge=16, le=16384, description="Address space of each process of an episode's sandbox."
+        256, ge=16, le=16384, description="Address space of each process of an episode (each runs in a "
+        "process of its own, forked in a sandbox that serves up to 16 of the job's episodes)."
     )
-    max_processes: int = Field(4, ge=1, le=64, description="Processes and threads of an episode's sandbox.")
+    max_processes: int = Field(4, ge=1, le=64, description="Processes and threads of each episode.")
 
     @field_validator("source")
     @classmethod

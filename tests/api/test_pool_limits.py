@@ -237,10 +237,10 @@ def test_a_pools_sandbox_limit_bounds_an_environment_jobs_episodes(admin, alpha,
     admin.put(f"/v1/admin/pools/{sandboxed_pool}/limits", json={"max_sandbox_memory_bytes": 4 * 2**30})
     source = ("class Environment:\n    def reset(self, item):\n        return None\n"
               "    def step(self, action):\n        return {'done': True}\n")
-    # 2 prompts × 2 generations = 4 episodes, each a sandbox of (4 + 1) × 256 MiB + 16 MiB.
+    # 2 prompts × 2 generations = 4 episodes in one sandbox: (4 × 4 + 2) processes × 256 MiB + 16 MiB.
     spec = job_spec(resources={"pool": sandboxed_pool}, rewards=[], environment={"source": source})
     message = refusal(alpha.post("/v1/jobs", json=spec), "environment")
-    assert "4 episodes (prompts × num_generations) may hold 5,184 MiB" in message
+    assert "4 episodes (prompts × num_generations) may hold 4,624 MiB" in message
     assert message.endswith("at most 4,096 MiB: lower environment.memory_mb or max_processes")
-    small = {**spec, "environment": {"source": source, "memory_mb": 128}}  # 4 × (640 + 16) MiB
+    small = {**spec, "environment": {"source": source, "memory_mb": 128}}  # 18 × 128 + 16 MiB
     assert alpha.post("/v1/jobs", json=small).status_code == 201

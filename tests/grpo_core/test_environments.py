@@ -118,6 +118,7 @@ def test_each_episode_keeps_its_own_state_across_turns_and_shares_none() -> None
         ("while True:\n            pass", "gave no answer to step: it ran out of time"),
         ("import os\n        os._exit(3)", "gave no answer to step: its process ended"),
         ("return {'observation': 'x' * 200000, 'done': False}", "over its output limit"),
+        ("self.hoard = bytearray(512 * 2**20)", "step raised MemoryError"),  # memory_mb: 256
     ],
 )
 def test_an_environment_that_fails_fails_the_job_saying_how(step, message) -> None:
@@ -264,3 +265,19 @@ def test_an_environment_runs_inside_the_sandbox_the_graders_use() -> None:
         tried = episodes.step({0: "x"})[0].observation
     assert "reached" not in tried, tried
     assert "host files" in tried and "network" in tried
+
+
+@needs_sandbox
+def test_many_episodes_share_sandboxes_by_batches_each_in_its_own_process() -> None:
+    """More episodes than one sandbox forks: every one still has its own Environment (the
+    instance count each sees is 1), and an episode ended early leaves the others running."""
+    from grpo_core.agents.environment_runner import EPISODES_PER_SANDBOX
+
+    count = EPISODES_PER_SANDBOX + 3
+    with EnvironmentEpisodes(setup_of(), [{"turns": 2}] * count) as episodes:
+        first = episodes.step({i: "a" for i in range(count)})
+        assert [first[i].observation for i in range(count)] == ["turn 1 of 2, instances 1"] * count
+        episodes.finish(0)
+        episodes.finish(EPISODES_PER_SANDBOX)
+        second = episodes.step({i: "b" for i in range(1, count) if i != EPISODES_PER_SANDBOX})
+        assert all(result.done for result in second.values()) and len(second) == count - 2
