@@ -88,14 +88,19 @@ class Timed:
 
 
 def fitted_model(folder: Path, hidden: int, layers: int, k: int, prompts: list[list[dict]]):
-    """The tiny model widened, fitted to answer each user turn with the same ``k`` tokens and EOS."""
+    """The tiny model widened, fitted to answer each user turn with the same ``k`` tokens and EOS
+    (``k`` at most the tokenizer's ordinary tokens)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     build_tiny_model(folder, hidden_size=hidden, num_layers=layers, seed=1)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder).train()
     conversations = Conversations(tokenizer, None)
-    answer = tokenizer("ok " * k, add_special_tokens=False)["input_ids"][:k] + [tokenizer.eos_token_id]
+    # Distinct tokens in a fixed order: each names the next, so the model learns the turn quickly
+    # and stops after exactly k (a repeated token would have it count).
+    ordinary = [t for t in range(len(tokenizer)) if t not in set(tokenizer.all_special_ids)]
+    order = torch.randperm(len(ordinary), generator=torch.Generator().manual_seed(0))[:k].tolist()
+    answer = [ordinary[i] for i in order] + [tokenizer.eos_token_id]
     observation = conversations.observation_ids([{"role": "user", "content": "Go on."}], chat=True)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     for _ in range(60):
