@@ -239,6 +239,11 @@ class Settings(BaseSettings):
         "(e.g. `10.20.0.0/16` for a receiver inside your network, `127.0.0.0/8,::1/128` for a test on "
         "loopback); empty: public unicast addresses only. Checked at registration and on the address "
         "each delivery connects to.")
+    environment_allowed_networks: str = Field(
+        "", description="Comma-separated CIDR networks an environment server (registered with "
+        "/v1/admin/verifiers, named by a spec's environment.server) may be in besides public addresses, "
+        "e.g. the cluster's own network; empty: public unicast addresses only. Checked on the address "
+        "each episode's session connects to (the egress guard).")
     webhook_timeout_seconds: float = Field(
         5.0, gt=0, le=60, description="One webhook request's deadline, connect, send and answer "
         "together; a slower receiver's delivery is cut there and retried later. Redirects are never "
@@ -304,7 +309,7 @@ class Settings(BaseSettings):
         # `GRPO_SECRET_KEY=` (compose's `${GRPO_SECRET_KEY:-}`) is no key, not a malformed one.
         return value if value is None or value.get_secret_value().strip() else None
 
-    @field_validator("webhook_allowed_networks")
+    @field_validator("webhook_allowed_networks", "environment_allowed_networks")
     @classmethod
     def _networks(cls, value: str) -> str:
         for cidr in (c.strip() for c in value.split(",")):
@@ -316,6 +321,11 @@ class Settings(BaseSettings):
     def webhook_networks(self) -> tuple[str, ...]:
         """``webhook_allowed_networks`` as a tuple of CIDR texts."""
         return tuple(c.strip() for c in self.webhook_allowed_networks.split(",") if c.strip())
+
+    @property
+    def environment_networks(self) -> tuple[str, ...]:
+        """``environment_allowed_networks`` as a tuple of CIDR texts."""
+        return tuple(c.strip() for c in self.environment_allowed_networks.split(",") if c.strip())
 
     @property
     def webhook_hosts(self) -> frozenset[str]:

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks._common import format_table  # noqa: E402
 from grpo_core.agents import environment_runner  # noqa: E402
-from grpo_core.agents.environment_runner import EnvironmentSetup  # noqa: E402
+from grpo_core.agents.environment_setup import EnvironmentSetup  # noqa: E402
 from grpo_core.agents.rendering import Conversations  # noqa: E402
 from grpo_core.algorithm.episodes import AgentSetup, sample_episodes  # noqa: E402
 from grpo_core.algorithm.logprobs import completion_logprobs  # noqa: E402

@@ -1,5 +1,5 @@
-"""The one egress guard: every outbound request a tenant can aim (a webhook today; agent environment
-servers and verifiers next) goes through it, so a team cannot turn our network position against
+"""The one egress guard: every outbound request a tenant can aim (a webhook; an environment server's
+session: :func:`connect_checked`) goes through it, so a team cannot turn our network position against
 the operator (OWASP's SSRF prevention; Smokescreen's design).
 
 Resolve once, check the address against the policy, connect to that address: :func:`resolve_checked`
@@ -218,6 +218,20 @@ class _DeadlineStream(httpcore.NetworkStream):
         return None
 
 
+def _connected(address: str, port: int, timeout: float) -> socket.socket:
+    sock = socket.create_connection((address, port), timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def connect_checked(host: str, port: int, policy: EgressPolicy, timeout: float,
+                    resolver: Resolver = _system_resolver) -> socket.socket:
+    """A TCP socket connected to ``host``'s checked address (for a protocol httpx does not speak:
+    an environment server's WebSocket). :class:`DestinationRefused`, :class:`Unresolved`, or the
+    ``OSError`` of the connect."""
+    return _connected(resolve_checked(host, port, policy, resolver), port, timeout)
+
+
 class _GuardedBackend(httpcore.NetworkBackend):
     """Connects only to the checked address of the host it is asked for."""
 
@@ -239,8 +253,7 @@ class _GuardedBackend(httpcore.NetworkBackend):
             raise httpcore.ConnectTimeout("the request's deadline passed")
         with _mapped({socket.timeout: httpcore.ConnectTimeout,
                                                    OSError: httpcore.ConnectError}):
-            sock = socket.create_connection((address, port), min(left, timeout or left))
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock = _connected(address, port, min(left, timeout or left))
         return _DeadlineStream(sock, deadline)
 
     def connect_unix_socket(self, path: str, timeout: float | None = None,

@@ -97,3 +97,11 @@ class RewardUnavailable(GRPOError):
     rows are unscorable. Too many such steps in a row fail the job with this code."""
 
     code = "reward_unavailable"
+
+
+class EnvironmentUnavailable(GRPOError):
+    """An environment server (registered by an admin) could not be reached or dropped an episode:
+    the infrastructure's fault, not the job's, so the attempt ends and the job resumes from its
+    checkpoint once the server is back."""
+
+    code = "environment_unavailable"

@@ -17,7 +17,7 @@ from api.settings import Settings
 from api.storage import StorageUnavailable
 from api.store.gangs import HostPart
 from api.store.jobs import capabilities_needed
-from grpo_core.errors import GRPOError, traceback_tail
+from grpo_core.errors import EnvironmentUnavailable, GRPOError, traceback_tail
 from grpo_core.io.model_loading import quiet_library_progress_bars
 from grpo_core.parallel.distributed import SINGLE
 from grpo_core.run.launch import PeerLost, RankDied
@@ -74,6 +74,8 @@ def run_attempt(job: JobRead, settings: Settings, worker_id: str, files: Attempt
         return Fault(str(exc), {"error_code": DATABASE_UNAVAILABLE}, DATABASE_UNAVAILABLE)
     except StorageUnavailable as exc:  # the same for the object store
         return Fault(str(exc), {"error_code": STORAGE_UNAVAILABLE}, STORAGE_UNAVAILABLE)
+    except EnvironmentUnavailable as exc:  # an environment server away: resume once it is back
+        return Fault(exc.message, {"error_code": exc.code}, exc.code)
     except StaleAttempt as exc:  # another attempt owns the job: nothing of this one is recorded
         return Fault(str(exc), {"error_code": LEASE_LOST}, LEASE_LOST)
     except ValidationError as exc:

@@ -107,7 +107,7 @@ class RewardTrialResponder:
 def _answer(trial: RelayedTrial, settings: Settings) -> str:
     try:
         if isinstance(trial.request, EnvironmentTrialRequest):
-            return answer_of(run_environment_trial(trial.request, settings))
+            return answer_of(run_environment_trial(trial.request, trial.team_id, settings))
         return answer_of(run_trial(trial.request, trial.team_id, settings))
     except InvalidSpec as exc:
         return error_answer(exc)

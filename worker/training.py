@@ -19,6 +19,7 @@ from api.settings import Settings
 from api.storage import ObjectStore
 from api.store import bus
 from api.vocabulary import TRACKER_PROJECT
+from grpo_core.egress import EgressPolicy
 from grpo_core.errors import GRPOError
 from grpo_core.io.model_export import export_model
 from grpo_core.io.model_loading import resolve_model_location
@@ -176,7 +177,8 @@ def train_job(job: JobRead, spec: JobSpec, settings: Settings, callbacks: Traine
     try:
         components = build_components(spec, models_root=roots.models, data_root=roots.data,
                                       device=None, ranks=ranks, reward_models_root=roots.reward_models,
-                                      verifiers=registered_verifiers(spec, settings, job.team_id))
+                                      verifiers=registered_verifiers(spec, settings, job.team_id),
+                                      egress=EgressPolicy.from_cidrs(settings.environment_networks))
         # Written in the attempt's staging folder, renamed into the job's under its fence.
         publisher = FencedPublisher(attempt_fence(job, settings), staging_dir(settings, job.id, job.attempt))
         trainer = GRPOTrainer(components, checkpoint_dir(settings, job.id), callbacks, publisher)

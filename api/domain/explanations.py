@@ -48,6 +48,10 @@ ERROR_CODES: dict[str, str] = {
                          "step raised, answered something that is not what it must return, or went over its "
                          "time, memory or output limits (the message says which; try it with POST "
                          "/v1/environments/run)",
+    "environment_unavailable": "the registered environment server could not be reached, refused a "
+                               "session, or did not answer in time; the job goes back to the queue and "
+                               "resumes from its checkpoint (an admin checks the server and "
+                               "GRPO_ENVIRONMENT_ALLOWED_NETWORKS)",
     "reward_timeout": "rewards went over reward_timeout_seconds on 3 steps in a row",
     "reward_unavailable": "an http_verifier reward's service could not be reached on 3 steps in a row",
     "sandbox_unavailable": "the code sandbox that the code_tests reward runs in does not work on the worker",

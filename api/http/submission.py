@@ -202,15 +202,20 @@ def gpus_problem(spec: JobSpec, size: PoolSize) -> SpecError | None:
     return SpecError("resources.gpus", f"asks for {spec.resources.gpus} GPUs but {offered}")
 
 
+def sandboxed_environment(spec: JobSpec) -> bool:
+    """Whether the spec's environment runs in the sandbox (its source; a server runs elsewhere)."""
+    return spec.environment is not None and spec.environment.source is not None
+
+
 def check_capabilities(spec: JobSpec, live_workers: Callable[[], list[Heartbeat]]) -> None:
     """Raise :class:`InvalidSpec` when a reward needs what a worker must advertise (``code_tests``:
     a working sandbox) and no live worker of the job's pool advertises it: such a job could only
     fail. ``live_workers`` is called only when some reward needs a capability."""
-    if not required_capabilities(spec.rewards) and spec.tools is None and spec.environment is None:
+    sandboxed = "tools" if spec.tools is not None else "environment" if sandboxed_environment(spec) else None
+    if not required_capabilities(spec.rewards) and sandboxed is None:
         return
     pool, live = spec.resources.pool, live_workers()
     problems = capability_problems(spec.rewards, pool, live)
-    sandboxed = "tools" if spec.tools is not None else "environment" if spec.environment is not None else None
     if sandboxed is not None and SANDBOX_CAPABILITY not in offered_capabilities(pool, live):
         what = "tool calls" if sandboxed == "tools" else "an environment's episodes"
         problems.append(SpecError(sandboxed, (
@@ -343,12 +348,19 @@ def _file_columns_problem(rewards: list[RewardSpec], field: str, dataset: Datase
 
 def check_verifiers(session: Session, spec: JobSpec, team_id: int) -> None:
     """Every ``http_verifier`` reward names a verifier registered for the submitting team or the
-    job's pool (its args are already valid: :func:`check_submission` ran first)."""
+    job's pool (its args are already valid: :func:`check_submission` ran first), and so does an
+    environment's ``server``."""
     named = verifier_names(spec.rewards)
-    usable = endpoints_for(session, set(named.values()), team_id, spec.resources.pool)
+    server = spec.environment.server if spec.environment is not None else None
+    usable = endpoints_for(session, {*named.values(), *([server] if server else [])}, team_id,
+                           spec.resources.pool)
     missing = [SpecError(f"rewards.{index}.args.verifier",
                          f"no verifier '{name}' is registered for your team or pool '{spec.resources.pool}'")
                for index, name in named.items() if name not in usable]
+    if server is not None and server not in usable:
+        missing.append(SpecError("environment.server", f"no environment server '{server}' is registered for "
+                                 f"your team or pool '{spec.resources.pool}' (an admin registers it with "
+                                 "/v1/admin/verifiers)"))
     if missing:
         raise InvalidSpec(missing)
 

@@ -91,7 +91,7 @@ def environment_problems(environment: EnvironmentSpec | None, episodes: int, poo
     """An environment's sandboxes over the pool's sandbox memory: each live episode holds one.
     A job's generation round has its episodes live at once (all ranks' together here: the
     prompts it draws × num_generations); a dry run plays one."""
-    if environment is None:
+    if environment is None or environment.source is None:  # a server's episodes hold no sandbox here
         return []
     held = environment_sandbox_bytes(environment, episodes)
     if held <= limit:

@@ -50,7 +50,8 @@ def capabilities_needed(spec: JobSpec) -> list[str]:
     """What a worker must advertise to run ``spec`` (its rewards' needs), sorted, each once:
     stored with the job for the scheduler, and checked again by the worker that gets it."""
     needed = {capability for _, capability in required_capabilities(spec.rewards)}
-    if (spec.tools or spec.environment) is not None:  # they run in the sandbox the python graders use
+    sandboxed_environment = spec.environment is not None and spec.environment.source is not None
+    if spec.tools is not None or sandboxed_environment:  # they run in the sandbox the python graders use
         needed.add(SANDBOX_CAPABILITY)
     return sorted(needed)
 

@@ -30,19 +30,26 @@ from api.schemas.environment_trials import (
 from api.settings import Settings
 from api.store.db import session_scope
 from api.store.pools import admission
+from api.store.verifiers import endpoints_for
 from api.vocabulary import DEFAULT_POOL
-from grpo_core.agents.environment_runner import EnvironmentEpisodes, EnvironmentSetup
-from grpo_core.errors import GRPOError, SpecError
+from grpo_core.agents.environment_runner import open_episodes
+from grpo_core.agents.environment_setup import EnvironmentSetup
+from grpo_core.egress import EgressPolicy
+from grpo_core.errors import EnvironmentUnavailable, GRPOError, SpecError
 from grpo_core.rewards.sandbox import sandbox_problem
+from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
 from grpo_core.spec.environment_spec import EnvironmentSpec
 from grpo_core.spec.spec_file import InvalidSpec, field_path, load_yaml
 
 __all__ = ["environment_of_spec", "run_environment_trial", "runs_on_a_worker"]
 
 
-def runs_on_a_worker(settings: Settings) -> bool:
-    """Whether the request goes to a sandbox-capable worker (``GRPO_REWARD_TRIAL_HOST``): always
-    with ``workers``, else when this host has no sandbox of its own."""
+def runs_on_a_worker(request: EnvironmentTrialRequest, settings: Settings) -> bool:
+    """Whether the (checked) request goes to a sandbox-capable worker (``GRPO_REWARD_TRIAL_HOST``):
+    an Environment class always with ``workers``, else when this host has no sandbox of its own;
+    a registered server's sessions are opened from here, through the egress guard."""
+    if request.environment is None or request.environment.source is None:
+        return False
     return settings.reward_trial_host == "workers" or sandbox_problem() is not None
 
 
@@ -83,17 +90,34 @@ def check_environment_trial(request: EnvironmentTrialRequest, settings: Settings
     return request
 
 
-def play_environment_trial(request: EnvironmentTrialRequest) -> EnvironmentTrialRead:
-    """The (checked) request's episode, played in this host's sandbox."""
+def _servers(environment: EnvironmentSpec, team_id: int, pool: str,
+             settings: Settings) -> dict[str, VerifierEndpoint]:
+    """The registration a server-backed environment names, when the team or pool has it."""
+    if environment.server is None:
+        return {}
+    with session_scope(settings.database_url) as session:
+        found = endpoints_for(session, {environment.server}, team_id, pool)
+    if environment.server not in found:
+        raise InvalidSpec([SpecError("environment.server", f"no environment server '{environment.server}' is "
+                                                           f"registered for your team or pool '{pool}'")])
+    return found
+
+
+def play_environment_trial(request: EnvironmentTrialRequest, team_id: int,
+                           settings: Settings) -> EnvironmentTrialRead:
+    """The (checked) request's episode, played in this host's sandbox (an Environment class) or
+    as a session of its registered server (through the egress guard)."""
     assert request.environment is not None
-    if (missing := sandbox_problem()) is not None:
+    if request.environment.source is not None and (missing := sandbox_problem()) is not None:
         raise InvalidSpec([SpecError("environment", f"runs in the code sandbox, and this host has none: "
                                                     f"{missing}")])
     capped = request.environment.model_copy(
         update={"timeout_seconds": min(request.environment.timeout_seconds, MAX_CALL_SECONDS)})
+    servers = _servers(capped, team_id, request.pool or DEFAULT_POOL, settings)
+    setup = EnvironmentSetup.of(capped, servers, EgressPolicy.from_cidrs(settings.environment_networks))
     steps: list[EnvironmentStepRead] = []
     try:
-        with EnvironmentEpisodes(EnvironmentSetup.of(capped), [request.item]) as episode:
+        with open_episodes(setup, [request.item]) as episode:
             for action in request.actions:
                 result = episode.step({0: action})[0]
                 steps.append(EnvironmentStepRead(action=action, observation=result.observation,
@@ -101,6 +125,8 @@ def play_environment_trial(request: EnvironmentTrialRequest) -> EnvironmentTrial
                 if result.done:
                     break
             first = episode.first_observations[0]
+    except EnvironmentUnavailable as exc:  # the registered server's state, not ours: said, not a 5xx
+        raise InvalidSpec([SpecError("environment.server", exc.message)]) from None
     except GRPOError as exc:
         raise InvalidSpec([SpecError("environment", exc.message)]) from None
     done = bool(steps) and steps[-1].done
@@ -109,7 +135,8 @@ def play_environment_trial(request: EnvironmentTrialRequest) -> EnvironmentTrial
                                 unused_actions=len(request.actions) - len(steps))
 
 
-def run_environment_trial(request: EnvironmentTrialRequest, settings: Settings) -> EnvironmentTrialRead:
+def run_environment_trial(request: EnvironmentTrialRequest, team_id: int,
+                          settings: Settings) -> EnvironmentTrialRead:
     """Checked and played here: what a worker runs for a request the API relayed (checked again,
     as if it came from a client)."""
-    return play_environment_trial(check_environment_trial(request, settings))
+    return play_environment_trial(check_environment_trial(request, settings), team_id, settings)

@@ -17,59 +17,28 @@ answer cannot be scored around).
 from __future__ import annotations
 
 import json
-import math
-import numbers
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from grpo_core.errors import GRPOError
-from grpo_core.rewards.sandbox import Limits
+from grpo_core.agents.environment_answers import (
+    Episodes,
+    StepResult,
+    answer_text,
+    failure,
+    json_object,
+    step_result,
+)
+from grpo_core.agents.environment_server import ServerEpisodes
+from grpo_core.agents.environment_setup import EnvironmentSetup
 from grpo_core.rewards.sandbox_session import SandboxSession, SessionFailed
 from grpo_core.spec.environment_spec import EnvironmentSpec
 
 EPISODES_PER_SANDBOX = 16  # episodes forked by one sandboxed interpreter
 PARALLEL_SANDBOXES = 8  # sandboxes talked to at once (each call is a few milliseconds of their CPU)
-OBSERVATION_BYTES = 64 * 2**10  # the most of one answer line read from a sandbox
 _HARNESS = Path(__file__).with_name("environment_harness.py").read_text(encoding="utf-8")
-ERROR_CODE = "environment_error"
-
-
-@dataclass(frozen=True)
-class EnvironmentSetup:
-    """What running a job's environment needs: its source, turns, per-call time, and the limits
-    of one episode (:meth:`sandbox_limits` makes a batch's sandbox of them)."""
-
-    source: str
-    max_turns: int
-    timeout_seconds: float
-    limits: Limits
-
-    @classmethod
-    def of(cls, spec: EnvironmentSpec) -> EnvironmentSetup:
-        # CPU for the whole episode: every call may use its time; the wall clock is per call.
-        cpu = math.ceil(spec.timeout_seconds * (spec.max_turns + 1)) + 1
-        limits = Limits(
-            wall_seconds=spec.timeout_seconds,
-            cpu_seconds=cpu,
-            memory_bytes=spec.memory_mb * 2**20,
-            processes=spec.max_processes,
-            output_bytes=OBSERVATION_BYTES + 512,
-        )
-        return cls(spec.source, spec.max_turns, spec.timeout_seconds, limits)
-
-    def sandbox_limits(self, episodes: int) -> Limits:
-        """A sandbox of ``episodes``: each episode's processes, the harness and the launcher; all
-        of their memory (each process's address space) and the shared /tmp."""
-        processes = episodes * self.limits.processes + 2
-        return replace(
-            self.limits,
-            processes=processes,
-            run_memory_bytes=(processes * self.limits.memory_bytes + self.limits.tmp_bytes),
-        )
 
 
 def environment_sandbox_bytes(spec: EnvironmentSpec, episodes: int) -> int:
@@ -81,21 +50,22 @@ def environment_sandbox_bytes(spec: EnvironmentSpec, episodes: int) -> int:
     return sum(setup.sandbox_limits(size).cgroup_memory_bytes for size in sizes)
 
 
+def open_episodes(
+    setup: EnvironmentSetup, items: list[dict[str, Any]]
+) -> Episodes:
+    """``len(items)`` episodes of the setup's environment, started and reset on their items: in
+    the sandbox (an Environment class) or as sessions of its registered server."""
+    if setup.server is not None:
+        return ServerEpisodes(setup, items)
+    return EnvironmentEpisodes(setup, items)
+
+
 def environment_reward(
     completions: list[str], prompts: list[str], environment_reward: list[float], **_: Any
 ) -> list[float]:
     """The reward named 'environment' among a job's rewards: each episode's environment rewards,
     summed (the scorer passes them as the ``environment_reward`` column)."""
     return list(environment_reward)
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """What ``step`` returned, checked: the next observation, the turn's reward, whether it ended."""
-
-    observation: str | None
-    reward: float | None
-    done: bool
 
 
 class _Batch:
@@ -107,21 +77,21 @@ class _Batch:
         self.session = SandboxSession(_HARNESS, setup.sandbox_limits(count))
         try:
             self.session.send(json.dumps({"source": setup.source, "episodes": count}))
-            loaded = self._answer(
+            loaded = json_object(
                 self.session.receive(time.monotonic() + setup.timeout_seconds), "start", first
             )
         except SessionFailed as exc:
             self.session.close()
-            raise _failure(f"gave no answer to its start: {exc}", first) from None
+            raise failure(f"gave no answer to its start: {exc}", first) from None
         except BaseException:
             self.session.close()
             raise
         if "load_error" in loaded:
             self.session.close()
-            raise _failure(f"does not load: {_text(loaded['load_error'])}", first)
+            raise failure(f"does not load: {answer_text(loaded['load_error'])}", first)
         if loaded.get("ready") is not True:
             self.session.close()
-            raise _failure("answered its start with something else than the harness's 'ready'", first)
+            raise failure("answered its start with something else than the harness's 'ready'", first)
 
     def ask(self, requests: dict[int, dict[str, Any]], call: str) -> dict[int, dict[str, Any]]:
         """Each episode's answer to its request (episodes numbered as the caller numbers them),
@@ -135,16 +105,16 @@ class _Batch:
             while len(answers) < len(mine):
                 waiting = min(set(mine) - set(answers))
                 try:
-                    answer = self._answer(self.session.receive(deadline), call, self.first + waiting)
+                    answer = json_object(self.session.receive(deadline), call, self.first + waiting)
                 except SessionFailed as exc:
-                    raise _failure(f"gave no answer to {call}: {exc}", self.first + waiting) from None
+                    raise failure(f"gave no answer to {call}: {exc}", self.first + waiting) from None
                 index = answer.get("e")
                 if isinstance(index, bool) or index not in mine or index in answers:
                     continue  # not an answer asked for (the team's code may write anything)
                 if answer.get("ended") is True:
-                    raise _failure(f"gave no answer to {call}: its process ended", self.first + index)
+                    raise failure(f"gave no answer to {call}: its process ended", self.first + index)
                 if "error" in answer:
-                    raise _failure(f"{call} raised {_text(answer['error'])}", self.first + index)
+                    raise failure(f"{call} raised {answer_text(answer['error'])}", self.first + index)
                 answers[index] = answer
         except BaseException:
             self.close()
@@ -169,18 +139,9 @@ class _Batch:
         self.live.clear()
         self.session.close()
 
-    @staticmethod
-    def _answer(line: str, call: str, episode: int) -> dict[str, Any]:
-        try:
-            answer = json.loads(line)
-        except (ValueError, RecursionError):
-            answer = None
-        if not isinstance(answer, dict):
-            raise _failure(f"answered {call} with something that is no JSON object", episode)
-        return answer
 
 
-class EnvironmentEpisodes:
+class EnvironmentEpisodes(Episodes):
     """``len(items)`` episodes started and reset on their items (dataset rows); use as a context
     manager, which ends every sandbox. ``first_observations[i]``: what episode ``i``'s reset returned."""
 
@@ -202,12 +163,6 @@ class EnvironmentEpisodes:
             self.close()
             raise
 
-    def __enter__(self) -> EnvironmentEpisodes:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def _start(self, first: int, items: list[dict[str, Any]]) -> None:
         count = min(EPISODES_PER_SANDBOX, len(items) - first)
         batch = _Batch(self.setup, first, count)
@@ -217,7 +172,7 @@ class EnvironmentEpisodes:
         for episode, answer in batch.ask(resets, "reset").items():
             observation = answer.get("observation")
             if observation is not None and not isinstance(observation, str):
-                raise _failure(f"reset returned {type(observation).__name__}, not a str or None", episode)
+                raise failure(f"reset returned {type(observation).__name__}, not a str or None", episode)
             self.first_observations[episode] = observation
 
     def step(self, actions: dict[int, str]) -> dict[int, StepResult]:
@@ -229,7 +184,7 @@ class EnvironmentEpisodes:
 
         results: dict[int, StepResult] = {}
         for answers in self._pool.map(ask, list(self._batches)):
-            results.update({i: _step_result(answer, i) for i, answer in answers.items()})
+            results.update({i: step_result(answer, i) for i, answer in answers.items()})
         missing = sorted(set(actions) - set(results))
         if missing:
             raise ValueError(f"episodes {missing} have ended")
@@ -247,36 +202,3 @@ class EnvironmentEpisodes:
         for batch in batches:
             batch.close()
         self._pool.shutdown(wait=True)
-
-
-def _step_result(answer: dict[str, Any], episode: int) -> StepResult:
-    result = answer.get("result")
-    if not isinstance(result, dict):
-        raise _failure(
-            f"step returned {type(result).__name__}, not a dict with observation, reward and done", episode
-        )
-    observation, reward, done = result.get("observation"), result.get("reward"), result.get("done", False)
-    if observation is not None and not isinstance(observation, str):
-        raise _failure(f"step's observation is {type(observation).__name__}, not a str or None", episode)
-    if reward is not None and (
-        isinstance(reward, bool) or not isinstance(reward, numbers.Real) or not _finite(reward)
-    ):
-        raise _failure(f"step's reward is {_text(repr(reward))}, not a finite number or None", episode)
-    if not isinstance(done, bool):
-        raise _failure(f"step's done is {type(done).__name__}, not a bool", episode)
-    return StepResult(observation, None if reward is None else float(reward), done)
-
-
-def _finite(value: numbers.Real) -> bool:
-    try:
-        return math.isfinite(float(value))
-    except OverflowError:  # an int too large for a float
-        return False
-
-
-def _text(value: Any) -> str:
-    return str(value)[:500]
-
-
-def _failure(message: str, episode: int) -> GRPOError:
-    return GRPOError(f"the environment {message} (episode {episode} of the batch)", code=ERROR_CODE)

@@ -35,8 +35,12 @@ class ToolResult:
 
 def sandbox_limits(limits: ToolLimits) -> Limits:
     """The spec's ``tool_limits`` as the sandbox takes them."""
-    return Limits(wall_seconds=limits.timeout_seconds, cpu_seconds=max(1, round(limits.timeout_seconds)),
-                  memory_bytes=limits.memory_mb * 2**20, processes=limits.max_processes)
+    return Limits(
+        wall_seconds=limits.timeout_seconds,
+        cpu_seconds=max(1, round(limits.timeout_seconds)),
+        memory_bytes=limits.memory_mb * 2**20,
+        processes=limits.max_processes,
+    )
 
 
 def tool_sandbox_bytes(limits: ToolLimits) -> int:

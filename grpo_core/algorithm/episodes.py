@@ -31,7 +31,9 @@ from typing import Any
 
 import torch
 
-from grpo_core.agents.environment_runner import EnvironmentEpisodes, EnvironmentSetup
+from grpo_core.agents.environment_answers import Episodes
+from grpo_core.agents.environment_runner import open_episodes
+from grpo_core.agents.environment_setup import EnvironmentSetup
 from grpo_core.agents.rendering import Conversations, with_observation
 from grpo_core.agents.tool_calls import content_without_calls, parse_tool_calls
 from grpo_core.agents.tool_runner import run_tool_calls
@@ -226,7 +228,7 @@ def sample_episodes(
     if setup.environment is not None:
         if items is None:
             raise ValueError("an environment's episodes need their dataset rows (items)")
-        environment = EnvironmentEpisodes(
+        environment = open_episodes(
             setup.environment, [items[i // num_generations] for i in range(len(episodes))]
         )
     try:
@@ -271,7 +273,7 @@ def sample_episodes(
 
 def _add_first_observations(
     episodes: list[_Episode],
-    environment: EnvironmentEpisodes,
+    environment: Episodes,
     items: list[dict[str, Any]],
     g: int,
     setup: AgentSetup,
@@ -298,7 +300,7 @@ def _take_turns(
     setup: AgentSetup,
     reasoning: ReasoningSpec,
     should_stop: Callable[[], bool] | None,
-    environment: EnvironmentEpisodes | None,
+    environment: Episodes | None,
     pad: int,
     device: torch.device,
 ) -> None:
@@ -363,7 +365,10 @@ def _take_turns(
 
 
 def _act(
-    episodes: list[_Episode], acting: list[int], environment: EnvironmentEpisodes, setup: AgentSetup
+    episodes: list[_Episode],
+    acting: list[int],
+    environment: Episodes,
+    setup: AgentSetup,
 ) -> list[int]:
     """Give every acting episode's turn (its answer) to its environment, all at once; add each
     turn's reward to the episode's and its observation to the trajectory. Returns the episodes

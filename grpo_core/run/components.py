@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from grpo_core.agents.environment_runner import EnvironmentSetup, environment_reward
+from grpo_core.agents.environment_runner import environment_reward
+from grpo_core.agents.environment_setup import EnvironmentSetup
 from grpo_core.agents.rendering import Conversations
 from grpo_core.agents.tool_runner import sandbox_limits
 from grpo_core.algorithm.episodes import AgentSetup
 from grpo_core.algorithm.optim import build_optimizer, build_scheduler
+from grpo_core.egress import EgressPolicy
 from grpo_core.errors import SpecError
 from grpo_core.io.model_loading import (
     PolicyAndReference,
@@ -88,11 +90,13 @@ def build_components(
     ranks: Ranks = SINGLE,
     reward_models_root: Path | None = None,
     verifiers: Mapping[str, VerifierEndpoint] | None = None,
+    egress: EgressPolicy | None = None,
 ) -> RunComponents:
     """``reward_models_root``: where rewards' ``path:`` models are (default ``models_root``; the
     service's models root when the policy comes from a job's artifacts). ``verifiers``: the
-    verifier services ``http_verifier`` rewards may name (the service's registrations for the job,
-    or ``grpo train --verifier``)."""
+    verifier services ``http_verifier`` rewards and an environment's ``server`` may name (the
+    service's registrations for the job, or ``grpo train --verifier``); ``egress``: the networks an
+    environment server's sessions may reach besides public addresses (none by default)."""
     rows = load_rows(spec.dataset, data_root=data_root, base_dir=base_dir)
     # max_steps -1 (train by epochs) becomes a step count now that the prompts are counted: every
     # reader below (schedule, trainer, progress) sees the one number.
@@ -107,7 +111,8 @@ def build_components(
     tokenizer = load_tokenizer(location)
     check_reward_rows(spec.rewards, rows)
     tools = tools_of(spec.tools) if spec.tools is not None else None
-    if (tools or spec.environment) is not None and (problem := sandbox_problem()) is not None:
+    sandboxed = tools is not None or (spec.environment is not None and spec.environment.source is not None)
+    if sandboxed and (problem := sandbox_problem()) is not None:
         what = "tools" if tools is not None else "environment"
         raise SandboxUnavailable(f"the job's {what} cannot run here: {problem}")
     conversations = Conversations(tokenizer, tools, spec.grpo.chat_template_kwargs)
@@ -160,20 +165,24 @@ def build_components(
         scheduler=build_scheduler(optimizer, spec.grpo),
         eos_ids=torch.tensor(eos, device=placement.device),
         eval_prompts=eval_prompts,
-        agent=_agent_setup(spec, conversations, tools, models.policy.config.max_position_embeddings),
+        agent=_agent_setup(spec, conversations, tools, models.policy.config.max_position_embeddings,
+                           verifiers, egress),
     )
 
 
 def _agent_setup(
-    spec: RunSpec, conversations: Conversations, tools: ToolSet | None, positions: int
+    spec: RunSpec, conversations: Conversations, tools: ToolSet | None, positions: int,
+    servers: Mapping[str, VerifierEndpoint] | None, egress: EgressPolicy | None,
 ) -> AgentSetup | None:
-    """What the job's episodes need, when they are multi-turn (tools or an environment)."""
+    """What the job's episodes need, when they are multi-turn (tools or an environment; a
+    registered environment server is looked up in ``servers`` and reached through ``egress``)."""
     if tools is None and spec.environment is None:
         return None
+    environment = None if spec.environment is None else EnvironmentSetup.of(spec.environment, servers, egress)
     return AgentSetup(
         conversations, tools, sandbox_limits(spec.tool_limits), spec.grpo.max_tool_calling_iterations,
         spec.grpo.max_trajectory_length or positions,
-        environment=None if spec.environment is None else EnvironmentSetup.of(spec.environment),
+        environment=environment,
         max_prompt_length=spec.grpo.max_prompt_length,
     )
 

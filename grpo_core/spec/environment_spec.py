@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from grpo_core.spec.source_checks import MAX_SOURCE_CHARS, sandbox_source_tree
 
@@ -43,21 +43,38 @@ def check_environment_source(source: str) -> str:
 
 
 class EnvironmentSpec(BaseModel):
-    """A stateful environment: each episode gets its own ``Environment()`` in its own sandboxed
-    interpreter; ``reset(item)`` starts it on the dataset row (its optional first observation is
-    added to the prompt), then each model turn is ``step(action)``'s action."""
+    """A stateful environment: each episode gets its own ``Environment()`` in a process of its own
+    (``source``), or its own session of a registered OpenEnv server (``server``); ``reset`` starts
+    it on the dataset row (its optional first observation is added to the prompt), then each
+    model turn is ``step``'s action."""
 
     model_config = ConfigDict(extra="forbid")
 
-    source: str = Field(
-        ...,
+    source: str | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
         min_length=1,
         max_length=MAX_SOURCE_CHARS,
         description="Python source (standard library only) defining class Environment with "
         "reset(self, item) -> str | None (the dataset row; an optional first observation, added to "
         "the prompt) and step(self, action: str) -> dict with observation (str or None), reward "
-        "(float or None) and done (bool).",
+        "(float or None) and done (bool). Or give server.",
     )
+    server: str | None = Field(
+        None, min_length=1, max_length=64, exclude_if=lambda value: value is None,
+        description="Instead of source: the name of an OpenEnv environment server an admin registered "
+        "(/v1/admin/verifiers) for your team or pool. Each episode is a session of its own "
+        "(OpenEnv's WebSocket protocol: reset, step, close).")
+    action_field: str = Field(
+        "message", min_length=1, max_length=64, exclude_if=lambda value: value == "message",
+        description="With server: the field of the step's action that holds the model's turn.")
+    observation_field: str | None = Field(
+        None, min_length=1, max_length=64, exclude_if=lambda value: value is None,
+        description="With server: the field of the observation whose text the model sees; null: the "
+        "whole observation as JSON (its reward, done and metadata left out).")
+    reset_columns: list[str] = Field(
+        default_factory=list, max_length=32, exclude_if=lambda value: not value,
+        description="With server: the dataset columns given to reset (as its data, e.g. seed).")
     max_turns: int = Field(
         8, ge=1, le=64, description="The most model turns of an episode; one not done by then ends there."
     )
@@ -76,5 +93,12 @@ class EnvironmentSpec(BaseModel):
 
     @field_validator("source")
     @classmethod
-    def _defines_environment(cls, source: str) -> str:
-        return check_environment_source(source)
+    def _defines_environment(cls, source: str | None) -> str | None:
+        return None if source is None else check_environment_source(source)
+
+    @model_validator(mode="after")
+    def _source_or_server(self) -> EnvironmentSpec:
+        if (self.source is None) == (self.server is None):
+            raise ValueError("give source (an Environment class run in the sandbox) or server (a registered "
+                             "OpenEnv server's name), not both")
+        return self

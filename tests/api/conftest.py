@@ -84,7 +84,9 @@ def api_settings_factory(service_roots: dict[str, Path], tmp_path_factory: pytes
                   "models_root": service_roots["models"], "data_root": service_roots["data"],
                   "artifacts_root": tmp_path_factory.mktemp("artifacts"), "stream_maxlen": 100_000,
                   # Webhook secrets are sealed under a key; receivers of the tests listen on loopback.
-                  "secret_key": TEST_SECRET_KEY, "webhook_allowed_networks": LOOPBACK_NETWORKS}
+                  "secret_key": TEST_SECRET_KEY, "webhook_allowed_networks": LOOPBACK_NETWORKS,
+                  # Environment servers of the tests (tests/openenv_server.py) listen on loopback too.
+                  "environment_allowed_networks": LOOPBACK_NETWORKS}
         return Settings(**{**values, **overrides})
 
     return factory

@@ -203,3 +203,27 @@ def test_an_environment_job_needs_a_sandboxed_worker_and_an_environment_class(ap
             assert neither.status_code == 422 and neither.json()["error"]["param"] == "rewards"
         finally:
             client.delete(settings.redis_keys.worker("plain"), settings.redis_keys.worker("boxed"))
+
+
+def test_an_environment_server_job_needs_the_server_registered_not_a_sandbox(api, api_server,
+                                                                             job_spec) -> None:
+    """A server-backed environment runs on the server: no sandbox asked of the pool's workers;
+    the server's name must be registered for the team or the pool, as a verifier's is."""
+    settings = api_server.settings
+    spec = job_spec(rewards=[], environment={"server": "games-at-submit", "max_turns": 3})
+    with bus.connect(settings) as client:
+        bus.advertise_worker(client, settings.redis_keys, Heartbeat(worker_id="plain", pool="default"), 60)
+        try:
+            refused = api.post("/v1/jobs", json=spec)
+            assert refused.status_code == 422 and refused.json()["error"]["param"] == "environment.server"
+            assert "no environment server 'games-at-submit'" in refused.json()["error"]["message"]
+            registered = api.put("/v1/admin/verifiers/games-at-submit",
+                                 json={"pool": "default", "url": "http://games.example:8000"})
+            assert registered.status_code == 200, registered.text
+            accepted = api.post("/v1/jobs", json=spec)
+            assert accepted.status_code == 201, accepted.text  # the plain worker suffices
+            assert accepted.json()["spec"]["environment"]["server"] == "games-at-submit"
+            assert "source" not in accepted.json()["spec"]["environment"]
+        finally:
+            client.delete(settings.redis_keys.worker("plain"))
+            api.delete("/v1/admin/verifiers/games-at-submit")

@@ -5,6 +5,7 @@ run or fails as it would fail a job is a 422 naming ``environment``, with nothin
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,35 @@ def test_grpo_env_run_plays_the_example_on_the_command_line(capsys, api_server, 
     assert json.loads(capsys.readouterr().out)["total_reward"] == pytest.approx(1.1)
     assert main(["env", "run", str(EXAMPLE), "--item", "[1]", "--action", "x", *target]) == 2
     assert "--item" in capsys.readouterr().err
+
+
+def test_a_registered_environment_server_plays_the_episode_for_its_team_only(member, client_for,
+                                                                              team_keys) -> None:
+    """An OpenEnv server (tests/openenv_server.py) an admin registered for team alpha: its
+    session plays the scripted actions; team beta cannot name it; a server gone is a 422 naming
+    environment.server, not a 5xx."""
+    from openenv_server import openenv_server
+
+    name = f"games-{uuid.uuid4().hex[:8]}"
+    admin = client_for(team_keys.admin)
+    environment = {"server": name, "reset_columns": ["seed"], "observation_field": "prompt"}
+    try:
+        with openenv_server() as server:
+            registered = admin.put(f"/v1/admin/verifiers/{name}", json={"team": "alpha", "url": server.url})
+            assert registered.status_code == 200, registered.text
+            body = {"environment": environment, "item": {"seed": 6}, "actions": ["5", "7", "1"]}  # target 7
+            response = member.post("/v1/environments/run", json=body)
+            assert response.status_code == 200, response.text
+            episode = response.json()
+            assert episode["first_observation"] == "Guess a digit from 1 to 9."
+            assert [(s["observation"], s["reward"], s["done"]) for s in episode["steps"]] == [
+                ("higher", 0.0, False), ("Right!", 1.0, True)]
+            assert episode["unused_actions"] == 1 and server.sessions == 1
+            other = client_for(team_keys.beta).post("/v1/environments/run", json=body)
+            assert other.status_code == 422 and other.json()["error"]["param"] == "environment.server"
+        gone = member.post("/v1/environments/run", json=body)
+        assert gone.status_code == 422, gone.text
+        assert gone.json()["error"]["param"] == "environment.server"
+        assert "cannot be reached" in gone.json()["error"]["message"]
+    finally:
+        admin.delete(f"/v1/admin/verifiers/{name}")

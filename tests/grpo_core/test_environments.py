@@ -12,7 +12,8 @@ from pydantic import ValidationError
 from sandbox_guard import needs_sandbox
 from tool_models import with_tool_tokens
 
-from grpo_core.agents.environment_runner import EnvironmentEpisodes, EnvironmentSetup
+from grpo_core.agents.environment_runner import EnvironmentEpisodes
+from grpo_core.agents.environment_setup import EnvironmentSetup
 from grpo_core.agents.rendering import Conversations, with_observation
 from grpo_core.algorithm.episodes import AgentSetup, episode_metrics, sample_episodes
 from grpo_core.algorithm.logprobs import completion_logprobs

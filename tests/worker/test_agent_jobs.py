@@ -10,11 +10,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from openenv_server import openenv_server
 from sandbox_guard import needs_sandbox
 from tool_models import QUESTIONS, TOOLS, save_tool_user
 
+from api.schemas.verifiers import VerifierSet
 from api.store.db import session_scope
+from api.store.teams import DEFAULT_TEAM
 from api.store.telemetry import list_metrics, list_samples
+from api.store.verifiers import delete_verifier, set_verifier
 
 pytestmark = [needs_sandbox, pytest.mark.slow]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -90,3 +94,27 @@ def test_an_environment_job_plays_its_episodes_and_its_reward_rises(
     assert len(turns) == row["turns"] and all("reward" in m for m in turns)
     assert row["messages"][1]["role"] == "user" and row["messages"][1]["content"].startswith(("No:", "Say"))
     assert row["env_reward"] == pytest.approx(sum(m["reward"] or 0.0 for m in turns))
+
+
+def test_an_environment_server_job_plays_each_episode_in_a_session_of_its_own(
+        run_in_process, submit, database_url, task_settings, monkeypatch, tiny_spec):
+    """The guess game served over OpenEnv's protocol (tests/openenv_server.py), registered for the
+    job's team; the worker reaches it through the egress guard the operator opened to loopback."""
+    monkeypatch.setenv("GRPO_ENVIRONMENT_ALLOWED_NETWORKS", "127.0.0.0/8")
+    task_settings.environment_allowed_networks = "127.0.0.0/8"
+    prompts = [{"prompt": [{"role": "user", "content": "Guess."}], "seed": seed} for seed in range(4)]
+    spec = tiny_spec("served", max_steps=2, rewards=[], dataset={"prompts": prompts},
+                     environment={"server": "games", "max_turns": 3, "reset_columns": ["seed"],
+                                  "observation_field": "prompt"},
+                     grpo={"max_completion_length": 24, "num_generations": 2}, log_completions_every=1)
+    with openenv_server() as server:
+        with session_scope(database_url) as session:
+            set_verifier(session, "games", VerifierSet(team=DEFAULT_TEAM, url=server.url))
+        try:
+            metrics, samples = run_to_success(run_in_process, submit, database_url, spec)
+        finally:
+            with session_scope(database_url) as session:
+                delete_verifier(session, "games")
+    assert len(metrics) == 2 and all("env_reward/mean" in values for values in metrics)
+    assert server.sessions == 2 * 2 * 2  # steps × prompts × generations: one session an episode
+    assert samples[0]["messages"][0]["role"] == "assistant" and "reward" in samples[0]["messages"][0]

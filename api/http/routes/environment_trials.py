@@ -35,7 +35,7 @@ async def run_environment(body: EnvironmentTrialRequest, request: Request, princ
 
 async def _run(body: EnvironmentTrialRequest, request: Request, settings: Any, redis: Any,
                team_id: int) -> EnvironmentTrialRead:
-    done = await trial_slots(request.app.state).run(_trial, body, settings)
+    done = await trial_slots(request.app.state).run(_trial, body, team_id, settings)
     if isinstance(done, EnvironmentTrialRead):
         return done
     answer = await ask_a_worker(redis, settings, done, team_id)
@@ -43,10 +43,11 @@ async def _run(body: EnvironmentTrialRequest, request: Request, settings: Any, r
     return answer
 
 
-def _trial(body: EnvironmentTrialRequest, settings: Any) -> EnvironmentTrialRead | EnvironmentTrialRequest:
+def _trial(body: EnvironmentTrialRequest, team_id: int,
+           settings: Any) -> EnvironmentTrialRead | EnvironmentTrialRequest:
     """In the slot's thread: the spec's text parsed and the environment checked, then the episode
     here, or the checked request to relay to a worker (waited on off the thread)."""
     checked = check_environment_trial(body, settings)
-    if runs_on_a_worker(settings):
+    if runs_on_a_worker(checked, settings):
         return checked
-    return play_environment_trial(checked)
+    return play_environment_trial(checked, team_id, settings)
