@@ -148,6 +148,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # A client of POST /v1/rewards/run: it reads spec files (grpo_core.spec), never runs a reward.
     "api.cli.reward_commands": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker",
                                 "grpo_core.rewards", "torch", "transformers"),
+    # A client of GET /v1/jobs/ID/samples: it prints what the API returns.
+    "api.cli.samples_command": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker",
+                                "grpo_core", "torch", "transformers"),
     # A client of POST /v1/environments/run: the service checks and runs the environment.
     "api.cli.environment_commands": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker",
                                      "grpo_core.agents", "grpo_core.rewards", "torch", "transformers"),

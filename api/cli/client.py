@@ -114,6 +114,11 @@ class ApiClient:
         """A dry run of rewards on samples: each reward has up to 30 s, so more than the default."""
         return self._json(self.http.post("/v1/rewards/run", json=body, timeout=120.0))
 
+    def samples(self, job_id: int, step: int | None = None, limit: int = 5) -> dict[str, Any]:
+        """The job's kept samples, newest step first: ``step``'s only, or the newest ``limit`` steps'."""
+        params: dict[str, Any] = {"limit": limit, **({"step": step} if step is not None else {})}
+        return self._get(f"/v1/jobs/{job_id}/samples", params)
+
     def run_environment(self, body: dict[str, Any]) -> dict[str, Any]:
         """A dry run of an environment: each of its calls has up to 10 s, so more than the default."""
         return self._json(self.http.post("/v1/environments/run", json=body, timeout=300.0))
