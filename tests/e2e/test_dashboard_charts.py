@@ -290,3 +290,29 @@ def test_an_environment_jobs_samples_show_its_games_turns_rewards_and_observatio
     assert any(label.startswith("assistant · reward") for label in labels), labels
     titles = page.locator("[data-panel=samples] thead th").all_inner_texts()
     assert "turns" in titles, titles
+
+
+@needs_sandbox
+def test_a_real_tools_jobs_samples_show_its_tool_calls_and_results(browser_page, keyed_stack,
+                                                                  tmp_path) -> None:
+    """The tiny model fitted to call its tool (tests/tool_models.py), run by the stack's worker
+    with its tool in the sandbox; the job page shows the call and the tool's result."""
+    from tool_models import QUESTIONS, TOOLS, save_tool_user
+
+    save_tool_user(keyed_stack.root / "models" / "tool-user", tmp_path / "scratch")
+    prompts = {"prompts": [{"prompt": [{"role": "user", "content": q}]} for q in QUESTIONS]}
+    spec = {"name": "tool-calls", "model": {"source": "path:tool-user"}, "dataset": prompts,
+            "tools": [{"source": TOOLS}], "rewards": [{"name": "contains", "args": {"text": "5"}}],
+            "grpo": {"max_steps": 1, "num_generations": 2, "prompts_per_step": 2,
+                     "max_completion_length": 120, "max_prompt_length": 768, "temperature": 0.7,
+                     "gradient_checkpointing": False},
+            "log_completions_every": 1}
+    job_id = keyed_stack.client("alpha").submit(spec)["id"]
+    assert wait_finished(keyed_stack, job_id)["status"] == "succeeded"
+    page = browser_page
+    log_in_as(page, keyed_stack, "alpha")
+    page.goto(f"/#/jobs/{job_id}")
+    page.wait_for_selector("[data-panel=samples] tbody tr .conversation")
+    texts = page.locator("[data-panel=samples] .conversation .turn").all_inner_texts()
+    assert any(text.startswith("tool add") and "5" in text for text in texts), texts
+    assert any('add({"a":2,"b":3})' in text for text in texts), texts
