@@ -35,6 +35,8 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/v1/jobs/compare"): JOB,  # every id must be the caller's: alpha's job and its twin here
     ("GET", "/v1/usage"): TEAM,  # GPU-seconds of the caller's team only (test_usage.py)
     ("POST", "/v1/rewards/run"): TEAM,  # verifiers of the caller's team only (test_reward_trials.py)
+    # Environment servers of the caller's team only (test_environment_trials.py).
+    ("POST", "/v1/environments/run"): TEAM,
     ("POST", "/v1/jobs"): TEAM,
     ("POST", "/v1/stream-tickets"): TEAM,  # a ticket stands for the caller's own key (test_hardening.py)
     # The caller's team's webhooks; another team's is a 404 on each {webhook_id} route (test_webhooks.py).
@@ -89,10 +91,13 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/v1/admin/verifiers/{verifier}"): ADMIN,
     ("DELETE", "/v1/admin/verifiers/{verifier}"): ADMIN,
 }
+ENVIRONMENT = ("class Environment:\n    def reset(self, item):\n        return None\n"
+               "    def step(self, action):\n        return {'done': True}\n")
 # Valid bodies where a route reads one, so the team check, not validation, decides the answer.
 BODIES = {("PATCH", _JOB): {"priority": "low"},
           ("POST", "/v1/rewards/run"): {"rewards": [{"name": "contains", "args": {"text": "4"}}],
-                                        "samples": [{"prompt": "2+2?", "completion": "4"}]}}
+                                        "samples": [{"prompt": "2+2?", "completion": "4"}]},
+          ("POST", "/v1/environments/run"): {"environment": {"source": ENVIRONMENT}, "actions": ["a"]}}
 # Query strings where a route needs one; formatted as the path is (twin_id: a second job of alpha).
 QUERIES = {("GET", "/v1/jobs/compare"): "?ids={job_id},{twin_id}"}
 
