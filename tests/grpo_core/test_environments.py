@@ -6,6 +6,8 @@ the prompt, and every model token scored in the context it was sampled in."""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 import torch
 from pydantic import ValidationError
@@ -282,3 +284,48 @@ def test_many_episodes_share_sandboxes_by_batches_each_in_its_own_process() -> N
         episodes.finish(EPISODES_PER_SANDBOX)
         second = episodes.step({i: "b" for i in range(1, count) if i != EPISODES_PER_SANDBOX})
         assert all(result.done for result in second.values()) and len(second) == count - 2
+
+
+# An environment whose step runs the action as a program and answers with what it printed: the
+# escape suite's attacks (tests/grpo_core/test_sandbox_escapes.py) made from inside an episode.
+ATTACKER = '''
+import contextlib, io
+
+
+class Environment:
+    def reset(self, item):
+        return None
+
+    def step(self, action):
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            exec(action, {})
+        return {"observation": printed.getvalue(), "done": False}
+'''
+
+
+@needs_sandbox
+def test_the_escape_suites_attacks_are_contained_inside_an_episode() -> None:
+    from sandbox_processes import processes_in
+
+    ptrace = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+              "print('attach', libc.ptrace(16, 1, 0, 0), ctypes.get_errno())\n")
+    memory = ("try:\n    open('/proc/1/mem', 'r+b').write(b'x')\n    print('wrote')\n"
+              "except OSError as exc:\n    print('refused', exc.errno)\n")
+    daemon = ("import os, time\nprint(os.readlink('/proc/self/ns/pid'))\n"
+              "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n"
+              "    os._exit(0)\n")
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        network = ("import socket\ntry:\n"
+                   f"    socket.create_connection(('127.0.0.1', {port}), timeout=1)\n    print('connected')\n"
+                   "except OSError as exc:\n    print('refused', exc.errno)\n")
+        with EnvironmentEpisodes(setup_of(ATTACKER, timeout_seconds=5.0), [{}] * 4) as episodes:
+            seen = episodes.step({0: ptrace, 1: memory, 2: network, 3: daemon})
+        listener.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nothing ever reached it
+    assert seen[0].observation.split()[:2] == ["attach", "-1"]
+    assert seen[1].observation.startswith("refused") and seen[2].observation.startswith("refused")
+    namespace = seen[3].observation.split()[0]
+    assert processes_in(namespace) == []  # the daemon ended with its episodes' sandbox
