@@ -22,6 +22,7 @@ implementation does, so their logits agree to float rounding.
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -122,8 +123,30 @@ class ModelForwardDecoder:
         return out.logits[:, -1, :]
 
 
+@dataclass
+class RowCache:
+    """One row's KV cache as a turn left it: every layer's keys and values of its context so far
+    (its last sampled token not yet among them: a row leaves the decode as it samples its end),
+    which of their positions hold a token, and the position its next token takes."""
+
+    keys: list[torch.Tensor]  # per layer (heads, L, head_dim)
+    values: list[torch.Tensor]
+    key_valid: torch.Tensor  # (L,) bool
+    next_position: torch.Tensor  # (1,) long
+
+    @property
+    def tokens(self) -> int:
+        """How many of the row's context tokens the cache holds."""
+        return int(self.key_valid.sum())
+
+
 class LeanDecoder:
-    """The model's modules driven with a preallocated KV cache (the module docstring says why)."""
+    """The model's modules driven with a preallocated KV cache (the module docstring says why).
+
+    Between an episode's turns (:mod:`grpo_core.algorithm.episodes`) each row's cache is kept
+    (:meth:`keep_caches`, :meth:`caches`) and the next turn starts from it (:meth:`resume`),
+    computing only the tokens the cache does not hold (the last sampled one, the observation)
+    instead of the whole context again."""
 
     def __init__(self, causal_lm: torch.nn.Module, max_new_tokens: int):
         config = causal_lm.config
@@ -133,6 +156,67 @@ class LeanDecoder:
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.kv_groups = config.num_attention_heads // config.num_key_value_heads
         self.max_new_tokens = max_new_tokens
+        self.kept: dict[int, RowCache] | None = None  # with keep_caches: each row's, by batch row
+        self.rows: torch.Tensor | None = None  # the batch rows still decoding
+
+    def keep_caches(self, rows: int) -> None:
+        """From now on, a row that leaves the decode (and, at :meth:`caches`, every row) keeps its
+        cache, by its row in the batch of ``rows``."""
+        self.kept = {}
+        self.rows = torch.arange(rows)
+
+    def caches(self) -> dict[int, RowCache]:
+        """Every row's cache (those still decoding taken now), by batch row."""
+        assert self.kept is not None and self.rows is not None
+        for index, row in enumerate(self.rows.tolist()):
+            self.kept[row] = self._row_cache(index)
+        return self.kept
+
+    def _row_cache(self, index: int) -> RowCache:
+        return RowCache([k[index, :, : self.length].clone() for k in self.keys],
+                        [v[index, :, : self.length].clone() for v in self.values],
+                        self.key_valid[index, : self.length].clone(), self.next_position[index].clone())
+
+    def resume(self, caches: list[RowCache], blocks: list[list[int]], device: torch.device) -> torch.Tensor:
+        """Start a turn from each row's cache and the tokens of its context the cache lacks
+        (``blocks``, each at least one token): logits ``(N, V)`` for each row's next token, as a
+        prefill of its whole context gives them (to float rounding)."""
+        n, width = len(caches), max(len(block) for block in blocks)
+        held = max(cache.keys[0].size(1) for cache in caches)
+        total = held + width + self.max_new_tokens
+        ids = torch.zeros(n, width, dtype=torch.long, device=device)
+        block_valid = torch.zeros(n, width, dtype=torch.bool, device=device)
+        self.key_valid = torch.zeros(n, total, dtype=torch.bool, device=device)
+        first = caches[0]
+        self.keys = [k.new_zeros(n, k.size(0), total, k.size(2)) for k in first.keys]
+        self.values = [v.new_zeros(n, v.size(0), total, v.size(2)) for v in first.values]
+        for row, (cache, block) in enumerate(zip(caches, blocks, strict=True)):
+            length = cache.keys[0].size(1)
+            for layer, (k, v) in enumerate(zip(cache.keys, cache.values, strict=True)):
+                self.keys[layer][row, :, :length] = k
+                self.values[layer][row, :, :length] = v
+            self.key_valid[row, :length] = cache.key_valid
+            # The block right-aligned: every row's last token at the same place, as a prefill's.
+            ids[row, width - len(block):] = torch.tensor(block, dtype=torch.long, device=device)
+            block_valid[row, width - len(block):] = True
+        starts = torch.stack([cache.next_position for cache in caches]).to(device)  # (n, 1)
+        positions = (starts + block_valid.long().cumsum(dim=1) - 1).clamp(min=0)
+        self.key_valid[:, held: held + width] = block_valid
+        hidden = self.inner.embed_tokens(ids)
+        reach = int(positions.max()) + self.max_new_tokens + 1
+        cos, sin = self.inner.rotary_emb(hidden, torch.arange(reach, device=device).unsqueeze(0))
+        half = cos.size(-1) // 2
+        self.cos_table = cos[0]
+        self.signed_sin_table = torch.cat((-sin[0, :, :half], sin[0, :, half:]), dim=-1)
+        causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
+        itself = torch.eye(width, dtype=torch.bool, device=device)
+        within = (causal & block_valid[:, None, :]) | itself
+        before = self.key_valid[:, None, :held].expand(n, width, held)
+        attend = torch.cat([before, within], dim=2).unsqueeze(1)
+        hidden = self._layers(hidden, positions, attend, start=held)
+        self.length = held + width
+        self.next_position = positions[:, -1:] + 1
+        return self._logits(hidden[:, -1:, :])
 
     def prefill(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         n, width = ids.shape
@@ -171,6 +255,12 @@ class LeanDecoder:
         return self._logits(hidden)
 
     def keep(self, rows: torch.Tensor) -> bool:
+        if self.kept is not None and self.rows is not None:  # the rows leaving keep their caches
+            leaving = torch.ones(self.rows.numel(), dtype=torch.bool)
+            leaving[rows.cpu()] = False
+            for index in leaving.nonzero().flatten().tolist():
+                self.kept[int(self.rows[index])] = self._row_cache(index)
+            self.rows = self.rows[rows.cpu()]
         # index_select, not ``tensor[rows]``: several times faster on a whole preallocated cache.
         self.keys = [k.index_select(0, rows) for k in self.keys]
         self.values = [v.index_select(0, rows) for v in self.values]

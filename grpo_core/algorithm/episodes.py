@@ -38,11 +38,13 @@ from grpo_core.agents.rendering import Conversations, with_observation
 from grpo_core.agents.tool_calls import content_without_calls, parse_tool_calls
 from grpo_core.agents.tool_runner import run_tool_calls
 from grpo_core.algorithm.completion_text import DecodedCompletion, decode_and_strip_padding, split_reasoning
+from grpo_core.algorithm.decoders import RowCache
 from grpo_core.algorithm.randomness import absorb
 from grpo_core.algorithm.rollout import (
     PromptBatch,
     Rollout,
     SamplingOptions,
+    TurnCaches,
     left_padded,
     sample_completions,
     tokenize_prompts,
@@ -307,6 +309,7 @@ def _take_turns(
     """The turn loop: all live episodes decode a turn together, then get their answers."""
     live = list(range(len(episodes)))
     turn = 0
+    caches: dict[int, RowCache] = {}  # each live episode's KV cache from its last turn
     while live:
         budgets = {
             i: min(
@@ -323,7 +326,16 @@ def _take_turns(
         batch = left_padded([episodes[i].context() for i in live], pad, device)
         turn_keys = None if keys is None else (keys[live] if turn == 0 else absorb(keys[live], turn))
         turn_options = replace(options, max_new_tokens=max(budgets.values()))
-        sampled = sample_completions(model, batch, 1, eos_ids, pad, turn_options, turn_keys, should_stop)
+        carried = TurnCaches()
+        if live and all(i in caches for i in live):  # start from the caches: only the new tokens run
+            held = [caches[i] for i in live]
+            carried = TurnCaches(
+                held, [episodes[i].context()[c.tokens :] for i, c in zip(live, held, strict=True)]
+            )
+        sampled = sample_completions(
+            model, batch, 1, eos_ids, pad, turn_options, turn_keys, should_stop, turn=carried
+        )
+        caches = {live[row]: cache for row, cache in (carried.kept or {}).items()}
         decoded = decode_and_strip_padding(
             sampled.completion_ids, sampled.completion_mask, tokenizer, ReasoningSpec(enabled=False)
         )

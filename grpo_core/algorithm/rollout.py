@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grpo_core.algorithm.decoders import decoder_for
+from grpo_core.algorithm.decoders import LeanDecoder, RowCache, decoder_for
 from grpo_core.algorithm.randomness import token_uniforms
 from grpo_core.algorithm.sampling import sample_next_token, seen_tokens
 from grpo_core.parallel.sharding import gathered_for_generation
@@ -23,6 +23,18 @@ from grpo_core.parallel.sharding import gathered_for_generation
 # left within a few seconds of a cancel or pause instead of at the end of the step. The caller
 # makes the ask cheap (the trainer asks its callbacks at most once a second).
 STOP_CHECK_TOKENS = 8
+
+
+@dataclass
+class TurnCaches:
+    """An episode turn's KV caches (:mod:`grpo_core.algorithm.episodes`): each row's cache from
+    its previous turn and the tokens of its context not in it (``None`` for a first turn, which
+    prefills the prompts), and after the turn each row's cache by batch row (``kept``; empty with
+    a decoder that cannot keep them, whose every turn prefills its whole context)."""
+
+    caches: list[RowCache] | None = None
+    blocks: list[list[int]] | None = None
+    kept: dict[int, RowCache] | None = None
 
 
 class GenerationStopped(Exception):
@@ -149,6 +161,7 @@ def sample_completions(
     options: SamplingOptions,
     row_keys: torch.Tensor | None = None,
     should_stop: Callable[[], bool] | None = None,
+    turn: TurnCaches | None = None,
 ) -> Rollout:
     """Sample ``G`` completions for each prompt in one batch of ``N = B·G`` rows.
 
@@ -156,7 +169,7 @@ def sample_completions(
     tokens depend on its key and prompt only, never on the rest of the batch; greedy needs none.
     ``should_stop`` is asked every :data:`STOP_CHECK_TOKENS` tokens; its yes raises
     :class:`GenerationStopped`. The model is put in eval mode while sampling (no dropout) and
-    restored afterwards.
+    restored afterwards. ``turn`` (episodes, G = 1): start from the rows' caches and keep them.
     """
     if not options.greedy and (row_keys is None or row_keys.numel() != prompts.ids.size(0) * num_generations):
         raise ValueError("sampling needs one row key per completion (B·G)")
@@ -172,7 +185,7 @@ def sample_completions(
         # training may modify in place or save for backward (inference tensors allow neither).
         with gathered_for_generation(model), torch.inference_mode():
             tokens = _decode_loop(model, prompt_ids, prompt_mask, eos_ids, pad_id, options, row_keys,
-                                  should_stop)
+                                  should_stop, turn)
     finally:
         model.train(was_training)
     completion_mask = completion_mask_from_eos(tokens, eos_ids)
@@ -184,7 +197,7 @@ def sample_completions(
 def _decode_loop(
     model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, eos_ids: torch.Tensor,
     pad_id: int, options: SamplingOptions, row_keys: torch.Tensor | None,
-    should_stop: Callable[[], bool] | None = None,
+    should_stop: Callable[[], bool] | None = None, turn: TurnCaches | None = None,
 ) -> torch.Tensor:
     """Prefill, then one token per step for the rows still generating.
 
@@ -195,7 +208,13 @@ def _decode_loop(
     tokens = torch.full((n, max_new_tokens), pad_id, dtype=torch.long, device=prompt_ids.device)
     active = torch.arange(n, device=prompt_ids.device)
     decoder = decoder_for(model, max_new_tokens)
-    logits = decoder.prefill(prompt_ids, prompt_mask)
+    caching = turn is not None and isinstance(decoder, LeanDecoder)
+    if caching and turn.caches is not None:
+        logits = decoder.resume(turn.caches, turn.blocks, prompt_ids.device)
+    else:
+        logits = decoder.prefill(prompt_ids, prompt_mask)
+    if caching:
+        decoder.keep_caches(n)
     can_shrink = True
     finished = torch.zeros(n, dtype=torch.bool, device=prompt_ids.device)
     # The tokens each row holds so far (prompt, then what it sampled), only when they are penalized.
@@ -232,6 +251,8 @@ def _decode_loop(
             else:  # this cache cannot drop rows: finished rows stay, padded, from now on
                 finished |= done
         logits = decoder.step(token)
+    if turn is not None:
+        turn.kept = decoder.caches() if caching else {}
     return tokens[:, :width]
 
 

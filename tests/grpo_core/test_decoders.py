@@ -125,3 +125,48 @@ def test_sampling_through_either_decoder_gives_the_same_tokens(monkeypatch, opti
     assert torch.equal(lean.completion_ids, reference.completion_ids)
     assert torch.equal(lean.completion_mask, reference.completion_mask)
     assert lean.completion_mask.sum(1).min() < lean.completion_ids.size(1), "no row stopped early"
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_turn_resumed_from_kept_caches_gives_what_a_prefill_of_the_whole_context_gives(family) -> None:
+    """Episodes keep each row's cache between turns (rows leaving the decode at different steps,
+    their last sampled token not yet cached) and start the next turn from it with only the new
+    tokens (that token, an observation of any length): the next-token logits equal those of a
+    prefill of each row's whole context, left-padded as sampling would pad it."""
+    model = _model(FAMILIES[family]())
+    ids, mask = _prompts()
+    first = LeanDecoder(model, 8)
+    logits = first.prefill(ids, mask)
+    first.keep_caches(5)
+    contexts = [row[m.bool()].tolist() for row, m in zip(ids, mask, strict=True)]
+    active = list(range(5))
+    for step in range(4):
+        token = logits.argmax(-1)
+        for index, row in enumerate(active):
+            contexts[row].append(int(token[index]))
+        if step == 1:  # rows 1 and 3 end their turn here (they leave with their caches)
+            keep = torch.tensor([i for i, row in enumerate(active) if row not in (1, 3)])
+            first.keep(keep)
+            active = [row for row in active if row not in (1, 3)]
+            token = token[keep]
+        if step == 3:
+            break
+        logits = first.step(token)
+    kept = first.caches()
+    observations = [[5, 6, 7], [8], [9, 10], [11, 12, 13, 14], [15]]
+    blocks = []
+    for row in range(5):
+        blocks.append(contexts[row][kept[row].tokens:] + observations[row])
+        contexts[row] += observations[row]
+    resuming = LeanDecoder(model, 8)
+    resumed = resuming.resume([kept[row] for row in range(5)], blocks, ids.device)
+    width = max(len(c) for c in contexts)
+    full = torch.zeros(5, width, dtype=torch.long)
+    full_mask = torch.zeros(5, width, dtype=torch.long)
+    for row, context in enumerate(contexts):
+        full[row, width - len(context):] = torch.tensor(context)
+        full_mask[row, width - len(context):] = 1
+    prefilling = LeanDecoder(model, 8)
+    torch.testing.assert_close(resumed, prefilling.prefill(full, full_mask), rtol=1e-5, atol=1e-5)
+    token = resumed.argmax(-1)  # and the turn's decode goes on alike
+    torch.testing.assert_close(resuming.step(token), prefilling.step(token), rtol=1e-5, atol=1e-5)
