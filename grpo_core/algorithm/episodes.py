@@ -86,6 +86,16 @@ class _Episode:
     def context(self) -> list[int]:
         return self.prompt + self.tokens
 
+    def observe(self, observation: list[int], bound: int) -> bool:
+        """Append what answered the turn (not the model's tokens), or, with no room for it and a
+        turn after it within ``bound``, end the episode as truncated; whether it goes on."""
+        if len(self.context()) + len(observation) >= bound:
+            self.truncated = True
+            return False
+        self.tokens += observation
+        self.sampled += [0] * len(observation)
+        return True
+
     @property
     def model_tokens(self) -> int:
         return sum(self.sampled)
@@ -398,12 +408,9 @@ def _act(
             continue
         message = {"role": "user", "content": result.observation or ""}
         observation = setup.conversations.observation_ids([message], episode.chat)
-        if len(episode.context()) + len(observation) >= setup.max_trajectory_length:
-            episode.truncated = True  # no room for the observation and a turn after it
+        if not episode.observe(observation, setup.max_trajectory_length):
             environment.finish(i)
             continue
-        episode.tokens += observation
-        episode.sampled += [0] * len(observation)
         going_on.append(i)
     return sorted(going_on)
 
@@ -426,12 +433,8 @@ def _observe(episodes: list[_Episode], calling: list[tuple[int, list]], setup: A
         episode.messages += [
             {"role": "tool", "name": c.name, "content": r.content} for c, r in zip(calls, mine, strict=True)
         ]
-        if len(episode.context()) + len(observation) >= setup.max_trajectory_length:
-            episode.truncated = True  # no room for the results and a turn after them
-            continue
-        episode.tokens += observation
-        episode.sampled += [0] * len(observation)
-        going_on.append(i)
+        if episode.observe(observation, setup.max_trajectory_length):
+            going_on.append(i)
     return going_on
 
 
