@@ -58,6 +58,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # with it, so like the core's spec it loads no torch.
     "api.domain.job_spec": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
                      *CORE_LAYERS[1:], *SERVICE_FRAMEWORKS, "torch", "transformers"),
+    # A spec's file and model sources: asks the rewards' registry (torch-free) which args name models.
+    "api.domain.spec_sources": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli",
+                                "worker", *SERVICE_FRAMEWORKS, "torch", "transformers"),
     # A job's tags and description: the spec, the PATCH body and the list's filter share them.
     "api.domain.job_labels": ("api", "worker", "grpo_core", *SERVICE_FRAMEWORKS),
     "api.domain.errors": ("api", "worker", "grpo_core"),
@@ -175,6 +178,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # An upload's checks: plain functions of a local file (the core's row rules), no store, no HTTP.
     "api.uploads": ("api.settings", "api.store", "api.http", "api.scheduling", "api.streaming", "api.cli",
                     "worker", *CORE_LAYERS[2:], *SERVICE_FRAMEWORKS, "torch", "transformers"),
+    # OpenAI's fine-tuning API mapped onto our jobs: pure functions of the schemas, the job spec
+    # and the core's spec layer; the routes and the store call it, it calls neither.
+    "api.openai_compat": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
+                          *CORE_LAYERS[1:], *SERVICE_FRAMEWORKS, "torch", "transformers"),
     # The worker sees the service only through the store and the shared vocabulary.
     "worker": ("api.http", "api.scheduling", "api.streaming", "api.cli", "api.main", "fastapi"),
 }

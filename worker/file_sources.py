@@ -28,7 +28,8 @@ from typing import Any
 
 from api.artifacts.paths import object_store
 from api.domain.errors import NotFound
-from api.domain.job_spec import JobSpec, file_sources, mixed_reward_models
+from api.domain.job_spec import JobSpec
+from api.domain.spec_sources import file_sources, mixed_reward_models
 from api.settings import Settings
 from api.storage import ChecksumMismatch, ObjectNotFound
 from api.store.db import session_scope
@@ -36,6 +37,7 @@ from api.store.files import get_file
 from api.uploads.model_archives import model_folder_prefix
 from grpo_core.errors import SourceUnavailable
 from grpo_core.io.paths import resolve_under_root
+from grpo_core.rewards.registry import model_sources
 from grpo_core.spec.sources import file_source_id, split_source
 from worker.file_cache import FileCache, UnsafeArchive
 from worker.retrying import retry_transient
@@ -94,23 +96,31 @@ def _model_folder(cache: FileCache, file_id: str, field: str) -> Path:
 
 
 def _rewards(spec: JobSpec, cache: FileCache) -> list | None:
-    """The rewards with their uploaded models' folders, None when none names one. The core has one
-    root for every reward's model, so a spec cannot mix an uploaded one with a ``path:`` one
-    (refused at submit too)."""
-    named = [(i, file_source_id(r.args["model"])) for i, r in enumerate(spec.rewards)
-             if isinstance(r.args.get("model"), str)]
-    uploaded = {i: file_id for i, file_id in named if file_id is not None}
+    """The rewards with their uploaded models' folders (wherever in its args a reward names one:
+    ``model``, ``embedding_model``, a ``multi``'s ``graders.NAME.model``), None when none names
+    one. The core has one root for every reward's model, so a spec cannot mix an uploaded one with
+    a ``path:`` one (refused at submit too)."""
+    uploaded = [(field, file_id) for field, source in model_sources(spec.rewards)
+                if (file_id := file_source_id(source)) is not None]
     if not uploaded:
         return None
     mixed = mixed_reward_models(spec)
     if mixed is not None:
         raise mixed
     rewards = list(spec.rewards)
-    for index, file_id in uploaded.items():
-        folder = _model_folder(cache, file_id, f"rewards.{index}.args.model")
-        args = {**rewards[index].args, "model": f"{PATH}{folder}"}
-        rewards[index] = rewards[index].model_copy(update={"args": args})
+    for field, file_id in uploaded:
+        folder = _model_folder(cache, file_id, field)
+        index, _, path = field.removeprefix("rewards.").partition(".args.")
+        reward = rewards[int(index)]
+        rewards[int(index)] = reward.model_copy(
+            update={"args": _with_value(reward.args, path.split("."), f"{PATH}{folder}")})
     return rewards
+
+
+def _with_value(args: dict[str, Any], keys: list[str], value: str) -> dict[str, Any]:
+    """``args`` with the value at ``keys`` (a path of nested mappings) replaced; the rest shared."""
+    head, *rest = keys
+    return {**args, head: _with_value(args[head], rest, value) if rest else value}
 
 
 def _datasets(spec: JobSpec, settings: Settings, cache: FileCache) -> tuple[Path, dict[str, Any]] | None:

@@ -104,7 +104,8 @@ def _job_spec_to_run_here(path: Path) -> tuple[RunSpec, list[SpecWarning]]:
     """``grpo train``'s reader here: a spec written for the service runs on this machine too, the
     service's fields it sets (priority, pool, stall limit) told as ignored; a ``job:`` model
     exists only in the service and is refused."""
-    from api.domain.job_spec import JobSpec, ignored_by_local_run, refuse_job_source
+    from api.domain.job_spec import JobSpec, ignored_by_local_run
+    from api.domain.spec_sources import refuse_job_source
     from grpo_core.spec.spec_file import load_spec_file
 
     spec = load_spec_file(path, JobSpec)

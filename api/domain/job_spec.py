@@ -18,13 +18,12 @@ the team's and holds a model (or prompts) is checked at submit (:mod:`api.http.s
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from pydantic import Field, field_validator
 
 from api.domain.job_labels import DESCRIPTION_DESCRIPTION, TAGS_DESCRIPTION, Description, Tags, unset
 from api.vocabulary import DEFAULT_POOL, POOL_NAME_PATTERN, Priority
-from grpo_core.errors import SpecError, SpecWarning
+from grpo_core.errors import SpecWarning
 from grpo_core.spec import run_spec
 from grpo_core.spec.run_spec import RunSpec
 from grpo_core.spec.sources import FILE_SCHEME, file_source_id, split_source
@@ -145,47 +144,3 @@ def ignored_by_local_run(spec: JobSpec) -> list[SpecWarning]:
     given = {*spec.model_fields_set, *(f"resources.{name}" for name in spec.resources.model_fields_set)}
     return [SpecWarning(name, "a field of the service's job spec; grpo train ignores it")
             for name in SERVICE_FIELDS if name in given]
-
-
-def refuse_job_source(spec: JobSpec) -> None:
-    """``grpo train`` loads ``path:`` and ``hf:`` sources; another job's model and uploaded files
-    exist only in the service. Raises :class:`SpecError`."""
-    if continued_job(spec.model.source) is not None:
-        raise SpecError("model.source", "'job:' sources name a job of the service; use 'path:' here")
-    for field, _ in file_sources(spec.model_dump(mode="json")):
-        raise SpecError(field, "'file:' sources name a file uploaded to the service; use 'path:' here")
-
-
-def file_sources(spec: dict[str, Any]) -> list[tuple[str, str]]:
-    """``(field, file id)`` of every ``file:ID`` source of a spec given as JSON (a parsed one's
-    dump or a stored one): the model, the datasets and each reward's ``model`` argument. Sources
-    that are not well-formed ``file:`` ones are left out (a stored spec was checked when stored)."""
-    found = [(f"{name}.source", (spec.get(name) or {}).get("source"))
-             for name in ("model", "dataset", "eval_dataset")]
-    found += [(f"rewards.{index}.args.model", (reward.get("args") or {}).get("model"))
-              for index, reward in enumerate(spec.get("rewards") or []) if isinstance(reward, dict)]
-    return [(field, source.partition(":")[2].strip()) for field, source in found
-            if isinstance(source, str) and _is_file_source(source)]
-
-
-def _is_file_source(source: str) -> bool:
-    try:
-        return file_source_id(source) is not None
-    except ValueError:
-        return False
-
-
-def mixed_reward_models(spec: JobSpec) -> SpecError | None:
-    """The core loads every reward's model under one root: the models root, or, where one is an
-    upload, the worker's cache of uploads. So a job's reward models are either ``path:`` ones or
-    uploads (``hf:`` ones go with both): the error naming the first ``path:`` one of a spec that
-    mixes them, else None."""
-    models = [(index, reward.args.get("model")) for index, reward in enumerate(spec.rewards)]
-    models = [(index, model) for index, model in models if isinstance(model, str)]
-    if not any(_is_file_source(model) for _, model in models):
-        return None
-    for index, model in models:
-        if model.partition(":")[0].strip() == "path":
-            return SpecError(f"rewards.{index}.args.model", "one job's reward models come either from the "
-                             "models root ('path:') or from the team's uploads ('file:'), not both")
-    return None

@@ -20,7 +20,8 @@ from sqlalchemy.orm import Session
 
 from api.artifacts.paths import has_model_to_continue
 from api.domain.errors import NotFound
-from api.domain.job_spec import JobSpec, continued_job, file_sources, mixed_reward_models, split_any_source
+from api.domain.job_spec import JobSpec, continued_job, split_any_source
+from api.domain.spec_sources import file_sources, mixed_reward_models
 from api.http.input_guard import text_fault
 from api.http.model_config import model_config
 from api.limits.pool_limits import effective_limits, limit_problems

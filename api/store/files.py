@@ -12,8 +12,8 @@ from sqlalchemy import and_, delete, func, or_, select
 from sqlalchemy.orm import Session
 
 from api.domain.errors import Conflict, NotFound
-from api.domain.job_spec import file_sources
 from api.domain.lifecycle import TERMINAL_STATUSES
+from api.domain.spec_sources import file_sources
 from api.schemas.files import FileRead
 from api.store.tables import Job, Team, UploadedFile, utcnow
 
@@ -32,19 +32,20 @@ def _read(row: UploadedFile) -> FileRead:
     return FileRead(id=row.id, purpose=row.purpose, filename=row.filename, format=row.format,
                     bytes=row.bytes, unpacked_bytes=row.unpacked_bytes, sha256=row.sha256,
                     columns=row.columns, prompt_field=row.prompt_field, rows=row.rows, status=row.status,
-                    created_at=row.created_at)
+                    created_at=row.created_at, openai_purpose=row.openai_purpose)
 
 
 def add_file(session: Session, file_id: str, team_id: int, purpose: str, filename: str, format_: str,
              size: int, sha256: str, unpacked_bytes: int | None = None, *,
              columns: Sequence[str] | None = None, prompt_field: str | None = None,
-             rows: int | None = None) -> FileRead:
+             rows: int | None = None, openai_purpose: str | None = None) -> FileRead:
     """Its row, ``uploading``: written (and committed by the caller) before its object is.
-    ``columns``, ``prompt_field`` and ``rows``: a dataset's, as its upload's check found them."""
+    ``columns``, ``prompt_field`` and ``rows``: a dataset's, as its upload's check found them;
+    ``openai_purpose``: the OpenAI purpose the upload named (``fine-tune``), if it named one."""
     row = UploadedFile(id=file_id, team_id=team_id, purpose=purpose, filename=filename, format=format_,
                        bytes=size, unpacked_bytes=unpacked_bytes, sha256=sha256,
                        columns=None if columns is None else list(columns), prompt_field=prompt_field,
-                       rows=rows, status="uploading", created_at=utcnow())
+                       rows=rows, status="uploading", created_at=utcnow(), openai_purpose=openai_purpose)
     session.add(row)
     session.flush()
     return _read(row)

@@ -2,9 +2,11 @@
 
 The source defines ``grade(sample, item) -> float | None`` as OpenAI's Python grader does:
 ``sample["output_text"]`` is the completion's text (its answer, after any reasoning was parsed
-off), ``item`` the dataset row: its columns, with ``prompt`` as the dataset gave it (text or chat
-messages). A number in [0, 1] is the score; None says the row does not apply (not scored, no
-warning); anything else (a string, NaN, 1.5) or an exception leaves the row unscored and is
+off), ``sample["output_json"]`` that text as JSON (None when it is not), ``item`` the dataset
+row: its columns, with ``prompt`` as the dataset gave it (text or chat messages); both built by
+:mod:`grpo_core.rewards.grader_rows`, as the templates of the other OpenAI graders see them. A
+number in [0, 1] is the score; None says the row does not apply (not scored, no warning);
+anything else (a string, NaN, 1.5) or an exception leaves the row unscored and is
 counted in the step's ``reward_unscored`` warning, as a verifier's failures are.
 
 Only the standard library is available: ``args.requirements`` is refused rather than ignored. The
@@ -39,9 +41,10 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from grpo_core.errors import GRPOError
+from grpo_core.rewards.grader_rows import grader_rows
 from grpo_core.rewards.reward_types import RewardContext, RewardDefinition, RewardFn
 from grpo_core.rewards.sandbox import CAPABILITY, Limits, SandboxUnavailable, run_python, sandbox_problem
-from grpo_core.rewards.scoring import SCORER_COLUMNS, PartlyScored
+from grpo_core.rewards.scoring import PartlyScored
 from grpo_core.spec.source_checks import MAX_SOURCE_CHARS, sandbox_source_tree
 
 __all__ = ["MAX_SOURCE_CHARS", "PYTHON_GRADER", "GradedRows", "PythonGraderArgs", "grade_rows"]
@@ -109,21 +112,6 @@ class GradedRows(PartlyScored):
     def __init__(self, values: list[float | None], problems: dict[int, str]) -> None:
         super().__init__(values, len(problems))
         self.problems = problems
-
-
-def _rows(completions: list[str], prompts: list[str], columns: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    messages = columns.get("prompt_messages") or [None] * len(completions)
-    conversations = columns.get("completion_messages") or [None] * len(completions)
-    row_columns = {name: values for name, values in columns.items() if name not in SCORER_COLUMNS}
-    rows = []
-    for index, text in enumerate(completions):
-        item = {name: values[index] for name, values in row_columns.items()}
-        item["prompt"] = messages[index] if messages[index] is not None else prompts[index]
-        sample: dict[str, Any] = {"output_text": text}
-        if conversations[index] is not None:  # a multi-turn episode: every turn and what answered it
-            sample["messages"] = conversations[index]
-        rows.append({"sample": sample, "item": item})
-    return rows
 
 
 def grade_rows(source: str, rows: list[dict[str, Any]], limits: Limits) -> GradedRows:
@@ -223,7 +211,7 @@ def _build(args: PythonGraderArgs, context: RewardContext) -> RewardFn:
     limits = _limits(args, budget if budget is not None else args.timeout_seconds)
 
     def python(completions: list[str], prompts: list[str], **columns: Any) -> GradedRows:
-        return grade_rows(args.source, _rows(completions, prompts, columns), limits)
+        return grade_rows(args.source, grader_rows(completions, prompts, columns), limits)
 
     return python
 

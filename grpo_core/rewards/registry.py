@@ -32,10 +32,13 @@ from grpo_core.errors import SpecError
 from grpo_core.rewards.builtins import BUILTINS
 from grpo_core.rewards.code_tests import CODE_TESTS
 from grpo_core.rewards.http_verifier import HTTP_VERIFIER
+from grpo_core.rewards.judge_args import LABEL_MODEL, SCORE_MODEL
+from grpo_core.rewards.multi_grader import CompositeRewardDefinition, multi_grader
 from grpo_core.rewards.python_grader import PYTHON_GRADER
 from grpo_core.rewards.reward_model import REWARD_MODEL
 from grpo_core.rewards.reward_types import BoundReward, RewardContext, RewardDefinition, RewardFn
 from grpo_core.rewards.similarity import TEXT_SIMILARITY
+from grpo_core.rewards.string_check import STRING_CHECK
 from grpo_core.spec.run_spec import RewardSpec, reward_names
 
 __all__ = [
@@ -98,7 +101,9 @@ def _load_plugin(entry_point: Any) -> RewardDefinition:
 def _discover() -> _Registry:
     definitions = {definition.name: definition
                    for definition in [*BUILTINS, CODE_TESTS, HTTP_VERIFIER, PYTHON_GRADER, REWARD_MODEL,
-                                      TEXT_SIMILARITY]}
+                                      TEXT_SIMILARITY, SCORE_MODEL, LABEL_MODEL, STRING_CHECK]}
+    # multi finds its graders' rewards here (it cannot import this module: a cycle).
+    definitions["multi"] = multi_grader(definitions.get)
     builtin_names = frozenset(definitions)
     broken: dict[str, str] = {}
     for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -181,7 +186,20 @@ def required_capabilities(specs: list[RewardSpec]) -> list[tuple[int, str]]:
     names need none here: :func:`validate_reward_specs` reports them)."""
     definitions = _registry().definitions
     return [(index, capability) for index, spec in enumerate(specs)
-            for capability in sorted(definitions[spec.name].capabilities if spec.name in definitions else ())]
+            for capability in sorted(_capabilities(definitions[spec.name], spec.args)
+                                     if spec.name in definitions else ())]
+
+
+def _capabilities(definition: RewardDefinition, args: dict[str, Any]) -> frozenset[str]:
+    """What a worker needs to run the reward: its own, and what its args add (a ``multi``'s
+    graders'; args that do not validate add nothing: validate_reward_specs reports them)."""
+    if not isinstance(definition, CompositeRewardDefinition):
+        return definition.capabilities
+    try:
+        checked = definition.args_model.model_validate(args)
+    except ValidationError:
+        return definition.capabilities
+    return definition.capabilities | definition.capabilities_of(checked)
 
 
 def _validated(specs: list[RewardSpec]) -> Iterator[tuple[int, RewardDefinition, BaseModel]]:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from grpo_core.errors import SpecError
-from grpo_core.io.model_loading import DTYPES, load_pretrained, load_tokenizer, resolve_source_location
+from grpo_core.rewards.frozen_models import SEQUENCE_CLASSIFIER, load_frozen_model
 from grpo_core.rewards.reward_model_args import RewardModelArgs
 from grpo_core.rewards.reward_types import RewardContext
 
@@ -66,33 +66,15 @@ class RewardModelScorer:
         return out
 
 
-def _load_classifier(location: str, dtype: str) -> torch.nn.Module:
-    from transformers import AutoConfig, AutoModelForSequenceClassification
-
-    config = load_pretrained(location, "a model config from", lambda name, revision: (
-        AutoConfig.from_pretrained(name, revision=revision)),
-        f"could not read the config of '{location}'", FIELD)
-    architectures = getattr(config, "architectures", None) or []
-    if architectures and not any(a.endswith("ForSequenceClassification") for a in architectures):
-        # Loading a causal LM as a classifier would succeed with a random score head.
-        raise SpecError(FIELD, f"'{location}' holds a {architectures[0]}, not a sequence classifier")
-    return load_pretrained(location, "a sequence classifier from",
-                           lambda name, revision: AutoModelForSequenceClassification.from_pretrained(
-                               name, revision=revision, dtype=DTYPES[dtype]),
-                           f"'{location}' does not hold a sequence classifier", FIELD)
-
-
 def load_scorer(args: RewardModelArgs, context: RewardContext) -> RewardModelScorer:
-    """Load the model once (this job's device and dtype) and return the reward function."""
-    location = resolve_source_location(args.model, context.models_root, context.base_dir, FIELD)
-    tokenizer = load_tokenizer(location, FIELD)  # pads with EOS when it has no pad token
+    """Load the model once (this job's device and dtype, :mod:`grpo_core.rewards.frozen_models`)
+    and return the reward function."""
+    loaded = load_frozen_model(args.model, context, SEQUENCE_CLASSIFIER, FIELD)
+    model, tokenizer = loaded.model, loaded.tokenizer
     tokenizer.padding_side, tokenizer.truncation_side = "right", "left"
-    model = _load_classifier(location, context.dtype)
     if args.logit_index >= model.config.num_labels:
         raise SpecError("logit_index", f"the model has {model.config.num_labels} output logit(s); "
                                        f"logit_index {args.logit_index} is past them")
     # The classifier reads each row at its last non-pad token: it must know the pad id.
     model.config.pad_token_id = tokenizer.pad_token_id
-    device = torch.device(context.device or "cpu")
-    model.requires_grad_(False)
-    return RewardModelScorer(model.to(device).eval(), tokenizer, device, args)
+    return RewardModelScorer(model, tokenizer, loaded.device, args)

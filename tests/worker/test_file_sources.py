@@ -121,3 +121,18 @@ def test_an_upload_missing_from_the_store_is_unavailable_not_the_teams_fault(
         loadable(spec_of("path:tiny", f"file:{dataset_id}"), host)
     assert raised.value.field == "dataset.source"
     assert not (Path(host.worker_cache_dir) / LINKS / str(os.getpid()) / "dataset.jsonl").exists()
+
+
+def test_an_uploaded_judge_inside_a_multi_grader_loads_from_this_hosts_cache(
+        store, host: Settings, uploaded) -> None:
+    # The model is named deep in the args (graders.judge.model), not at a reward's args.model.
+    model_id = uploaded(model_archive(MODEL), "model", "tar")
+    judge = {"type": "label_model", "model": f"file:{model_id}", "labels": ["yes", "no"],
+             "passing_labels": ["yes"], "input": [{"role": "user", "content": "{{sample.output_text}}?"}]}
+    rewards = [{"name": "multi", "args": {"graders": {"judge": judge}, "calculate_output": "judge"}}]
+    resolved, roots = loadable(spec_of("path:tiny", "path:shared-eval.json", rewards=rewards), host)
+    named = resolved.rewards[0].args["graders"]["judge"]["model"]
+    assert named.startswith("path:") and Path(named.removeprefix("path:")).name == "tiny"
+    assert Path(named.removeprefix("path:")).is_relative_to(Path(host.worker_cache_dir).resolve())
+    assert resolved.rewards[0].args["graders"]["judge"]["labels"] == ["yes", "no"]  # the rest kept
+    assert roots.reward_models is not None
