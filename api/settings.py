@@ -300,7 +300,9 @@ class Settings(BaseSettings):
 
     def max_upload_bytes(self, purpose: str | None) -> int:
         """The limit of an upload of ``purpose`` (None: not told yet, the larger one)."""
-        limits = {"dataset": self.max_dataset_upload_bytes, "model": self.max_model_upload_bytes}
+        # OpenAI's `fine-tune` purpose is a dataset (OpenAI's JSONL), held to the dataset's limit.
+        limits = {"dataset": self.max_dataset_upload_bytes, "fine-tune": self.max_dataset_upload_bytes,
+                  "model": self.max_model_upload_bytes}
         return limits.get(purpose or "", max(limits.values()))
 
     @field_validator("secret_key")

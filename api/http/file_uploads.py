@@ -17,6 +17,7 @@ from typing import NamedTuple
 from api.artifacts.usage import ArtifactUsage, job_artifact_bytes
 from api.domain.errors import InvalidInput, NotFound, QuotaExceeded, TooLarge, Unavailable
 from api.http.upload_body import MULTIPART_SLACK_BYTES, SpooledUpload
+from api.openai_compat.file_object import OPENAI_PURPOSES
 from api.schemas.files import FileRead
 from api.settings import Settings
 from api.storage import ObjectNotFound, ObjectStore, StorageError, StorageUnavailable
@@ -43,7 +44,8 @@ class Checked(NamedTuple):
     rows: int | None = None
 
 
-def _checked(upload: SpooledUpload, purpose: str, settings: Settings, quota_room: int | None) -> Checked:
+def _checked(upload: SpooledUpload, purpose: str, settings: Settings, quota_room: int | None,
+             default_prompt_field: str = "prompt") -> Checked:
     """The upload's format, and what its purpose records, once its content passed its checks."""
     assert upload.path is not None and upload.filename is not None  # receive_upload saw a file part
     limit = settings.max_upload_bytes(purpose)
@@ -61,7 +63,7 @@ def _checked(upload: SpooledUpload, purpose: str, settings: Settings, quota_room
     file_format = dataset_format(upload.filename)
     # The field the rows were checked with is recorded, the default too: a spec naming the file
     # without its own prompt_field gets it (api.http.submission.with_dataset_files).
-    prompt_field = prompt_field or "prompt"
+    prompt_field = prompt_field or default_prompt_field
     rows = check_dataset(upload.path, file_format, prompt_field)
     return Checked(file_format, columns=rows.columns, prompt_field=prompt_field, rows=rows.count)
 
@@ -69,13 +71,18 @@ def _checked(upload: SpooledUpload, purpose: str, settings: Settings, quota_room
 def accept_upload(upload: SpooledUpload, team_id: int, settings: Settings, store: ObjectStore) -> FileRead:
     """Check, record and store the upload; its row as stored (``ready``)."""
     purpose = upload.fields.get("purpose")
+    # OpenAI's purpose (its client's files.create): a dataset whose rows hold their prompt as
+    # `messages`, answered in OpenAI's shape (api.openai_compat.file_object).
+    openai_purpose = purpose if purpose in OPENAI_PURPOSES else None
+    purpose, default_prompt_field = OPENAI_PURPOSES.get(purpose or "", (purpose, "prompt"))
     if purpose not in PURPOSES:
-        raise InvalidInput("'purpose' is 'dataset' or 'model'", param="purpose")
+        raise InvalidInput("'purpose' is 'dataset' or 'model' (or OpenAI's 'fine-tune', a dataset)",
+                           param="purpose")
     job_bytes = _job_bytes_if_limited(team_id, settings)
     # A first look at the room left (unlocked), so that a model's check stops at the header that
     # passes it; the exact check below, under the quota's lock, counts uploads finished meanwhile.
     room = None if job_bytes is None else _usage_now(team_id, settings, job_bytes).room
-    checked = _checked(upload, purpose, settings, room)
+    checked = _checked(upload, purpose, settings, room, default_prompt_field)
     assert upload.path is not None and upload.filename is not None
     unpacked = checked.unpacked_bytes
     charged = upload.size if unpacked is None else unpacked  # a model counts unpacked
@@ -89,7 +96,7 @@ def accept_upload(upload: SpooledUpload, team_id: int, settings: Settings, store
             raise _refusal(usage, charged, what)
         files.add_file(session, file_id, team_id, purpose, upload.filename, checked.format, upload.size,
                        upload.sha256, unpacked, columns=checked.columns, prompt_field=checked.prompt_field,
-                       rows=checked.rows)
+                       rows=checked.rows, openai_purpose=openai_purpose)
     try:
         stored = store.put_file(file_key(file_id), upload.path)
         if stored.sha256 != upload.sha256 or stored.size != upload.size:

@@ -34,6 +34,9 @@ class FileRead(BaseModel):
     status: FileStatus = Field(description="`ready`: usable by jobs; `uploading`: being stored; `error`: "
                                            "could not be stored (delete it and upload again)")
     created_at: UtcDatetime
+    # Not on our wire (``exclude``): the OpenAI purpose an upload named (``fine-tune``), which
+    # makes its answers OpenAI's file object (api.openai_compat.file_object); None for ours.
+    openai_purpose: str | None = Field(None, exclude=True)
 
 
 class FilePage(BaseModel):

@@ -217,6 +217,9 @@ class Job(Base):
     # Set when the team deleted the job (api.store.job_deletion): the row is a tombstone that
     # every read hides, kept for its allocations (GPU-hours) and webhook deliveries.
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # A job made through OpenAI's fine-tuning API (api.openai_compat): what its create carried that
+    # the spec does not hold, ``{"method", "metadata", "suffix"}`` as sent; NULL for our own submits.
+    openai_request: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class JobHost(Base):
@@ -385,3 +388,6 @@ class UploadedFile(Base):
     status: Mapped[str] = mapped_column(String(16), default="uploading")
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # The OpenAI purpose the upload named (``fine-tune``: a dataset whose answers take OpenAI's file
+    # object shape, api.openai_compat.file_object); NULL for our own purposes.
+    openai_purpose: Mapped[str | None] = mapped_column(String(16))

@@ -117,6 +117,22 @@ def list_events(session: Session, job_id: int, after: int = 0, limit: int = 100)
     return [EventRead.model_validate(row, from_attributes=True) for row in rows]
 
 
+def list_events_newest_first(session: Session, job_id: int, before: int = 0,
+                             limit: int = 20) -> list[EventRead]:
+    """The job's events newest first, those older than event ``before`` (0: from the newest)."""
+    query = select(JobEvent).where(JobEvent.job_id == job_id).order_by(JobEvent.id.desc()).limit(limit)
+    if before:
+        query = query.where(JobEvent.id < before)
+    return [EventRead.model_validate(row, from_attributes=True) for row in session.scalars(query)]
+
+
+def metrics_at(session: Session, job_id: int, steps: list[int]) -> dict[int, dict[str, Any]]:
+    """The records of these steps of the job that it has, by step."""
+    rows = session.execute(select(JobMetric.step, JobMetric.payload)
+                           .where(JobMetric.job_id == job_id, JobMetric.step.in_(steps)))
+    return {row.step: row.payload for row in rows}
+
+
 def list_metrics(
     session: Session, job_id: int, after_step: int = BEFORE_FIRST_STEP, limit: int = 1000,
     names: set[str] | None = None,

@@ -110,14 +110,15 @@ def _columns(request: RewardTrialRequest) -> set[str]:
     return {name for sample in request.samples for name in sample.columns}
 
 
-def check_trial(request: RewardTrialRequest, team_id: int,
-                settings: Settings) -> dict[str, VerifierEndpoint]:
-    """What a submit would refuse (the rewards' args, the pool's limit on their sandboxes' memory),
-    and models: :class:`InvalidSpec` naming each field. The
-    verifiers the team's ``http_verifier`` rewards may reach, when they all are registered."""
+def check_trial(request: RewardTrialRequest, team_id: int, settings: Settings,
+                with_columns: bool = True) -> dict[str, VerifierEndpoint]:
+    """What a submit would refuse (the rewards' args, the pool's limit on their sandboxes' memory,
+    and unless ``with_columns`` is false, a column the samples lack), and models:
+    :class:`InvalidSpec` naming each field. The verifiers the team's ``http_verifier`` rewards may
+    reach, when they all are registered."""
     specs = request.rewards or []
     try:
-        validate_reward_specs(specs, _columns(request))
+        validate_reward_specs(specs, _columns(request) if with_columns else None)
     except SpecError as exc:
         raise InvalidSpec([exc]) from None
     _refuse_models(specs)

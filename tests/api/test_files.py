@@ -144,4 +144,4 @@ def test_the_openapi_document_describes_the_upload(api) -> None:
     operation = api.get("/openapi.json").json()["paths"]["/v1/files"]["post"]
     schema = operation["requestBody"]["content"]["multipart/form-data"]["schema"]
     assert schema["required"] == ["file", "purpose"]
-    assert schema["properties"]["purpose"]["enum"] == ["dataset", "model"]
+    assert schema["properties"]["purpose"]["enum"] == ["dataset", "model", "fine-tune"]

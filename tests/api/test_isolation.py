@@ -24,6 +24,7 @@ ADMIN = "admin"  # /v1/admin: admin keys only; a member key gets 403
 
 WS = "WS"  # the "method" of a WebSocket route
 _JOB = "/v1/jobs/{job_id}"
+_FTJOB = "/v1/fine_tuning/jobs/{fine_tuning_job_id}"
 ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/v1/rewards"): ANY,
     ("GET", "/v1/codes"): ANY,
@@ -37,6 +38,9 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", "/v1/rewards/run"): TEAM,  # verifiers of the caller's team only (test_reward_trials.py)
     # Environment servers of the caller's team only (test_environment_trials.py).
     ("POST", "/v1/environments/run"): TEAM,
+    # OpenAI's grader endpoints: the rewards dry run in OpenAI's shapes (test_openai_graders_api.py).
+    ("POST", "/v1/fine_tuning/alpha/graders/run"): TEAM,
+    ("POST", "/v1/fine_tuning/alpha/graders/validate"): TEAM,
     ("POST", "/v1/jobs"): TEAM,
     ("POST", "/v1/stream-tickets"): TEAM,  # a ticket stands for the caller's own key (test_hardening.py)
     # The caller's team's webhooks; another team's is a 404 on each {webhook_id} route (test_webhooks.py).
@@ -52,6 +56,15 @@ ROUTES: dict[tuple[str, str], str] = {
     ("GET", "/v1/files/{file_id}"): TEAM,
     ("GET", "/v1/files/{file_id}/content"): TEAM,
     ("DELETE", "/v1/files/{file_id}"): TEAM,
+    # OpenAI's fine-tuning API on the same jobs (test_fine_tuning_api.py): ftjob-N is job N.
+    ("POST", "/v1/fine_tuning/jobs"): TEAM,
+    ("GET", "/v1/fine_tuning/jobs"): TEAM,
+    ("GET", _FTJOB): JOB,
+    ("POST", f"{_FTJOB}/cancel"): JOB,
+    ("POST", f"{_FTJOB}/pause"): JOB,
+    ("POST", f"{_FTJOB}/resume"): JOB,
+    ("GET", f"{_FTJOB}/events"): JOB,
+    ("GET", f"{_FTJOB}/checkpoints"): JOB,
     ("GET", _JOB): JOB,
     ("PATCH", _JOB): JOB,
     ("DELETE", _JOB): JOB,  # the owner deletes a finished job (test_job_deletion.py)
@@ -94,10 +107,15 @@ ROUTES: dict[tuple[str, str], str] = {
 ENVIRONMENT = ("class Environment:\n    def reset(self, item):\n        return None\n"
                "    def step(self, action):\n        return {'done': True}\n")
 # Valid bodies where a route reads one, so the team check, not validation, decides the answer.
+_GRADER = {"type": "string_check", "name": "exact", "input": "{{sample.output_text}}",
+           "reference": "{{item.answer}}", "operation": "eq"}
 BODIES = {("PATCH", _JOB): {"priority": "low"},
           ("POST", "/v1/rewards/run"): {"rewards": [{"name": "contains", "args": {"text": "4"}}],
                                         "samples": [{"prompt": "2+2?", "completion": "4"}]},
-          ("POST", "/v1/environments/run"): {"environment": {"source": ENVIRONMENT}, "actions": ["a"]}}
+          ("POST", "/v1/environments/run"): {"environment": {"source": ENVIRONMENT}, "actions": ["a"]},
+          ("POST", "/v1/fine_tuning/alpha/graders/run"): {"grader": _GRADER, "model_sample": "4",
+                                                           "item": {"answer": "4"}},
+          ("POST", "/v1/fine_tuning/alpha/graders/validate"): {"grader": _GRADER}}
 # Query strings where a route needs one; formatted as the path is (twin_id: a second job of alpha).
 QUERIES = {("GET", "/v1/jobs/compare"): "?ids={job_id},{twin_id}"}
 
@@ -157,7 +175,7 @@ def status_of(server, client_for, key: str | None, method: str, path: str, job_i
     """The status a call answers with; for a WebSocket, the handshake's (101: accepted)."""
     url = (path + QUERIES.get((method, path), "")).format(
         job_id=job_id, twin_id=twin_id, team="alpha", pool="default", key_id=1, step=1, verifier="grader",
-        webhook_id=1, file_id=f"file-{'0' * 24}")
+        webhook_id=1, file_id=f"file-{'0' * 24}", fine_tuning_job_id=f"ftjob-{job_id}")
     if method != WS:
         return client_for(key).request(method, url, json=BODIES.get((method, path), {})).status_code
     headers = {"Authorization": f"Bearer {key}"} if key is not None else {}

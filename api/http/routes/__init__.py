@@ -15,8 +15,10 @@ from api.http.routes import (
     downloads,
     environment_trials,
     files,
+    fine_tuning,
     jobs,
     meta,
+    openai_graders,
     prometheus,
     reward_trials,
     stream,
@@ -37,9 +39,11 @@ def build_router() -> APIRouter:
                               429: {"description": "The team's reads or writes are over its rate limit; "
                                                    "retry after `Retry-After` seconds"}})
     # compare before jobs: `/jobs/{job_id}` would take `compare` for an id (and refuse it).
-    for module_router in (meta.catalog, reward_trials.router, environment_trials.router, compare.router,
+    for module_router in (meta.catalog, reward_trials.router, environment_trials.router,
+                          openai_graders.router, compare.router,
                           jobs.router, telemetry.router, downloads.router, stream.router, cluster.router,
-                          usage.router, webhooks.router, files.router, admin.me, admin.router):
+                          usage.router, webhooks.router, files.router, fine_tuning.router, admin.me,
+                          admin.router):
         v1.include_router(module_router)
     root.include_router(v1)
     return root

@@ -18,7 +18,9 @@ from api.http.file_uploads import accept_upload, refuse_hopeless, remove_object,
 from api.http.params import FileId
 from api.http.upload_admission import UploadsInFlight
 from api.http.upload_body import declared_bytes, receive_upload
+from api.openai_compat.file_object import deleted_answer, file_answer
 from api.schemas.files import FilePage, FileRead
+from api.schemas.fine_tuning import OpenAIFile, OpenAIFileDeleted
 from api.storage.interface import ObjectStream
 from api.storage.keys import file_key
 from api.store import files
@@ -32,11 +34,13 @@ _UPLOAD_BODY = {"required": True, "content": {"multipart/form-data": {"schema": 
         "file": {"type": "string", "format": "binary",
                  "description": "A dataset (.jsonl, .json array, .csv, .parquet) or a model (a tar or tar.gz "
                                 "of a Hugging Face folder: config.json, *.safetensors, tokenizer files)"},
-        "purpose": {"type": "string", "enum": ["dataset", "model"]},
+        "purpose": {"type": "string", "enum": ["dataset", "model", "fine-tune"],
+                    "description": "Also OpenAI's `fine-tune` (what its client sends): a dataset whose rows "
+                                   "hold their prompt as `messages`, answered as OpenAI's file object"},
         "prompt_field": {"type": "string", "description": "A dataset's prompt column (default: prompt)"}}}}}}
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=FileRead,
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=FileRead | OpenAIFile,
              openapi_extra={"requestBody": _UPLOAD_BODY},
              responses={413: {"description": "Over the purpose's size limit (`request_too_large`), or "
                                              "over the room left in the team's artifact quota "
@@ -54,9 +58,10 @@ _UPLOAD_BODY = {"required": True, "content": {"multipart/form-data": {"schema": 
                                              "API host's disk for uploads in flight is full (`spool_full`); "
                                              "all with Retry-After"}})
 async def upload_file(request: Request, principal: PrincipalDep, settings: SettingsDep,
-                      store: ObjectStoreDep) -> FileRead:
+                      store: ObjectStoreDep) -> FileRead | OpenAIFile:
     """Upload a dataset or a model; a job names it as ``file:ID`` (``model.source``,
-    ``dataset.source``, ``eval_dataset.source``, a ``reward_model``'s ``model``)."""
+    ``dataset.source``, ``eval_dataset.source``, a ``reward_model``'s ``model``). An OpenAI
+    client's ``purpose=fine-tune`` upload is a dataset answered as OpenAI's file object."""
     # The places and the quota's first look come before the body is read: the spool disk is shared.
     with _uploads_in_flight(request).held():
         async with _upload_slots(request).held(principal.team_id, settings.max_uploads_per_team):
@@ -64,7 +69,8 @@ async def upload_file(request: Request, principal: PrincipalDep, settings: Setti
                                                  declared_bytes(request))
             upload = await receive_upload(request, settings, check_size)
             try:
-                return await run_in_threadpool(accept_upload, upload, principal.team_id, settings, store)
+                accepted = await run_in_threadpool(accept_upload, upload, principal.team_id, settings, store)
+                return file_answer(accepted)
             finally:
                 await run_in_threadpool(upload.discard)
 
@@ -97,9 +103,10 @@ def list_files(session: SessionDep, principal: PrincipalDep,
     return FilePage(items=items, next_after=items[-1].id if len(items) == limit else None)
 
 
-@router.get("/{file_id}", response_model=FileRead, responses=_404)
-def get_file(file_id: FileId, session: SessionDep, principal: PrincipalDep) -> FileRead:
-    return files.get_file(session, file_id, principal.scope)
+@router.get("/{file_id}", response_model=FileRead | OpenAIFile, responses=_404)
+def get_file(file_id: FileId, session: SessionDep, principal: PrincipalDep) -> FileRead | OpenAIFile:
+    """The file; a ``purpose=fine-tune`` upload as OpenAI's file object."""
+    return file_answer(files.get_file(session, file_id, principal.scope))
 
 
 def _chunks(stream: ObjectStream):
@@ -126,12 +133,13 @@ def file_content(file_id: FileId, session: SessionDep, principal: PrincipalDep,
     return StreamingResponse(_chunks(stream), media_type="application/octet-stream", headers=headers)
 
 
-@router.delete("/{file_id}", response_model=FileRead,
+@router.delete("/{file_id}", response_model=FileRead | OpenAIFileDeleted,
                responses={**_404, 409: {"description": "A job not yet finished uses it (named)"}})
 def delete_file(file_id: FileId, session: SessionDep, principal: PrincipalDep,
-                store: ObjectStoreDep) -> FileRead:
-    """Remove the file, unless a job that has not finished names it in its spec."""
+                store: ObjectStoreDep) -> FileRead | OpenAIFileDeleted:
+    """Remove the file, unless a job that has not finished names it in its spec; the answer is
+    the file as it was (a ``purpose=fine-tune`` upload: OpenAI's ``{id, object, deleted}``)."""
     removed = files.delete_file(session, file_id, principal.scope)
     session.commit()  # the row first: an object without a row is unreachable, a row without one is not
     remove_object(store, file_id)
-    return removed
+    return deleted_answer(removed)

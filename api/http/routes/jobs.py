@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, NamedTuple
 
 from fastapi import APIRouter, Header, Query, Request, status
 from redis.exceptions import RedisError
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import State
 from starlette.responses import Response as PlainResponse
@@ -107,16 +108,21 @@ async def _echo(job: JobRead, code: int) -> PlainResponse:
 
 def _parse_check_and_create(settings: Settings, app_state: State, principal: Principal, raw: bytes,
                             content_type: str | None, idempotency_key: str | None) -> tuple[JobRead, bool]:
-    return _check_and_create(settings, app_state, principal, parse_spec(raw, content_type), idempotency_key)
+    return check_and_create(settings, app_state, principal, parse_spec(raw, content_type), idempotency_key)
 
 
-def _check_and_create(
+def check_and_create(
     settings: Settings,
     app_state: State,
     principal: Principal,
     spec: JobSpec,
     idempotency_key: str | None,
+    recorded: Callable[[Session, JobRead, bool], None] | None = None,
 ) -> tuple[JobRead, bool]:
+    """Every check a submit makes, then the job written and admitted: ``(job, created)``. The
+    one way in for each door to jobs (this submit and clone, OpenAI's create in
+    :mod:`api.http.routes.fine_tuning`); ``recorded(session, job, created)``: what such a door
+    keeps beside the job, in the same transaction (also called on a replay, to check it)."""
     # One threadpool hop for everything that blocks: the filesystem and Redis checks, then one
     # transaction. A Redis outage while reading live workers is a 503, like any backend's.
     team_id = principal.team_id
@@ -135,6 +141,8 @@ def _check_and_create(
         spec = with_team_priority(session, team_id, spec, settings)
         job, created = job_store.create_job(session, team_id, spec, idempotency_key,
                                             dataset_file_warnings(spec, files))
+        if recorded is not None:
+            recorded(session, job, created)
         if created:  # a replay queues nothing
             admit(session, team_id, job.priority, settings, member=not principal.is_admin)
         return job, created
@@ -389,4 +397,4 @@ def _clone(settings: Settings, app_state: State, principal: Principal, job_id: i
         if "name" not in changes:  # NAME-2, NAME-3...: clones are told apart in every list
             changes["name"] = job_store.clone_name(session, principal.team_id, original.name)
     spec = with_changes(JobSpec.model_validate(original.spec), changes)
-    return _check_and_create(settings, app_state, principal, spec, None)
+    return check_and_create(settings, app_state, principal, spec, None)

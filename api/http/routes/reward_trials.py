@@ -74,11 +74,13 @@ async def run_rewards(body: RewardTrialRequest, request: Request, principal: Pri
     ``GRPO_REWARD_TRIAL_SLOTS_PER_TEAM`` in progress, held from here to its answer (a relayed one's
     wait included), so it cannot take the slots another team's dry run needs."""
     async with team_share(request, principal, settings):
-        return await _run(body, request, principal.team_id, settings, redis)
+        return await score_or_relay(body, request, principal.team_id, settings, redis)
 
 
-async def _run(body: RewardTrialRequest, request: Request, team_id: int, settings: Any,
-               redis: Any) -> RewardTrialRead:
+async def score_or_relay(body: RewardTrialRequest, request: Request, team_id: int, settings: Any,
+                         redis: Any) -> RewardTrialRead:
+    """The dry run in one of this process's slots, or relayed to a sandbox-capable worker; the
+    caller holds the team's share (:func:`team_share`)."""
     done = await trial_slots(request.app.state).run(_trial, body, team_id, settings)
     if isinstance(done, RewardTrialRead):
         return done
