@@ -34,7 +34,7 @@ from grpo_core.io.row_checks import (
     decodes_to_more,
     parse_json,
 )
-from grpo_core.spec.prompt_rows import prompt_problem
+from grpo_core.spec.prompt_rows import chat_prompt, prompt_problem
 from grpo_core.spec.run_spec import DatasetSpec
 from grpo_core.spec.sources import split_source
 
@@ -169,10 +169,11 @@ def _load_hub(location: str, split: str) -> list[dict[str, Any]]:
 
 
 def _check_prompt(value: Any, field: str, prefix: str = "") -> Any:
-    """A usable prompt (:func:`grpo_core.spec.prompt_rows.prompt_problem`) or a SpecError at ``field``."""
+    """A usable prompt (:func:`grpo_core.spec.prompt_rows.prompt_problem`), in the one shape the
+    core reads (:func:`~grpo_core.spec.prompt_rows.chat_prompt`), or a SpecError at ``field``."""
     problem = prompt_problem(value)
     if problem is None:
-        return value
+        return chat_prompt(value)
     raise SpecError(field, f"{prefix}must be a non-empty string or a non-empty list of messages, "
                            f"got {problem}")
 

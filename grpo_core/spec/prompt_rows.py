@@ -2,8 +2,12 @@
 rows read from a file or the hub (checked when the job loads them). Torch-free.
 
 A prompt is a non-blank string or a non-empty list of chat messages ``{"role", "content"}`` with
-a role chat templates know (``system``, ``user``, ``assistant``) and string content. Columns that
-share a name with an argument every reward receives would shadow it, so they are refused.
+a role chat templates know (``system``, ``user``, ``assistant``) and string content. OpenAI's
+training files (what teams leaving its fine-tuning bring) also write a ``developer`` role and
+content as a list of text parts (``[{"type": "text", "text": ...}]``): both are taken and read as
+the chat templates know them (:func:`chat_prompt`: ``developer`` is ``system``, parts are joined),
+so the rest of the core sees one shape. Columns that share a name with an argument every reward
+receives would shadow it, so they are refused.
 """
 
 from __future__ import annotations
@@ -11,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["MESSAGE_ROLES", "RESERVED_COLUMNS", "prompt_problem", "reward_column_names", "reward_columns",
-           "reserved_in"]
+__all__ = ["MESSAGE_ROLES", "RESERVED_COLUMNS", "chat_prompt", "prompt_problem", "reward_column_names",
+           "reward_columns", "reserved_in"]
 
 # The inputs score_completions passes every reward besides the dataset's columns.
 RESERVED_COLUMNS = frozenset({"completions", "prompts", "raw_completions", "prompt_messages",
@@ -20,14 +24,46 @@ RESERVED_COLUMNS = frozenset({"completions", "prompts", "raw_completions", "prom
 MESSAGE_ROLES = ("system", "user", "assistant")
 
 
+# OpenAI's names, read as the chat templates' ones.
+_ROLE_ALIASES = {"developer": "system"}
+_TEXT_PART_TYPES = ("text", "input_text")
+
+
+def _content_problem(content: Any) -> str | None:
+    if isinstance(content, str):
+        return None
+    if not isinstance(content, list) or not content:
+        return "a message whose content is not a string (or a non-empty list of text parts)"
+    for part in content:
+        if not (isinstance(part, dict) and part.get("type") in _TEXT_PART_TYPES
+                and isinstance(part.get("text"), str)):
+            return "a message with a content part that is not {'type': 'text', 'text': str}"
+    return None
+
+
 def _message_problem(item: Any) -> str | None:
     if not isinstance(item, dict):
         return f"a message that is {type(item).__name__}, not a {{'role', 'content'}} object"
-    if item.get("role") not in MESSAGE_ROLES:
-        return f"a message whose role is {item.get('role')!r:.40}, not one of {', '.join(MESSAGE_ROLES)}"
-    if not isinstance(item.get("content"), str):
-        return "a message whose content is not a string"
-    return None
+    role = item.get("role")
+    if role not in MESSAGE_ROLES and role not in _ROLE_ALIASES:
+        known = ", ".join((*MESSAGE_ROLES, *_ROLE_ALIASES))
+        return f"a message whose role is {role!r:.40}, not one of {known}"
+    return _content_problem(item.get("content"))
+
+
+def chat_prompt(value: Any) -> Any:
+    """A usable prompt as the core reads it: text as it is; messages with OpenAI's ``developer``
+    as ``system`` and text parts joined into one string (other keys of a message are kept)."""
+    if not isinstance(value, list):
+        return value
+    messages = []
+    for message in value:
+        content = message["content"]
+        if isinstance(content, list):
+            content = "".join(part["text"] for part in content)
+        role = _ROLE_ALIASES.get(message["role"], message["role"])
+        messages.append({**message, "role": role, "content": content})
+    return messages
 
 
 def prompt_problem(value: Any) -> str | None:

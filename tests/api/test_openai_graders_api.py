@@ -40,6 +40,15 @@ def test_string_check_and_text_similarity_score_as_hand_computed(client) -> None
     assert answer["metadata"]["type"] == "text_similarity" and answer["metadata"]["name"] == "sim"
 
 
+@needs_sandbox
+def test_a_python_grader_sees_openais_messages_as_a_dataset_row_would(client) -> None:
+    source = ("def grade(sample, item):\n"
+              "    return 1.0 if item['prompt'][0] == {'role': 'system', 'content': 'Be brief.'} else 0.0\n")
+    messages = [{"role": "developer", "content": [{"type": "input_text", "text": "Be brief."}]},
+                {"role": "user", "content": "hi"}]
+    assert run(client, {**PYTHON, "source": source}, "x", messages=messages)["reward"] == 1.0
+
+
 def test_a_missing_item_field_scores_zero_with_the_invalid_variable_flag(client) -> None:
     answer = run(client, STRING_CHECK, "Paris")
     assert answer["reward"] == 0.0

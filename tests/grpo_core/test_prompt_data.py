@@ -45,7 +45,7 @@ def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 
 def _file_spec(path: Path | str, **kwargs: Any) -> DatasetSpec:
-    return DatasetSpec(source=f"path:{path}", prompt_field="question", **kwargs)
+    return DatasetSpec(**{"source": f"path:{path}", "prompt_field": "question", **kwargs})
 
 
 def _error(spec: DatasetSpec, data_root: Path | None = None) -> SpecError:
@@ -131,6 +131,23 @@ def test_chat_prompts_are_kept_and_rendered(word_tokenizer) -> None:
     word_tokenizer.chat_template = "{{ greeting }}" + CHAT_TEMPLATE
     rendered = Conversations(word_tokenizer, None, {"greeting": "Hi! "}).prompt_text(row["prompt"])
     assert rendered == "Hi! <system>Be brief.\n<user>hi\n<assistant>"
+
+
+def test_openai_training_rows_read_as_the_chat_templates_know_them(tmp_path: Path, word_tokenizer) -> None:
+    """OpenAI's training files write a `developer` role and content as text parts: read as a
+    `system` message and one string, so every later reader (templates, graders) sees one shape."""
+    messages = [{"role": "developer", "content": [{"type": "text", "text": "Be "},
+                                                  {"type": "input_text", "text": "brief."}]},
+                {"role": "user", "content": "hi"}]
+    path = _write(tmp_path / "rows.jsonl", [{"messages": messages, "reference_answer": "x"}])
+    [row] = load_rows(_file_spec(path, prompt_field="messages"))
+    assert row["prompt"] == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    assert row["reference_answer"] == "x"
+    word_tokenizer.chat_template = CHAT_TEMPLATE
+    assert render_prompt(row["prompt"], word_tokenizer) == "<system>Be brief.\n<user>hi\n<assistant>"
+    for bad in ([{"role": "user", "content": []}], [{"role": "user", "content": [{"type": "image_url"}]}]):
+        path = _write(tmp_path / "bad.jsonl", [{"messages": bad}])
+        assert _error(_file_spec(path, prompt_field="messages")).reason.startswith("row 0: 'messages' must")
 
 
 def render_prompt(prompt, tokenizer) -> str:

@@ -59,6 +59,8 @@ def test_hub_ids_that_could_name_a_path_are_refused_at_the_source_field(hub_id: 
         ({"prompts": [{"prompt": [{"role": "robot", "content": "hi"}]}]}, "dataset.prompts.0.prompt",
          "role is 'robot'"),
         ({"prompts": [{"prompt": [{"role": "user", "content": ["hi"]}]}]}, "dataset.prompts.0.prompt",
+         "content part that is not"),
+        ({"prompts": [{"prompt": [{"role": "user", "content": 3}]}]}, "dataset.prompts.0.prompt",
          "content is not a string"),
         ({"prompts": [{"prompt": ["hi"]}]}, "dataset.prompts.0.prompt", "a message that is str"),
         ({"prompts": [{"prompt": []}]}, "dataset.prompts.0.prompt", "an empty list"),

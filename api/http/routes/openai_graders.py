@@ -36,6 +36,7 @@ from api.trials.reward_trials import check_trial
 from grpo_core.errors import SpecError
 from grpo_core.rewards.templates import MissingValue, render, sample_of
 from grpo_core.spec.openai_graders import rewards_from_openai_grader
+from grpo_core.spec.prompt_rows import chat_prompt, prompt_problem
 from grpo_core.spec.spec_file import InvalidSpec
 
 router = APIRouter(prefix="/fine_tuning/alpha/graders", tags=["openai"])
@@ -75,7 +76,8 @@ def _sample(model_sample: str, item: dict[str, Any]) -> TrialSampleIn:
     prompt: Any = ""
     for key in _PROMPT_KEYS:
         if isinstance(item.get(key), str | list) and item[key]:
-            prompt = item[key]
+            # OpenAI's developer role and text parts read as a dataset row's would be.
+            prompt = chat_prompt(item[key]) if prompt_problem(item[key]) is None else item[key]
             break
     columns = {name: value for name, value in item.items() if name not in _PROMPT_KEYS}
     try:
