@@ -38,6 +38,7 @@ from api.uploads.model_archives import model_folder_prefix
 from grpo_core.errors import SourceUnavailable
 from grpo_core.io.paths import resolve_under_root
 from grpo_core.rewards.registry import model_sources
+from grpo_core.spec.run_spec import RewardSpec
 from grpo_core.spec.sources import file_source_id, split_source
 from worker.file_cache import FileCache, UnsafeArchive
 from worker.retrying import retry_transient
@@ -95,11 +96,11 @@ def _model_folder(cache: FileCache, file_id: str, field: str) -> Path:
     return (unpacked / model_folder_prefix(names)).resolve()
 
 
-def _rewards(spec: JobSpec, cache: FileCache) -> list | None:
+def _rewards(spec: JobSpec, cache: FileCache) -> list[RewardSpec] | None:
     """The rewards with their uploaded models' folders (wherever in its args a reward names one:
     ``model``, ``embedding_model``, a ``multi``'s ``graders.NAME.model``), None when none names
     one. The core has one root for every reward's model, so a spec cannot mix an uploaded one with
-    a ``path:`` one (refused at submit too)."""
+    a ``path:`` or ``job:`` one (:func:`mixed_reward_models`, refused at submit too)."""
     uploaded = [(field, file_id) for field, source in model_sources(spec.rewards)
                 if (file_id := file_source_id(source)) is not None]
     if not uploaded:
@@ -109,11 +110,18 @@ def _rewards(spec: JobSpec, cache: FileCache) -> list | None:
         raise mixed
     rewards = list(spec.rewards)
     for field, file_id in uploaded:
-        folder = _model_folder(cache, file_id, field)
-        index, _, path = field.removeprefix("rewards.").partition(".args.")
-        reward = rewards[int(index)]
-        rewards[int(index)] = reward.model_copy(
-            update={"args": _with_value(reward.args, path.split("."), f"{PATH}{folder}")})
+        rewards = with_reward_model(rewards, field, _model_folder(cache, file_id, field))
+    return rewards
+
+
+def with_reward_model(rewards: list[RewardSpec], field: str, folder: Path) -> list[RewardSpec]:
+    """``rewards`` with the model at ``field`` (``rewards.N.args.PATH``, as
+    :func:`~grpo_core.rewards.registry.model_sources` names it) the ``path:`` of ``folder``."""
+    index, _, path = field.removeprefix("rewards.").partition(".args.")
+    rewards = list(rewards)
+    reward = rewards[int(index)]
+    rewards[int(index)] = reward.model_copy(
+        update={"args": _with_value(reward.args, path.split("."), f"{PATH}{folder}")})
     return rewards
 
 

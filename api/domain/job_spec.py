@@ -3,10 +3,10 @@
 It is the core's :class:`~grpo_core.spec.run_spec.RunSpec` (what a run needs) plus what only the
 service means: the scheduler's ``priority``, the ``resources.pool`` of workers to run on, a
 ``stall_seconds`` limit, ``tags`` and a ``description`` to find the job by
-(:mod:`api.domain.job_labels`), ``job:ID[@STEP]`` model sources (another job's model, which the
-worker resolves to a folder, :mod:`worker.job_sources`, before the core sees it) and ``file:ID``
-sources (a file the team uploaded, ``POST /v1/files``: a model archive or a dataset, also a
-``reward_model``'s model), which the worker fetches from the object store. A subclass, so
+(:mod:`api.domain.job_labels`), ``job:ID[@STEP]`` model sources (another job's model, the
+policy's or a reward's, which the worker resolves to a folder, :mod:`worker.job_sources`, before
+the core sees it) and ``file:ID`` sources (a file the team uploaded, ``POST /v1/files``: a model
+archive or a dataset, also a reward's model), which the worker fetches from the object store. A subclass, so
 the wire format is the one stored specs and clients already use: the same field names, in the
 same places, under the same schema names (``JobSpec``, ``ModelSpec``, ``DatasetSpec``,
 ``ResourcesSpec``) in ``/openapi.json``.
@@ -26,20 +26,10 @@ from api.vocabulary import DEFAULT_POOL, POOL_NAME_PATTERN, Priority
 from grpo_core.errors import SpecWarning
 from grpo_core.spec import run_spec
 from grpo_core.spec.run_spec import RunSpec
-from grpo_core.spec.sources import FILE_SCHEME, file_source_id, split_source
+from grpo_core.spec.sources import FILE_SCHEME, JOB_SCHEME, file_source_id, named_job, split_source
 
-JOB_SCHEME = "job"
-# Another job's model: its final one (job:ID) or a kept checkpoint (job:ID@STEP).
-JOB_SOURCE_PATTERN = re.compile(r"^(\d{1,18})(?:@(\d{1,10}))?$")
-_KNOWN_SCHEME = re.compile(r"^(path|hf|job|file):(.+)$")  # as the core's, plus job: and file:
-
-
-def job_source(location: str) -> tuple[int, int | None]:
-    """``"7"`` -> ``(7, None)`` (the job's final model), ``"7@40"`` -> ``(7, 40)`` (its checkpoint)."""
-    match = JOB_SOURCE_PATTERN.match(location)
-    if match is None or int(match.group(1)) < 1 or (match.group(2) is not None and int(match.group(2)) < 1):
-        raise ValueError("job: sources look like 'job:ID' (its final model) or 'job:ID@STEP' (a checkpoint)")
-    return int(match.group(1)), None if match.group(2) is None else int(match.group(2))
+# As the core's, plus job: and file:, whose syntax the core checks too (a reward's args take them).
+_KNOWN_SCHEME = re.compile(r"^(path|hf|job|file):(.+)$")
 
 
 def split_any_source(source: str) -> tuple[str, str]:
@@ -54,12 +44,9 @@ def split_any_source(source: str) -> tuple[str, str]:
 
 
 def continued_job(source: str) -> tuple[int, int | None] | None:
-    """The ``(job id, step or None)`` a ``job:`` model source names; None for a source the core
-    loads itself (``path:``, ``hf:``). Raises ValueError for a malformed ``job:`` source."""
-    scheme, _, location = source.partition(":")
-    if scheme != JOB_SCHEME:
-        return None
-    return job_source(location.strip())
+    """The ``(job id, step or None)`` a ``job:`` model source (``model.source``, a reward's model)
+    names; None for another scheme. Raises ValueError for a malformed ``job:`` source."""
+    return named_job(source)
 
 
 class ModelSpec(run_spec.ModelSpec):

@@ -50,12 +50,13 @@ MAX_NAME_BYTES = 255
 
 def check_submission(spec: JobSpec, settings: Settings) -> None:
     """Raise :class:`InvalidSpec` listing every problem found (a NUL anywhere, ``model.source``,
-    ``dataset.source``, ``eval_dataset.source``, ``rewards.N.name``, ``rewards.N.args.FIELD``)."""
+    ``dataset.source``, ``eval_dataset.source``, ``rewards.N.name``, ``rewards.N.args.FIELD``,
+    reward models from more than one place: :func:`mixed_reward_models`)."""
     # A spec written in YAML is parsed past the input guard (api.http.input_guard), so its text
     # is checked here by the same rule: Postgres stores no NUL, UTF-8 no lone surrogate.
     fault = text_fault(spec.model_dump(mode="json"))
     problems: list[SpecError | None] = [SpecError(*fault)] if fault else []
-    # A reward's model (reward_model's args.model) is checked like model.source.
+    # A reward's model (wherever its args name one) is checked like model.source.
     reward_models = model_sources(spec.rewards)
     datasets = _datasets(spec)
     if not problems:  # a path with a NUL cannot even be looked at
@@ -71,6 +72,7 @@ def check_submission(spec: JobSpec, settings: Settings) -> None:
         *(_check_hub_allowed(dataset.source, settings, f"{field}.source") for field, dataset in datasets),
         *(_check_hub_allowed(source, settings, field) for field, source in reward_models),
         _check_reward_budget(spec, settings),
+        mixed_reward_models(spec),  # the core loads them under one root
     ]
     problems.append(_reward_rows_problem(spec.rewards, spec.dataset))
     if problems[-1] is None and spec.eval_dataset is not None:
@@ -242,25 +244,40 @@ def capability_problems(rewards: list[RewardSpec], pool: str, live: list[Heartbe
         for index, capability in required_capabilities(rewards) if capability not in offered]
 
 
-def check_job_source(session: Session, spec: JobSpec, team_id: int, settings: Settings) -> None:
-    """A ``job:ID[@STEP]`` model source names a job of the submitting team (admins included:
-    the new job is the team's, and so is what it learns from) that has that model now."""
-    continued = continued_job(spec.model.source)
-    if continued is None:
-        return
-    job_id, step = continued
+def check_job_sources(session: Session, spec: JobSpec, team_id: int, settings: Settings) -> None:
+    """Every ``job:ID[@STEP]`` source of the spec, ``model.source`` and each model a reward names
+    (a judge inside a ``multi`` too), passes :func:`job_source_problem`; else an
+    :class:`InvalidSpec` naming each field that does not."""
+    named = [("model.source", spec.model.source), *model_sources(spec.rewards)]
+    problems = [problem for field, source in named
+                if (problem := job_source_problem(session, field, source, team_id, settings)) is not None]
+    if problems:
+        raise InvalidSpec(problems)
+
+
+def job_source_problem(session: Session, field: str, source: str, team_id: int,
+                       settings: Settings) -> SpecError | None:
+    """None when ``source`` (at ``field``) is no ``job:`` one, or names a job of the submitting
+    team (admins included: the new job is the team's, and so is what it learns from or scores
+    with) that has that model now: that job is then held against deletion until the caller's
+    transaction ends, so a deletion sees the new job that loads its model."""
+    named = continued_job(source)
+    if named is None:
+        return None
+    job_id, step = named
     try:
         get_job(session, job_id, team_id)
     except NotFound:
-        raise InvalidSpec([SpecError("model.source", f"your team has no job {job_id}")]) from None
+        return SpecError(field, f"your team has no job {job_id}")
     if not hold_against_deletion(session, job_id):  # deleted since the read above
-        raise InvalidSpec([SpecError("model.source", f"job {job_id} was deleted")])
+        return SpecError(field, f"job {job_id} was deleted")
     published = published_artifacts(session, job_id)
     if not has_model_to_continue(settings, job_id, step, published):  # a store away: 503, as any backend
         what = (f"keeps no checkpoint of step {step}" if step is not None
                 else "has no final model or checkpoint yet")
         listing = f"GET /v1/jobs/{job_id}/checkpoints lists what it keeps"
-        raise InvalidSpec([SpecError("model.source", f"job {job_id} {what} ({listing})")])
+        return SpecError(field, f"job {job_id} {what} ({listing})")
+    return None
 
 
 # A file: source's field -> the purpose its file must have been uploaded for.
@@ -271,8 +288,8 @@ def _purpose_for(field: str) -> str:
 def check_file_sources(session: Session, spec: JobSpec, team_id: int) -> dict[str, FileRead]:
     """Every ``file:ID`` source names a file of the submitting team (admins included: the job is
     the team's) that is ``ready`` and was uploaded for that use (a model archive for the model and
-    a reward's model, a dataset for the prompts), and no reward model beside them is a ``path:`` one
-    (:func:`mixed_reward_models`); the files by field. Read FOR SHARE: its deletion waits for this job."""
+    a reward's model, a dataset for the prompts); the files by field. Read FOR SHARE: its deletion
+    waits for this job."""
     problems = []
     files: dict[str, FileRead] = {}
     for field, file_id in file_sources(spec.model_dump(mode="json")):
@@ -287,9 +304,6 @@ def check_file_sources(session: Session, spec: JobSpec, team_id: int) -> dict[st
                                              f"field takes a {wanted} (purpose={wanted})"))
         else:
             files[field] = found
-    mixed = mixed_reward_models(spec)
-    if mixed is not None:
-        problems.append(mixed)
     if problems:
         raise InvalidSpec(problems)
     return files

@@ -15,12 +15,13 @@ storage sweep (``api.scheduling.storage_sweeper``) removes them.
 
 from __future__ import annotations
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from api.domain.errors import Conflict, NotFound
-from api.domain.job_spec import JOB_SCHEME, continued_job
+from api.domain.job_spec import JOB_SCHEME
 from api.domain.lifecycle import TERMINAL_STATUSES
+from api.domain.spec_sources import job_sources
 from api.store.tables import Checkpoint, Job, JobEvent, JobMetric, JobSample, JobTag, utcnow
 
 _CHILD_ROWS = (JobEvent, JobMetric, JobSample, Checkpoint, JobTag)
@@ -29,25 +30,27 @@ _EMPTIED = {"spec": {}, "description": None, "tags": None, "error_traceback": No
             "latest_checkpoint": None, "idempotency_key": None, "request_hash": None}
 
 
-def continuing_jobs(session: Session, job_id: int) -> list[tuple[int, str]]:
-    """``(id, status)`` of the unfinished jobs whose ``model.source`` is ``job:ID[@STEP]`` of
+def continuing_jobs(session: Session, job_id: int) -> list[tuple[int, str, str]]:
+    """``(id, status, field)`` of the unfinished jobs whose ``model.source`` or a reward's model
+    (``rewards.N.args.PATH``: a judge's, a ``multi``'s grader's) is ``job:ID[@STEP]`` of
     ``job_id``: any of them may still load its model (a queued or paused one at its start, a
     running one again if it is requeued before its first checkpoint). Each source is read by the
     parser submit used (:func:`api.domain.job_spec.continued_job`), so however it was written (``job: 7``,
     ``job:07@40``) it names the job it loads."""
     source = Job.spec["model"]["source"].as_string()
-    # A deleted job is finished: the status alone leaves tombstones out.
-    query = select(Job.id, Job.status, source.label("source")).where(
-        Job.status.not_in(TERMINAL_STATUSES), source.startswith(f"{JOB_SCHEME}:")).order_by(Job.id)
-    return [(row.id, row.status) for row in session.execute(query) if _names_job(row.source, job_id)]
-
-
-def _names_job(source: str, job_id: int) -> bool:
-    try:
-        continued = continued_job(source)
-    except ValueError:  # never stored (submit checks it): it names no job
-        return False
-    return continued is not None and continued[0] == job_id
+    rewards = Job.spec["rewards"]
+    # A deleted job is finished: the status alone leaves tombstones out. Only the specs that may
+    # name a job are read, and of them only the model's source and the rewards.
+    names_a_job = or_(source.startswith(f"{JOB_SCHEME}:"), rewards.as_string().contains(f"{JOB_SCHEME}:"))
+    query = select(Job.id, Job.status, source.label("source"), rewards.label("rewards")).where(
+        Job.status.not_in(TERMINAL_STATUSES), names_a_job).order_by(Job.id)
+    found = []
+    for row in session.execute(query):
+        named = job_sources({"model": {"source": row.source}, "rewards": row.rewards})
+        field = next((field for field, named_id, _ in named if named_id == job_id), None)
+        if field is not None:
+            found.append((row.id, row.status, field))
+    return found
 
 
 def hold_against_deletion(session: Session, job_id: int) -> bool:
@@ -72,9 +75,10 @@ def deletion_target(session: Session, job_id: int, team_id: int | None) -> bool:
         raise Conflict(f"job {job_id} is {row.status}: only a succeeded, failed or cancelled job can be "
                        "deleted (cancel it first)", param="job_id")
     if continuing := continuing_jobs(session, job_id):
-        named = ", ".join(f"job {other} ({status})" for other, status in continuing)
-        raise Conflict(f"{named} continues from job {job_id}'s model (model.source job:{job_id}); "
-                       "cancel it or let it finish first", param="job_id")
+        named = "; ".join(f"job {other} ({status}) "
+                          f"{'continues from' if field == 'model.source' else 'scores with'} job {job_id}'s "
+                          f"model ({field} job:{job_id})" for other, status, field in continuing)
+        raise Conflict(f"{named}; cancel it or let it finish first", param="job_id")
     return True
 
 

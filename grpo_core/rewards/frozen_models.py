@@ -2,11 +2,11 @@
 judge of ``score_model``/``label_model``, the same way.
 
 Both name their model in an args field (``model``) with the sources a policy's ``model.source``
-takes in the core (``path:``, ``hf:``; the service has rewritten a ``file:`` upload to a ``path:``
-under the root it gives), so the source is resolved like one, errors named at that field. The
-folder's config is read first and its architecture checked against the head the reward needs:
-transformers would otherwise load a causal LM as a classifier (or the reverse) with a freshly
-initialised head and only a warning, and the reward would score with random weights. The model is
+takes in the core (``path:``, ``hf:``; the service has rewritten a ``file:`` upload or a ``job:``
+model to a ``path:`` under the root it gives), so the source is resolved like one, errors named at
+that field. The folder's config is read first and its architecture checked against the head the
+reward needs: transformers would otherwise load a causal LM as a classifier (or the reverse) with a
+freshly initialised head and only a warning, and the reward would score with random weights. The model is
 loaded once, when the job binds its rewards, on this rank's device in the job's dtype, in eval
 mode with no gradients: a reward model is never trained, and every rank of a multi-GPU job holds
 its own copy and scores its own rows.

@@ -2,7 +2,7 @@
 
 OpenAI's graders of these types call one of OpenAI's hosted models. Here the judge is a local
 causal LM named as ``reward_model`` names its model (``path:``, ``hf:`` where the hub is allowed,
-``file:`` in the service), loaded once when the job binds its rewards, on the job's device: so a
+``file:`` and ``job:`` in the service), loaded once when the job binds its rewards, on the job's device: so a
 grader written for OpenAI keeps its fields and its meaning (``input`` messages templated with
 ``{{sample.output_text}}`` and ``{{item.COLUMN}}``, :mod:`grpo_core.rewards.templates`; ``range``;
 ``labels`` and ``passing_labels``) and only its ``model`` changes. A hosted model's name
@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, Validatio
 from grpo_core.rewards.grader_rows import ALWAYS_IN_ITEM
 from grpo_core.rewards.reward_types import RewardContext, RewardDefinition, RewardFn
 from grpo_core.rewards.templates import MAX_TEMPLATE_CHARS, check_template, item_columns
-from grpo_core.spec.sources import file_source_id, split_source
+from grpo_core.spec.sources import reward_model_source
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -55,22 +55,20 @@ MAX_LABEL_CHARS = 200
 SCORE_BOUND = 1e12  # bounds of range and pass_threshold: any real scale fits, and stays finite
 _MODEL_HELP = ("path:NAME (a Hugging Face causal LM folder with a chat template, under the models root; "
                "relative to the spec's folder in `grpo train`), hf:owner/name[@revision] where the hub is "
-               "allowed, or in the service file:ID (a model archive the team uploaded)")
+               "allowed, or in the service file:ID (a model archive the team uploaded) or job:ID[@STEP] "
+               "(another job of the team's final model or checkpoint)")
 
 
 def _judge_source(value: str) -> str:
     """``value`` when it is a source ``reward_model`` accepts; a ValueError saying what a judge
     must be otherwise, a hosted model's name (OpenAI's ``o3-mini``) in particular."""
     try:
-        if file_source_id(value) is None:  # a file: source is the service's to resolve
-            split_source(value)
+        reward_model_source(value)  # file: and job: sources are the service's to resolve
     except ValueError as exc:
         scheme = value.partition(":")[0].strip() if ":" in value else None
         if scheme is None:  # a bare name: what an OpenAI grader gives
             why = f"'{value:.100}' names no model here (the judge runs on this service, not at OpenAI)"
-        elif scheme == "job":  # the service resolves job: for model.source only (worker/job_sources.py)
-            why = "another job's model (job:) cannot be a judge yet, as it cannot be a reward_model's"
-        elif scheme in ("path", "hf", "file"):
+        elif scheme in ("path", "hf", "file", "job"):
             why = str(exc)  # a known scheme, malformed: what is wrong with it
         else:
             why = f"'{scheme:.20}:' is no source of a model"

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from grpo_core.spec.sources import file_source_id, split_source
+from grpo_core.spec.sources import reward_model_source
 
 __all__ = ["RewardModelArgs"]
 
@@ -19,7 +19,8 @@ class RewardModelArgs(BaseModel):
     model: str = Field(..., min_length=1, max_length=1024, description=(
         "path:NAME (a Hugging Face folder of a *ForSequenceClassification model under the models "
         "root; relative to the spec's folder in `grpo train`), hf:owner/name[@revision] where the "
-        "hub is allowed, or in the service file:ID (a model archive the team uploaded)."))
+        "hub is allowed, or in the service file:ID (a model archive the team uploaded) or "
+        "job:ID[@STEP] (another job of the team's final model or checkpoint)."))
     batch_size: int = Field(8, ge=1, le=1024, description="Texts per forward pass.")
     max_length: int = Field(1024, ge=8, le=131_072, description=(
         "Most tokens of prompt + completion scored; longer texts lose their beginning, since the "
@@ -32,6 +33,4 @@ class RewardModelArgs(BaseModel):
     @field_validator("model")
     @classmethod
     def _model_source(cls, value: str) -> str:
-        if file_source_id(value) is None:  # a file: source is the service's to resolve
-            split_source(value)
-        return value
+        return reward_model_source(value)  # file: and job: sources are the service's to resolve

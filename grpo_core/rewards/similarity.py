@@ -40,7 +40,7 @@ from grpo_core.rewards.columns import aligned_column
 from grpo_core.rewards.grader_rows import grader_rows, template_columns
 from grpo_core.rewards.reward_types import RewardContext, RewardDefinition, RewardFn
 from grpo_core.rewards.templates import MAX_TEMPLATE_CHARS, OUTPUT_TEXT, MissingValue, check_template, render
-from grpo_core.spec.sources import file_source_id, split_source
+from grpo_core.spec.sources import reward_model_source
 
 __all__ = ["TEXT_SIMILARITY", "TextSimilarityArgs", "similarity_metric"]
 
@@ -76,7 +76,8 @@ class TextSimilarityArgs(BaseModel):
         "embeddings, clipped to [0, 1])."))
     embedding_model: str | None = Field(None, min_length=1, max_length=1024, description=(
         "With evaluation_metric cosine: the embedding model, path:NAME (a Hugging Face folder under "
-        "the models root), file:ID (an uploaded model) or hf:owner/name where the hub is allowed."))
+        "the models root), hf:owner/name where the hub is allowed, or in the service file:ID (an "
+        "uploaded model) or job:ID[@STEP] (another job of the team's final model or checkpoint)."))
 
     @field_validator("input", "reference")
     @classmethod
@@ -86,9 +87,8 @@ class TextSimilarityArgs(BaseModel):
     @field_validator("embedding_model")
     @classmethod
     def _model_source(cls, value: str | None) -> str | None:
-        if value is not None and file_source_id(value) is None:  # a file: source is the service's
-            split_source(value)
-        return value
+        # file: and job: sources are the service's to resolve
+        return None if value is None else reward_model_source(value)
 
     @model_validator(mode="after")
     def _one_form(self) -> TextSimilarityArgs:

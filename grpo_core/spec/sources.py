@@ -3,9 +3,10 @@
 The core loads two schemes: ``path:`` (a local folder or file, resolved safely by
 :mod:`grpo_core.io.paths`) and ``hf:`` (a hub id, checked here against the hub's own naming rules so
 nothing that could be a URL, a shell word or a local path gets through). The service adds
-``file:`` (an upload, by id) and ``job:`` (another job's output); only the first is recognised here,
-so the core can tell it apart and refuse it. Only the string's shape is checked: whether it exists
-is the loaders' business.
+``file:`` (an upload, by id) and ``job:`` (another job's model); their shapes are checked here, so
+a reward's args (which the core validates for both) take them like the service's ``model.source``
+(:func:`reward_model_source`), and the core can tell them apart and refuse to load them. Only the
+string's shape is checked: whether it exists is the loaders' business.
 """
 
 from __future__ import annotations
@@ -38,6 +39,38 @@ def file_source_id(source: str) -> str | None:
         raise ValueError("file: sources look like 'file:file-' and 24 hex digits, the id POST /v1/files "
                          "gave the upload")
     return location.strip()
+
+
+# Another job of the service's: its final model (job:ID) or a kept checkpoint (job:ID@STEP). Only
+# the service resolves it (the worker, to that job's folder), so ``grpo train`` refuses it.
+JOB_SCHEME = "job"
+JOB_SOURCE_PATTERN = re.compile(r"^(\d{1,18})(?:@(\d{1,10}))?$")
+
+
+def job_source(location: str) -> tuple[int, int | None]:
+    """``"7"`` -> ``(7, None)`` (the job's final model), ``"7@40"`` -> ``(7, 40)`` (its checkpoint)."""
+    match = JOB_SOURCE_PATTERN.match(location)
+    if match is None or int(match.group(1)) < 1 or (match.group(2) is not None and int(match.group(2)) < 1):
+        raise ValueError("job: sources look like 'job:ID' (its final model) or 'job:ID@STEP' (a checkpoint)")
+    return int(match.group(1)), None if match.group(2) is None else int(match.group(2))
+
+
+def named_job(source: str) -> tuple[int, int | None] | None:
+    """The ``(job id, step or None)`` a ``job:`` source names; None for a source of another scheme;
+    ValueError for a malformed ``job:`` source."""
+    scheme, _, location = source.partition(":")
+    if scheme != JOB_SCHEME:
+        return None
+    return job_source(location.strip())
+
+
+def reward_model_source(source: str) -> str:
+    """``source`` when it may name a reward's model: ``path:`` or ``hf:`` (which the core loads), or
+    the service's ``file:ID`` or ``job:ID[@STEP]`` (the worker rewrites them to ``path:`` ones);
+    ValueError saying what is wrong otherwise."""
+    if file_source_id(source) is None and named_job(source) is None:
+        split_source(source)
+    return source
 
 
 def split_source(source: str) -> tuple[str, str]:

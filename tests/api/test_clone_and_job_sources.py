@@ -1,5 +1,6 @@
 """Continuing from a job over real HTTP (Postgres and SQLite): ``model.source: job:ID[@STEP]``
-is checked at submit (the team's own job, which has that model now), and ``POST .../clone``
+is checked at submit (the team's own job, which has that model now), and so is a reward's model
+named so (a judge inside a ``multi``, a ``reward_model``), each named at its field; ``POST .../clone``
 queues a job with the same spec, changed as asked, checked like any submission. The worker's
 side (loading that model) is tested in tests/worker/test_final_model.py."""
 
@@ -52,6 +53,37 @@ def test_a_job_source_must_be_the_teams_own_job_with_that_model(alpha, beta, job
         assert "job:ID" in refused(alpha.post("/v1/jobs", json=job_spec(model={"source": bad})))
     assert "'job:' names a model" in refused(alpha.post("/v1/jobs", json=job_spec(
         dataset={"source": "job:1"})), "dataset.source")
+
+
+def judged_by(model: str) -> list[dict]:
+    """Rewards whose judge, inside a ``multi``, is ``model``."""
+    judge = {"type": "label_model", "model": model, "labels": ["yes", "no"], "passing_labels": ["yes"],
+             "input": [{"role": "user", "content": "Is {{sample.output_text}} right?"}]}
+    return [{"name": "multi", "args": {"graders": {"judge": judge}, "calculate_output": "judge"}}]
+
+
+def test_a_rewards_job_model_must_be_the_teams_own_job_with_that_model(alpha, beta, job_spec, api_server,
+                                                                      tiny_model_dir) -> None:
+    settings = api_server.settings
+    judge = "rewards.0.args.graders.judge.model"
+    done = submitted(alpha, job_spec())
+    assert "has no final model or checkpoint yet" in refused(alpha.post("/v1/jobs", json=job_spec(
+        rewards=judged_by(f"job:{done['id']}"))), judge)
+    shutil.copytree(tiny_model_dir, model_dir(settings, done["id"]))
+
+    accepted = submitted(alpha, job_spec(rewards=judged_by(f"job:{done['id']}")))
+    assert accepted["spec"]["rewards"][0]["args"]["graders"]["judge"]["model"] == f"job:{done['id']}"
+    reward_model = [{"name": "reward_model", "args": {"model": f"job:{done['id']}"}}]
+    assert submitted(alpha, job_spec(rewards=reward_model))["spec"]["rewards"][0]["args"] == {
+        "model": f"job:{done['id']}"}
+    assert f"your team has no job {done['id']}" in refused(beta.post("/v1/jobs", json=job_spec(
+        rewards=judged_by(f"job:{done['id']}"))), judge)
+    assert "keeps no checkpoint of step 3" in refused(alpha.post("/v1/jobs", json=job_spec(
+        rewards=judged_by(f"job:{done['id']}@3"))), judge)
+    assert "job:ID" in refused(alpha.post("/v1/jobs", json=job_spec(rewards=judged_by("job:0"))), judge)
+    # One root for every reward model: another job's beside the models root's is refused.
+    mixed = [*judged_by(f"job:{done['id']}"), {"name": "reward_model", "args": {"model": "path:tiny"}}]
+    assert "not both" in refused(alpha.post("/v1/jobs", json=job_spec(rewards=mixed)), "rewards.1.args.model")
 
 
 def test_clone_queues_the_same_spec_changed_as_asked(alpha, beta, job_spec) -> None:

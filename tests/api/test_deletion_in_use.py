@@ -2,7 +2,8 @@
 job uses is kept (409 naming the user) while that job is in any status but a terminal one
 (``api.domain.lifecycle.TERMINAL_STATUSES``): each user is held in its status by the store's own
 transitions (the scheduler's dispatch, the worker's claim and yield, the API's cancel and pause).
-A ``job:`` source counts however it was written that submit accepts (``job: 7``, ``job:07``)."""
+A ``job:`` source counts however it was written that submit accepts (``job: 7``, ``job:07``), and
+wherever the spec names it: ``model.source`` or a reward's model (a judge)."""
 
 from __future__ import annotations
 
@@ -88,3 +89,21 @@ def test_a_job_is_kept_however_the_source_naming_it_is_written(alpha, job_spec, 
     message = refused.json()["error"]["message"]
     assert f"job {follower} (queued) continues from job {source}'s model" in message
     assert alpha.get(f"/v1/jobs/{source}").status_code == 200
+
+
+def test_a_job_is_kept_while_a_job_scoring_with_its_model_is_unfinished(alpha, job_spec, worker,
+                                                                         api_server) -> None:
+    from test_clone_and_job_sources import judged_by
+
+    source = submitted(alpha, job_spec())
+    worker.start(source)
+    write_artifacts(api_server.settings, source)
+    worker.finish(source)
+    scorer = submitted(alpha, job_spec(rewards=judged_by(f"job:{source}@1")))
+    refused = alpha.delete(f"/v1/jobs/{source}")
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["error"]["message"] == (
+        f"job {scorer} (queued) scores with job {source}'s model (rewards.0.args.graders.judge.model "
+        f"job:{source}); cancel it or let it finish first")
+    assert alpha.post(f"/v1/jobs/{scorer}/cancel").status_code == 200
+    assert alpha.delete(f"/v1/jobs/{source}").status_code == 204

@@ -89,10 +89,21 @@ def test_grpo_train_of_the_service_console_runs_a_service_spec_ignoring_its_serv
     assert args.load_spec(plain)[1] == []
 
 
-def test_grpo_train_of_the_service_console_refuses_another_jobs_model(tmp_path) -> None:
-    path = _service_spec_file(tmp_path, model={**STORED["model"], "source": "job:7"})
+JUDGE = {"type": "score_model", "model": "job:7@40",
+         "input": [{"role": "user", "content": "{{sample.output_text}}"}]}
+
+
+@pytest.mark.parametrize("fields, field", [
+    ({"model": {**STORED["model"], "source": "job:7"}}, "model.source"),
+    ({"rewards": [{"name": "reward_model", "args": {"model": "job:7"}}]}, "rewards.0.args.model"),
+    ({"rewards": [{"name": "contains", "args": {"text": "x"}},
+                  {"name": "multi", "args": {"graders": {"judge": JUDGE}, "calculate_output": "judge"}}]},
+     "rewards.1.args.graders.judge.model"),
+])
+def test_grpo_train_of_the_service_console_refuses_another_jobs_model(tmp_path, fields, field) -> None:
+    path = _service_spec_file(tmp_path, **fields)
     args = build_parser().parse_args(["train", str(path), "--output-dir", str(tmp_path / "out")])
-    with pytest.raises(SpecError, match="model.source: 'job:' sources name a job of the service"):
+    with pytest.raises(SpecError, match=f"{field}: 'job:' sources name a job of the service"):
         args.load_spec(path)
 
 

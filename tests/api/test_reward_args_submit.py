@@ -13,7 +13,8 @@ BAD_REWARDS = [
     ([{"name": "reward_model", "args": {"model": "path:missing"}}], "rewards.0.args.model"),
     ([{"name": "reward_model", "args": {"model": "path:escape"}}], "rewards.0.args.model"),
     ([{"name": "reward_model", "args": {"model": "path:../outside"}}], "rewards.0.args.model"),
-    ([{"name": "reward_model", "args": {"model": "job:1"}}], "rewards.0.args.model"),
+    ([{"name": "reward_model", "args": {"model": "job:1"}}], "rewards.0.args.model"),  # no such model
+    ([{"name": "reward_model", "args": {"model": "job:0"}}], "rewards.0.args.model"),  # malformed
     ([{"name": "reward_model", "args": {"model": "path:tiny", "batch_size": 0}}],
      "rewards.0.args.batch_size"),
     ([{"name": "reward_model", "args": {"model": "path:tiny", "logit_index": -1}}],

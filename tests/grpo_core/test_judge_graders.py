@@ -336,7 +336,8 @@ LABEL = {**SCORE, "labels": ["pass", "fail"], "passing_labels": ["pass"]}
 @pytest.mark.parametrize(("name", "args", "field"), [
     ("score_model", {**SCORE, "model": "o3-mini"}, "model"),
     ("label_model", {**LABEL, "model": "gpt-4o-2024-08-06"}, "model"),
-    ("score_model", {**SCORE, "model": "job:3"}, "model"),
+    ("score_model", {**SCORE, "model": "job:0"}, "model"),
+    ("score_model", {**SCORE, "model": "job:3@"}, "model"),
     ("score_model", {**SCORE, "model": "s3:bucket/model"}, "model"),
     ("score_model", {**SCORE, "sampling_params": {"reasoning_effort": "low"}},
      "sampling_params.reasoning_effort"),
@@ -369,7 +370,19 @@ def test_bad_args_name_their_field(name: str, args: dict, field: str):
 def test_hosted_model_names_say_the_judge_must_load_here():
     reason = args_error("score_model", **{**SCORE, "model": "o3-mini"}).reason
     assert "must be a model this service can load" in reason and "path:" in reason and "file:" in reason
-    assert "reward_model" in args_error("score_model", **{**SCORE, "model": "job:3"}).reason
+    assert "job:ID[@STEP]" in reason  # another job's model is one this service loads
+    malformed = args_error("score_model", **{**SCORE, "model": "job:abc"}).reason
+    assert "'job:ID' (its final model) or 'job:ID@STEP'" in malformed  # model.source's own check
+
+
+def test_another_jobs_model_may_be_the_judge():
+    """``job:ID[@STEP]`` validates, as a ``model.source`` does (the service resolves it); the core
+    refuses to load it (``grpo train`` refuses it before: tests/api/test_job_spec.py)."""
+    label = {**LABEL, "model": "job:7@40"}
+    specs = [RewardSpec(name="score_model", args={**SCORE, "model": "job: 7"}),
+             RewardSpec(name="label_model", args=label)]
+    validate_reward_specs(specs)
+    assert model_sources(specs) == [("rewards.0.args.model", "job: 7"), ("rewards.1.args.model", "job:7@40")]
 
 
 def test_openai_graders_validate_as_written():
@@ -405,3 +418,5 @@ def test_bad_judges_name_their_field_at_bind(models_root: Path):
     missing = error("path:nowhere")
     assert isinstance(missing, SourceUnavailable) and missing.field == "rewards.0.args.model"
     assert error("path:../outside").field == "rewards.0.args.model"
+    unresolved = error("job:3")  # the service's source, which only its worker resolves
+    assert unresolved.field == "rewards.0.args.model" and "'path:' or 'hf:'" in unresolved.reason

@@ -187,6 +187,12 @@ def test_cosine_needs_an_embedding_model_and_declares_it() -> None:
     spec = RewardSpec(name="text_similarity", args={"reference": "x", "evaluation_metric": "cosine",
                                                     "embedding_model": "path:embedder"})
     assert model_sources([spec]) == [("rewards.0.args.embedding_model", "path:embedder")]
+    # Another job's model, as model.source takes it (the service resolves it), with its syntax.
+    error = similarity_error(reference="x", evaluation_metric="cosine", embedding_model="job:7@")
+    assert error.field == "rewards.0.args.embedding_model" and "job:ID@STEP" in error.reason
+    spec = RewardSpec(name="text_similarity", args={"reference": "x", "evaluation_metric": "cosine",
+                                                    "embedding_model": "job:7@40"})
+    assert model_sources([spec]) == [("rewards.0.args.embedding_model", "job:7@40")]
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,9 @@
 real local store and a real files row: the uploaded model's folder and datasets load through the
 core under the roots returned, beside an operator's ``path:`` eval set; ten jobs naming one
 model download it once on this host; a spec mixing an uploaded reward model with a ``path:`` one
-is refused naming the field; a job's end releases what it held."""
+is refused naming the field; a job's end releases what it held. And a reward's ``job:`` model
+(another job's final model or published checkpoint, from a real jobs row) loads from that job's
+folder under the artifacts root, however deep in the args the reward names it."""
 
 from __future__ import annotations
 
@@ -12,12 +14,15 @@ from pathlib import Path
 import pytest
 from test_file_cache import CountingStore, model_archive, upload
 
+from api.artifacts.paths import COMPLETE_MARK, checkpoint_dir, model_dir
 from api.domain.job_spec import JobSpec
 from api.settings import Settings
 from api.store.db import session_scope
 from api.store.files import add_file, new_file_id, set_status
+from api.store.jobs import create_job
+from api.store.telemetry import record_checkpoint
 from grpo_core.errors import SourceUnavailable, SpecError
-from grpo_core.io.model_loading import resolve_model_location
+from grpo_core.io.model_loading import resolve_model_location, resolve_source_location
 from grpo_core.io.prompt_data import load_rows
 from worker import file_sources
 from worker.file_cache import LINKS, USERS
@@ -136,3 +141,57 @@ def test_an_uploaded_judge_inside_a_multi_grader_loads_from_this_hosts_cache(
     assert Path(named.removeprefix("path:")).is_relative_to(Path(host.worker_cache_dir).resolve())
     assert resolved.rewards[0].args["graders"]["judge"]["labels"] == ["yes", "no"]  # the rest kept
     assert roots.reward_models is not None
+
+
+@pytest.fixture
+def trained(host: Settings, database_url: str, team_id: int) -> int:
+    """A job of the team with a final model and a published checkpoint of step 2: its id."""
+    with session_scope(database_url) as session:
+        job, _ = create_job(session, team_id, spec_of("path:tiny", "path:shared-eval.json"))
+        step_2 = checkpoint_dir(host, job.id) / "step-2"
+        record_checkpoint(session, job.id, 2, str(step_2), 1)
+    for folder in (model_dir(host, job.id), step_2):
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_bytes(b"{}")
+    (step_2 / COMPLETE_MARK).write_text("{}")
+    return job.id
+
+
+def judged_by(model: str) -> dict:
+    judge = {"type": "score_model", "model": model,
+             "input": [{"role": "user", "content": "{{sample.output_text}}"}]}
+    return {"name": "multi", "args": {"graders": {"judge": judge}, "calculate_output": "judge"}}
+
+
+def test_another_jobs_models_as_a_multis_judge_and_a_reward_model_load_from_its_folders(
+        store, host: Settings, trained: int) -> None:
+    rewards = [judged_by(f"job:{trained}"), {"name": "reward_model", "args": {"model": f"job:{trained}@2"}}]
+    resolved, roots = loadable(spec_of("path:tiny", "path:shared-eval.json", rewards=rewards), host)
+    assert roots.reward_models == host.artifacts_root and roots.models == host.models_root
+    judge, reward_model = resolved.rewards[0].args["graders"]["judge"], resolved.rewards[1].args
+    for field, named, folder in (
+            ("rewards.0.args.graders.judge.model", judge["model"], model_dir(host, trained)),
+            ("rewards.1.args.model", reward_model["model"], checkpoint_dir(host, trained) / "step-2")):
+        # The core resolves it as it will load it: under the reward models' root.
+        assert resolve_source_location(named, roots.reward_models, None, field) == str(folder.resolve())
+    assert judge["input"] == rewards[0]["args"]["graders"]["judge"]["input"]  # the rest kept
+    assert store.downloads == 0
+
+
+def test_a_reward_models_job_source_gone_since_submit_is_unavailable_naming_the_field(
+        store, host: Settings, trained: int) -> None:
+    with pytest.raises(SourceUnavailable) as raised:
+        loadable(spec_of("path:tiny", "path:shared-eval.json", rewards=[judged_by(f"job:{trained}@3")]), host)
+    assert raised.value.field == "rewards.0.args.graders.judge.model"
+    assert f"job:{trained}@3 no longer exists" in raised.value.reason
+
+
+@pytest.mark.parametrize("other", ["path:shared-rm", "file"])
+def test_a_job_reward_model_beside_one_from_another_place_is_refused_naming_the_field(
+        store, host: Settings, uploaded, trained: int, other: str) -> None:
+    if other == "file":
+        other = f"file:{uploaded(model_archive(MODEL), 'model', 'tar')}"
+    rewards = [judged_by(f"job:{trained}"), {"name": "reward_model", "args": {"model": other}}]
+    with pytest.raises(SpecError) as raised:
+        loadable(spec_of("path:tiny", "path:shared-eval.json", rewards=rewards), host)
+    assert raised.value.field == "rewards.1.args.model" and "not both" in raised.value.reason
