@@ -120,6 +120,20 @@ class RedisKeys:
         """Where a worker answers one dry run; the API waits on it, and it expires soon after."""
         return f"{self._prefix}reward-trial-reply:{request_id}"
 
+    def serve_requests(self, job_id: int) -> str:
+        """The chat requests waiting for serving job ``job_id`` (a list the API pushes onto and the
+        job's process pops, ``api.http.serve_relay``, ``worker.serving``); it expires when no
+        request came for a while."""
+        return f"{self._prefix}serve-requests:{job_id}"
+
+    def serve_reply(self, request_id: str) -> str:
+        """Where a serving job pushes one chat request's events, in order; the API reads them."""
+        return f"{self._prefix}serve-reply:{request_id}"
+
+    def serve_cancel(self, request_id: str) -> str:
+        """Set when a chat request's client went away: the serving job stops generating it."""
+        return f"{self._prefix}serve-cancel:{request_id}"
+
     def worker_queue(self, worker_id: str) -> str:
         """The Celery queue (a Redis list of that name) only this worker consumes: the scheduler
         places a job on one worker, so the broker must not hand it to another of the pool."""

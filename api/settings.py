@@ -162,6 +162,11 @@ class Settings(BaseSettings):
         "PUT, DELETE); past the burst, a 429 with Retry-After.")
     team_write_burst: int = Field(100, ge=1, le=MAX_QUEUED_JOBS,
                                   description="Writes a team may make at once before the rate applies.")
+    team_serve_idle_seconds: int = Field(
+        300, ge=1, le=7 * 24 * 3600, description="A team's serving job (the job that answers "
+        "`/v1/chat/completions` and `/v1/completions` from one of its models) ends, its model unloaded "
+        "and its device freed, after this long without a request; admins set it per team "
+        "(`serve_idle_seconds`).")
     auto_migrate: bool = Field(
         True, description="`grpo api`, `grpo scheduler` and `grpo admin` bring a database that is behind "
         "the code's schema to it at start; false: they refuse, naming the command to run.")
@@ -279,6 +284,22 @@ class Settings(BaseSettings):
         300.0, gt=0, description="How often the scheduler process removes from storage what no job or "
         "file row names any more (a deletion whose storage step failed, a failed upload's object), a "
         "bounded batch each time.")
+
+    # Chat with a job's model (``/v1/chat/completions``, ``/v1/completions``): served by a serving job.
+    serve_wait_seconds: float = Field(
+        120.0, gt=0, le=3600, description="How long a chat request waits for its serving job to take it "
+        "(while the job waits for a device and loads the model); then a 503 `unavailable` with "
+        "Retry-After, and the request is withdrawn.")
+    serve_max_tokens: int = Field(
+        4096, ge=1, le=1_000_000, description="The most tokens a chat request may ask to generate "
+        "(`max_tokens`); a request that names none gets this many, or fewer where the model's positions "
+        "end first.")
+    serve_max_input_chars: int = Field(
+        200_000, ge=1, le=100_000_000, description="The most characters of text a chat request may send "
+        "(its messages' contents, or its prompt, together); more is a 422 naming the field.")
+    serve_max_batch: int = Field(
+        8, ge=1, le=256, description="The most requests a serving job generates at once (one batch on the "
+        "loaded model); more wait in its queue.")
 
     @model_validator(mode="after")
     def _derive_namespace(self) -> Settings:

@@ -43,6 +43,7 @@ SLOWEST_FILES_FIRST = (
     "tests/grpo_core/test_multi_host_launch.py",
     "tests/e2e/test_dashboard.py",
     "tests/e2e/test_service.py",
+    "tests/e2e/test_chat.py",
     "tests/worker/test_object_store_jobs.py",
     "tests/grpo_core/test_sharding.py",
     "tests/worker/test_team_scheduling.py",

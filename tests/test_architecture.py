@@ -45,6 +45,13 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "grpo_core.spec": (*SERVICE, *CORE_LAYERS[1:], "torch", "transformers"),
     # Read by the worker's supervisor, which never loads torch: the standard library only.
     "grpo_core.run.processes": (*SERVICE, *CORE_LAYERS, "torch", "transformers"),
+    # Serving a loaded model, beside the run: the rollout's decoder and sampler (algorithm), the
+    # spec's position rule; one process on one device, so no ranks, and no rewards or agents.
+    "grpo_core.serving": (*SERVICE, "grpo_core.parallel", "grpo_core.rewards", "grpo_core.agents",
+                          "grpo_core.run", "grpo_core.cli"),
+    # A chat request is checked where it arrives, in processes that never load torch.
+    "grpo_core.serving.requests": (*SERVICE, *CORE_LAYERS, "grpo_core.serving.engine", "torch",
+                                   "transformers"),
     # The settings build the deployment's key names; they must not pull the store in.
     "api.settings": ("api.store", "api.http", "api.scheduling", "api.streaming", "api.cli", "worker",
                      *SERVICE_FRAMEWORKS),
@@ -157,6 +164,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # A client of POST /v1/environments/run: the service checks and runs the environment.
     "api.cli.environment_commands": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker",
                                      "grpo_core.agents", "grpo_core.rewards", "torch", "transformers"),
+    # A client of POST /v1/chat/completions: it streams what the serving job writes, no database.
+    "api.cli.chat_command": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker",
+                             "grpo_core"),
     # A client of GET /v1/usage: it prints what the API counted and touches no database.
     "api.cli.usage_command": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker",
                               "grpo_core"),

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from api.artifacts.paths import remote_store
 from api.domain.job_spec import JobSpec
 from api.domain.lifecycle import JobStatus
+from api.domain.serve_spec import SERVE
 from api.schemas.jobs import JobRead
 from api.settings import Settings
 from api.storage import StorageUnavailable
@@ -29,6 +30,7 @@ from worker.job_storage import STORAGE_UNAVAILABLE, fetch_resume_checkpoint
 from worker.outcome import LEASE_LOST, PEER_LOST, Fault, Outcome, PartDone
 from worker.ranks import train_on_ranks
 from worker.retrying import DATABASE_UNAVAILABLE, DatabaseUnavailable
+from worker.serving import serve_attempt
 from worker.staged_artifacts import clear_staging, drop_unpublished_checkpoints, published_of
 from worker.training import attempt_fence, train_reporting
 
@@ -43,6 +45,8 @@ def run_attempt(job: JobRead, settings: Settings, worker_id: str, files: Attempt
     need that this worker lacks, such as the code_tests sandbox) becomes a Fault."""
     quiet_library_progress_bars()
     try:
+        if job.kind == SERVE:  # no training: a model loaded to answer chat requests (worker.serving)
+            return serve_attempt(job, settings, files)
         spec = JobSpec.model_validate(job.spec)
         missing = missing_capabilities(capabilities_needed(spec))
         if missing:  # the machine's fault, found before the model loads: another worker can run it

@@ -90,7 +90,7 @@ def _set_pool_limits(session: Any, args: argparse.Namespace) -> Any:
 
 
 TEAM_LIMIT_FLAGS = ("max_priority", "max_queued_jobs", "reads_per_second", "read_burst", "writes_per_second",
-                    "write_burst")
+                    "write_burst", "serve_idle_seconds")
 
 
 def _setting(text: str) -> str | None:

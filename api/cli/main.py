@@ -5,7 +5,7 @@ commands ``submit``, ``list``, ``show``, ``watch``, ``cancel``, ``rm``, ``events
 ``cluster``, ``queue`` (``api.cli.monitor``), ``usage`` and ``me`` (``api.cli.usage_command``),
 ``compare`` (``api.cli.compare_command``), ``rewards list|run`` (``api.cli.reward_commands``),
 ``env run`` (``api.cli.environment_commands``), ``samples`` (``api.cli.samples_command``), ``files
-upload|list|show|rm`` (``api.cli.files_command``).
+upload|list|show|rm`` (``api.cli.files_command``), ``chat`` (``api.cli.chat_command``).
 
 Exit codes as ``grpo_core.cli``: 0 ok, 1 failed (``watch``, ``submit --watch``: the job failed or
 was cancelled), 2 bad input. Nothing heavy is imported until a command runs (never torch here).
@@ -22,6 +22,7 @@ import threading
 from pathlib import Path
 
 from api.cli.admin import add_admin_commands
+from api.cli.chat_command import CHAT_COMMAND, add_chat_command
 from api.cli.compare_command import COMPARE_COMMAND, add_compare_command
 from api.cli.environment_commands import add_environment_commands
 from api.cli.files_command import FILES_COMMAND, add_files_command
@@ -36,7 +37,8 @@ from grpo_core.errors import SpecWarning
 from grpo_core.spec.run_spec import RunSpec
 
 SERVICE_COMMANDS = ("api", "scheduler", "worker", "dev", "admin", "health", "rewards", "env", SAMPLES_COMMAND,
-                    USAGE_COMMAND, ME_COMMAND, COMPARE_COMMAND, FILES_COMMAND, *MONITOR_COMMANDS)
+                    USAGE_COMMAND, ME_COMMAND, COMPARE_COMMAND, FILES_COMMAND, CHAT_COMMAND,
+                    *MONITOR_COMMANDS)
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
 
 
@@ -148,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_reward_commands(commands)
     add_environment_commands(commands)
     add_samples_command(commands)
+    add_chat_command(commands)
     add_admin_commands(commands)
     return parser
 

@@ -69,6 +69,8 @@ ERROR_CODES: dict[str, str] = {
     "storage_unavailable": "the worker could not reach the object store (GRPO_STORAGE_URL) for longer "
                            "than its retry budget, at a resume or at the job's end",
     "capability_missing": "the worker no longer offers something the job's rewards need",
+    "serving_unavailable": "a serving job lost Redis, where its chat requests come from: it went back "
+                           "to the queue, and its requests were answered 503",
     "peer_lost": "a job spanning hosts lost one of them (its worker gone, or a rank on another host "
                  "killed): it went back to the queue to resume on a new set of hosts",
     "too_many_attempts": "it went back to the queue after a fault (a worker lost, a process killed) "

@@ -22,7 +22,8 @@ def effective_team_limits(overrides: TeamLimits, settings: Settings) -> TeamLimi
                           reads_per_second=settings.team_reads_per_second,
                           read_burst=settings.team_read_burst,
                           writes_per_second=settings.team_writes_per_second,
-                          write_burst=settings.team_write_burst)
+                          write_burst=settings.team_write_burst,
+                          serve_idle_seconds=settings.team_serve_idle_seconds)
     return defaults.model_copy(update=overrides.model_dump(exclude_none=True))
 
 

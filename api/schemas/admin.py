@@ -45,6 +45,9 @@ class TeamLimits(_Body):
         description="Token-bucket refill rate of the team's writes (POST, PATCH, PUT, DELETE)")
     write_burst: int | None = Field(None, ge=1, le=MAX_QUEUED_JOBS,
                                     description="Writes the bucket holds: how many may come at once")
+    serve_idle_seconds: int | None = Field(
+        None, ge=1, le=7 * 24 * 3600, description="How long the team's serving job (chat with a job's "
+        "model) stays loaded without a request before it ends and frees its device")
 
 
 class TeamRead(BaseModel):

@@ -11,6 +11,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_fiel
 
 from api.domain.job_labels import DESCRIPTION_DESCRIPTION, TAGS_DESCRIPTION, Description, Tags
 from api.domain.lifecycle import JobStatus, actions_for
+from api.domain.serve_spec import REFUSED_ACTIONS, SERVE, JobKind
 from api.vocabulary import Priority
 
 T = TypeVar("T")
@@ -46,6 +47,9 @@ class HostPlacement(BaseModel):
 class JobRead(BaseModel):
     id: int
     name: str
+    kind: JobKind = Field("train", description="`train`: a GRPO run of its spec; `serve`: a serving job, "
+                          "which answers `/v1/chat/completions` and `/v1/completions` from the model its "
+                          "spec's `serve.model` names until it has been idle a while (the API starts it)")
     tags: list[str] = Field(default_factory=list, description="Its tags, in the order given")
     description: str | None = None
     team_id: int
@@ -98,7 +102,10 @@ class JobRead(BaseModel):
                                 "has the whole table): a client offers these and no others")
     @property
     def actions(self) -> list[str]:
-        return actions_for(self.status)
+        actions = actions_for(self.status)
+        if self.kind == SERVE:  # nothing to retry, copy or download: it trains no model
+            return [action for action in actions if action not in REFUSED_ACTIONS]
+        return actions
 
     @computed_field(description="The status as people read it, which the dashboard and the CLI show: "
                                 "`succeeded with warnings` for a success whose rewards left rows unscored "

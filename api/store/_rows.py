@@ -25,6 +25,7 @@ def job_read(job: Job | Row[Any], *, traceback: bool = False, spec: bool = True)
     return JobRead(
         id=job.id,
         name=job.name,
+        kind=job.kind,
         tags=job.tags or [],
         description=job.description,
         team_id=job.team_id,

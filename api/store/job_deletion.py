@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from api.domain.errors import Conflict, NotFound
 from api.domain.job_spec import JOB_SCHEME
 from api.domain.lifecycle import TERMINAL_STATUSES
+from api.domain.serve_spec import SERVE
 from api.domain.spec_sources import job_sources
 from api.store.tables import Checkpoint, Job, JobEvent, JobMetric, JobSample, JobTag, utcnow
 
@@ -28,6 +29,10 @@ _CHILD_ROWS = (JobEvent, JobMetric, JobSample, Checkpoint, JobTag)
 # Emptied on the tombstone: what the team wrote or the job recorded of its data and host.
 _EMPTIED = {"spec": {}, "description": None, "tags": None, "error_traceback": None,
             "latest_checkpoint": None, "idempotency_key": None, "request_hash": None}
+
+
+# How a job that loads another's model uses it, by the field naming it (a reward's: scores with).
+_USES = {"model.source": "continues from", "serve.model": "serves"}
 
 
 def continuing_jobs(session: Session, job_id: int) -> list[tuple[int, str, str]]:
@@ -50,7 +55,13 @@ def continuing_jobs(session: Session, job_id: int) -> list[tuple[int, str, str]]
         field = next((field for field, named_id, _ in named if named_id == job_id), None)
         if field is not None:
             found.append((row.id, row.status, field))
-    return found
+    # A serving job (api.domain.serve_spec) loads it at its start, and again after a preemption.
+    model = f"{JOB_SCHEME}:{job_id}"
+    serves = or_(Job.serve_model == model, Job.serve_model.startswith(f"{model}@"))
+    serving = select(Job.id, Job.status).where(Job.kind == SERVE, Job.status.not_in(TERMINAL_STATUSES),
+                                                serves)
+    found += [(row.id, row.status, "serve.model") for row in session.execute(serving)]
+    return sorted(found)
 
 
 def hold_against_deletion(session: Session, job_id: int) -> bool:
@@ -76,7 +87,7 @@ def deletion_target(session: Session, job_id: int, team_id: int | None) -> bool:
                        "deleted (cancel it first)", param="job_id")
     if continuing := continuing_jobs(session, job_id):
         named = "; ".join(f"job {other} ({status}) "
-                          f"{'continues from' if field == 'model.source' else 'scores with'} job {job_id}'s "
+                          f"{_USES.get(field, 'scores with')} job {job_id}'s "
                           f"model ({field} job:{job_id})" for other, status, field in continuing)
         raise Conflict(f"{named}; cancel it or let it finish first", param="job_id")
     return True

@@ -15,6 +15,7 @@ from sqlalchemy import ColumnElement, Select, exists, func, select, update
 from sqlalchemy.orm import Session, defer
 
 from api.domain.errors import Conflict, NotFound
+from api.domain.serve_spec import TRAIN
 from api.schemas.fine_tuning import FineTuningJobFacts
 from api.store._rows import job_read
 from api.store.tables import Job, JobMetric, Team
@@ -47,6 +48,7 @@ def _facts_query(team_id: int | None) -> Select[Any]:
                     Job.openai_request, latest_tokens)
              .join(Team, Team.id == Job.team_id)
              .where(Job.deleted_at.is_(None))  # a tombstone (api.store.job_deletion)
+             .where(Job.kind == TRAIN)  # a serving job (chat with a model) fine-tunes nothing
              .options(defer(Job.spec, raiseload=True)))
     return query if team_id is None else query.where(Job.team_id == team_id)
 

@@ -22,10 +22,12 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from api.domain.lifecycle import JOB_STATUSES
+from api.domain.serve_spec import JOB_KINDS, LIVE_SERVING_STATUSES
 from api.vocabulary import PRIORITIES
 
 # Deterministic constraint names so Alembic revisions are reproducible on every database.
@@ -155,6 +157,10 @@ class ApiKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
+# The statuses in which a serving job is the one its team's requests for its model go to.
+_LIVE_SERVING = text(f"kind = 'serve' AND status IN {LIVE_SERVING_STATUSES}")
+
+
 class Job(Base):
     __tablename__ = "jobs"
     __table_args__ = (
@@ -162,12 +168,22 @@ class Job(Base):
         CheckConstraint(f"priority IN {PRIORITIES}", name="priority"),
         UniqueConstraint("team_id", "idempotency_key", name="uq_jobs_team_id_idempotency_key"),
         Index("ix_jobs_status_pool", "status", "pool"),
+        CheckConstraint(f"kind IN {JOB_KINDS}", name="kind"),
+        # One live serving job per team and model: two first chat requests at once make one.
+        Index("uq_jobs_serving", "team_id", "serve_model", unique=True,
+              postgresql_where=_LIVE_SERVING, sqlite_where=_LIVE_SERVING),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id"), index=True)
     name: Mapped[str] = mapped_column(String(128))
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # 'train': a GRPO run of a JobSpec; 'serve': a serving job of a ServeSpec (api.domain.serve_spec),
+    # which answers chat requests from a job's model until it has been idle for a while.
+    kind: Mapped[str] = mapped_column(String(8), default="train", server_default="train")
+    # A serving job's model (``job:ID[@STEP]``, canonical, api.domain.serve_spec.canonical_model);
+    # null for training jobs.
+    serve_model: Mapped[str | None] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(16), default="queued")
     priority: Mapped[str] = mapped_column(String(8), default="normal")
     pool: Mapped[str] = mapped_column(String(64), default="default")

@@ -136,7 +136,7 @@ def test_team_limits_change_only_the_flags_given(grpo) -> None:
 
     assert limits("--max-priority", "high", "--reads-per-second", "2.5") == {
         "max_priority": "high", "max_queued_jobs": None, "reads_per_second": 2.5, "read_burst": None,
-        "writes_per_second": None, "write_burst": None}
+        "writes_per_second": None, "write_burst": None, "serve_idle_seconds": None}
     changed = limits("--max-priority", "default", "--max-queued-jobs", "40", "--write-burst", "8")
     assert (changed["max_priority"], changed["max_queued_jobs"], changed["reads_per_second"],
             changed["write_burst"]) == (None, 40, 2.5, 8)

@@ -81,6 +81,9 @@ ROUTES: dict[tuple[str, str], str] = {
     ("POST", f"{_JOB}/pause"): JOB,
     ("POST", f"{_JOB}/resume"): JOB,
     ("POST", f"{_JOB}/retry"): JOB,
+    # Chat with a job's model (`model: job:ID`): another team's job is a 404 (tests/e2e/test_chat.py).
+    ("POST", "/v1/chat/completions"): JOB,
+    ("POST", "/v1/completions"): JOB,
     (WS, f"{_JOB}/stream"): JOB,
     ("POST", "/v1/admin/teams"): ADMIN,
     ("GET", "/v1/admin/teams"): ADMIN,
@@ -115,7 +118,11 @@ BODIES = {("PATCH", _JOB): {"priority": "low"},
           ("POST", "/v1/environments/run"): {"environment": {"source": ENVIRONMENT}, "actions": ["a"]},
           ("POST", "/v1/fine_tuning/alpha/graders/run"): {"grader": _GRADER, "model_sample": "4",
                                                            "item": {"answer": "4"}},
-          ("POST", "/v1/fine_tuning/alpha/graders/validate"): {"grader": _GRADER}}
+          ("POST", "/v1/fine_tuning/alpha/graders/validate"): {"grader": _GRADER},
+          # A body naming the job: a callable of its id.
+          ("POST", "/v1/chat/completions"): lambda job_id: {
+              "model": f"job:{job_id}", "messages": [{"role": "user", "content": "hi"}]},
+          ("POST", "/v1/completions"): lambda job_id: {"model": f"job:{job_id}", "prompt": "hi"}}
 # Query strings where a route needs one; formatted as the path is (twin_id: a second job of alpha).
 QUERIES = {("GET", "/v1/jobs/compare"): "?ids={job_id},{twin_id}"}
 
@@ -177,7 +184,8 @@ def status_of(server, client_for, key: str | None, method: str, path: str, job_i
         job_id=job_id, twin_id=twin_id, team="alpha", pool="default", key_id=1, step=1, verifier="grader",
         webhook_id=1, file_id=f"file-{'0' * 24}", fine_tuning_job_id=f"ftjob-{job_id}")
     if method != WS:
-        return client_for(key).request(method, url, json=BODIES.get((method, path), {})).status_code
+        body = BODIES.get((method, path), {})
+        return client_for(key).request(method, url, json=body(job_id) if callable(body) else body).status_code
     headers = {"Authorization": f"Bearer {key}"} if key is not None else {}
     try:
         with connect(server.ws_url + url, additional_headers=headers, proxy=None, open_timeout=5):

@@ -15,7 +15,8 @@ POSTGRES = "postgresql+psycopg://grpo:secret@db.internal:5432/grpo"
 def every_name(keys: RedisKeys) -> list[str]:
     return [keys.job_stream(7), keys.worker("w1"), keys.busy("w1"), keys.queue, keys.queue_positions,
             keys.scheduler_pass, keys.scheduler_leader, keys.stat("dispatches"), keys.stream_ticket("ab12"),
-            keys.reward_trials("gpu"), keys.reward_trial_reply("r1"), keys.worker_queue("w1")]
+            keys.reward_trials("gpu"), keys.reward_trial_reply("r1"), keys.serve_requests(7),
+            keys.serve_reply("r1"), keys.serve_cancel("r1"), keys.worker_queue("w1")]
 
 
 def test_two_namespaces_share_no_name_and_each_pattern_matches_only_its_own() -> None:

@@ -124,12 +124,13 @@ def test_team_limits_are_set_by_admins_and_checked(admin, team, client_for, team
     teams = {t["name"]: t for t in admin.get("/v1/admin/teams").json()["items"]}
     assert set(teams[name]["limits"].values()) == {None}  # the defaults
     body = {"max_priority": "high", "max_queued_jobs": 5, "reads_per_second": 2.5, "read_burst": 10,
-            "writes_per_second": 1, "write_burst": 4}
+            "writes_per_second": 1, "write_burst": 4, "serve_idle_seconds": 120}
     assert set_limits(admin, name, **body)["limits"] == body
     for bad, param in (({"max_priority": "urgent"}, "max_priority"),
                        ({"max_queued_jobs": -1}, "max_queued_jobs"),
                        ({"reads_per_second": 0}, "reads_per_second"), ({"write_burst": 0}, "write_burst"),
-                       ({"reads_per_second": "inf"}, "reads_per_second"), ({"burst": 3}, "burst")):
+                       ({"reads_per_second": "inf"}, "reads_per_second"), ({"burst": 3}, "burst"),
+                       ({"serve_idle_seconds": 0}, "serve_idle_seconds")):
         error_of(admin.put(path, json=bad), 422, param)
     error_of(admin.put("/v1/admin/teams/nobody/limits", json={}), 404, "team")
     assert member.put(path, json={"max_priority": "high"}).status_code == 403

@@ -125,7 +125,9 @@ function jobHeader(job, render, onError) {
   const facts = [
     ["team", teamName(job.team_id)],
     ["status", [jobStatusBadge(job), waitNote(job)]],
-    ["progress", progressBar(job.last_step, job.max_steps)],
+    // A serving job trains no steps: it answers /v1/chat/completions from the model it names.
+    job.kind === "serve" ? ["serves", job.spec?.serve?.model ?? "–"]
+      : ["progress", progressBar(job.last_step, job.max_steps)],
     ["priority", offers(job, "set_priority") ? prioritySelect(job, render, onError) : job.priority],
     ["pool / GPUs", `${job.pool} / ${job.gpus}`],
     ["attempt", job.attempt],

@@ -119,7 +119,8 @@ export function mount(container) {
           onclick: () => { tagFilter.value = tag; firstPage(); }}, tag))},
       {title: "team", cell: (job) => teamName(job.team_id)},
       {title: "status", cell: (job) => [statusBadge(job.status), waitNote(job)]},
-      {title: "progress", cell: (job) => progressBar(job.last_step, job.max_steps)},
+      // A serving job (kind serve) trains no steps: it answers chat requests until idle.
+      {title: "progress", cell: (job) => job.kind === "serve" ? "serving" : progressBar(job.last_step, job.max_steps)},
       {title: "reward", className: "num", cell: (job) => number(rewards.get(job.id)?.reward)},
       {title: "eval reward", className: "num", cell: (job) => number(job.eval_reward),
         help: "The mean reward of the job's latest evaluation"},

@@ -9,6 +9,7 @@ from api.http.deps import get_principal
 from api.http.rate_limit import enforce_rate_limit
 from api.http.routes import (
     admin,
+    chat,
     cluster,
     compare,
     dashboard,
@@ -42,8 +43,8 @@ def build_router() -> APIRouter:
     for module_router in (meta.catalog, reward_trials.router, environment_trials.router,
                           openai_graders.router, compare.router,
                           jobs.router, telemetry.router, downloads.router, stream.router, cluster.router,
-                          usage.router, webhooks.router, files.router, fine_tuning.router, admin.me,
-                          admin.router):
+                          usage.router, webhooks.router, files.router, fine_tuning.router, chat.router,
+                          admin.me, admin.router):
         v1.include_router(module_router)
     root.include_router(v1)
     return root

@@ -25,6 +25,7 @@ from api.domain.errors import NotFound, Unavailable
 from api.domain.job_labels import MAX_SEARCH_CHARS, MAX_TAGS, Tag
 from api.domain.job_spec import JobSpec
 from api.domain.lifecycle import JOB_STATUSES, WAITING_STATUSES
+from api.domain.serve_spec import refuse_for_serving
 from api.http.auth import Principal
 from api.http.deps import PrincipalDep, RedisDep, SessionDep, SettingsDep
 from api.http.error_responses import RETRY_AFTER_SECONDS
@@ -35,7 +36,7 @@ from api.http.spec_intake import intake, parse_changes, parse_spec
 from api.http.submission import (
     check_capabilities,
     check_file_sources,
-    check_job_source,
+    check_job_sources,
     check_model_positions,
     check_placement,
     check_submission,
@@ -133,7 +134,7 @@ def check_and_create(
     check_capabilities(spec, live_workers)
     with session_scope(settings.database_url, publish=app_state.publish) as session:
         check_placement(session, spec, settings, live_workers)
-        check_job_source(session, spec, team_id, settings)
+        check_job_sources(session, spec, team_id, settings)
         files = check_file_sources(session, spec, team_id)
         spec = with_dataset_files(spec, files)
         check_model_positions(session, spec, settings)
@@ -343,6 +344,7 @@ def resume_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, sett
 def retry_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, settings: SettingsDep) -> JobRead:
     """A failed or cancelled job goes back to the queue and continues from its last checkpoint
     (from the start without one), its error cleared, with a fresh attempt budget."""
+    refuse_for_serving(job_store.get_job(session, job_id, principal.scope).kind, job_id, "retry")
     requeued = job_store.retry(session, job_id, principal.scope)
     # Its uploads were free to delete once it ended: without them the retry could only fail.
     check_file_sources(session, JobSpec.model_validate(requeued.spec), requeued.team_id)
@@ -363,6 +365,7 @@ def clone_draft(job_id: JobId, session: SessionDep, principal: PrincipalDep) -> 
     fills its submit form with it): the job's spec named ``NAME-2``, ``NAME-3``... as ``POST
     .../clone`` names it. Nothing is queued."""
     original = job_store.get_job(session, job_id, principal.scope)
+    refuse_for_serving(original.kind, job_id, "clone")
     name = job_store.clone_name(session, principal.team_id, original.name)
     return CloneDraft(spec={**original.spec, "name": name})
 
@@ -394,6 +397,7 @@ def _clone(settings: Settings, app_state: State, principal: Principal, job_id: i
     changes = parse_changes(raw)
     with session_scope(settings.database_url) as session:
         original = job_store.get_job(session, job_id, principal.scope)
+        refuse_for_serving(original.kind, job_id, "clone")
         if "name" not in changes:  # NAME-2, NAME-3...: clones are told apart in every list
             changes["name"] = job_store.clone_name(session, principal.team_id, original.name)
     spec = with_changes(JobSpec.model_validate(original.spec), changes)
