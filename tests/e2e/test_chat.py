@@ -182,6 +182,29 @@ def test_the_dashboard_shows_a_serving_job(browser_page, keyed_stack, trained) -
     page.wait_for_selector(f"tr[data-job-id='{serving['id']}'] td:has-text('serving')")
 
 
+def test_the_job_page_chats_with_its_model_as_the_answer_streams(browser_page, keyed_stack, trained) -> None:
+    page = browser_page
+    log_in_as(page, keyed_stack, "alpha")
+    page.goto(f"/#/jobs/{trained['id']}")
+    panel = page.wait_for_selector("[data-panel=playground]")
+    assert panel.query_selector("input[name=playground-model]").input_value() == trained["model"]
+    page.fill("textarea[name=playground-input]", "What is 2+3?")
+    page.click("[data-panel=playground] button:has-text('Send')")
+    page.wait_for_selector(".playground-log .message[data-role=user]:has-text('What is 2+3?')")
+    # Answered by a serving job started for it: the first answer waits for the model to load.
+    page.wait_for_function(
+        "() => { const done = document.querySelector('[data-panel=playground] [role=status]');"
+        " const answer = document.querySelector('.playground-log .message[data-role=assistant] .content');"
+        " return answer && answer.textContent.length > 0 && done.textContent === ''; }",
+        timeout=ANSWER_TIMEOUT * 1000)
+    assert page.locator(".playground-log .message.failed").count() == 0
+    with _ours(keyed_stack, "alpha") as ours:
+        # Left alone, it unloads (the next tests want the one slot free).
+        _wait(lambda: _serving_jobs(ours, trained["id"]),
+              lambda jobs: all(job["status"] in TERMINAL_STATUSES for job in jobs), IDLE_SECONDS + 60,
+              "the playground's serving job to unload")
+
+
 def test_team_boundaries_and_bad_fields(keyed_stack, trained) -> None:
     beta = _openai(keyed_stack, "beta")
     with pytest.raises(openai.NotFoundError) as other_team:

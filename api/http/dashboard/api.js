@@ -59,7 +59,7 @@ export async function api(path, {method = "GET", body, text, contentType, query}
   throw refusal(response.status, parsed);
 }
 
-function authHeaders() {
+export function authHeaders() {
   const headers = {Accept: "application/json"};
   const key = apiKey();
   if (key) headers.Authorization = `Bearer ${key}`;
@@ -67,7 +67,7 @@ function authHeaders() {
 }
 
 // The error for a refused request; a 401 also tells the app (which shows the login page).
-function refusal(status, body) {
+export function refusal(status, body) {
   const error = new ApiError(status, body);
   if (status === 401) unauthorized(error.message);
   return error;

@@ -8,6 +8,7 @@ import {ChartSet} from "./charts.js";
 import {errorText, reasonText} from "./codes.js";
 import {el, fill, notice, progressBar, section, statusBadge} from "./dom.js";
 import {placement, time} from "./format.js";
+import {mountPlayground} from "./playground.js";
 import {actionButtons, cancelButton, cloneButton, deleteButton, downloadButton, waitNote} from "./controls.js";
 import {isTerminal, offers, priorities} from "./lifecycle.js";
 import {followJob} from "./live.js";
@@ -78,12 +79,23 @@ export function mount(container, {id}) {
     const samplesBox = el("div");
     const eventsBox = el("div");
     const checkpointsBox = el("div");
+    const playgroundBox = el("div");
     container.append(specPanel(job.spec),
       section("charts", "Training and evaluation (x: optimizer step)", liveNote.node,
         el("div", {className: "toolbar"}, smoothingControl((weight) => charts.smoothWith(weight))), chartBox),
       el("div", {className: "columns"}, section("samples", "Sample completions", samplesBox),
         section("events", "Events", eventsBox)),
-      section("checkpoints", "Checkpoints", checkpointsBox));
+      section("checkpoints", "Checkpoints", checkpointsBox), playgroundBox);
+    // Once the job has its final model: a conversation with it (or a checkpoint), streamed.
+    let playground = false;
+    const offerPlayground = (current) => {
+      if (playground || current.kind === "serve" || current.status !== "succeeded") return;
+      playground = true;
+      const box = el("div");
+      playgroundBox.append(section("playground", "Chat with this model", box));
+      mountPlayground(box, current);
+    };
+    offerPlayground(job);
     charts = new ChartSet(chartBox, storedWeight());
     const samples = new SamplesView(samplesBox, id);
     const events = new EventsView(eventsBox);
@@ -106,6 +118,7 @@ export function mount(container, {id}) {
       },
       status: (current) => {
         render(current);
+        offerPlayground(current);
         if (isTerminal(current.status)) quietly(checkpoints.load());
       },
       note: (text) => liveNote.set(text),
