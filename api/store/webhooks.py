@@ -118,7 +118,8 @@ def job_event_payload(event: str, job: JobRead, occurred_at: str, metrics: dict[
     ended (its last step's record and its last eval point's metrics, ``{"step", "values"}``, or
     null) and where its final model downloads from (null unless it succeeded)."""
     error = None if job.error is None else {"code": job.error.code, "message": job.error.message}
-    summary = {"id": job.id, "name": job.name, "team_id": job.team_id, "status": job.status,
+    # `kind` tells a serving job's end (its model unloaded once idle) from a training job's.
+    summary = {"id": job.id, "name": job.name, "kind": job.kind, "team_id": job.team_id, "status": job.status,
                "tags": job.tags, "last_step": job.last_step, "error": error,
                "created_at": job.created_at.isoformat(),
                "finished_at": job.finished_at.isoformat() if job.finished_at else None}

@@ -107,7 +107,7 @@ def test_an_ending_carries_the_last_step_the_last_eval_point_and_the_model(api_s
 
     [request] = receiver.seen
     data = json.loads(request.body)["data"]
-    assert data["job"]["status"] == outcome
+    assert data["job"]["status"] == outcome and data["job"]["kind"] == "train"
     assert data["metrics"] == {"step": 2, "values": {"step": 2, **TRAINING, "reward": 0.625}}
     assert data["eval_metrics"] == {"step": 1, "values": {**EVALUATED, "eval_reward": 0.75}}
     # Only a succeeded job has a final model to download.
