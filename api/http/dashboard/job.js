@@ -86,10 +86,11 @@ export function mount(container, {id}) {
       el("div", {className: "columns"}, section("samples", "Sample completions", samplesBox),
         section("events", "Events", eventsBox)),
       section("checkpoints", "Checkpoints", checkpointsBox), playgroundBox);
-    // Once the job has its final model: a conversation with it (or a checkpoint), streamed.
+    // Once the job has its final model (it offers the model's download): a conversation with it
+    // (or a checkpoint), streamed.
     let playground = false;
     const offerPlayground = (current) => {
-      if (playground || current.kind === "serve" || current.status !== "succeeded") return;
+      if (playground || current.kind === "serve" || !offers(current, "download_model")) return;
       playground = true;
       const box = el("div");
       playgroundBox.append(section("playground", "Chat with this model", box));
