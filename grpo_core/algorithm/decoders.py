@@ -51,7 +51,7 @@ class Decoder(Protocol):
 
 
 def decoder_for(model: torch.nn.Module, max_new_tokens: int) -> Decoder:
-    causal_lm = _unwrapped(model)
+    causal_lm = unwrapped_causal_lm(model)
     if lean_decoder_supports(causal_lm):
         return LeanDecoder(causal_lm, max_new_tokens)
     return ModelForwardDecoder(model)
@@ -78,7 +78,7 @@ def lean_decoder_supports(causal_lm: torch.nn.Module) -> bool:
     return rope.get("rope_type", "default") in _STATIC_ROPE_TYPES
 
 
-def _unwrapped(model: torch.nn.Module) -> torch.nn.Module:
+def unwrapped_causal_lm(model: torch.nn.Module) -> torch.nn.Module:
     """A PEFT model's underlying causal LM (its projections are the adapter-wrapped modules)."""
     get_base = getattr(model, "get_base_model", None)
     return get_base() if callable(get_base) else model
@@ -288,7 +288,7 @@ class LeanDecoder:
         query, key = attn.q_proj(x).view(heads), attn.k_proj(x).view(heads)
         if hasattr(attn, "q_norm"):  # Qwen3: RMSNorm over each head before the rotation
             query, key = attn.q_norm(query), attn.k_norm(key)
-        query, key = _rotated(query.transpose(1, 2), cos, sin), _rotated(key.transpose(1, 2), cos, sin)
+        query, key = rotate(query.transpose(1, 2), cos, sin), rotate(key.transpose(1, 2), cos, sin)
         value = attn.v_proj(x).view(heads).transpose(1, 2)
         if index == len(self.keys):  # prefill: the cache is sized for the whole completion
             total = length + self.max_new_tokens
@@ -297,18 +297,18 @@ class LeanDecoder:
         end = start + length
         self.keys[index][:, :, start:end] = key
         self.values[index][:, :, start:end] = value
-        keys = _repeated(self.keys[index][:, :, :end], self.kv_groups)
-        values = _repeated(self.values[index][:, :, :end], self.kv_groups)
+        keys = repeat_kv(self.keys[index][:, :, :end], self.kv_groups)
+        values = repeat_kv(self.values[index][:, :, :end], self.kv_groups)
         out = F.scaled_dot_product_attention(query, keys, values, attn_mask=attend, scale=attn.scaling)
         return attn.o_proj(out.transpose(1, 2).reshape(n, length, -1))
 
 
-def _rotated(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
     """Rotary position embedding as the Llama family applies it: ``x·cos + rotate_half(x)·sin``."""
     return x * cos + x.roll(x.size(-1) // 2, dims=-1) * signed_sin
 
 
-def _repeated(kv: torch.Tensor, groups: int) -> torch.Tensor:
+def repeat_kv(kv: torch.Tensor, groups: int) -> torch.Tensor:
     """Grouped-query attention: each key/value head serves ``groups`` query heads."""
     if groups == 1:
         return kv

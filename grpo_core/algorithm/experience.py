@@ -14,7 +14,6 @@ import torch
 from grpo_core.algorithm.advantages import combine_rewards, compute_advantages, group_std
 from grpo_core.algorithm.completion_text import DecodedCompletion
 from grpo_core.algorithm.episodes import AgentSetup, episode_metrics, sample_rows
-from grpo_core.algorithm.logprobs import completion_logprobs
 from grpo_core.algorithm.randomness import row_keys
 from grpo_core.algorithm.rollout import (
     GenerationStopped,
@@ -24,6 +23,7 @@ from grpo_core.algorithm.rollout import (
     micro_batches,
     tokenize_prompts,
 )
+from grpo_core.algorithm.shared_prompts import rollout_logprobs
 from grpo_core.io.model_loading import PolicyAndReference
 from grpo_core.io.prompt_data import PromptSampler, PromptSet
 from grpo_core.parallel.distributed import Ranks
@@ -408,11 +408,8 @@ def _logprobs_in_chunks(
     try:
         for rows in micro_batches(rollout.completion_ids.size(0), chunks):
             part = rollout.select(rows)
-            width = part.completion_ids.size(1)
             with placement.autocast():
-                logp, _ = completion_logprobs(
-                    model, part.input_ids, part.attention_mask, width, config.temperature
-                )
+                logp, _ = rollout_logprobs(model, part, config.temperature)
             parts.append(logp)
     finally:
         model.train(was_training)

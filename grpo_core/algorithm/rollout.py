@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import torch
 
-from grpo_core.algorithm.decoders import LeanDecoder, RowCache, decoder_for
+from grpo_core.algorithm.decoders import LeanDecoder, RowCache
 from grpo_core.algorithm.randomness import token_uniforms
 from grpo_core.algorithm.sampling import sample_next_token, seen_tokens
+from grpo_core.algorithm.shared_prompt_decoder import decoder_for_groups
 from grpo_core.parallel.sharding import gathered_for_generation
 
 # Decode steps between two asks of a ``should_stop``: a long generation (thousands of tokens) is
@@ -185,7 +186,7 @@ def sample_completions(
         # training may modify in place or save for backward (inference tensors allow neither).
         with gathered_for_generation(model), torch.inference_mode():
             tokens = _decode_loop(model, prompt_ids, prompt_mask, eos_ids, pad_id, options, row_keys,
-                                  should_stop, turn)
+                                  should_stop, turn, group=num_generations if turn is None else 1)
     finally:
         model.train(was_training)
     completion_mask = completion_mask_from_eos(tokens, eos_ids)
@@ -197,9 +198,10 @@ def sample_completions(
 def _decode_loop(
     model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, eos_ids: torch.Tensor,
     pad_id: int, options: SamplingOptions, row_keys: torch.Tensor | None,
-    should_stop: Callable[[], bool] | None = None, turn: TurnCaches | None = None,
+    should_stop: Callable[[], bool] | None = None, turn: TurnCaches | None = None, group: int = 1,
 ) -> torch.Tensor:
-    """Prefill, then one token per step for the rows still generating.
+    """Prefill, then one token per step for the rows still generating. Rows come in runs of
+    ``group`` equal prompts, each prefilled and cached once where the decoder allows it.
 
     A row that emits EOS leaves the batch (its KV cache rows are dropped), so the long tail of
     a group costs only the rows still running: GRPO batches finish at very different lengths.
@@ -207,7 +209,7 @@ def _decode_loop(
     n, max_new_tokens = prompt_ids.size(0), options.max_new_tokens
     tokens = torch.full((n, max_new_tokens), pad_id, dtype=torch.long, device=prompt_ids.device)
     active = torch.arange(n, device=prompt_ids.device)
-    decoder = decoder_for(model, max_new_tokens)
+    decoder = decoder_for_groups(model, max_new_tokens, group)
     caching = turn is not None and isinstance(decoder, LeanDecoder)
     if caching and turn.caches is not None:
         logits = decoder.resume(turn.caches, turn.blocks, prompt_ids.device)

@@ -14,9 +14,9 @@ from dataclasses import dataclass, fields
 import torch
 
 from grpo_core.algorithm.experience import Experience
-from grpo_core.algorithm.logprobs import completion_logprobs
 from grpo_core.algorithm.losses import StepTotals, aggregate_loss, clip_counts, masked_sum, policy_loss_terms
 from grpo_core.algorithm.rollout import micro_batches
+from grpo_core.algorithm.shared_prompts import rollout_logprobs
 from grpo_core.errors import NonFiniteLossError
 from grpo_core.parallel.distributed import Ranks
 from grpo_core.parallel.placement import Placement
@@ -110,13 +110,10 @@ def accumulate_gradients(
         round_tokens_per_step=exp.round_tokens_per_step,
     )
     sums = StepSums()
-    width = exp.rollout.completion_ids.size(1)
     for rows in micro_batches(mask.size(0), config.gradient_accumulation_steps):
         part = exp.rollout.select(rows)
         with placement.autocast():
-            logprobs, entropy = completion_logprobs(
-                policy, part.input_ids, part.attention_mask, width, config.temperature, with_entropy=True
-            )
+            logprobs, entropy = rollout_logprobs(policy, part, config.temperature, with_entropy=True)
         old = exp.old_logprobs[rows] if exp.old_logprobs is not None else logprobs.detach()
         ref = exp.ref_logprobs[rows] if exp.ref_logprobs is not None else None
         adv = exp.advantages[rows]

@@ -120,7 +120,7 @@ def test_sampling_through_either_decoder_gives_the_same_tokens(monkeypatch, opti
     prompts, eos = PromptBatch(ids, mask, 0), torch.tensor([1, 5, 9, 48])  # frequent EOS: rows drop out
     keys = row_keys(3, torch.arange(5), 2)
     lean = sample_completions(model, prompts, 2, eos, 0, options, keys)
-    monkeypatch.setattr(rollout_module, "decoder_for", lambda model, _: ModelForwardDecoder(model))
+    monkeypatch.setattr(rollout_module, "decoder_for_groups", lambda model, *_: ModelForwardDecoder(model))
     reference = sample_completions(model, prompts, 2, eos, 0, options, keys)
     assert torch.equal(lean.completion_ids, reference.completion_ids)
     assert torch.equal(lean.completion_mask, reference.completion_mask)

@@ -21,6 +21,7 @@ from grpo_core.algorithm.episodes import AgentSetup, episode_metrics, sample_epi
 from grpo_core.algorithm.logprobs import completion_logprobs
 from grpo_core.algorithm.randomness import row_keys
 from grpo_core.algorithm.rollout import SamplingOptions, tokenize_prompts
+from grpo_core.algorithm.shared_prompts import prompt_owners, rollout_logprobs
 from grpo_core.errors import GRPOError
 from grpo_core.rewards.sandbox import Limits
 from grpo_core.spec.environment_spec import EnvironmentSpec
@@ -206,9 +207,10 @@ def test_every_model_token_of_an_episode_is_scored_in_its_sampling_context(tiny)
     _, _, (rollout, _, stats) = run(model, tokenizer, [{"turns": 3, "greet": True}], setup_of(max_turns=3),
                                     max_new=30)
     assert stats.turns == [3, 3]
-    width = rollout.completion_ids.size(1)
     with torch.no_grad():
-        batched, _ = completion_logprobs(model, rollout.input_ids, rollout.attention_mask, width)
+        # What the update computes: each prompt once for its G trajectories.
+        assert prompt_owners(rollout.prompt_ids, rollout.prompt_mask) is not None
+        batched, _ = rollout_logprobs(model, rollout)
     for row in range(2):
         prompt = rollout.prompt_ids[row][rollout.prompt_mask[row].bool()].tolist()
         tokens = rollout.completion_ids[row][rollout.completion_mask[row].bool()].tolist()

@@ -16,6 +16,7 @@ from grpo_core.algorithm.episodes import AgentSetup, episode_metrics, sample_epi
 from grpo_core.algorithm.logprobs import completion_logprobs
 from grpo_core.algorithm.randomness import row_keys
 from grpo_core.algorithm.rollout import SamplingOptions, sample_completions, tokenize_prompts
+from grpo_core.algorithm.shared_prompts import prompt_owners, rollout_logprobs
 from grpo_core.rewards.sandbox import Limits
 from grpo_core.spec.run_spec import ReasoningSpec
 from grpo_core.spec.tool_schemas import tool_set
@@ -86,9 +87,10 @@ def test_every_model_token_is_scored_in_the_context_it_was_sampled_in(tuned) -> 
     model, tokenizer = tuned
     _, (rollout, _, stats) = run(model, tokenizer, setup_for(tokenizer), max_new=120)
     assert max(stats.turns) == 2  # sampled, not greedy: still the tuned path, at least once
-    width = rollout.completion_ids.size(1)
     with torch.no_grad():
-        batched, _ = completion_logprobs(model, rollout.input_ids, rollout.attention_mask, width)
+        # What the update computes: each prompt once for its G trajectories.
+        assert prompt_owners(rollout.prompt_ids, rollout.prompt_mask) is not None
+        batched, _ = rollout_logprobs(model, rollout)
     for row in range(rollout.completion_ids.size(0)):
         prompt = rollout.prompt_ids[row][rollout.prompt_mask[row].bool()].tolist()
         tokens = rollout.completion_ids[row][rollout.completion_mask[row].bool()].tolist()

@@ -260,14 +260,16 @@ def test_gradient_checkpointing_is_on_and_gives_the_same_gradients(tiny_model_di
         exp = GRPOTrainer(c, tmp_path).make_experience()
         forwards = []
         # A module inside the layer (transformers keeps the layer's own hooks out of the replay), and
-        # a pre-hook: the replay stops early, once it has what the backward needs.
-        c.models.policy.model.layers[0].self_attn.register_forward_pre_hook(lambda *_: forwards.append(1))
+        # a pre-hook: the replay stops early, once it has what the backward needs. (The output
+        # projection: the shared-prompt pass calls it for the prompts and for the completions.)
+        projection = c.models.policy.model.layers[0].self_attn.o_proj
+        projection.register_forward_pre_hook(lambda *_: forwards.append(1))
         return gradients(c, exp), len(forwards)
 
     plain, plain_forwards = grads(False)
     checkpointed, checkpointed_forwards = grads(True)
-    # One forward per micro-batch; with checkpointing the backward runs each layer's forward again.
-    assert (plain_forwards, checkpointed_forwards) == (2, 4)
+    # Its forwards per micro-batch; with checkpointing the backward runs each layer's forward again.
+    assert plain_forwards >= 2 and checkpointed_forwards == 2 * plain_forwards
     for a, b in zip(plain, checkpointed, strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 

@@ -32,7 +32,7 @@ def test_out_of_memory_in_the_forward_pass_fails_out_of_memory_saying_what_to_lo
     def forward_out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
-    monkeypatch.setattr(grpo_core.algorithm.update, "completion_logprobs", forward_out_of_memory)
+    monkeypatch.setattr(grpo_core.algorithm.update, "rollout_logprobs", forward_out_of_memory)
     job = run_in_process(submit(tiny_spec(max_steps=2)))
     assert failed_with(job) == "out_of_memory"
     assert "Tried to allocate 20.00 GiB" in job.error.message
