@@ -111,6 +111,10 @@ class Settings(BaseSettings):
     cancel_grace_seconds: float = Field(
         300.0, gt=0, description="A running job asked to cancel or yield has this long to checkpoint "
         "and stop; then its process is ended (SIGTERM, then SIGKILL after `kill_grace_seconds`).")
+    warm_job_process: bool = Field(
+        True, description="Each worker keeps the next job's process started and past its imports (torch, "
+        "transformers, the core), so a dispatched job starts training seconds sooner; false starts each "
+        "job's process when the job arrives.")
     kill_grace_seconds: float = Field(
         10.0, gt=0, description="Between the SIGTERM and the SIGKILL that end a job's process.")
     fair_share_half_life_seconds: float = Field(

@@ -27,6 +27,7 @@ from grpo_core.rewards.sandbox import CAPABILITY as SANDBOX
 from worker.devices import device_count
 from worker.heartbeat import WorkerHeartbeat, current_worker_id
 from worker.reward_trials import RewardTrialResponder
+from worker.warm_spare import drop_spare, prepare_spare
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,9 @@ def create_celery(settings: Settings) -> Celery:
         worker_concurrency=device_count(settings),
         worker_pool="prefork",
         worker_max_tasks_per_child=1,
+        # A new pool process starts its job's warm spare before it reports up (worker.warm_spare);
+        # on a loaded host that can pass billiard's 4 s, which would kill and replace the child.
+        worker_proc_alive_timeout=30.0,
         # Jobs run for hours: a message must not be redelivered to another worker while its job
         # runs. A real duplicate would only lose the claim, but it would hold a slot meanwhile.
         broker_transport_options={"visibility_timeout": 7 * 24 * 3600},
@@ -83,6 +87,18 @@ def _name_this_worker(**_: object) -> None:
 def _consume_own_queue(sender: object, instance: object, **_: object) -> None:
     """Also when started with ``-Q``: the scheduler only ever sends to this queue."""
     instance.app.amqp.queues.select_add(get_settings().redis_keys.worker_queue(current_worker_id()))
+
+
+@signals.worker_process_init.connect
+def _warm_the_next_job_process(**_: object) -> None:
+    """Each pool process runs one job (``worker_max_tasks_per_child``) and is replaced when it
+    ends: the new one starts its job's process now, so it is past its imports when the job comes."""
+    prepare_spare(get_settings().warm_job_process)
+
+
+@signals.worker_process_shutdown.connect
+def _end_the_spare(**_: object) -> None:
+    drop_spare()
 
 
 @signals.worker_ready.connect

@@ -15,6 +15,7 @@ more; its writes are fenced meanwhile anyway (:mod:`worker.fencing`).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -31,6 +32,41 @@ UNSUPERVISED_EXIT = 75
 def main(folder: str, parent_pid: int) -> None:
     die_with_parent(parent_pid)  # first: the imports below take seconds
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s job-process %(message)s")
+    attempt(folder)
+
+
+def warm(parent_pid: int) -> None:
+    """The supervisor's spare (:mod:`worker.warm_spare`): import what every attempt imports, then
+    wait for an attempt on stdin (one JSON line: its folder and working directory) and run it. A
+    closed stdin ends it without an attempt."""
+    die_with_parent(parent_pid)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s job-process %(message)s")
+    warm_imports()
+    line = sys.stdin.readline()
+    waiting_in = os.getcwd()
+    if line:
+        call = json.loads(line)
+        os.chdir(call["workdir"])
+        sys.path[0] = call["workdir"]  # as ``-m`` would have set it, started there
+    os.rmdir(waiting_in)  # the empty folder the supervisor made for the wait
+    if line:
+        attempt(call["folder"])
+
+
+def warm_imports() -> None:
+    """Everything an attempt imports before its first step, without touching a device: torch,
+    transformers and the classes it loads lazily for the model families, the core's trainer."""
+    import torch  # noqa: F401
+    import transformers
+    from transformers.models.llama import modeling_llama  # noqa: F401
+    from transformers.models.qwen2 import modeling_qwen2  # noqa: F401
+
+    import worker.attempt  # noqa: F401
+
+    transformers.AutoModelForCausalLM, transformers.AutoTokenizer  # noqa: B018 (resolve the lazy names)
+
+
+def attempt(folder: str) -> None:
     from worker.attempt import run_attempt
     from worker.attempt_files import AttemptFiles
 
@@ -60,4 +96,7 @@ def watch_supervisor(files, lease_seconds: float) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    if sys.argv[1] == "--warm":
+        warm(int(sys.argv[2]))
+    else:
+        main(sys.argv[1], int(sys.argv[2]))

@@ -25,7 +25,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -38,7 +37,8 @@ from worker.attempt_files import AttemptFiles
 from worker.heartbeat import JobLease
 from worker.memory import job_memory_limit, private_bytes
 from worker.outcome import LEASE_LOST, Fault, Outcome, PartDone
-from worker.workdir import absolute_settings, job_environment, make_workdir
+from worker.warm_spare import start_job_process
+from worker.workdir import absolute_settings, make_workdir
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +103,9 @@ class _Watch:
         # In an empty folder of its own (worker.workdir): no relative name reaches the worker's.
         self.files.mark_supervised(self.lease.beats)
         self.lease.on_beat = self.files.mark_supervised
-        process = subprocess.Popen([sys.executable, "-m", "worker.job_process", str(self.files.folder),
-                                    str(os.getpid())], start_new_session=True,
-                                   cwd=make_workdir(self.files.folder), env=job_environment())
+        # The warm spare when there is one (worker.warm_spare): the same process, past its imports.
+        process = start_job_process(self.files.folder, make_workdir(self.files.folder),
+                                    self.settings.warm_job_process)
         self.lease.track_process(process.pid)
         log.info("job %s: process %s started", self.job.id, process.pid)
         killed_for, seen = None, None
