@@ -24,6 +24,7 @@ attempt ends as stale.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -94,7 +95,18 @@ class AttemptFence:
         taken less than the lease had left (else ``undo()`` and StaleAttempt)."""
         left = self.lease_left(what)
         started = time.monotonic()
-        done = publish()
+        try:
+            done = publish()
+        except Exception:
+            # Half done (an upload's transfers ending in an error after a freeze): what it did
+            # write may not stay when the lease may have passed meanwhile; this attempt will not
+            # be let back to clean it up.
+            if undo is not None and time.monotonic() - started >= left:
+                log.warning("job %s: attempt %s failed publishing %s after its lease may have passed; "
+                            "undoing what it wrote", self.job_id, self.attempt, what)
+                with contextlib.suppress(Exception):
+                    undo()
+            raise
         if time.monotonic() - started >= left:
             log.warning("job %s: attempt %s published %s after its lease may have passed; undoing it",
                         self.job_id, self.attempt, what)

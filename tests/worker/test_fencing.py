@@ -12,6 +12,7 @@ import pytest
 
 from api.artifacts.paths import checkpoint_dir, staging_dir
 from api.domain.lifecycle import Transition
+from api.storage import StorageUnavailable
 from api.store.attempts import claim, requeue_after_fault
 from api.store.db import session_scope
 from api.store.jobs import transition
@@ -126,6 +127,40 @@ def test_a_checkpoint_upload_that_outlived_the_lease_is_taken_out_of_the_store(
     with store.open_read(f"{checkpoint_key(job_id, 2, attempt + 1)}/weights") as stream:
         assert b"".join(stream) == b"owner"  # whole, and never written over
     assert len(list(store.list(checkpoint_key(job_id, 2, attempt + 1)))) == 2
+
+
+class _FreezingThenFailingStore(_FreezingStore):
+    """Frozen during the upload, which then ends in an error after some files landed (a transfer
+    the server dropped while the process was stopped)."""
+
+    def put_folder(self, *args, **kwargs):
+        super().put_folder(*args, **kwargs)
+        raise StorageUnavailable("connection reset by peer")
+
+
+def test_an_upload_that_outlived_the_lease_and_then_failed_is_taken_out_of_the_store(
+        settings, database_url, submit, tiny_spec, tmp_path, monkeypatch):
+    import types
+
+    import worker.fencing as fencing
+    from api.artifacts.paths import checkpoint_key
+    from api.storage import open_store
+    from grpo_core.run.callbacks import TrainerCallback
+    from worker.checkpoint_uploads import StoredCheckpoints
+
+    clock = [1000.0]
+    monkeypatch.setattr(fencing, "time", types.SimpleNamespace(monotonic=lambda: clock[0],
+                                                               sleep=lambda seconds: None))
+    job_id = submit(tiny_spec("frozen-failed-upload"))
+    attempt = dispatch_and_claim(database_url, job_id, "w1")
+    fence = AttemptFence(settings, job_id, "w1", attempt)
+    store = open_store(str(tmp_path / "bucket"))
+    folder = written_folder(tmp_path / "stale", "step-2", "stale")
+    stale = StoredCheckpoints(TrainerCallback(),
+                              _FreezingThenFailingStore(store, clock, settings.lease_seconds * 2),
+                              job_id, attempt, 5.0, fenced=fence.hold)
+    stale.on_checkpoint(2, folder)  # the failure is the store's: retried later, if the fence lets it
+    assert list(store.list(checkpoint_key(job_id, 2, attempt))) == []
 
 
 def test_a_fenced_write_frozen_before_its_commit_holds_the_job_no_longer_than_the_lease(
