@@ -16,8 +16,6 @@ from _common import format_table, median
 
 LAST_N = 5
 SPEED_TARGET = 1.3
-REALISTIC_SPEED = 2.0  # issue 14: the ~31M-parameter, 32k-vocab preset
-REALISTIC_MEMORY = 0.5  # issue 14: ours at most half of TRL's peak RSS there
 
 # A step is "quiet" when other processes used less than this fraction of one core during it.
 QUIET_FRACTION = 0.10

@@ -14,11 +14,12 @@ from typing import Any
 
 from _bench_sides import (
     CORE_REWARDS,
-    PROMPTS,
     REWARD_CHECK_STRINGS,
     StepGate,
     attach_clocks,
+    max_prompt_tokens,
     plain_reward,
+    workload_prompts,
 )
 from _common import ForeignCpu, current_rss_mb, peak_rss_mb, ru_maxrss_mb
 
@@ -48,13 +49,13 @@ def _core_spec(args: argparse.Namespace) -> Any:
         {
             "name": "bench-core-vs-trl",
             "model": {"source": f"path:{args.model_dir}", "dtype": "float32"},
-            "dataset": {"prompts": [{"prompt": p} for p in PROMPTS]},
+            "dataset": {"prompts": [{"prompt": p} for p in workload_prompts(args.preset)]},
             "rewards": CORE_REWARDS,
             "reasoning": {"enabled": False},
             "grpo": {
                 "num_generations": args.num_generations,
                 "prompts_per_step": args.prompts_per_step,
-                "max_prompt_length": 64,
+                "max_prompt_length": max_prompt_tokens(args.preset),
                 "max_completion_length": args.max_completion_length,
                 "temperature": 1.0,
                 "beta": args.beta,
@@ -138,9 +139,11 @@ def side_core(args: argparse.Namespace) -> dict[str, Any]:
             self.monitor.restart()
 
         def should_stop(self) -> bool:
-            # Asked once before every step: the lock-step gate (no-op when run alone).
-            self.waits.append(gate.wait())
-            self.monitor.restart()
+            # Asked before every step (the lock-step gate, a no-op when run alone) and, in a long
+            # generation, inside it too: the gate is passed once, before each step.
+            if len(self.waits) == len(self.records):
+                self.waits.append(gate.wait())
+                self.monitor.restart()
             return False
 
         def on_samples(self, step: int, rows: list[dict[str, Any]]) -> None:

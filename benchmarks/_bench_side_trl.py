@@ -12,7 +12,7 @@ import tempfile
 import time
 from typing import Any
 
-from _bench_sides import PROMPTS, Clock, StepGate, attach_clocks, say_yes_reward
+from _bench_sides import Clock, StepGate, attach_clocks, say_yes_reward, workload_prompts
 from _common import ForeignCpu, current_rss_mb, peak_rss_mb, ru_maxrss_mb
 
 
@@ -144,7 +144,7 @@ def side_trl(args: argparse.Namespace) -> dict[str, Any]:
             model=model,
             reward_funcs=say_yes_reward,
             args=config,
-            train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
+            train_dataset=Dataset.from_dict({"prompt": workload_prompts(args.preset)}),
             processing_class=tokenizer,
             callbacks=[timer],
         )

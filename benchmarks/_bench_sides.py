@@ -48,6 +48,26 @@ PROMPTS = [
     "Is it long or short?",
     "What is 5+5?",
 ]
+# Presets on the ~31M-parameter model (``_bench_realistic.py``); long-prompt gives every prompt a
+# ~500-token document before its question.
+REALISTIC_PRESETS = ("realistic", "long-prompt")
+
+
+def workload_prompts(preset: str) -> list[str]:
+    """The prompts both trainers (and the floor) see under ``preset``."""
+    if preset != "long-prompt":
+        return PROMPTS
+    from _bench_realistic import long_prompts
+
+    return long_prompts()
+
+
+def max_prompt_tokens(preset: str) -> int:
+    """The prompt bound our side gives (TRL's trainer has none): above every prompt's length, and
+    with the completion within the model's 1,024 positions."""
+    return 768 if preset == "long-prompt" else 64
+
+
 TARGET_CHARS = 12
 YES_WEIGHT, LENGTH_WEIGHT = 1.0, 0.5
 CORE_REWARDS = [
@@ -96,7 +116,7 @@ def say_yes_reward(completions: list[str], **kwargs: Any) -> list[float]:
 def side_build(args: argparse.Namespace) -> dict[str, Any]:
     from grpo_core.io.tiny_models import build_tiny_model
 
-    if args.preset == "realistic":
+    if args.preset in REALISTIC_PRESETS:
         from _bench_realistic import build_realistic_model
 
         path = build_realistic_model(args.model_dir, args.seed)

@@ -73,7 +73,14 @@ Realistic preset (issue 14)
     with one table: ours and TRL s/step, the floor, ours/TRL steps/s, ours/floor and the peak
     RSS ratio per beta (targets 2.0x, 1.2x, 0.5). Defaults 1 warm-up + 5 measured steps, 1 run.
 
+Long-prompt preset (issue 36)
+    ``--preset long-prompt`` is the realistic preset with a ~500-token document (the start of one
+    standard-library module, a different one per question) before each question: prompts of
+    509-515 tokens, where GRPO's G rows of one prompt carry most of a step's tokens. Targets
+    10x TRL and 0.3x the floor (whose rows repeat each prompt, as a plain forward does).
+
 Run: ``.venv/bin/python benchmarks/core_vs_trl.py [--steps 30 --warmup 3 --json-out out.json]``;
+``.venv/bin/python benchmarks/core_vs_trl.py --preset long-prompt [--steps 3 --warmup 1]``;
 ``.venv/bin/python benchmarks/core_vs_trl.py --preset realistic [--steps 5 --json-out out.json]``.
 """
 
@@ -96,11 +103,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _bench_realistic import BETAS, REALISTIC, floor_seconds, render_realistic, side_floor
-from _bench_report import REALISTIC_MEMORY, REALISTIC_SPEED, compare, paired_ratio, render, summarise
+from _bench_realistic import BETAS, REALISTIC, TARGETS, floor_seconds, render_realistic, side_floor
+from _bench_report import compare, paired_ratio, render, summarise
 from _bench_side_core import side_core
 from _bench_side_trl import side_trl
-from _bench_sides import side_build
+from _bench_sides import REALISTIC_PRESETS, side_build
 from _common import child_env, run_child, write_result
 
 
@@ -206,10 +213,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--preset",
-        choices=["tiny", "realistic"],
+        choices=["tiny", *REALISTIC_PRESETS],
         default="tiny",
         help="tiny: the options below; realistic: a ~31M-parameter Qwen2-style model, 32k vocab, "
-        "128 tokens, beta 0.04 and 0 in turn, plus the compute floor (options given explicitly win)",
+        "128 tokens, beta 0.04 and 0 in turn, plus the compute floor (options given explicitly win); "
+        "long-prompt: realistic with a ~500-token document before each question",
     )
     parser.add_argument("--steps", type=int, default=30, help="measured steps per run")
     parser.add_argument("--warmup", type=int, default=3, help="extra first steps excluded from medians")
@@ -256,7 +264,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="(with --side core|trl --model-dir DIR) write cProfile stats of training here",
     )
     args = parser.parse_args(argv)
-    if args.preset == "realistic" and args.side is None:
+    if args.preset in REALISTIC_PRESETS and args.side is None:
         for name, value in REALISTIC.items():
             if name in vars(args) and getattr(args, name) == parser.get_default(name):
                 setattr(args, name, value)
@@ -314,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     order = [s.strip() for s in args.order.split(",")]
     if sorted(order) != ["core", "trl"]:
         raise SystemExit("--order must name core and trl, e.g. 'trl,core'")
-    if args.preset == "realistic":
+    if args.preset in REALISTIC_PRESETS:
         return main_realistic(script, args)
     raw: dict[str, list[dict[str, Any]]] = {"trl": [], "core": []}
     with tempfile.TemporaryDirectory(prefix="bench-core-vs-trl-") as tmp:
@@ -394,9 +402,9 @@ def main_realistic(script: Path, args: argparse.Namespace) -> int:
                         raw[side].append(result)
                 print(f"{time.perf_counter() - started:.0f} s", flush=True)
             summary = {side: summarise(raw[side], args.warmup) for side in ("core", "trl")}
+            speed_target, _, memory_target = TARGETS[args.preset]
             verdict = compare(
-                summary["core"], summary["trl"], paired_ratio(raw, args.warmup), REALISTIC_SPEED,
-                REALISTIC_MEMORY,
+                summary["core"], summary["trl"], paired_ratio(raw, args.warmup), speed_target, memory_target
             )
             assert floor_run is not None
             step_floor = floor_seconds(floor_run, args.warmup, beta)["total"]
@@ -407,7 +415,7 @@ def main_realistic(script: Path, args: argparse.Namespace) -> int:
             )
     floor = floor_seconds(floor_run, args.warmup, BETAS[0])
     print()
-    print(render_realistic(results, floor))
+    print(render_realistic(results, floor, TARGETS[args.preset]))
     if args.json_out is not None:
         payload = {
             "config": {name: getattr(args, name) for name in CHILD_FLAGS} | {"repeats": args.repeats},
