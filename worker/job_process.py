@@ -37,8 +37,8 @@ def main(folder: str, parent_pid: int) -> None:
 
 def warm(parent_pid: int) -> None:
     """The supervisor's spare (:mod:`worker.warm_spare`): import what every attempt imports, then
-    wait for an attempt on stdin (one JSON line: its folder and working directory) and run it. A
-    closed stdin ends it without an attempt."""
+    wait for an attempt on stdin (one JSON line: its folder, its working directory and the job's
+    devices) and run it. A closed stdin ends it without an attempt."""
     die_with_parent(parent_pid)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s job-process %(message)s")
     warm_imports()
@@ -48,6 +48,11 @@ def warm(parent_pid: int) -> None:
         call = json.loads(line)
         os.chdir(call["workdir"])
         sys.path[0] = call["workdir"]  # as ``-m`` would have set it, started there
+        for name, value in call["environment"].items():  # the job's devices, before CUDA reads them
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     os.rmdir(waiting_in)  # the empty folder the supervisor made for the wait
     if line:
         attempt(call["folder"])
@@ -56,7 +61,7 @@ def warm(parent_pid: int) -> None:
 def warm_imports() -> None:
     """Everything an attempt imports before its first step, without touching a device: torch,
     transformers and the classes it loads lazily for the model families, the core's trainer."""
-    import torch  # noqa: F401
+    import torch
     import transformers
     from transformers.models.llama import modeling_llama  # noqa: F401
     from transformers.models.qwen2 import modeling_qwen2  # noqa: F401
@@ -64,6 +69,9 @@ def warm_imports() -> None:
     import worker.attempt  # noqa: F401
 
     transformers.AutoModelForCausalLM, transformers.AutoTokenizer  # noqa: B018 (resolve the lazy names)
+    if torch.cuda.is_initialized():
+        # CUDA read CUDA_VISIBLE_DEVICES already: the job's devices could not be handed over.
+        raise RuntimeError("the warm imports initialised CUDA; a spare must not touch a device")
 
 
 def attempt(folder: str) -> None:

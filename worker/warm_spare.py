@@ -37,10 +37,18 @@ from worker.workdir import job_environment
 log = logging.getLogger(__name__)
 
 
+# The one variable a pool process sets for its job after its spare started: the job's devices
+# (worker.devices.confine), handed over with the attempt. The spare has not touched CUDA, which
+# reads it at its initialisation. Any other difference from the environment the spare started
+# with (read at import by torch, transformers, the hub client) means a fresh process.
+HANDED_OVER = ("CUDA_VISIBLE_DEVICES",)
+
+
 @dataclass
 class _Spare:
     process: subprocess.Popen
     thread: int
+    environment: dict[str, str]
     # Its empty working directory until it gets an attempt's; it removes the folder itself once it
     # has left it (removed under a process still importing, every relative lookup there fails).
     folder: Path
@@ -53,10 +61,12 @@ _lock = threading.Lock()
 def start_job_process(attempt_folder: Path, workdir: Path, warm: bool) -> subprocess.Popen:
     """The attempt's process, running ``worker.job_process`` on ``attempt_folder`` in ``workdir``:
     the spare when there is a live one from this thread (and ``warm``), else a fresh process."""
-    spare = _take() if warm else None
+    environment = job_environment()
+    spare = _take(environment) if warm else None
     if spare is not None:
         try:
-            call = {"folder": str(attempt_folder), "workdir": str(workdir)}
+            call = {"folder": str(attempt_folder), "workdir": str(workdir),
+                    "environment": {name: environment.get(name) for name in HANDED_OVER}}
             spare.process.stdin.write(json.dumps(call) + "\n")
             spare.process.stdin.close()
             log.info("job process %s: the warm spare takes %s", spare.process.pid, attempt_folder)
@@ -66,7 +76,7 @@ def start_job_process(attempt_folder: Path, workdir: Path, warm: bool) -> subpro
                         spare.process.pid, exc)
             _discard(spare)
     command = [sys.executable, "-m", "worker.job_process", str(attempt_folder), str(os.getpid())]
-    return subprocess.Popen(command, start_new_session=True, cwd=workdir, env=job_environment())
+    return subprocess.Popen(command, start_new_session=True, cwd=workdir, env=environment)
 
 
 def prepare_spare(warm: bool) -> None:
@@ -78,10 +88,11 @@ def prepare_spare(warm: bool) -> None:
         if _spare is not None and _spare.process.poll() is None:
             return
         folder = Path(tempfile.mkdtemp(prefix="grpo-spare-"))
+        environment = job_environment()
         process = subprocess.Popen(
             [sys.executable, "-m", "worker.job_process", "--warm", str(os.getpid())],
-            stdin=subprocess.PIPE, text=True, start_new_session=True, cwd=folder, env=job_environment())
-        _spare = _Spare(process, threading.get_ident(), folder)
+            stdin=subprocess.PIPE, text=True, start_new_session=True, cwd=folder, env=environment)
+        _spare = _Spare(process, threading.get_ident(), environment, folder)
         log.info("warm spare job process %s started", process.pid)
 
 
@@ -94,11 +105,15 @@ def drop_spare() -> None:
         _discard(spare)
 
 
-def _take() -> _Spare | None:
+def _take(environment: dict[str, str]) -> _Spare | None:
     global _spare
     with _lock:
         spare = _spare
         if spare is None or spare.thread != threading.get_ident():
+            return None
+        if _without_handed_over(spare.environment) != _without_handed_over(environment):
+            log.info("the environment changed since the warm spare %s started; starting a fresh process",
+                     spare.process.pid)
             return None
         _spare = None
     if spare.process.poll() is not None:
@@ -107,6 +122,10 @@ def _take() -> _Spare | None:
         shutil.rmtree(spare.folder, ignore_errors=True)
         return None
     return spare
+
+
+def _without_handed_over(environment: dict[str, str]) -> dict[str, str]:
+    return {name: value for name, value in environment.items() if name not in HANDED_OVER}
 
 
 def _discard(spare: _Spare) -> None:

@@ -5,6 +5,8 @@ not taken (a fresh process is started); with the setting off no spare is started
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import threading
@@ -140,6 +142,41 @@ def test_a_dropped_spare_ends_without_an_attempt(no_spare) -> None:
     folder = warm_spare._spare.folder
     warm_spare.drop_spare()
     assert spare.returncode is not None and warm_spare._spare is None and not folder.exists()
+
+
+def test_a_spare_runs_its_attempt_in_the_attempts_folder_with_the_jobs_devices(tmp_path) -> None:
+    """The spare's side of the handover, its attempt's body replaced by a report of where it runs:
+    the working directory, the import path's first entry and the devices are the attempt's."""
+    folder, workdir = attempt_folder(tmp_path)
+    waiting = tmp_path / "waiting"
+    waiting.mkdir()
+    code = ("import json, os, sys; import worker.job_process as j; "
+            "j.attempt = lambda folder: print(json.dumps([folder, os.getcwd(), sys.path[0], "
+            "os.environ.get('CUDA_VISIBLE_DEVICES')]), flush=True); j.warm(os.getppid())")
+    call = {"folder": str(folder), "workdir": str(workdir), "environment": {"CUDA_VISIBLE_DEVICES": "3"}}
+    done = subprocess.run([sys.executable, "-c", code], cwd=waiting, input=json.dumps(call) + "\n",
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "0,1,2,3", "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == [str(folder), str(workdir), str(workdir), "3"]
+    assert not waiting.exists()  # the folder it waited in is gone with the wait
+
+
+def test_a_changed_environment_starts_a_fresh_process(tmp_path, no_spare, monkeypatch) -> None:
+    warm_spare.prepare_spare(True)
+    spare = warm_spare._spare.process
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0" if os.environ.get("HF_HUB_OFFLINE") == "1" else "1")
+    process = warm_spare.start_job_process(*attempt_folder(tmp_path), warm=True)
+    try:
+        assert process.pid != spare.pid  # read at import by the hub client: the spare cannot take it
+    finally:
+        process.kill()
+        process.wait()
+    monkeypatch.undo()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # handed over: the spare takes the attempt
+    process = warm_spare.start_job_process(*attempt_folder(tmp_path / "second"), warm=True)
+    assert process is spare
+    process.wait(timeout=120)
 
 
 def test_with_the_setting_off_no_spare_starts_and_none_is_taken(tmp_path, no_spare) -> None:
