@@ -284,12 +284,7 @@ class LeanDecoder:
     def _attention(self, attn: torch.nn.Module, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                    attend: torch.Tensor, start: int, index: int) -> torch.Tensor:
         n, length, _ = x.shape
-        heads = (n, length, -1, self.head_dim)
-        query, key = attn.q_proj(x).view(heads), attn.k_proj(x).view(heads)
-        if hasattr(attn, "q_norm"):  # Qwen3: RMSNorm over each head before the rotation
-            query, key = attn.q_norm(query), attn.k_norm(key)
-        query, key = rotate(query.transpose(1, 2), cos, sin), rotate(key.transpose(1, 2), cos, sin)
-        value = attn.v_proj(x).view(heads).transpose(1, 2)
+        query, key, value = project(attn, x, cos, sin, self.head_dim)
         if index == len(self.keys):  # prefill: the cache is sized for the whole completion
             total = length + self.max_new_tokens
             self.keys.append(key.new_empty(n, key.size(1), total, self.head_dim))
@@ -301,6 +296,19 @@ class LeanDecoder:
         values = repeat_kv(self.values[index][:, :, :end], self.kv_groups)
         out = F.scaled_dot_product_attention(query, keys, values, attn_mask=attend, scale=attn.scaling)
         return attn.o_proj(out.transpose(1, 2).reshape(n, length, -1))
+
+
+def project(attn: torch.nn.Module, x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor,
+            head_dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``x (n, L, hidden)`` through the attention's own projections → rotated queries
+    ``(n, H, L, D)``, rotated keys and values ``(n, Hkv, L, D)``, as the model's attention makes them."""
+    n, length, _ = x.shape
+    heads = (n, length, -1, head_dim)
+    query, key = attn.q_proj(x).view(heads), attn.k_proj(x).view(heads)
+    if hasattr(attn, "q_norm"):  # Qwen3: RMSNorm over each head before the rotation
+        query, key = attn.q_norm(query), attn.k_norm(key)
+    value = attn.v_proj(x).view(heads).transpose(1, 2)
+    return rotate(query.transpose(1, 2), cos, signed_sin), rotate(key.transpose(1, 2), cos, signed_sin), value
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:

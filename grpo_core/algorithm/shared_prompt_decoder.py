@@ -29,7 +29,7 @@ from grpo_core.algorithm.decoders import (
     RowCache,
     decoder_for,
     lean_decoder_supports,
-    rotate,
+    project,
     unwrapped_causal_lm,
 )
 
@@ -99,12 +99,7 @@ class SharedPromptDecoder(LeanDecoder):
         if not self.sharing:
             return super()._attention(attn, x, cos, sin, attend, start, index)
         n = x.size(0)
-        heads = (n, 1, -1, self.head_dim)
-        query, key = attn.q_proj(x).view(heads), attn.k_proj(x).view(heads)
-        if hasattr(attn, "q_norm"):  # Qwen3: RMSNorm over each head before the rotation
-            query, key = attn.q_norm(query), attn.k_norm(key)
-        query, key = rotate(query.transpose(1, 2), cos, sin), rotate(key.transpose(1, 2), cos, sin)
-        value = attn.v_proj(x).view(heads).transpose(1, 2)
+        query, key, value = project(attn, x, cos, sin, self.head_dim)
         self.keys[index][:, :, start] = key[:, :, 0]
         self.values[index][:, :, start] = value[:, :, 0]
         own_keys, own_values = self.keys[index][:, :, : start + 1], self.values[index][:, :, : start + 1]

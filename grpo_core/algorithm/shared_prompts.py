@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from grpo_core.algorithm.decoders import lean_decoder_supports, repeat_kv, rotate, unwrapped_causal_lm
+from grpo_core.algorithm.decoders import lean_decoder_supports, project, repeat_kv, unwrapped_causal_lm
 from grpo_core.algorithm.logprobs import (
     completion_logprobs,
     position_ids_from_mask,
@@ -111,22 +111,10 @@ def _rotary(
     inner: torch.nn.Module, hidden: torch.Tensor, positions: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The model's own rotary tables at ``positions (n, L)``, as ``(cos, signed sin)`` broadcast
-    over heads (the signed sine makes ``rotate_half`` a roll: :func:`rotate`)."""
+    over heads (the signed sine makes ``rotate_half`` a roll: ``decoders.rotate``)."""
     cos, sin = inner.rotary_emb(hidden, positions)
     half = cos.size(-1) // 2
     return cos.unsqueeze(1), torch.cat((-sin[..., :half], sin[..., half:]), dim=-1).unsqueeze(1)
-
-
-def _projected(attn: torch.nn.Module, x: torch.Tensor, rotary, head_dim: int):
-    """``x (n, L, hidden)`` → rotated queries ``(n, H, L, D)``, keys and values ``(n, Hkv, L, D)``."""
-    n, length, _ = x.shape
-    heads = (n, length, -1, head_dim)
-    query, key = attn.q_proj(x).view(heads), attn.k_proj(x).view(heads)
-    if hasattr(attn, "q_norm"):  # Qwen3: RMSNorm over each head before the rotation
-        query, key = attn.q_norm(query), attn.k_norm(key)
-    cos, sin = rotary
-    value = attn.v_proj(x).view(heads).transpose(1, 2)
-    return rotate(query.transpose(1, 2), cos, sin), rotate(key.transpose(1, 2), cos, sin), value
 
 
 def _attended(attn, query, keys, values, attend, groups: int) -> torch.Tensor:
@@ -140,8 +128,8 @@ def _layer(layer: torch.nn.Module, state: _Pass, prompt: torch.Tensor, completio
     """One decoder layer over the distinct prompts ``(U, P, hidden)`` and the completions
     ``(N, T, hidden)``, each completion attending to its own prompt's keys and values."""
     attn, d, groups = layer.self_attn, state.head_dim, state.kv_groups
-    q_p, k_p, v_p = _projected(attn, layer.input_layernorm(prompt), state.prompt_rotary, d)
-    q_c, k_c, v_c = _projected(attn, layer.input_layernorm(completion), state.completion_rotary, d)
+    q_p, k_p, v_p = project(attn, layer.input_layernorm(prompt), *state.prompt_rotary, d)
+    q_c, k_c, v_c = project(attn, layer.input_layernorm(completion), *state.completion_rotary, d)
     keys = torch.cat([k_p.index_select(0, state.owner), k_c], dim=2)
     values = torch.cat([v_p.index_select(0, state.owner), v_c], dim=2)
     prompt = prompt + _attended(attn, q_p, k_p, v_p, state.prompt_attend, groups)
