@@ -88,25 +88,38 @@ class _FreezingStore:
         return getattr(self.store, name)
 
 
-def test_a_checkpoint_upload_that_outlived_the_lease_is_taken_out_of_the_store(
-        settings, database_url, submit, tiny_spec, tmp_path, monkeypatch):
-    # The fence is checked before the upload; a process frozen during it may wake after another
-    # attempt took the job over, so an upload that took longer than the lease had left is undone.
+def fence_clock(monkeypatch) -> list[float]:
+    """The fence's monotonic clock, in a list the test moves (a freeze is a jump)."""
     import types
 
     import worker.fencing as fencing
-    from api.artifacts.paths import checkpoint_key
-    from api.storage import open_store
-    from grpo_core.run.callbacks import TrainerCallback
-    from worker.checkpoint_uploads import StoredCheckpoints
 
     clock = [1000.0]
     monkeypatch.setattr(fencing, "time", types.SimpleNamespace(monotonic=lambda: clock[0],
                                                                sleep=lambda seconds: None))
-    job_id = submit(tiny_spec("frozen-upload"))
+    return clock
+
+
+def claimed_with_store(settings, database_url, job_id: int, tmp_path: Path):
+    """``job_id`` claimed by worker w1: its attempt, that attempt's fence and a local store."""
+    from api.storage import open_store
+
     attempt = dispatch_and_claim(database_url, job_id, "w1")
     fence = AttemptFence(settings, job_id, "w1", attempt)
-    store = open_store(str(tmp_path / "bucket"))
+    return job_id, attempt, fence, open_store(str(tmp_path / "bucket"))
+
+
+def test_a_checkpoint_upload_that_outlived_the_lease_is_taken_out_of_the_store(
+        settings, database_url, submit, tiny_spec, tmp_path, monkeypatch):
+    # The fence is checked before the upload; a process frozen during it may wake after another
+    # attempt took the job over, so an upload that took longer than the lease had left is undone.
+    from api.artifacts.paths import checkpoint_key
+    from grpo_core.run.callbacks import TrainerCallback
+    from worker.checkpoint_uploads import StoredCheckpoints
+
+    clock = fence_clock(monkeypatch)
+    job_id, attempt, fence, store = claimed_with_store(
+        settings, database_url, submit(tiny_spec("frozen-upload")), tmp_path)
 
     def checkpoint(name: str, text: str):
         folder = written_folder(tmp_path / name, "step-2", text)
@@ -140,21 +153,13 @@ class _FreezingThenFailingStore(_FreezingStore):
 
 def test_an_upload_that_outlived_the_lease_and_then_failed_is_taken_out_of_the_store(
         settings, database_url, submit, tiny_spec, tmp_path, monkeypatch):
-    import types
-
-    import worker.fencing as fencing
     from api.artifacts.paths import checkpoint_key
-    from api.storage import open_store
     from grpo_core.run.callbacks import TrainerCallback
     from worker.checkpoint_uploads import StoredCheckpoints
 
-    clock = [1000.0]
-    monkeypatch.setattr(fencing, "time", types.SimpleNamespace(monotonic=lambda: clock[0],
-                                                               sleep=lambda seconds: None))
-    job_id = submit(tiny_spec("frozen-failed-upload"))
-    attempt = dispatch_and_claim(database_url, job_id, "w1")
-    fence = AttemptFence(settings, job_id, "w1", attempt)
-    store = open_store(str(tmp_path / "bucket"))
+    clock = fence_clock(monkeypatch)
+    job_id, attempt, fence, store = claimed_with_store(
+        settings, database_url, submit(tiny_spec("frozen-failed-upload")), tmp_path)
     folder = written_folder(tmp_path / "stale", "step-2", "stale")
     stale = StoredCheckpoints(TrainerCallback(),
                               _FreezingThenFailingStore(store, clock, settings.lease_seconds * 2),
