@@ -12,7 +12,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.redis_keys import NAMESPACE_PATTERN, RedisKeys, namespace_for
 from api.storage.locations import parse_location
-from api.vocabulary import DEFAULT_POOL, MAX_QUEUED_JOBS, MAX_RATE_PER_SECOND, POOL_NAME_PATTERN, Priority
+from api.vocabulary import (
+    DEFAULT_POOL,
+    MAX_GPU_HOURS,
+    MAX_QUEUED_JOBS,
+    MAX_RATE_PER_SECOND,
+    POOL_NAME_PATTERN,
+    BudgetPeriod,
+    Priority,
+)
 
 # Refused as tokens: a default secret in production is worse than none at all.
 _PLACEHOLDER_TOKENS = {"changeme", "change-me", "secret", "token", "password"}
@@ -149,7 +157,7 @@ class Settings(BaseSettings):
         "that does not fit in the room left is left out and counted in `spec_diff_omitted`, so ten jobs "
         "of megabyte specs cannot make a megabyte answer.")
     # Per-team limits: the defaults; admins override them per team (PUT /v1/admin/teams/{team}/limits).
-    # Admin keys are held to none of them but the queue cap.
+    # Admin keys are held to none of them but the queue cap and the GPU-hour budget.
     team_max_priority: Priority = Field(
         "normal", description="Highest priority class a team's members may give a job, at submit and "
         "every later change (clone, retry, resume, PATCH); admins may set any.")
@@ -171,6 +179,20 @@ class Settings(BaseSettings):
         "`/v1/chat/completions` and `/v1/completions` from one of its models) ends, its model unloaded "
         "and its device freed, after this long without a request; admins set it per team "
         "(`serve_idle_seconds`).")
+    team_gpu_hours_budget: float | None = Field(
+        None, ge=0, le=MAX_GPU_HOURS, description="GPU-hours each team's jobs may use in a "
+        "`GRPO_TEAM_BUDGET_PERIOD` (GPUs × hours held, all pools together); reached, the scheduler pauses "
+        "the team's jobs and a submit, clone, retry or resume is a 422 `budget_exhausted` until the next "
+        "period. Unset: no budget. Admins set it per team (`gpu_hours_budget`).")
+    team_budget_period: BudgetPeriod = Field(
+        "month", description="The calendar period, in UTC, a team's GPU-hour budget renews each: `day` "
+        "(from 00:00), `week` (from Monday) or `month` (from the 1st); admins set it per team "
+        "(`budget_period`).")
+    # A job's GPU-hours estimated before it runs (api.limits.gpu_estimate).
+    estimate_tokens_per_gpu_second: float = Field(
+        1000.0, gt=0, le=1e9, description="The rate a GPU-hour estimate (`POST /v1/jobs?dry_run=true`) "
+        "assumes, with no start-up time, for a pool none of whose jobs has succeeded yet (`basis: "
+        "default`); once some have, their rate and start-up are measured on them instead.")
     auto_migrate: bool = Field(
         True, description="`grpo api`, `grpo scheduler` and `grpo admin` bring a database that is behind "
         "the code's schema to it at start; false: they refuse, naming the command to run.")

@@ -28,6 +28,11 @@ MAX_ARTIFACT_QUOTA_BYTES = 2**62  # a team's artifact byte quota: far past any d
 MAX_LABEL_LENGTH = 128  # an API key's label
 MAX_QUEUED_JOBS = 1_000_000  # a team's queue cap, and a rate bucket's burst: larger is a typo
 MAX_RATE_PER_SECOND = 1_000_000.0  # a team's requests per second: larger is a typo
+# A job's or a team's GPU-hour budget: a thousand GPUs for a century is far less; larger is a typo.
+MAX_GPU_HOURS = 1_000_000_000.0
+# A team's GPU-hour budget renews each calendar period, in UTC: a day from midnight, a week from
+# Monday, a month from its first day.
+BudgetPeriod = Literal["day", "week", "month"]
 
 RUN_JOB = "grpo.run_job"
 

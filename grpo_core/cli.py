@@ -47,7 +47,15 @@ def _train(args: argparse.Namespace) -> int:
             spec, args.spec.resolve().parent, args.output_dir, args.resume, args.device,
             progress=not args.quiet, verifiers=dict(args.verifier),
         )
-    print(f"finished at step {result.step}; checkpoint: {result.checkpoint}")
+    if result.alert is not None:
+        print(f"stopped at step {result.step} by the {result.alert.rule} health rule "
+              f"({result.alert.message}); checkpoint: {result.checkpoint}")
+    else:
+        ended = "stopped early (grpo.early_stopping_patience)" if result.early_stopped else "finished"
+        print(f"{ended} at step {result.step}; checkpoint: {result.checkpoint}")
+    if result.best_summary is not None:
+        best = result.best_summary
+        print(f"best checkpoint: {result.best} ({best['metric']} {best['value']:.4g} at step {best['step']})")
     return 0
 
 

@@ -18,14 +18,15 @@ def log_in_as(page: Any, stack: Any, team: str) -> None:
     page.wait_for_selector("[data-panel=jobs] table")
 
 
-def submit_from_form(page: Any, spec: dict[str, Any] | str) -> Any:
-    """Fill the form (JSON, or any text) and submit it; the result box, once it says something."""
+def submit_from_form(page: Any, spec: dict[str, Any] | str, button: str = "button[type=submit]") -> Any:
+    """Fill the form (JSON, or any text) and submit it (or press another of its ``button``s); the
+    result box, once it says something."""
     page.goto("/#/jobs")
     form = page.locator("[data-panel=submit]")
     if form.get_attribute("open") is None:
         form.locator(":scope > summary").click()
     page.fill("textarea[name=spec]", spec if isinstance(spec, str) else json.dumps(spec, indent=2))
-    page.click(".submit-form button[type=submit]")
+    page.click(f".submit-form {button}")
     return page.wait_for_selector(".submit-result .notice")
 
 

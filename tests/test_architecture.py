@@ -170,6 +170,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     # A client of GET /v1/usage: it prints what the API counted and touches no database.
     "api.cli.usage_command": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker",
                               "grpo_core"),
+    # A client of POST /v1/jobs?dry_run=true: it prints what the API estimated and touches no database.
+    "api.cli.estimate_command": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker",
+                                 "grpo_core"),
     # A client of /v1/files: it packs a folder and streams HTTP, and touches no database.
     "api.cli.files_command": ("api.store", "api.http", "api.scheduling", "api.streaming", "worker",
                               "grpo_core"),

@@ -59,7 +59,7 @@ def run_attempt(job: JobRead, settings: Settings, worker_id: str, files: Attempt
         published = published_of(settings, job.id).checkpoints
         store = remote_store(settings)
         if store is not None:
-            fetch_resume_checkpoint(store, settings, job.id, published)
+            fetch_resume_checkpoint(store, settings, job.id, published, job.best.step if job.best else None)
         elif part is None or part.leads:  # a gang's hosts sharing the folder: node 0 tidies it
             drop_unpublished_checkpoints(attempt_fence(job, settings), settings, job.id, published)
         try:

@@ -62,24 +62,27 @@ def retry_storage(fn: Callable[[], T], budget_seconds: float, what: str,
 
 
 def fetch_resume_checkpoint(store: ObjectStore, settings: Settings, job_id: int,
-                            published: dict[int, int | None]) -> Path | None:
+                            published: dict[int, int | None], best_step: int | None = None) -> Path | None:
     """Make the job's local checkpoints folder hold exactly the newest checkpoint an attempt
     published while it owned the job (``published``: each row's step and the attempt whose key
-    holds it), downloaded unless this host has it already; return it, or None when there is none.
-    A local checkpoint no row names (its upload never finished, or a stale attempt's) is removed:
-    the job resumes from what every worker can see."""
+    holds it), and the job's best eval point's (``best_step``, grpo.metric_for_best_model: its
+    final model may be that one's), each downloaded unless this host has it already; return the
+    newest, or None when there is none. A local checkpoint no row names (its upload never finished,
+    or a stale attempt's) is removed: the job resumes from what every worker can see."""
     step = max(published, default=None)
     local = checkpoint_dir(settings, job_id)
-    keep = local / f"step-{step}" if step is not None else None
+    wanted = {s for s in (step, best_step) if s is not None and s in published}
+    keep = {local / f"step-{s}": s for s in wanted}
     if local.is_dir():
         for path in local.iterdir():
-            if path != keep or not (path / COMPLETE_MARK).is_file():
+            if path not in keep or not (path / COMPLETE_MARK).is_file():
                 shutil.rmtree(path) if path.is_dir() else path.unlink()
-    if keep is None or keep.is_dir():
-        return keep
-    retry_storage(lambda: store.get_folder(checkpoint_key(job_id, step, published[step]), keep),
-                  settings.storage_retry_seconds, f"job {job_id}: downloading the checkpoint of step {step}")
-    return keep
+    for folder, kept in keep.items():
+        if not folder.is_dir():
+            retry_storage(lambda folder=folder, kept=kept: store.get_folder(
+                checkpoint_key(job_id, kept, published[kept]), folder),
+                settings.storage_retry_seconds, f"job {job_id}: downloading the checkpoint of step {kept}")
+    return None if step is None else local / f"step-{step}"
 
 
 def fetch_folder(store: ObjectStore, settings: Settings, key: str) -> Path:

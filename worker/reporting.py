@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from api.store import outbox
 from api.store.attempts import set_progress, stop_request
 from api.store.db import session_scope
+from api.store.job_health import record_alert, record_best
 from api.store.tables import utcnow
 from api.store.telemetry import (
     add_event_once,
@@ -33,7 +34,7 @@ from api.store.telemetry import (
     record_samples,
 )
 from grpo_core.json_values import json_safe
-from grpo_core.run.callbacks import WARNING_EVENTS, TrainerCallback
+from grpo_core.run.callbacks import ALERT_EVENT, BEST_CHECKPOINT_EVENT, WARNING_EVENTS, TrainerCallback
 from grpo_core.spec.size_checks import PROMPTS_OVER_ROWS
 from worker.fencing import AttemptFence
 from worker.retrying import retry_transient
@@ -95,8 +96,14 @@ class JobReporter(TrainerCallback):
             if type in ONCE_PER_JOB and has_event(session, self.job_id, type):
                 return  # told already: at submit (an uploaded dataset's rows), or by an earlier attempt
             added = add_event_once(session, self.job_id, type, message, data, ts, level)
-            if added and type == "reward_unscored":  # the job's sum, counted once with its event
+            if not added:
+                return
+            if type == "reward_unscored":  # the job's sum, counted once with its event
                 count_unscored_rows(session, self.job_id, int(data.get("rows", 0)))
+            elif type == ALERT_EVENT:  # the badge and the job.alert webhook, with the event
+                record_alert(session, self.job_id, data)
+            elif type == BEST_CHECKPOINT_EVENT:
+                record_best(session, self.job_id, data)
 
         self._write(f"event {type}", write)
 

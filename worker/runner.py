@@ -155,7 +155,7 @@ def record_outcome(job: JobRead, worker_id: str, settings: Settings, publish: ou
             if outcome.status is JobStatus.PREEMPTED:  # checkpointed: back to the queue, to resume from it
                 return yield_preempted(session, job.id, worker_id, outcome.step)
             if outcome.status is JobStatus.PAUSED:  # checkpointed: at rest until resumed
-                return stop_paused(session, job.id, worker_id, outcome.step)
+                return stop_paused(session, job.id, worker_id, outcome.step, outcome.message)
             return finish(session, job.id, worker_id=worker_id, outcome=outcome.status,
                           message=outcome.message, error_code=outcome.error_code,
                           error_message=outcome.message if outcome.error_code else None,

@@ -13,7 +13,7 @@ from typing import Any
 
 from api.artifacts.paths import checkpoint_dir, model_key, remote_store, staging_dir
 from api.domain.job_spec import JobSpec
-from api.domain.lifecycle import JobStatus, StopRequest
+from api.domain.lifecycle import JobStatus, StopRequest, stronger_stop
 from api.schemas.jobs import JobRead
 from api.settings import Settings
 from api.storage import ObjectStore
@@ -37,7 +37,7 @@ from worker.counted_steps import CountedSteps
 from worker.fencing import AttemptFence, FencedPublisher, StaleAttempt
 from worker.job_sources import loadable
 from worker.job_storage import store_final_model
-from worker.outcome import Outcome, outcome_for_stop
+from worker.outcome import STATUS_AFTER_STOP, Outcome, outcome_for_stop
 from worker.reporting import JobReporter
 from worker.retrying import DatabaseUnavailable
 from worker.staged_artifacts import StagedFiles, published_of
@@ -151,18 +151,25 @@ class FinalMetrics(TrainerCallback):
 def export_final_model(job: JobRead, spec: JobSpec, settings: Settings, result: TrainResult,
                        metrics: dict[str, Any] | None, callbacks: TrainerCallback,
                        staged: StagedFiles) -> None:
-    """The job's model folder from its final checkpoint (:mod:`grpo_core.io.model_export`), exported
-    in the attempt's staging folder and published under its fence, announced as a ``model`` event."""
+    """The job's model folder from its final checkpoint, or with ``grpo.load_best_model_at_end``
+    its best eval point's (:mod:`grpo_core.io.model_export`), exported in the attempt's staging
+    folder and published under its fence, announced as a ``model`` event."""
     if spec.export.merge_lora:
         loading, roots = loadable(spec, settings)
         base = resolve_model_location(loading.model, roots.models)
     else:
         base = None
-    export_model(result.checkpoint, staged.model_stage(), spec, result.step, metrics,
-                 job_id=job.id, base_location=base)
+    checkpoint, step, best = result.checkpoint, result.step, None
+    if spec.grpo.load_best_model_at_end and result.best is not None:
+        checkpoint, best = result.best, result.best_summary
+        step = best["step"]
+    export_model(checkpoint, staged.model_stage(), spec, step, metrics,
+                 job_id=job.id, base_location=base, best=best, trained_steps=result.step)
     size = folder_bytes(staged.publish_model())
-    callbacks.on_event("model", f"final model of step {result.step} ready ({size:,} bytes)",
-                       {"step": result.step, "bytes": size})
+    which = f"the best checkpoint's (step {step}, {best['metric']} {best['value']:.4g})" if best else \
+        f"of step {step}"
+    callbacks.on_event("model", f"final model {which} ready ({size:,} bytes)",
+                       {"step": step, "bytes": size, **({"best": best} if best else {})})
 
 
 def train_job(job: JobRead, spec: JobSpec, settings: Settings, callbacks: TrainerCallback,
@@ -194,8 +201,22 @@ def train_job(job: JobRead, spec: JobSpec, settings: Settings, callbacks: Traine
         raise known from exc
 
 
+# What a health rule's action makes of the job (grpo_core.spec.alerts).
+_ALERT_STOPS = {"pause": StopRequest.PAUSE, "stop": StopRequest.CANCEL}
+
+
 def ending(result: TrainResult, stop_reason: StopRequest | None) -> Outcome:
-    """How a run that returned ended: stopped for a cancel, a pause or a preemption, or finished."""
+    """How a run that returned ended: stopped for a cancel, a pause or a preemption, or by a
+    health rule (paused, or cancelled with the rule as its code; a person's stronger request
+    wins), early stopping included in finished."""
+    alert = result.alert
+    if alert is not None:
+        asked = _ALERT_STOPS[alert.action]
+        if stronger_stop(stop_reason, asked) == asked:
+            status = STATUS_AFTER_STOP[asked]
+            return Outcome(status, f"{status.value} by the {alert.rule} rule: {alert.message}",
+                           error_code=alert.rule if asked is StopRequest.CANCEL else None, step=result.step)
     if result.stopped and stop_reason is not None:
         return outcome_for_stop(stop_reason, result.step)
-    return Outcome(JobStatus.SUCCEEDED, f"finished at step {result.step}", step=result.step)
+    how = "stopped early (grpo.early_stopping_patience)" if result.early_stopped else "finished"
+    return Outcome(JobStatus.SUCCEEDED, f"{how} at step {result.step}", step=result.step)

@@ -90,7 +90,9 @@ def _set_pool_limits(session: Any, args: argparse.Namespace) -> Any:
 
 
 TEAM_LIMIT_FLAGS = ("max_priority", "max_queued_jobs", "reads_per_second", "read_burst", "writes_per_second",
-                    "write_burst", "serve_idle_seconds")
+                    "write_burst", "serve_idle_seconds", "gpu_hours_budget", "budget_period")
+_TEAM_LIMIT_METAVARS = {"max_priority": "CLASS", "gpu_hours_budget": "HOURS",
+                        "budget_period": "day|week|month"}
 
 
 def _setting(text: str) -> str | None:
@@ -252,7 +254,7 @@ def add_admin_commands(commands: argparse._SubParsersAction) -> None:
         lambda s, a: _teams().set_artifact_quota(s, a.team, None), team)
     add("set-team-limits", "change a team's limits (each flag: a value, or 'default')", _set_team_limits,
         team, *((f"--{name.replace('_', '-')}", {"type": _setting, "default": argparse.SUPPRESS,
-                                                  "metavar": "CLASS" if name == "max_priority" else "N"})
+                                                  "metavar": _TEAM_LIMIT_METAVARS.get(name, "N")})
                 for name in TEAM_LIMIT_FLAGS))
     add("create-key", "create an API key; prints the key (once) on stdout", _create_key, team,
         ("--admin", {"action": "store_true", "help": "an admin key: every team, /v1/admin"}),

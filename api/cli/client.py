@@ -110,6 +110,15 @@ class ApiClient:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         return self._json(self.http.post("/v1/jobs", json=spec, headers=headers))
 
+    def estimate(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """``POST /v1/jobs?dry_run=true``: every check of a submit, nothing queued; the spec as it
+        would be stored and its GPU-hours estimated."""
+        return self._json(self.http.post("/v1/jobs", params={"dry_run": "true"}, json=spec))
+
+    def update(self, job_id: int, changes: dict[str, Any]) -> dict[str, Any]:
+        """``PATCH /v1/jobs/{id}``: priority, tags, description or max_gpu_hours."""
+        return self._json(self.http.patch(f"/v1/jobs/{job_id}", json=changes))
+
     def run_rewards(self, body: dict[str, Any]) -> dict[str, Any]:
         """A dry run of rewards on samples: each reward has up to 30 s, so more than the default."""
         return self._json(self.http.post("/v1/rewards/run", json=body, timeout=120.0))

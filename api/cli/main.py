@@ -2,10 +2,11 @@
 and adds the service's commands: ``api``, ``scheduler``, ``worker``, ``dev``, ``admin`` (teams,
 API keys, quotas and pools, straight on the database: ``api.cli.admin``) and the HTTP client
 commands ``submit``, ``list``, ``show``, ``watch``, ``cancel``, ``rm``, ``events``, ``metrics``,
-``cluster``, ``queue`` (``api.cli.monitor``), ``usage`` and ``me`` (``api.cli.usage_command``),
-``compare`` (``api.cli.compare_command``), ``rewards list|run`` (``api.cli.reward_commands``),
-``env run`` (``api.cli.environment_commands``), ``samples`` (``api.cli.samples_command``), ``files
-upload|list|show|rm`` (``api.cli.files_command``), ``chat`` (``api.cli.chat_command``).
+``cluster``, ``queue`` (``api.cli.monitor``), ``usage``, ``me`` and ``set-budget``
+(``api.cli.usage_command``), ``compare`` (``api.cli.compare_command``), ``rewards list|run``
+(``api.cli.reward_commands``), ``env run`` (``api.cli.environment_commands``), ``samples``
+(``api.cli.samples_command``), ``files upload|list|show|rm`` (``api.cli.files_command``), ``chat``
+(``api.cli.chat_command``).
 
 Exit codes as ``grpo_core.cli``: 0 ok, 1 failed (``watch``, ``submit --watch``: the job failed or
 was cancelled), 2 bad input. Nothing heavy is imported until a command runs (never torch here).
@@ -31,13 +32,13 @@ from api.cli.monitor import MONITOR_COMMANDS, add_monitor_commands
 from api.cli.reward_commands import add_reward_commands
 from api.cli.samples_command import SAMPLES_COMMAND, add_samples_command
 from api.cli.schema_check import schema_ready, webhook_secrets_sealed
-from api.cli.usage_command import ME_COMMAND, USAGE_COMMAND, add_usage_commands
+from api.cli.usage_command import BUDGET_COMMAND, ME_COMMAND, USAGE_COMMAND, add_usage_commands
 from grpo_core import cli as core_cli
 from grpo_core.errors import SpecWarning
 from grpo_core.spec.run_spec import RunSpec
 
 SERVICE_COMMANDS = ("api", "scheduler", "worker", "dev", "admin", "health", "rewards", "env", SAMPLES_COMMAND,
-                    USAGE_COMMAND, ME_COMMAND, COMPARE_COMMAND, FILES_COMMAND, CHAT_COMMAND,
+                    USAGE_COMMAND, ME_COMMAND, BUDGET_COMMAND, COMPARE_COMMAND, FILES_COMMAND, CHAT_COMMAND,
                     *MONITOR_COMMANDS)
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(name)s] %(message)s"
 

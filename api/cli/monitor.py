@@ -1,4 +1,4 @@
-"""``grpo submit | list | show | watch | cancel | events | metrics | cluster | queue``: the service
+"""``grpo submit | list | show | watch | cancel | events | alerts | metrics | cluster | queue``: the service
 seen through its HTTP API only (``api.cli.client``), so they work against ``grpo dev`` and a remote
 deployment alike. Each takes ``--api-url`` (``GRPO_API_URL``, default http://127.0.0.1:8000) and
 ``--api-key`` (``GRPO_API_KEY``); ``--json`` prints the API's JSON, one document, instead of
@@ -28,7 +28,7 @@ from api.cli.printable import printable
 from api.domain.lifecycle import TERMINAL_STATUSES, Action, JobStatus
 
 MONITOR_COMMANDS = ("submit", "list", "show", "watch", "cancel", "pause", "resume", "retry", "clone",
-                    "rm", "delete", "events", "metrics", "download", "cluster", "queue")
+                    "rm", "delete", "events", "alerts", "metrics", "download", "cluster", "queue")
 DEFAULT_API_URL = "http://127.0.0.1:8000"
 INTERRUPTED = 130
 
@@ -132,6 +132,10 @@ def follow(client: Any, job: dict[str, Any], as_json: bool) -> Result:
 
 def _submit(args: argparse.Namespace) -> int:
     spec = read_spec(args.spec, args.set)
+    if args.estimate:
+        from api.cli.estimate_command import estimate_spec
+
+        return estimate_spec(args.api_url, args.api_key, spec, args.json)
     return submit_spec(args.api_url, args.api_key, spec, args.watch, args.idempotency_key, args.json)
 
 
@@ -228,6 +232,15 @@ def _events(client: Any, args: argparse.Namespace) -> Result:
 
     page = client.events(args.job_id)
     return Result(page, _lines(events_table(page["items"], _width()) if page["items"] else [], "no events"))
+
+
+def _alerts(client: Any, args: argparse.Namespace) -> Result:
+    from api.cli.term_view import alerts_table
+    from grpo_core.run.callbacks import ALERT_EVENT
+
+    items = [event for event in client.events(args.job_id)["items"] if event["type"] == ALERT_EVENT]
+    return Result({"items": items}, _lines(alerts_table(items, _width()) if items else [],
+                                           f"no alerts: no health rule of job {args.job_id} has tripped"))
 
 
 def _metrics(client: Any, args: argparse.Namespace) -> Result:
@@ -354,6 +367,8 @@ def add_monitor_commands(commands: argparse._SubParsersAction) -> None:
     submit.add_argument("--watch", action="store_true",
                         help="follow the job until it ends (exit 0: succeeded)")
     submit.add_argument("--idempotency-key", default=None)
+    submit.add_argument("--estimate", action="store_true",
+                        help="submit nothing: check it as a submit would and print its GPU-hours estimated")
     _add_set_option(submit)
     submit.set_defaults(handler=_submit)
     jobs = add("list", "jobs, newest first", _list, job_id=False)
@@ -382,6 +397,8 @@ def add_monitor_commands(commands: argparse._SubParsersAction) -> None:
     add("rm", "delete a finished job: its records, checkpoints and final model (frees the team's artifact "
         "quota; not undone)", _delete, aliases=("delete",))
     add("events", "a job's lifecycle events", _events)
+    add("alerts", "a job's health alerts: each trip of a rule (grpo_core.spec.alerts), with what it watches",
+        _alerts)
     metrics = add("metrics", "a job's metrics, every step", _metrics)
     metrics.add_argument("--csv", action="store_true", help="CSV: a header step,<names...>, one row per step")
     metrics.add_argument("--names", type=_names, action="append", metavar="A,B",

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from api.domain.explanations import error_code_text, pending_reason_text
+from api.domain.explanations import ALERT_RULES, error_code_text, pending_reason_text
 from api.domain.lifecycle import TERMINAL_STATUSES
 
 NOTABLE_EVENTS = ("running", "requeued", "resumed", "checkpoint", "stopped", "cancel_requested",
@@ -261,6 +261,32 @@ def _unscored(job: dict[str, Any]) -> str | None:
     return f"{rows} row(s) the rewards could not score (`grpo events` says why)" if rows else None
 
 
+def _alerts(job: dict[str, Any]) -> str | None:
+    alerts = job.get("alerts") or []  # a server from before alerts has none
+    shown = ", ".join(f"{alert['rule']} ({alert['action']}, step {alert['step']})" for alert in alerts)
+    return f"{shown} (`grpo alerts {job['id']}` says more)" if alerts else None
+
+
+def _best(job: dict[str, Any]) -> str | None:
+    best = job.get("best")
+    return f"step {best['step']}: {best['metric']} {num(best['value'])}" if best else None
+
+
+def alerts_table(events: Sequence[dict[str, Any]], width: int | None = None) -> list[str]:
+    """``grpo alerts``: each trip of a health rule (its ``alert`` events), then what each rule shown
+    watches."""
+    rows = [_alert_row(event["data"], event) for event in events]
+    lines = table(["STEP", "TIME", "RULE", "ACTION", "VALUE", "MESSAGE"], rows, width)
+    rules = dict.fromkeys(event["data"].get("rule") for event in events)
+    explained = [clip(f"{rule}: {ALERT_RULES[rule]}", width) for rule in rules if rule in ALERT_RULES]
+    return [*lines, "", *explained]
+
+
+def _alert_row(data: dict[str, Any], event: dict[str, Any]) -> list[Any]:
+    return [data.get("step"), when(event["ts"]), data.get("rule"), data.get("action"), num(data.get("value")),
+            event["message"]]
+
+
 def final_line(job: dict[str, Any]) -> str:
     error = job.get("error")
     suffix = f" [{error['code']}] {error['message']}" if error else ""
@@ -310,6 +336,8 @@ def job_details(job: dict[str, Any], width: int | None = None, team: str | None 
           for name in ("created", "dispatched", "started", "finished", "heartbeat")),
         ("checkpoint", job.get("latest_checkpoint")),
         ("unscored", _unscored(job)),
+        ("alerts", _alerts(job)),
+        ("best", _best(job)),
         ("error", f"[{error['code']}] {error['message']}" if error else None),
         ("meaning", error_code_text(error["code"]) if error else None),
     ]

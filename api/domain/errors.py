@@ -57,6 +57,13 @@ class QueueFull(ServiceError):  # noqa: N818
     code = "queue_full"
 
 
+class BudgetExhausted(ServiceError):  # noqa: N818
+    """GPU-hours are used up: the team's budget for its period (``team.gpu_hours_budget``), or a
+    job's own (``resources.max_gpu_hours``); a request that would start more GPU time is refused."""
+
+    code = "budget_exhausted"
+
+
 class QuotaExceeded(ServiceError):  # noqa: N818
     """What the team stores would go over its artifact byte quota (``teams.artifact_quota_bytes``);
     the worker fails a job with the same code when a checkpoint would."""

@@ -1,10 +1,36 @@
 """What the codes a job shows mean, in words for the person reading them: a waiting job's
-``pending_reason`` and a failed job's ``error.code``. The one table of them: the API serves it
+``pending_reason``, a failed job's ``error.code`` and the health rules of its alerts. The one table
+of them: the API serves it
 (``GET /v1/codes``, which the dashboard reads) and the CLI reads it here, so every client says
 the same thing. Pure data; a test checks that every code the service can write is here.
 """
 
 from __future__ import annotations
+
+# The health rules (grpo_core.spec.alerts, whose defaults these name): what each watches, in words for the
+# person reading an alert (GET /v1/codes, grpo alerts). A rule whose action is stop ends its job
+# cancelled with the rule's name as its error.code, so each is an error code too.
+ALERT_RULES: dict[str, str] = {
+    "entropy_collapse": "the policy's entropy stayed below `threshold` (a fraction, default 0.1) of its "
+                        "early value (the mean of the run's first `window` steps) for `window` steps in a "
+                        "row: the model has stopped exploring and repeats itself",
+    "kl_blowup": "the KL to the reference went above `threshold` (default 1.0), or above "
+                 "10x its median over the previous `window` steps: the policy is running "
+                 "away from the reference (lower the learning rate, raise beta)",
+    "no_signal": "in `window` steps in a row, at least `threshold` (default 0.95) of the groups had "
+                 "rewards all equal (frac_reward_zero_std): their advantages are 0 and nothing is learned "
+                 "(the task is too hard or too easy for the model, or the reward is constant)",
+    "length_runaway": "in `window` steps in a row, more than `threshold` (default 0.5) of the completions "
+                      "hit max_completion_length (completions/clipped_ratio): completions grow without end",
+    "reward_hacking": "over the last `window` evaluations the training reward trended up while the eval "
+                      "reward trended down, by more than `threshold` from the first to the last: the policy "
+                      "is learning the reward's blind spots, not the task",
+    "grader_failures": "in `window` steps in a row, more than `threshold` (default 0.1) of the rows were "
+                       "left unscored by a reward (an exception, a timeout, a service away): those rows "
+                       "teach nothing",
+    "grad_explosion": "the gradient norm (before clipping) was not finite, or went above `threshold` (when "
+                      "set), or above 10x its median over the previous `window` steps",
+}
 
 # The scheduler's reasons (api.scheduling.policy.PENDING_REASONS) and the API's no_scheduler.
 PENDING_REASONS: dict[str, str] = {
@@ -79,6 +105,8 @@ ERROR_CODES: dict[str, str] = {
     "grpo_error": "training stopped with an error: the message says why",
     "internal_error": "a bug in the service, not in the job: the message (and, for admins, the "
                       "traceback) says where",
+    **{rule: f"stopped by its health rule (alerts: action stop): {text}"
+       for rule, text in ALERT_RULES.items()},
 }
 
 

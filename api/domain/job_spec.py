@@ -1,15 +1,15 @@
 """``JobSpec``: the service's job spec, the one contract for HTTP, ``grpo submit`` and the worker.
 
 It is the core's :class:`~grpo_core.spec.run_spec.RunSpec` (what a run needs) plus what only the
-service means: the scheduler's ``priority``, the ``resources.pool`` of workers to run on, a
-``stall_seconds`` limit, ``tags`` and a ``description`` to find the job by
-(:mod:`api.domain.job_labels`), ``job:ID[@STEP]`` model sources (another job's model, the
-policy's or a reward's, which the worker resolves to a folder, :mod:`worker.job_sources`, before
-the core sees it) and ``file:ID`` sources (a file the team uploaded, ``POST /v1/files``: a model
-archive or a dataset, also a reward's model), which the worker fetches from the object store. A subclass, so
-the wire format is the one stored specs and clients already use: the same field names, in the
-same places, under the same schema names (``JobSpec``, ``ModelSpec``, ``DatasetSpec``,
-``ResourcesSpec``) in ``/openapi.json``.
+service means: the scheduler's ``priority``, the ``resources.pool`` of workers to run on and the
+job's GPU-hour budget (``resources.max_gpu_hours``), a ``stall_seconds`` limit, ``tags`` and a
+``description`` to find the job by (:mod:`api.domain.job_labels`), ``job:ID[@STEP]`` model
+sources (another job's model, the policy's or a reward's, which the worker resolves to a folder,
+:mod:`worker.job_sources`, before the core sees it) and ``file:ID`` sources (a file the team
+uploaded, ``POST /v1/files``: a model archive or a dataset, also a reward's model), which the
+worker fetches from the object store. A subclass, so the wire format is the one stored specs and
+clients already use: the same field names, in the same places, under the same schema names
+(``JobSpec``, ``ModelSpec``, ``DatasetSpec``, ``ResourcesSpec``) in ``/openapi.json``.
 
 Only shape and bounds are checked here, as in the core; whether a ``job:`` or ``file:`` source is
 the team's and holds a model (or prompts) is checked at submit (:mod:`api.http.submission`).
@@ -22,7 +22,7 @@ import re
 from pydantic import Field, field_validator
 
 from api.domain.job_labels import DESCRIPTION_DESCRIPTION, TAGS_DESCRIPTION, Description, Tags, unset
-from api.vocabulary import DEFAULT_POOL, POOL_NAME_PATTERN, Priority
+from api.vocabulary import DEFAULT_POOL, MAX_GPU_HOURS, POOL_NAME_PATTERN, Priority
 from grpo_core.errors import SpecWarning
 from grpo_core.spec import run_spec
 from grpo_core.spec.run_spec import RunSpec
@@ -93,6 +93,12 @@ class ResourcesSpec(run_spec.ResourcesSpec):
 
     pool: str = Field(DEFAULT_POOL, pattern=POOL_NAME_PATTERN,
                       description="The pool of workers to run on (GET /v1/cluster lists them).")
+    max_gpu_hours: float | None = Field(
+        None, gt=0, le=MAX_GPU_HOURS, allow_inf_nan=False, exclude_if=lambda value: value is None,
+        description="In the service: the most GPU-hours (GPUs × hours held, every attempt counted) the "
+        "job may use; reached, it is paused at its next step with its checkpoint, and resumes once "
+        "raised (PATCH /v1/jobs/{id} with max_gpu_hours). Null: no limit but the team's budget. "
+        "`grpo train` ignores it.")
 
 
 def _described_as_in_core(name: str) -> str | None:
@@ -121,7 +127,8 @@ class JobSpec(RunSpec):
 
 
 # The service's fields, by their dotted path; a run without the service has nothing to do with them.
-SERVICE_FIELDS = ("priority", "stall_seconds", "resources.pool", "tags", "description")
+SERVICE_FIELDS = ("priority", "stall_seconds", "resources.pool", "resources.max_gpu_hours", "tags",
+                  "description")
 
 
 def ignored_by_local_run(spec: JobSpec) -> list[SpecWarning]:

@@ -12,7 +12,8 @@ for every move it makes; the API serves the statuses and the actions table (``GE
       │                        │                │                       ├─stop_cancelled─► cancelled
       ├──requeue (lease expired, rank died)─────┤                       └─succeed/fail (ended first)
       │                                         ├─yield──► preempted ──dispatch──► dispatched
-      │                                         └─request_pause──► pausing ─stop_paused─► paused
+      │                                         ├─request_pause──► pausing ─stop_paused─► paused
+      │                                         └─stop_paused (a health rule's pause)──────► paused
       ├─ queued | preempted | dispatched ──pause──► paused ──resume──► queued
       ├─ failed | cancelled ──retry──► queued (resumes from its last checkpoint)
       └─ queued | preempted | dispatched | paused ──cancel──► cancelled
@@ -67,7 +68,8 @@ class Transition(StrEnum):
     REQUEUE = "requeue"  # lease expired or a rank died (the machine's fault): queued, resumes its checkpoint
     PAUSE = "pause"  # paused before any attempt runs (or between attempts)
     REQUEST_PAUSE = "request_pause"  # a running job is asked to checkpoint and stop at its next step
-    STOP_PAUSED = "stop_paused"  # the attempt stopped for a pause (or died while pausing)
+    # the attempt stopped for a pause, or a health rule paused it (or it died while pausing)
+    STOP_PAUSED = "stop_paused"
     RESUME = "resume"  # a paused job goes back to the queue, to continue from its checkpoint
     RETRY = "retry"  # a failed or cancelled job goes back to the queue, to continue from its checkpoint
 
@@ -100,7 +102,9 @@ RULES: dict[Transition, Rule] = {
     Transition.REQUEUE: Rule(frozenset({S.DISPATCHED, S.RUNNING}), S.QUEUED, "requeued", "warning"),
     Transition.PAUSE: Rule(frozenset({*map(S, WAITING_STATUSES), S.DISPATCHED}), S.PAUSED, "paused"),
     Transition.REQUEST_PAUSE: Rule(frozenset({S.RUNNING}), S.PAUSING, "pause_requested"),
-    Transition.STOP_PAUSED: Rule(frozenset({S.PAUSING}), S.PAUSED, "paused", record=("last_step",)),
+    # From running too: a health rule whose action is pause ends the attempt by itself.
+    Transition.STOP_PAUSED: Rule(frozenset({S.RUNNING, S.PAUSING}), S.PAUSED, "paused",
+                                 record=("last_step",)),
     Transition.RESUME: Rule(frozenset({S.PAUSED}), S.QUEUED, "unpaused"),
     Transition.RETRY: Rule(frozenset({S.FAILED, S.CANCELLED}), S.QUEUED, "retried"),
 }

@@ -33,6 +33,7 @@ STATUS_BY_CODE = {
     "not_found": 404,
     "conflict": 409,
     "queue_full": 409,
+    "budget_exhausted": 422,  # names the budget to raise: team.gpu_hours_budget or resources.max_gpu_hours
     "upload_too_slow": 408,
     "request_too_large": 413,
     "artifact_quota_exceeded": 413,  # this upload is larger than the room left in the team's quota

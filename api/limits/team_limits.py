@@ -4,7 +4,8 @@ store (queue cap, priority), the HTTP layer (rate limits) and the CLI share one 
 
 Members are held to all of them; admin keys only to ``max_queued_jobs``, which bounds the
 queue the scheduler orders whoever filled it (an admin throttled in an incident could not even
-raise a team's limit).
+raise a team's limit), and the GPU-hour budget (:mod:`api.limits.budgets`), which bounds what
+the team spends whoever submitted.
 """
 
 from __future__ import annotations
@@ -16,14 +17,17 @@ from api.vocabulary import PRIORITIES
 
 
 def effective_team_limits(overrides: TeamLimits, settings: Settings) -> TeamLimits:
-    """The overrides with every unset field at its default: no field is None."""
+    """The overrides with every unset field at its default: no field is None but
+    ``gpu_hours_budget``, where None is no budget."""
     defaults = TeamLimits(max_priority=settings.team_max_priority,
                           max_queued_jobs=settings.team_max_queued_jobs,
                           reads_per_second=settings.team_reads_per_second,
                           read_burst=settings.team_read_burst,
                           writes_per_second=settings.team_writes_per_second,
                           write_burst=settings.team_write_burst,
-                          serve_idle_seconds=settings.team_serve_idle_seconds)
+                          serve_idle_seconds=settings.team_serve_idle_seconds,
+                          gpu_hours_budget=settings.team_gpu_hours_budget,
+                          budget_period=settings.team_budget_period)
     return defaults.model_copy(update=overrides.model_dump(exclude_none=True))
 
 

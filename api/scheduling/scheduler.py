@@ -1,5 +1,6 @@
-"""``grpo scheduler``: each tick, reap expired leases, ask :func:`api.scheduling.policy.plan` what to do with
-the cluster as it is now, and do it: dispatch jobs onto the workers the plan chose, ask victims
+"""``grpo scheduler``: each tick, reap expired leases, pause the jobs whose GPU-hour budget is used up
+(:mod:`api.store.budgets`), ask :func:`api.scheduling.policy.plan` what to do with the cluster as it
+is now, and do it: dispatch jobs onto the workers the plan chose, ask victims
 of preemption to yield, record why every other waiting job waits, and publish the queue.
 
 The order is ours, not the broker's: each worker consumes a queue of its own, and a job is sent
@@ -34,6 +35,7 @@ from api.scheduling import liveness, policy
 from api.settings import Settings
 from api.store import bus
 from api.store.attempts import requeue_expired
+from api.store.budgets import pause_over_budget
 from api.store.clock import Backoff, db_now
 from api.store.db import session_scope
 from api.store.dispatching import (
@@ -128,6 +130,9 @@ class Scheduler:
                                           max_attempts=self.settings.max_attempts,
                                           backoff=Backoff.of(self.settings), claim_window_seconds=window):
                 log.warning("job %s: lease expired (requeued, or failed once out of attempts)", job_id)
+        with self._session() as session:  # before the plan: a job paused here is dispatched no more
+            for job_id in pause_over_budget(session, self.settings):
+                log.warning("job %s: paused, a GPU-hour budget is used up", job_id)
         heartbeats = bus.live_workers(self.client, self.keys)
         with session_scope(url) as session:
             state = load_state(session, heartbeats, db_now(session),

@@ -11,11 +11,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from api.schemas.jobs import UtcDatetime
 from api.vocabulary import (
     MAX_ARTIFACT_QUOTA_BYTES,
+    MAX_GPU_HOURS,
     MAX_LABEL_LENGTH,
     MAX_QUEUED_JOBS,
     MAX_QUOTA_GPUS,
     MAX_RATE_PER_SECOND,
     NAME_PATTERN,
+    BudgetPeriod,
     Priority,
 )
 
@@ -27,7 +29,8 @@ class _Body(BaseModel):
 class TeamLimits(_Body):
     """An admin's overrides of what a team's members may do; a null field means the deployment's
     default (the ``GRPO_TEAM_*`` settings). Admin keys are held to none of them but
-    ``max_queued_jobs``, which bounds the team's queue whoever fills it."""
+    ``max_queued_jobs`` and the GPU-hour budget, which bound the team's queue and spending whoever
+    fills it."""
 
     max_priority: Priority | None = Field(
         None, description="Highest priority class the team's members may give a job (submit, clone, "
@@ -48,6 +51,14 @@ class TeamLimits(_Body):
     serve_idle_seconds: int | None = Field(
         None, ge=1, le=7 * 24 * 3600, description="How long the team's serving job (chat with a job's "
         "model) stays loaded without a request before it ends and frees its device")
+    gpu_hours_budget: float | None = Field(
+        None, ge=0, le=MAX_GPU_HOURS, allow_inf_nan=False, description="GPU-hours the team's jobs may "
+        "use in each budget_period (GPUs × hours held, all pools); reached, its running and waiting jobs "
+        "are paused and a submit, clone, retry or resume is a 422 `budget_exhausted` naming "
+        "`team.gpu_hours_budget` until the next period or a higher budget")
+    budget_period: BudgetPeriod | None = Field(
+        None, description="The calendar period (UTC) gpu_hours_budget renews each: day (from 00:00), "
+                          "week (from Monday) or month (from the 1st)")
 
 
 class TeamRead(BaseModel):

@@ -12,7 +12,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, computed_fiel
 from api.domain.job_labels import DESCRIPTION_DESCRIPTION, TAGS_DESCRIPTION, Description, Tags
 from api.domain.lifecycle import JobStatus, actions_for
 from api.domain.serve_spec import REFUSED_ACTIONS, SERVE, JobKind
-from api.vocabulary import Priority
+from api.vocabulary import MAX_GPU_HOURS, Priority
 
 T = TypeVar("T")
 
@@ -42,6 +42,19 @@ class HostPlacement(BaseModel):
     worker: str = Field(description="The worker (one host) that holds this part of the job")
     devices: list[int] | None = Field(description="The job's device indices on that worker (null: all of "
                                       "them, for a job dispatched before devices were recorded)")
+
+
+class AlertBadge(BaseModel):
+    rule: str = Field(description="The health rule (GET /v1/codes explains it)")
+    action: str = Field(description="What its trip did: notify, pause or stop")
+    step: int = Field(description="The step it tripped at (its latest trip)")
+    value: float | None = Field(None, description="The figure that tripped it (null: not finite)")
+
+
+class BestCheckpoint(BaseModel):
+    step: int = Field(description="The eval point's step; its checkpoint is kept")
+    metric: str = Field(description="grpo.metric_for_best_model, with its eval_ prefix")
+    value: float = Field(description="The metric's value there")
 
 
 class JobRead(BaseModel):
@@ -90,6 +103,13 @@ class JobRead(BaseModel):
         "The mean reward of the job's latest evaluation (its last eval point's `eval_reward`); null for "
         "a job that has not evaluated. Filled in `GET /v1/jobs` and `GET /v1/jobs/{id}`, not in stream "
         "messages"))
+    alerts: list[AlertBadge] = Field(
+        default_factory=list, description="The health rules that tripped (the latest trip of each, in the "
+        "order they first tripped); the job's `alert` events hold every trip and `GET /v1/codes` explains "
+        "each rule")
+    best: BestCheckpoint | None = Field(
+        None, description="The best eval point so far by `grpo.metric_for_best_model`, which has a "
+        "checkpoint that retention keeps; null when the job chooses none or has not evaluated yet")
     # A spec may be a megabyte of inline rows: lists leave it out (null) unless asked (include=spec).
     spec: dict[str, Any] | None = None
     # In the answer to a submit or clone only: fields of the request's spec that were accepted but
@@ -141,20 +161,24 @@ def member_event_data(data: dict[str, Any]) -> dict[str, Any]:
 
 
 class JobUpdate(BaseModel):
-    """``PATCH /v1/jobs/{id}``: the fields given change, the others stay. ``priority`` only while
-    the job waits or runs; ``tags`` and ``description`` in any status. Each changes the job's
-    stored spec too, so a read, the spec and a clone all say the same."""
+    """``PATCH /v1/jobs/{id}``: the fields given change, the others stay. ``priority`` and
+    ``max_gpu_hours`` only until the job finishes; ``tags`` and ``description`` in any status.
+    Each changes the job's stored spec too, so a read, the spec and a clone all say the same."""
 
     model_config = ConfigDict(extra="forbid")
     priority: Priority | None = Field(None, description="The new priority class")
     tags: Tags | None = Field(None, description="The job's tags, replacing all it had. " + TAGS_DESCRIPTION)
     description: Description = Field(None, description="The new description (null clears it). "
                                      + DESCRIPTION_DESCRIPTION)
+    max_gpu_hours: float | None = Field(
+        None, gt=0, le=MAX_GPU_HOURS, allow_inf_nan=False, description="The job's own GPU-hour budget "
+        "(its spec's resources.max_gpu_hours; null removes it), until it finishes: raise it to resume a "
+        "job its budget paused")
 
     @model_validator(mode="after")
     def _changes_something(self) -> JobUpdate:
         if not self.model_fields_set:
-            raise ValueError("give priority, tags or description")
+            raise ValueError("give priority, tags, description or max_gpu_hours")
         if "priority" in self.model_fields_set and self.priority is None:
             raise ValueError("priority cannot be null")
         if "tags" in self.model_fields_set and self.tags is None:
@@ -220,6 +244,8 @@ class CodesRead(BaseModel):
 
     pending_reasons: dict[str, str] = Field(description="A waiting job's `pending_reason` -> why it waits")
     error_codes: dict[str, str] = Field(description="A failed job's `error.code` -> what went wrong")
+    alert_rules: dict[str, str] = Field(description="A health rule (a job's `alerts`, its `alert` events, "
+                                        "the `error.code` of a job a rule stopped) -> what it watches")
 
 
 class LifecycleRead(BaseModel):

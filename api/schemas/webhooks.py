@@ -16,9 +16,11 @@ from api.schemas.jobs import UtcDatetime
 from api.vocabulary import NAME_PATTERN
 from grpo_core.rewards.verifier_endpoint import MAX_URL_LENGTH, check_verifier_url
 
-# A job reaching each final status, and ``job.eval``: an eval point's metrics recorded.
-WEBHOOK_EVENTS = ("job.succeeded", "job.failed", "job.cancelled", "job.eval")
-WebhookEvent = Literal["job.succeeded", "job.failed", "job.cancelled", "job.eval"]
+# A job reaching each final status, ``job.eval``: an eval point's metrics recorded,
+# ``job.alert``: a health rule tripped (grpo_core.spec.alerts), and ``job.budget``: a GPU-hour
+# budget paused it (api.store.budgets).
+WEBHOOK_EVENTS = ("job.succeeded", "job.failed", "job.cancelled", "job.eval", "job.alert", "job.budget")
+WebhookEvent = Literal["job.succeeded", "job.failed", "job.cancelled", "job.eval", "job.alert", "job.budget"]
 DeliveryStatus = Literal["pending", "delivered", "failed"]
 DeliveryError = Literal["timeout", "connect_failed", "tls", "http_status", "destination_not_allowed"]
 

@@ -52,6 +52,8 @@ def job_read(job: Job | Row[Any], *, traceback: bool = False, spec: bool = True)
         heartbeat_at=job.heartbeat_at,
         latest_checkpoint=job.latest_checkpoint,
         error=error,
+        alerts=job.alerts or [],
+        best=job.best,
         spec=job.spec if spec else None,
     )
 

@@ -173,8 +173,10 @@ def requeue_after_fault(session: Session, job_id: int, *, worker_id: str, messag
     job = transition(session, job_id, via=Transition.STOP_CANCELLED, worker_id=worker_id,
                      guard=c.status == JobStatus.CANCELLING.value, message=f"{message} while cancelling",
                      data=data, values={"finished_at": utcnow()})
+    # Guarded: a running job may stop paused too (a health rule's pause), but a fault never pauses it.
     job = job or transition(session, job_id, via=Transition.STOP_PAUSED, worker_id=worker_id,
-                            message=f"{message} while pausing", data=data)
+                            guard=c.status == JobStatus.PAUSING.value, message=f"{message} while pausing",
+                            data=data)
     ran = c.status != JobStatus.DISPATCHED.value
     return job or _requeue_or_give_up(session, job_id, guard=ran, worker_id=worker_id, message=message,
                                       data=data, max_attempts=max_attempts, backoff=backoff)
@@ -232,11 +234,12 @@ def set_progress(session: Session, job_id: int, step: int, checkpoint: str | Non
     )
 
 
-def stop_paused(session: Session, job_id: int, worker_id: str, step: int) -> bool:
-    """The attempt checkpointed and stopped for a pause: ``paused``, its GPUs free; only the
-    worker holding the lease may record it. False when it no longer holds it."""
+def stop_paused(session: Session, job_id: int, worker_id: str, step: int, message: str | None = None) -> bool:
+    """The attempt checkpointed and stopped for a pause (a person's, or a health rule's, which
+    ``message`` says): ``paused``, its GPUs free; only the worker holding the lease may record it.
+    False when it no longer holds it."""
     moved = transition(session, job_id, via=Transition.STOP_PAUSED, worker_id=worker_id,
-                       message=f"paused at step {step}", data={"step": step})
+                       message=message or f"paused at step {step}", data={"step": step})
     return moved is not None
 
 

@@ -65,6 +65,13 @@ def _session_factory(url: str) -> sessionmaker[Session]:
     return sessionmaker(get_engine(url), expire_on_commit=False)
 
 
+def discard(session: Session) -> None:
+    """Roll back what the session's transaction wrote and drop what it staged for live readers: a
+    dry run that went the whole way (a submit's checks, its write and its admission) keeps nothing."""
+    session.rollback()
+    outbox.take(session)
+
+
 @contextmanager
 def session_scope(url: str, publish: outbox.Publish | None = None) -> Iterator[Session]:
     """A session that commits on success and rolls back on error. After the commit, what the

@@ -98,6 +98,7 @@ def create_job(
         "created_at": now,
         "tags": spec.tags,
         "description": spec.description,
+        "max_gpu_hours": spec.resources.max_gpu_hours,
     }
     # NULL keys never conflict, so only a keyed insert needs the arbiter.
     arbiter = ("team_id", "idempotency_key") if idempotency_key is not None else ()
@@ -305,22 +306,52 @@ def set_priority(session: Session, job_id: int, priority: str, team_id: int | No
     job = get_job(session, job_id, team_id)
     if priority not in PRIORITIES:  # the HTTP schema refuses it first; the CLI may not
         raise InvalidInput(f"priority must be one of {', '.join(PRIORITIES)}", param="priority")
-    if not applies(Action.SET_PRIORITY, job.status):
-        raise Conflict(f"job {job_id} already {job.status}", param="job_id")
+    _refuse_finished(job)
     if priority == job.priority:
         return job
     # The stored spec says the same: a job has one priority, whichever field is read.
+    changed = {"priority": priority, "spec": {**job.spec, "priority": priority}}
+    message = f"priority {job.priority} -> {priority}"
+    return _change_unfinished(session, job, changed, "priority_changed", message,
+                              {"from": job.priority, "to": priority})
+
+
+def set_max_gpu_hours(session: Session, job_id: int, max_gpu_hours: float | None,
+                      team_id: int | None = None) -> JobRead:
+    """Change (None: remove) the job's own GPU-hour budget, in its row and its stored spec alike,
+    in the statuses its priority may change in: raising it is how a job paused at its budget may
+    resume; a finished job spends nothing more (a :class:`Conflict`)."""
+    job = get_job(session, job_id, team_id)
+    _refuse_finished(job)
+    resources = dict(job.spec.get("resources", {}))
+    previous = resources.pop("max_gpu_hours", None)
+    if max_gpu_hours is not None:  # a spec without a budget leaves the field out (JobSpec's exclude_if)
+        resources["max_gpu_hours"] = max_gpu_hours
+    return _change_unfinished(session, job, {"max_gpu_hours": max_gpu_hours,
+                                             "spec": {**job.spec, "resources": resources}},
+                              "budget_changed", f"max_gpu_hours {previous} -> {max_gpu_hours}",
+                              {"from": previous, "to": max_gpu_hours})
+
+
+def _refuse_finished(job: JobRead) -> None:
+    if not applies(Action.SET_PRIORITY, job.status):
+        raise Conflict(f"job {job.id} already {job.status}", param="job_id")
+
+
+def _change_unfinished(session: Session, job: JobRead, values: dict[str, Any], event: str, message: str,
+                       data: dict[str, Any]) -> JobRead:
+    """Write ``values`` to the job unless it finished meanwhile (a :class:`Conflict`), with its
+    ``event``; the job as it is then."""
     stmt = (
         update(Job)
-        .where(Job.id == job_id, Job.status.in_(ACTIONS[Action.SET_PRIORITY]))
-        .values(priority=priority, spec={**job.spec, "priority": priority})
+        .where(Job.id == job.id, Job.status.in_(ACTIONS[Action.SET_PRIORITY]))
+        .values(**values)
         .execution_options(synchronize_session=False)
     )
     if session.execute(stmt).rowcount != 1:
-        raise Conflict(f"job {job_id} finished meanwhile", param="job_id")
-    add_event(session, job_id, "priority_changed", f"priority {job.priority} -> {priority}",
-              {"from": job.priority, "to": priority})
-    return get_job(session, job_id)
+        raise Conflict(f"job {job.id} finished meanwhile", param="job_id")
+    add_event(session, job.id, event, message, data)
+    return get_job(session, job.id)
 
 
 def request_cancel(session: Session, job_id: int, team_id: int | None = None) -> JobRead:
@@ -334,13 +365,19 @@ def request_cancel(session: Session, job_id: int, team_id: int | None = None) ->
     return moved or _not_moved(session, job_id, Action.CANCEL, "job {id} already {status}")
 
 
-def request_pause(session: Session, job_id: int, team_id: int | None = None) -> JobRead:
+def request_pause(session: Session, job_id: int, team_id: int | None = None, *, why: str = "",
+                  data: dict[str, Any] | None = None) -> JobRead:
     """A waiting (or dispatched, not yet claimed) job is paused at once; a running one is asked to
     checkpoint at its next step and stop (``pausing``), then it is ``paused``. A paused job holds
-    no GPU and waits for none until it is resumed. Pausing a paused or pausing job changes nothing."""
+    no GPU and waits for none until it is resumed. Pausing a paused or pausing job changes nothing.
+    ``why`` and ``data`` go into the move's event (a user's pause says nothing more; the
+    scheduler's budget pass says which budget)."""
     get_job(session, job_id, team_id)
-    moved = transition(session, job_id, via=Transition.PAUSE, message="paused before it ran")
-    moved = moved or transition(session, job_id, via=Transition.REQUEST_PAUSE, message="pause requested")
+    because = f": {why}" if why else ""
+    moved = transition(session, job_id, via=Transition.PAUSE, message=f"paused before it ran{because}",
+                       data=data)
+    moved = moved or transition(session, job_id, via=Transition.REQUEST_PAUSE,
+                                message=f"pause requested{because}", data=data)
     return moved or _not_moved(session, job_id, Action.PAUSE,
                                "job {id} is {status}: only a waiting or running job can be paused")
 

@@ -133,7 +133,10 @@ class Allocation(Base):
     needs no periodic bookkeeping and survives scheduler restarts."""
 
     __tablename__ = "allocations"
-    __table_args__ = (Index("ix_allocations_pool_ended_at", "pool", "ended_at"),)
+    # By team too: each scheduler pass sums the period's allocations of every team with a GPU-hour
+    # budget (api.store.budgets), which must not read the whole history.
+    __table_args__ = (Index("ix_allocations_pool_ended_at", "pool", "ended_at"),
+                      Index("ix_allocations_team_id_ended_at", "team_id", "ended_at"))
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
@@ -236,6 +239,14 @@ class Job(Base):
     # A job made through OpenAI's fine-tuning API (api.openai_compat): what its create carried that
     # the spec does not hold, ``{"method", "metadata", "suffix"}`` as sent; NULL for our own submits.
     openai_request: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # The spec's resources.max_gpu_hours (null: no budget of its own), kept beside it so the
+    # scheduler's budget pass reads no spec; PATCH changes both (api.store.jobs.set_max_gpu_hours).
+    max_gpu_hours: Mapped[float | None] = mapped_column(Float)
+    # The health rules that tripped, the latest trip of each (grpo_core.run.health), for the badge on
+    # the job and the jobs list; null: none. The events hold every trip.
+    alerts: Mapped[list[Any] | None] = mapped_column(JSON)
+    # The best eval point by grpo.metric_for_best_model, ``{"step", "metric", "value"}``; null: none yet.
+    best: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class JobHost(Base):

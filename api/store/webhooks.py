@@ -2,7 +2,8 @@
 transition fills (:func:`enqueue_job_event`, called by :func:`api.store.jobs.transition` in the
 transaction that moves the job, so a committed ending always has its deliveries and a rolled-back
 one has none), as does an eval point's metric row (:func:`enqueue_eval_event`, called by
-:func:`api.store.telemetry.record_metrics` in the transaction that writes the row). Sending
+:func:`api.store.telemetry.record_metrics` in the transaction that writes the row) and a health
+alert (:func:`enqueue_alert_event`, :func:`api.store.job_health.record_alert`). Sending
 them is :mod:`api.store.webhook_deliveries` and the scheduler process's sender. Every read is
 scoped like jobs: ``team_id=None`` is an admin's view of every team; another team's webhook is
 not found."""
@@ -136,20 +137,42 @@ def enqueue_job_event(session: Session, job: JobRead, event: str) -> int:
                                                           *final_records(session, job.id)))
 
 
-EVAL_EVENT = "job.eval"
+EVAL_EVENT, ALERT_EVENT = "job.eval", "job.alert"
 
 
 def enqueue_eval_event(session: Session, job_id: int, step: int, metrics: dict[str, Any]) -> int:
     """A ``job.eval`` delivery per webhook of the job's team that wants it: the eval point's step
     and ``metrics``. In the caller's transaction, the one that writes the step's metric row."""
+    return _enqueue_running_job_event(session, job_id, EVAL_EVENT, {"step": step, "metrics": metrics})
+
+
+def enqueue_alert_event(session: Session, job_id: int, alert: dict[str, Any]) -> int:
+    """A ``job.alert`` delivery per webhook of the job's team that wants it: the health rule that
+    tripped (``{rule, action, step, value, threshold, window, message}``). In the caller's
+    transaction, the one that records the alert event."""
+    return _enqueue_running_job_event(session, job_id, ALERT_EVENT, {"alert": alert})
+
+
+BUDGET_EVENT = "job.budget"
+
+
+def enqueue_budget_event(session: Session, job_id: int, budget: dict[str, Any]) -> int:
+    """A ``job.budget`` delivery per webhook of the job's team that wants it: the job was paused
+    by a GPU-hour budget (``{budget: "job"|"team", used_gpu_hours, limit_gpu_hours}``, a team's
+    with its ``team``, ``period`` and ``period_end``). In the caller's transaction, the one that
+    pauses the job (:mod:`api.store.budgets`)."""
+    return _enqueue_running_job_event(session, job_id, BUDGET_EVENT, {"budget": budget})
+
+
+def _enqueue_running_job_event(session: Session, job_id: int, event: str, data: dict[str, Any]) -> int:
+    """``event`` about a job while it trains: the job as ``{id, name, team_id}`` beside ``data``."""
     job = session.execute(select(Job.team_id, Job.name).where(Job.id == job_id)).one()
 
     def payload(occurred_at: str) -> dict[str, Any]:
         summary = {"id": job_id, "name": job.name, "team_id": job.team_id}
-        return {"type": EVAL_EVENT, "created_at": occurred_at,
-                "data": {"job": summary, "step": step, "metrics": metrics}}
+        return {"type": event, "created_at": occurred_at, "data": {"job": summary, **data}}
 
-    return _enqueue(session, job.team_id, job_id, EVAL_EVENT, payload)
+    return _enqueue(session, job.team_id, job_id, event, payload)
 
 
 def _enqueue(session: Session, team_id: int, job_id: int, event: str,

@@ -89,10 +89,12 @@ def adapter_config(checkpoint: Path, spec: RunSpec) -> dict[str, Any] | None:
     return {**config, "base_model_name_or_path": spec.model.source}
 
 
-def model_card(spec: RunSpec, step: int, metrics: dict[str, Any] | None, job_id: int | None = None) -> str:
+def model_card(spec: RunSpec, step: int, metrics: dict[str, Any] | None, job_id: int | None = None,
+               best: dict[str, Any] | None = None, trained_steps: int | None = None) -> str:
     """Markdown with Hugging Face's YAML header: where the model came from, how it was trained
     (the spec as :func:`_card_spec` shows it), where training ended (the last step's metrics) and,
-    when the run evaluated, its last eval point: the final step always is one, so its record holds it."""
+    when the run evaluated, its last eval point: the final step always is one, so its record holds it.
+    With ``best`` the weights are step ``step``'s, the best eval point of a run of ``trained_steps``."""
     # Whichever spec validated the source: a scheme this core does not load (a service's) is named as is.
     scheme, _, location = spec.model.source.partition(":")
     header: dict[str, Any] = {"library_name": "peft" if spec.model.lora and not spec.export.merge_lora
@@ -102,15 +104,19 @@ def model_card(spec: RunSpec, step: int, metrics: dict[str, Any] | None, job_id:
     job = f" (job {job_id})" if job_id is not None else ""
     source = _public(spec.model.source)
     origin = f"`{source}`" if source != _SERVER_SOURCE else "a model stored on the training service"
+    ended = step if best is None or trained_steps is None else trained_steps
     lines = ["---", yaml.safe_dump(header, sort_keys=False).strip(), "---", "",
              f"# {spec.name}", "",
-             f"Trained with GRPO by the GRPO service{job} for {step} steps from {origin}.", ""]
+             f"Trained with GRPO by the GRPO service{job} for {ended} steps from {origin}.", ""]
+    if best is not None:
+        lines += [f"These weights are step {step}'s: the best eval point by {best['metric']} "
+                  f"({_number(best['value'])}; grpo.load_best_model_at_end).", ""]
     evaluated = eval_metrics_of(metrics or {})
     training = {name: value for name, value in (metrics or {}).items() if name not in evaluated}
     if training:
-        lines += [f"## Metrics at step {step}", "", *_metric_table(training)]
+        lines += [f"## Metrics at step {ended}", "", *_metric_table(training)]
     if evaluated:
-        lines += [f"## Evaluation at step {step}", "", _eval_setup(spec), "", *_metric_table(evaluated)]
+        lines += [f"## Evaluation at step {ended}", "", _eval_setup(spec), "", *_metric_table(evaluated)]
     lines += ["## Rewards", "", "| reward | weight |", "|---|---|",
               *(f"| {name} | {_number(reward.weight)} |"
                 for name, reward in zip(reward_names(spec.rewards), spec.rewards, strict=True)), ""]
@@ -166,10 +172,11 @@ def _number(value: float) -> str:
 
 
 def generated_files(checkpoint: Path, spec: RunSpec, step: int, metrics: dict[str, Any] | None,
-                    job_id: int | None = None) -> dict[str, bytes]:
+                    job_id: int | None = None, best: dict[str, Any] | None = None,
+                    trained_steps: int | None = None) -> dict[str, bytes]:
     """The files the model folder gains beside :func:`model_files`, by name."""
     files = {GENERATION_CONFIG: json.dumps(generation_config(checkpoint, spec), indent=2).encode(),
-             CARD: model_card(spec, step, metrics, job_id).encode()}
+             CARD: model_card(spec, step, metrics, job_id, best, trained_steps).encode()}
     adapter = adapter_config(checkpoint, spec)
     if adapter is not None:
         files[ADAPTER_CONFIG] = json.dumps(adapter, indent=2).encode()
@@ -177,11 +184,14 @@ def generated_files(checkpoint: Path, spec: RunSpec, step: int, metrics: dict[st
 
 
 def export_model(checkpoint: Path, out: Path, spec: RunSpec, step: int, metrics: dict[str, Any] | None,
-                 *, job_id: int | None = None, base_location: str | None = None) -> Path:
-    """Write the model folder ``out`` from ``checkpoint``, whole or not at all (a temporary
-    folder renamed into place, replacing an older export). With ``export.merge_lora`` the
+                 *, job_id: int | None = None, base_location: str | None = None,
+                 best: dict[str, Any] | None = None, trained_steps: int | None = None) -> Path:
+    """Write the model folder ``out`` from ``checkpoint`` (of ``step``), whole or not at all (a
+    temporary folder renamed into place, replacing an older export). With ``export.merge_lora`` the
     folder holds the merged weights and ``adapter/`` the adapter; ``base_location`` is the
-    base model's folder or hub id then."""
+    base model's folder or hub id then. ``best``: the checkpoint is the run's best eval point
+    (``{"step", "metric", "value"}``, grpo.load_best_model_at_end) of a run trained for
+    ``trained_steps``, which the card says."""
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     with disk_full_reported(out, "the model folder", undo=lambda: shutil.rmtree(tmp, ignore_errors=True)):
@@ -193,7 +203,8 @@ def export_model(checkpoint: Path, out: Path, spec: RunSpec, step: int, metrics:
             shutil.copy2(path, files_into / path.name)
         if merging:
             _merge_lora(checkpoint, tmp, spec, base_location)
-        for name, data in generated_files(checkpoint, spec, step, metrics, job_id).items():
+        generated = generated_files(checkpoint, spec, step, metrics, job_id, best, trained_steps)
+        for name, data in generated.items():
             (files_into if name == ADAPTER_CONFIG else tmp).joinpath(name).write_bytes(data)
         shutil.rmtree(out, ignore_errors=True)
         os.replace(tmp, out)

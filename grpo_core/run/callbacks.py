@@ -8,10 +8,13 @@ from typing import Any
 
 from grpo_core.spec.size_checks import PROMPTS_OVER_ROWS
 
+# A health rule tripped (grpo_core.run.health); the best eval point so far was checkpointed
+# (grpo_core.run.best_model).
+ALERT_EVENT, BEST_CHECKPOINT_EVENT = "alert", "best_checkpoint"
 # Events that say something went wrong without ending the run (a reporter may flag them).
 # ``checkpoint_upload_retry``: the service's worker could not store a checkpoint yet.
 WARNING_EVENTS = frozenset({"reward_timeout", "reward_unavailable", "reward_unscored",
-                            "checkpoint_upload_retry", PROMPTS_OVER_ROWS})
+                            "checkpoint_upload_retry", PROMPTS_OVER_ROWS, ALERT_EVENT})
 
 
 class TrainerCallback:

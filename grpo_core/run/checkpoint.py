@@ -45,7 +45,7 @@ import os
 import random
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +83,10 @@ class TrainerState:
     iteration: int  # optimizer steps already taken on the pending generation round
     has_experience: bool
     world_size: int = 1  # ranks the pending experience is split over, one file each
+    # The health rules' windows and streaks (grpo_core.run.health) and the best eval point so far
+    # (grpo_core.run.best_model): a resumed run goes on judging where it was.
+    health: dict[str, Any] = field(default_factory=dict)
+    best: dict[str, Any] | None = None
 
 
 def rng_state() -> dict[str, Any]:
@@ -313,16 +317,17 @@ def latest_checkpoint(root: Path) -> Path | None:
     return complete[-1] if complete else None
 
 
-def prune_checkpoints(root: Path, keep_last: int, written: Path) -> list[int]:
-    """Keep the newest ``keep_last`` complete checkpoints and ``written`` (the one just saved,
-    the final one included); drop ``optimizer.pt`` from all but ``written`` and the one a resume
-    would use, which is what makes old checkpoints large. Rank 0 alone calls this, after
-    ``written`` is complete, so a crash part-way still leaves a checkpoint to resume from.
-    Returns the steps whose checkpoints it deleted, oldest first."""
+def prune_checkpoints(root: Path, keep_last: int, written: Path, best: Path | None = None) -> list[int]:
+    """Keep the newest ``keep_last`` complete checkpoints, ``written`` (the one just saved,
+    the final one included) and ``best`` (the best eval point's, grpo.metric_for_best_model); drop
+    ``optimizer.pt`` from all but ``written`` and the one a resume would use, which is what makes
+    old checkpoints large. Rank 0 alone calls this, after ``written`` is complete, so a crash
+    part-way still leaves a checkpoint to resume from. Returns the steps whose checkpoints it
+    deleted, oldest first."""
     complete = _complete_checkpoints(root)
     if not complete:
         return []
-    kept = {*complete[-keep_last:], written}
+    kept = {*complete[-keep_last:], written, *([best] if best is not None else [])}
     removed = [path for path in complete if path not in kept]
     for path in removed:
         shutil.rmtree(path, ignore_errors=True)

@@ -29,15 +29,16 @@ def _failures_everywhere(exp: Experience, failed: dict[str, int], ranks: Ranks) 
 
 
 def report_unscored_rows(exp: Experience, reward_names: list[str], step: int, ranks: Ranks,
-                         callbacks: TrainerCallback) -> None:
+                         callbacks: TrainerCallback) -> float:
     """A ``reward_unscored`` warning for step ``step`` when rows went unscored; RewardFailed when
-    a reward failed on every row the step scored."""
+    a reward failed on every row the step scored. Returns the fraction of the step's rows left
+    unscored (the ``grader_failures`` health rule's figure)."""
     per_reward = [float(exp.reward_failures[name].rows if name in exp.reward_failures else 0)
                   for name in reward_names]
     rows, unscored, *failed_counts = (int(x) for x in ranks.sum(
         [float(exp.reward_rows), float(sum(exp.reward_unscored.values())), *per_reward]))
     if not unscored:
-        return
+        return 0.0
     failed = {name: count for name, count in zip(reward_names, failed_counts, strict=True) if count}
     failures = _failures_everywhere(exp, failed, ranks) if failed else {}
     names = sorted(exp.reward_unscored)
@@ -55,3 +56,4 @@ def report_unscored_rows(exp: Experience, reward_names: list[str], step: int, ra
         if failure.rows >= rows:
             raise RewardFailed(name, f"reward '{name}' failed on every row of step {step} ({rows} rows): "
                                      f"{failure.error}; a failing row: {json.dumps(failure.row)}")
+    return min(1.0, unscored / rows) if rows else 0.0

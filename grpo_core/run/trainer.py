@@ -19,7 +19,8 @@ from grpo_core.algorithm.rollout import GenerationStopped
 from grpo_core.algorithm.update import optimizer_step
 from grpo_core.errors import GRPOError, RewardTimeout, RewardUnavailable
 from grpo_core.parallel.stop_flag import StopFlag, stop_flag
-from grpo_core.run.callbacks import TrainerCallback
+from grpo_core.run.best_model import BestModel
+from grpo_core.run.callbacks import ALERT_EVENT, BEST_CHECKPOINT_EVENT, TrainerCallback
 from grpo_core.run.checkpoint import (
     TrainerState,
     estimate_checkpoint_bytes,
@@ -30,6 +31,7 @@ from grpo_core.run.checkpoint import (
     sweep_stale_tmp_folders,
 )
 from grpo_core.run.components import RunComponents
+from grpo_core.run.health import UNSCORED, Alert, HealthWatch, strongest
 from grpo_core.run.publishing import Publisher
 from grpo_core.run.reward_failures import report_unscored_rows
 from grpo_core.spec.grpo_config import GRPOConfig
@@ -46,8 +48,14 @@ STOP_POLL_SECONDS = 1.0
 @dataclass
 class TrainResult:
     step: int
-    stopped: bool  # True when should_stop ended the run early
+    stopped: bool  # True when should_stop, or a health rule that pauses or stops, ended the run early
     checkpoint: Path | None
+    # The health alert whose action (pause or stop) ended the run; None: it was not one.
+    alert: Alert | None = None
+    # The best eval point's checkpoint (grpo.metric_for_best_model) and its summary; None: none.
+    best: Path | None = None
+    best_summary: dict | None = None
+    early_stopped: bool = False  # grpo.early_stopping_patience ended it (as finished)
 
 
 class GRPOTrainer:
@@ -75,6 +83,13 @@ class GRPOTrainer:
         self.stop_flag: StopFlag | None = stop_flag(self.ranks)
         self.reward_timeout_streak = 0  # consecutive steps with a reward call over its budget
         self.reward_unavailable_streak = 0  # consecutive steps with a reward service unreachable
+        self.unscored_ratio = 0.0  # the current round's rows a reward left unscored, as a fraction
+        self.health = HealthWatch(components.spec.alerts)
+        self.best = BestModel(self.config) if self.config.best_model_metric is not None else None
+        # A health rule that pauses or stops tripped at this step (on some rank: ``halted``; this
+        # rank's alert, ``halted_by``, which rank 0's result carries).
+        self.halted, self.halted_by = False, None
+        self.early_stop = False
         # Optimizer steps between evaluations; None: the run does not evaluate.
         evaluates = components.eval_prompts is not None
         self.eval_interval = self.config.eval_interval_for(self.max_steps) if evaluates else None
@@ -184,6 +199,9 @@ class GRPOTrainer:
             ranks=self.ranks,
         )
         self.last_checkpoint = path
+        self.health = HealthWatch(c.spec.alerts, self.state.health)
+        if self.best is not None:
+            self.best = BestModel(self.config, self.state.best)
         self.callbacks.on_event(
             "resumed",
             f"resumed from step {self.state.step}",
@@ -216,16 +234,36 @@ class GRPOTrainer:
                 result = self.evaluate(0)
                 self.callbacks.on_step({"step": 0, **result.metrics})
                 self.callbacks.on_samples(0, result.samples)
-        while self.state.step < self.max_steps:
+        while self.state.step < self.max_steps and not self.early_stop:
             if self.ranks.any(self.callbacks.should_stop()):
                 return self._stopped()
             try:
                 self._one_step()
             except GenerationStopped as inside:
                 return self._stopped(inside)
+            if self.halted:
+                return self._halted(self.halted_by)
         path = self._checkpoint()
         self.callbacks.on_event("finished", f"finished at step {self.state.step}", {"step": self.state.step})
-        return TrainResult(self.state.step, False, path)
+        return TrainResult(self.state.step, False, path, best=self._best_checkpoint(),
+                           best_summary=self.best.summary() if self.best else None,
+                           early_stopped=self.early_stop)
+
+    def _best_checkpoint(self) -> Path | None:
+        """The best eval point's checkpoint folder (it was saved when it became the best)."""
+        if self.best is None or self.best.step is None:
+            return None
+        return self.checkpoint_dir / f"step-{self.best.step}"
+
+    def _halted(self, alert: Alert | None) -> TrainResult:
+        """End the run for a health rule whose action pauses or stops it: checkpoint the step the
+        rule tripped at (so a person can resume or clone from it) and say so."""
+        path = self._checkpoint()
+        if alert is not None:
+            self.callbacks.on_event("stopped", f"stopped at step {self.state.step} by the {alert.rule} rule "
+                                    f"({alert.action})", {"step": self.state.step, "alert": alert.rule})
+        return TrainResult(self.state.step, True, path, alert=alert, best=self._best_checkpoint(),
+                           best_summary=self.best.summary() if self.best else None)
 
     def _warn_of_prompts_over_rows(self) -> None:
         """A round drawing more prompts than a loaded dataset's rows, told once when training
@@ -257,7 +295,7 @@ class GRPOTrainer:
         generation_round = self.make_experience() if fresh else self.pending
         if fresh:
             self._count_reward_timeouts(generation_round)
-            self._count_service_failures(generation_round)
+            self.unscored_ratio = self._count_service_failures(generation_round)
         k = self.config.round_steps
         first_pass = self.state.iteration < k  # this part's tokens are counted once
         exp = generation_round.step_part(self.state.iteration % k, k)
@@ -273,6 +311,7 @@ class GRPOTrainer:
         record = {"step": self.state.step, **experience_metrics(exp, self.reward_names, self.ranks), **update}
         if not fresh:
             record.update(dict.fromkeys(_GENERATION_TIMINGS, 0.0))
+        record[UNSCORED] = self.unscored_ratio  # the round's: every step of it trains on those rows
         record["peak_memory_mb"] = peak_memory_mb(self.components.device)
         # Wall-clock figures and memory are the slowest (largest) rank's.
         slowest = [k for k in record if k.startswith("timing/") or k == "peak_memory_mb"]
@@ -297,8 +336,44 @@ class GRPOTrainer:
         if samples:
             # One call per step: a step's samples are stored once (training's first, then eval's).
             self.callbacks.on_samples(self.state.step, samples)
-        if self.state.step % self.components.spec.checkpoint_every == 0:
+        self._watch_health(record)
+        new_best = self._judge_eval_point(record)
+        if self.state.step % self.components.spec.checkpoint_every == 0 or new_best:
             self._checkpoint()
+        if new_best:  # told once its checkpoint exists, so the job's best always names one
+            summary = self.best.summary()
+            message = f"new best {summary['metric']} {summary['value']:.4g} at step {summary['step']}"
+            self.callbacks.on_event(BEST_CHECKPOINT_EVENT, message, summary)
+
+    def _watch_health(self, record: dict) -> None:
+        """The health rules on this step's record: an ``alert`` event for each that tripped, and
+        the run ends (after this step's checkpoint) when one pauses or stops it. Every rank judges
+        the same record; they agree on ending through one collective all the same."""
+        alerts = self.health.observe(record)
+        for alert in alerts:
+            self.callbacks.on_event(ALERT_EVENT, alert.message, alert.data())
+        self.halted_by = strongest(alerts)
+        self.halted = self.ranks.any(self.halted_by is not None)
+
+    def _judge_eval_point(self, record: dict) -> bool:
+        """At an eval point: whether it is the best so far (then it is checkpointed), and whether
+        early stopping's patience ran out (the run then ends as finished, after this step)."""
+        if self.best is None:
+            return False
+        verdict = self.best.observe(self.state.step, record)
+        if verdict is None:
+            return False
+        if self.ranks.any(verdict.stop):
+            self.early_stop = True
+            best = self.best.summary()
+            where = f"; the best was step {best['step']} ({best['value']:.4g})" if best else ""
+            self.callbacks.on_event(
+                "early_stopped",
+                f"early stopping at step {self.state.step}: {self.best.metric} did not improve by more than "
+                f"{self.best.threshold:g} in {self.best.patience} evaluation(s){where}",
+                {"step": self.state.step, "metric": self.best.metric, "patience": self.best.patience,
+                 "best": best})
+        return verdict.new_best
 
     def _count_reward_timeouts(self, exp: Experience) -> None:
         """A warning event for each step whose reward calls went over budget (their rows trained
@@ -322,18 +397,18 @@ class GRPOTrainer:
                 f"steps in a row (last: step {step}, {', '.join(names)})"
             )
 
-    def _count_service_failures(self, exp: Experience) -> None:
+    def _count_service_failures(self, exp: Experience) -> float:
         """Warning events for rows a reward left unscored (:mod:`grpo_core.run.reward_failures`,
         which ends the run when a reward failed on every row) and for calls whose service could
         not be reached (those rows trained with advantage 0); unreachable in
         :data:`REWARD_TIMEOUT_STEPS` steps in a row fails the job ``reward_unavailable``, as
         timeouts fail it ``reward_timeout``. Counted over every rank, so all ranks stop together."""
         step = self.state.step + 1
-        report_unscored_rows(exp, self.reward_names, step, self.ranks, self.callbacks)
+        unscored_ratio = report_unscored_rows(exp, self.reward_names, step, self.ranks, self.callbacks)
         calls = int(self.ranks.sum([float(len(exp.reward_unavailable))])[0])
         self.reward_unavailable_streak = self.reward_unavailable_streak + 1 if calls else 0
         if not calls:
-            return
+            return unscored_ratio
         names = sorted(exp.reward_unavailable)
         why = "; ".join(exp.reward_unavailable[name] for name in names)  # this rank's; others may differ
         self.callbacks.on_event(
@@ -348,6 +423,7 @@ class GRPOTrainer:
                 f"reward services could not be reached in {self.reward_unavailable_streak} steps in a row "
                 f"(last: step {step}: {why})"
             )
+        return unscored_ratio
 
     def _checkpoint(self) -> Path | None:
         """Save the current step unless it is already saved (or nothing was trained). Every rank
@@ -364,6 +440,8 @@ class GRPOTrainer:
         self.state.sampler = c.sampler.state_dict()
         self.state.has_experience = self.pending is not None
         self.state.world_size = self.ranks.world_size
+        self.state.health = self.health.state_dict()
+        self.state.best = self.best.state_dict() if self.best is not None else None
         path = save_checkpoint(
             self.checkpoint_dir,
             self.state,
@@ -383,7 +461,7 @@ class GRPOTrainer:
             # last reported one could have lost its optimizer state while the new one had no row.
             self.callbacks.on_checkpoint(self.state.step, path)
             removed = self.publisher.remove("older checkpoints", lambda: prune_checkpoints(
-                self.checkpoint_dir, c.spec.checkpoint_keep_last, path))
+                self.checkpoint_dir, c.spec.checkpoint_keep_last, path, self._best_checkpoint()))
             if removed:
                 self.callbacks.on_checkpoints_removed(removed)
             self.callbacks.on_event(

@@ -49,6 +49,18 @@ def _is(default: object) -> Callable[[object], bool]:
 EVAL_METRIC_PREFIX, EVAL_TIMING = "eval_", "timing/eval"
 
 
+DEFAULT_BEST_MODEL_METRIC = "eval_reward"
+
+
+def eval_metric_names(reward_names: list[str]) -> list[str]:
+    """Every eval metric an eval point records for rewards named ``reward_names``
+    (:mod:`grpo_core.algorithm.eval_metrics`), which metric_for_best_model may name."""
+    per_reward = [f"eval_rewards/{name}/{stat}" for name in reward_names for stat in ("mean", "std")]
+    lengths = [f"eval_completions/{name}" for name in
+               ("mean_length", "min_length", "max_length", "clipped_ratio", "mean_terminated_length")]
+    return ["eval_reward", "eval_reward_std", "eval_pass@k", *per_reward, *lengths]
+
+
 def eval_metrics_of(record: dict[str, Any]) -> dict[str, Any]:
     """The eval metrics of a step's record; empty for a step that was not an eval point."""
     return {name: value for name, value in record.items()
@@ -174,6 +186,31 @@ class GRPOConfig(BaseModel):
         description="An eval completion passes when its reward (the weighted sum) "
         "is at least this; a prompt passes when one of its completions does (eval_pass@k).")
 
+    # --- the best checkpoint and early stopping (transformers' names and meanings) ----------
+    metric_for_best_model: str | None = Field(
+        None, exclude_if=_is(None), min_length=1, max_length=160,
+        description="The eval metric that decides the best checkpoint (eval_reward, eval_pass@k, "
+        "eval_rewards/NAME/mean, ...; the eval_ prefix may be left out). Each new best eval point is "
+        "checkpointed and never removed by retention. Default: eval_reward when load_best_model_at_end "
+        "or early_stopping_patience is set.")
+    greater_is_better: bool | None = Field(
+        None, exclude_if=_is(None),
+        description="Whether a higher metric_for_best_model is better; default: true unless the "
+        "metric's name ends in 'loss' (transformers' rule).")
+    load_best_model_at_end: bool = Field(
+        False, exclude_if=_is(False),
+        description="Export the best checkpoint's weights (by metric_for_best_model) as the job's "
+        "final model instead of the last step's; the model card names its step.")
+    early_stopping_patience: int | None = Field(
+        None, exclude_if=_is(None), ge=1, le=100_000,
+        description="End the run (as finished) after this many eval points in a row that did not "
+        "improve metric_for_best_model on the best so far by more than early_stopping_threshold "
+        "(transformers' EarlyStoppingCallback).")
+    early_stopping_threshold: float = Field(
+        0.0, exclude_if=_is(0.0), ge=0.0, le=1e12, allow_inf_nan=False,
+        description="How much better than the best so far an eval point must be to count as an "
+        "improvement for early_stopping_patience.")
+
     # TRL fields dropped because their value asks for nothing (grpo_core.spec.trl_fields.OFF), with
     # that value: the submit and `grpo train` warn about each. Not part of the config itself.
     _ignored_trl_fields: dict[str, Any] = PrivateAttr(default_factory=dict)
@@ -296,6 +333,22 @@ class GRPOConfig(BaseModel):
         if value is not None and value >= 1 and value != int(value):
             raise ValueError("must be a whole number of steps, or below 1 for a fraction of the total steps")
         return value
+
+    @property
+    def best_model_metric(self) -> str | None:
+        """The eval metric the best checkpoint is chosen by, with its ``eval_`` prefix; None when the
+        run keeps no best (no metric, no load_best_model_at_end, no early stopping)."""
+        metric = self.metric_for_best_model
+        if metric is None:
+            wanted = self.load_best_model_at_end or self.early_stopping_patience is not None
+            return DEFAULT_BEST_MODEL_METRIC if wanted else None
+        return metric if metric.startswith(EVAL_METRIC_PREFIX) else EVAL_METRIC_PREFIX + metric
+
+    @property
+    def best_model_greater_is_better(self) -> bool:
+        if self.greater_is_better is not None:
+            return self.greater_is_better
+        return not (self.best_model_metric or "").endswith("loss")
 
     def eval_interval_for(self, total_steps: int) -> int | None:
         """Optimizer steps between evaluations in a run of ``total_steps`` (None: no evaluation);

@@ -17,8 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from grpo_core.errors import SpecWarning
+from grpo_core.spec.alerts import AlertSpec
 from grpo_core.spec.environment_spec import EnvironmentSpec
-from grpo_core.spec.grpo_config import GRPOConfig
+from grpo_core.spec.grpo_config import GRPOConfig, eval_metric_names
 from grpo_core.spec.prompt_rows import prompt_problem, reserved_in
 from grpo_core.spec.size_checks import prompts_over_rows
 from grpo_core.spec.sources import split_source
@@ -298,6 +299,12 @@ class RunSpec(_Strict):
         "and a reward; the episode's reward is the sum of the environment's (a reward named 'environment', "
         "weight 1) and the spec's rewards over the whole trajectory.")
 
+    alerts: list[AlertSpec] = Field(
+        default_factory=list, max_length=16, exclude_if=lambda value: not value,  # as tools: see there
+        description="Overrides of the health rules checked on every step's metrics (each rule runs with "
+        "its conservative default, notify, unless listed here): {rule, threshold, window, action}; GET "
+        "/v1/codes explains each rule.")
+
     def warnings(self) -> list[SpecWarning]:
         """Fields this spec was given that change nothing: TRL fields set to a value that asks for
         nothing (``push_to_hub: false``), dropped while parsing (a stored spec has none); and a
@@ -335,6 +342,36 @@ class RunSpec(_Strict):
             raise _located_error(type(self).__name__, ("grpo", "eval_steps"), None, "eval_without_steps",
                                  "grpo.eval_strategy 'steps' needs eval_steps: the optimizer steps between "
                                  "evaluations (or below 1, a fraction of the run)", {})
+        return self
+
+    @model_validator(mode="after")
+    def _each_alert_rule_once(self) -> RunSpec:
+        seen: set[str] = set()
+        for index, alert in enumerate(self.alerts):
+            if alert.rule in seen:
+                raise _located_error(type(self).__name__, ("alerts", index, "rule"), alert.rule,
+                                     "alert_rule_twice", "rule '{rule}' is listed twice: give one entry "
+                                     "per rule", {"rule": alert.rule})
+            seen.add(alert.rule)
+        return self
+
+    @model_validator(mode="after")
+    def _best_model_metric_is_evaluated(self) -> RunSpec:
+        """The best checkpoint is chosen among eval points by a metric they record."""
+        metric = self.grpo.best_model_metric
+        if metric is None:
+            return self
+        title, loc = type(self).__name__, ("grpo", "metric_for_best_model")
+        if self.grpo.eval_strategy != "steps":
+            raise _located_error(title, loc, metric, "best_model_without_eval",
+                                 "choosing the best checkpoint (and early stopping) needs evaluation: set "
+                                 "eval_dataset and grpo.eval_strategy 'steps' with grpo.eval_steps", {})
+        names = reward_names(self.rewards) + ([ENVIRONMENT_REWARD] if self.environment is not None else [])
+        known = eval_metric_names(names)
+        if metric not in known:
+            raise _located_error(title, loc, metric, "unknown_eval_metric",
+                                 "'{metric}' is not an eval metric of this job; it has {known}",
+                                 {"metric": metric, "known": ", ".join(known)})
         return self
 
     @model_validator(mode="after")

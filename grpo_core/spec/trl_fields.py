@@ -29,7 +29,6 @@ _HUB = ("the service keeps the final model (download it from GET /v1/jobs/{id}/m
         "push to the Hugging Face Hub")
 _EVAL = ("evaluation is grpo.eval_strategy (no | steps), eval_steps, eval_on_start, eval_num_generations, "
          "eval_temperature and eval_pass_threshold, on the top-level eval_dataset")
-_NO_BEST_MODEL = "the final model is the last step's; eval metrics show which checkpoint did best"
 _PLACEMENT = ("the worker places the job: set resources.gpus and resources.sharding (ddp | fsdp); "
               "ranks are launched for you")
 _DATA_LOADING = "prompts are drawn by the core's own seeded sampler (dataset.shuffle, grpo.seed)"
@@ -63,8 +62,6 @@ REFUSED: dict[str, str] = {
                                "job's weights set model.source to job:ID or job:ID@STEP"),
     "ignore_data_skip": "a resumed job continues the exact data order from its checkpoint",
     "restore_callback_states_from_checkpoint": "a resumed job restores all of its state from its checkpoint",
-    **dict.fromkeys(("load_best_model_at_end", "metric_for_best_model", "greater_is_better"),
-                    _NO_BEST_MODEL),
     # outputs and logging
     **dict.fromkeys(("output_dir", "logging_dir", "overwrite_output_dir", "logging_strategy", "logging_steps",
                      "logging_first_step", "log_on_each_node", "logging_nan_inf_filter", "log_level",
@@ -154,7 +151,7 @@ _OFF_GROUPS: dict[str, dict[str, Any]] = {
     _SWITCHED_OFF: {
         **dict.fromkeys(("auto_find_batch_size", "fp16", "bf16_full_eval", "fp16_full_eval",
                          "cast_lm_head_to_fp32", "save_on_each_node", "enable_jit_checkpoint",
-                         "restore_callback_states_from_checkpoint", "load_best_model_at_end",
+                         "restore_callback_states_from_checkpoint",
                          "logging_first_step", "log_completions", "log_unique_prompts", "push_to_hub",
                          "hub_always_push", "prediction_loss_only", "eval_use_gather_object",
                          "batch_eval_metrics", "do_eval", "do_predict", "do_train", "use_cpu",
@@ -177,8 +174,8 @@ _OFF_GROUPS: dict[str, dict[str, Any]] = {
                          "liger_kernel_config", "neftune_noise_alpha", "torch_empty_cache_steps",
                          "disable_tqdm", "run_name", "trackio_space_id", "trackio_bucket_id",
                          "trackio_static_space_id", "eval_accumulation_steps", "hub_token",
-                         "hub_private_repo", "hub_model_id", "hub_revision", "metric_for_best_model",
-                         "greater_is_better", "accelerator_config", "parallelism_config",
+                         "hub_private_repo", "hub_model_id", "hub_revision",
+                         "accelerator_config", "parallelism_config",
                          "dataloader_prefetch_factor", "dataloader_multiprocessing_context", "label_names",
                          "ddp_find_unused_parameters", "ddp_bucket_cap_mb", "ddp_broadcast_buffers",
                          "ddp_static_graph", "ddp_backend", "fsdp", "fsdp_config", "deepspeed",

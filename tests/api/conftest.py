@@ -327,6 +327,17 @@ def store_server(request, api_server, api_settings_factory, serve_api, monkeypat
 
 
 @pytest.fixture
+def fresh_team(client_for, team_keys, api_server, make_key):
+    """``(name, member client)`` of a team of the test's own, made by an admin over HTTP, at the
+    deployment's defaults (its limits a test may change without touching another's)."""
+    import uuid
+
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    assert client_for(team_keys.admin).post("/v1/admin/teams", json={"name": name}).status_code == 201
+    return name, client_for(make_key(api_server.settings.database_url, name))
+
+
+@pytest.fixture
 def member(client_for, team_keys):
     """An httpx client of team alpha's member key (not an admin)."""
     return client_for(team_keys.alpha)

@@ -136,13 +136,19 @@ def test_team_limits_change_only_the_flags_given(grpo) -> None:
 
     assert limits("--max-priority", "high", "--reads-per-second", "2.5") == {
         "max_priority": "high", "max_queued_jobs": None, "reads_per_second": 2.5, "read_burst": None,
-        "writes_per_second": None, "write_burst": None, "serve_idle_seconds": None}
+        "writes_per_second": None, "write_burst": None, "serve_idle_seconds": None, "gpu_hours_budget": None,
+        "budget_period": None}
     changed = limits("--max-priority", "default", "--max-queued-jobs", "40", "--write-burst", "8")
     assert (changed["max_priority"], changed["max_queued_jobs"], changed["reads_per_second"],
             changed["write_burst"]) == (None, 40, 2.5, 8)
     code, out, _ = grpo("list-teams")
     expected = "limits: max_queued_jobs=40, reads_per_second=2.5, write_burst=8"
     assert code == 0 and expected in out
+    budgeted = limits("--gpu-hours-budget", "120.5", "--budget-period", "week")
+    assert (budgeted["gpu_hours_budget"], budgeted["budget_period"], budgeted["max_queued_jobs"]) == (
+        120.5, "week", 40)
+    code, _, err = grpo("set-team-limits", "alpha", "--budget-period", "year")
+    assert code == 2 and "--budget-period" in err
 
 
 @pytest.mark.parametrize("argv, message", [

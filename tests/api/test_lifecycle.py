@@ -40,7 +40,7 @@ EXPECTED: dict[Transition, tuple[set[str], str, str, str]] = {
     Transition.REQUEUE: ({"dispatched", "running"}, "queued", "requeued", "warning"),
     Transition.PAUSE: ({"queued", "preempted", "dispatched"}, "paused", "paused", "info"),
     Transition.REQUEST_PAUSE: ({"running"}, "pausing", "pause_requested", "info"),
-    Transition.STOP_PAUSED: ({"pausing"}, "paused", "paused", "info"),
+    Transition.STOP_PAUSED: ({"running", "pausing"}, "paused", "paused", "info"),
     Transition.RESUME: ({"paused"}, "queued", "unpaused", "info"),
     Transition.RETRY: ({"failed", "cancelled"}, "queued", "retried", "info"),
 }

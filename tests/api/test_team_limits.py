@@ -6,7 +6,6 @@ tests/api/test_rate_limits.py."""
 
 from __future__ import annotations
 
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -18,11 +17,9 @@ def admin(client_for, team_keys):
 
 
 @pytest.fixture
-def team(admin, api_server, make_key, client_for):
+def team(fresh_team):
     """``(name, member client)`` of a team of the test's own, at the deployment's defaults."""
-    name = f"lim-{uuid.uuid4().hex[:8]}"
-    assert admin.post("/v1/admin/teams", json={"name": name}).status_code == 201
-    return name, client_for(make_key(api_server.settings.database_url, name))
+    return fresh_team
 
 
 def error_of(response, status: int, param: str | None) -> dict:
@@ -124,13 +121,17 @@ def test_team_limits_are_set_by_admins_and_checked(admin, team, client_for, team
     teams = {t["name"]: t for t in admin.get("/v1/admin/teams").json()["items"]}
     assert set(teams[name]["limits"].values()) == {None}  # the defaults
     body = {"max_priority": "high", "max_queued_jobs": 5, "reads_per_second": 2.5, "read_burst": 10,
-            "writes_per_second": 1, "write_burst": 4, "serve_idle_seconds": 120}
+            "writes_per_second": 1, "write_burst": 4, "serve_idle_seconds": 120, "gpu_hours_budget": 12.5,
+            "budget_period": "week"}
     assert set_limits(admin, name, **body)["limits"] == body
     for bad, param in (({"max_priority": "urgent"}, "max_priority"),
                        ({"max_queued_jobs": -1}, "max_queued_jobs"),
                        ({"reads_per_second": 0}, "reads_per_second"), ({"write_burst": 0}, "write_burst"),
                        ({"reads_per_second": "inf"}, "reads_per_second"), ({"burst": 3}, "burst"),
-                       ({"serve_idle_seconds": 0}, "serve_idle_seconds")):
+                       ({"serve_idle_seconds": 0}, "serve_idle_seconds"),
+                       ({"gpu_hours_budget": -1}, "gpu_hours_budget"),
+                       ({"gpu_hours_budget": "nan"}, "gpu_hours_budget"),
+                       ({"budget_period": "year"}, "budget_period")):
         error_of(admin.put(path, json=bad), 422, param)
     error_of(admin.put("/v1/admin/teams/nobody/limits", json={}), 404, "team")
     assert member.put(path, json={"max_priority": "high"}).status_code == 403

@@ -106,10 +106,15 @@ def test_a_member_sees_its_own_team_and_an_admin_every_team(client_for, team_key
              {"team": "alpha", "pool": "gpu-b", "gpu_seconds": 1800.0, "gpu_hours": 0.5}]
     beta = [{"team": "beta", "pool": "default", "gpu_seconds": 3600.0, "gpu_hours": 1.0}]
     seen = window(client_for(team_keys.alpha), **params)
+    budgets = seen.pop("budgets")
     assert seen == {"since": "2021-03-01T00:00:00Z", "until": "2021-03-02T00:00:00Z", "items": alpha}
+    # This period's budget, whatever the window: none set, and nothing used since (the rows are of 2021).
+    assert [(b["team"], b["gpu_hours_budget"], b["used_gpu_hours"], b["left_gpu_hours"])
+            for b in budgets] == [("alpha", None, 0, None)]
     assert window(client_for(team_keys.beta), **params)["items"] == beta
-    admin = window(client_for(team_keys.admin), **params)["items"]
-    assert [item for item in admin if item["team"] in ("alpha", "beta")] == alpha + beta
+    admin = window(client_for(team_keys.admin), **params)
+    assert [item for item in admin["items"] if item["team"] in ("alpha", "beta")] == alpha + beta
+    assert {"alpha", "beta", "default"} <= {budget["team"] for budget in admin["budgets"]}
 
 
 def test_the_window_defaults_to_the_last_7_days_or_days_before_until(client_for, team_keys, api_rows) -> None:
@@ -158,12 +163,16 @@ def test_grpo_usage_prints_the_apis_rows_as_a_table(capsys, api_server, client_f
     window_args = ("--since", "2021-03-01T00:00:00Z", "--until", "2021-03-02T00:00:00Z")
     code, out, _ = grpo(capsys, api_server, team_keys.alpha, *window_args)
     assert code == 0
-    assert out.splitlines() == [
+    assert out.splitlines()[:6] == [
         "GPU use from 2021-03-01 00:00:00 to 2021-03-02 00:00:00 UTC",
         "TEAM   POOL     GPU-HOURS  GPU-SECONDS",
         "alpha  default          2         7200",
         "alpha  gpu-b          0.5         1800",
+        "",
+        "GPU-hour budgets this period (UTC)",
     ]
+    [budget] = [line.split() for line in out.splitlines()[7:]]  # under its header: alpha's, none set
+    assert budget[:5] == ["alpha", "month", "none", "0", "none"]
     code, out, _ = grpo(capsys, api_server, team_keys.alpha, *window_args, "--json")
     answer = client_for(team_keys.alpha).get("/v1/usage", params={"since": "2021-03-01T00:00:00Z",
                                                                    "until": "2021-03-02T00:00:00Z"}).json()

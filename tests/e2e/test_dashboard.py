@@ -370,11 +370,31 @@ def test_the_cluster_page_shows_each_teams_gpu_hours_after_a_job_ran(browser_pag
         return item["gpu_seconds"] > 0 and seconds == str(math.floor(item["gpu_seconds"] + 0.5))  # Math.round
 
     wait_until(page_matches_api, 20, "the page's GPU-seconds to be the API's")
+    budget = page.locator("[data-panel=budgets] tr[data-budget-team=alpha]")  # this period's, none set
+    budget.wait_for()
+    assert "no budget" in budget.inner_text() and "month" in budget.inner_text()
     screenshots(page, "cluster-usage")
     log_in_as(page, keyed_stack, "beta")  # a member sees its own team's GPU-hours only
     page.goto("/#/cluster")
     page.locator("[data-panel=usage] table").wait_for()
     assert page.locator("[data-panel=usage] tr[data-team=alpha]").count() == 0
+
+
+def test_the_submit_form_estimates_gpu_hours_and_submits_nothing(browser_page, keyed_stack, tiny_spec,
+                                                                  screenshots) -> None:
+    page = browser_page
+    alpha = keyed_stack.client("alpha")
+    spec = tiny_spec("estimated", max_steps=30)
+    before = [job["id"] for job in alpha.list_jobs()["items"]]
+    log_in_as(page, keyed_stack, "alpha")
+    submit_from_form(page, spec, button="button.estimate")
+    note = page.wait_for_selector(".submit-result .estimate")
+    assert "GPU-hours" in note.inner_text() and "Nothing was submitted" in note.inner_text()
+    guess = alpha.estimate(spec)["estimate"]  # the form shows the API's dry run
+    assert float(note.get_attribute("data-gpu-hours")) == pytest.approx(guess["gpu_hours"])
+    assert "30 steps" in note.inner_text()
+    screenshots(page, "submit-estimate")
+    assert [job["id"] for job in alpha.list_jobs()["items"]] == before
 
 
 def test_a_waiting_job_says_why_in_words_until_it_stops_waiting(browser_page, keyed_stack, tiny_spec,

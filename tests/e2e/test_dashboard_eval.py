@@ -70,3 +70,51 @@ def test_a_job_that_evaluates_shows_eval_charts_and_eval_samples(browser_page, k
     wait_for_points(page, "reward", "reward", 2)
     assert not any(chart.startswith("eval") for chart in page.evaluate(CHART_ORDER))
     assert "(eval)" not in " ".join(page.locator("select[data-picker=samples] option").all_inner_texts())
+
+
+# The x of each alert marker (a dashed line, its rule written above) on a chart.
+ALERT_MARKS = """(chart) => {
+  const layout = document.querySelector(`[data-chart=${chart}]`).layout;
+  return (layout.shapes || []).map((shape, i) => [shape.x0, layout.annotations[i].text]);
+}"""
+
+
+def test_a_jobs_alerts_and_best_checkpoint_on_the_pages_and_in_grpo_alerts(
+        browser_page, keyed_stack, tiny_spec, screenshots) -> None:
+    """Issue 37: a tripped health rule is a badge in the jobs list and on the job page and a marker on
+    every chart at its step; the job's best eval point is one of its facts; ``grpo alerts`` lists it."""
+    import subprocess
+    import sys
+
+    page = browser_page
+    client = keyed_stack.client("alpha")
+    grpo = {"eval_strategy": "steps", "eval_steps": 1, "metric_for_best_model": "eval_reward"}
+    # frac_reward_zero_std >= 0 always holds: the rule trips at step 1, tells (notify), and training goes on.
+    alerts = [{"rule": "no_signal", "threshold": 0.0, "window": 1}]
+    job_id = client.submit(tiny_spec("watched", max_steps=2, grpo=grpo, alerts=alerts,
+                                     eval_dataset={"prompts": EVAL_PROMPTS}))["id"]
+    job = wait_finished(keyed_stack, job_id)
+    assert job["status"] == "succeeded" and job["alerts"][0]["rule"] == "no_signal"
+    log_in_as(page, keyed_stack, "alpha")
+
+    page.goto("/#/jobs")
+    page.wait_for_selector(f"tr[data-job-id='{job_id}'] [data-alert=no_signal]")
+    page.goto(f"/#/jobs/{job_id}")
+    badge = page.wait_for_selector("[data-panel=job] [data-alert=no_signal]")
+    assert "frac_reward_zero_std" in badge.get_attribute("title")  # what the rule watches, from /v1/codes
+    best = job["best"]
+    assert best["metric"] == "eval_reward" and best["step"] in (1, 2)
+    page.wait_for_selector(f"[data-panel=job] dd:has-text('step {best['step']}: eval_reward')")
+    wait_for_points(page, "reward", "reward", 2)
+    page.wait_for_function(f"(chart) => ({ALERT_MARKS})(chart).length > 0", arg="reward")
+    for chart in ("reward", "eval_reward"):
+        assert page.evaluate(ALERT_MARKS, chart) == [[1, "no_signal"]], chart
+    screenshots(page, "job-alert")
+
+    done = subprocess.run([sys.executable, "-m", "api.cli.main", "alerts", str(job_id), "--api-url",
+                           keyed_stack.url, "--api-key", keyed_stack.keys["alpha"]],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split()[:1] == ["STEP"] and "no_signal" in lines[1] and "notify" in lines[1]
+    assert any(line.startswith("no_signal: ") and "frac_reward_zero_std" in line for line in lines)

@@ -102,10 +102,12 @@ def test_trls_whole_default_config_is_taken_but_for_defaults_that_ask_for_someth
     assert {warning.field for warning in spec.warnings()} == {f"grpo.{name}" for name in ignored}
     dumped = set(spec.model_dump()["grpo"])
     assert dumped <= set(GRPOConfig.model_fields)  # nothing ignored is kept
-    # Evaluation's and agents' fields, at TRL's defaults (eval_strategy "no", no tool-calling
-    # limit, no chat template kwargs), are left out of a dump as a spec without them dumped before
-    # they existed; every other field is there.
-    added_later = {"max_tool_calling_iterations", "max_trajectory_length", "chat_template_kwargs"}
+    # Evaluation's, agents' and the best checkpoint's fields, at TRL's defaults (eval_strategy "no",
+    # no tool-calling limit, no chat template kwargs, no best model), are left out of a dump as a
+    # spec without them dumped before they existed; every other field is there.
+    added_later = {"max_tool_calling_iterations", "max_trajectory_length", "chat_template_kwargs",
+                   "metric_for_best_model", "greater_is_better", "load_best_model_at_end",
+                   "early_stopping_patience", "early_stopping_threshold"}
     assert set(GRPOConfig.model_fields) - dumped == {name for name in GRPOConfig.model_fields
                                                       if name.startswith("eval_") or name in added_later}
 

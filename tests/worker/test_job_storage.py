@@ -245,6 +245,21 @@ def test_a_resume_takes_the_newest_published_checkpoint_by_its_key_and_drops_loc
     assert (local / "step-2" / "model.safetensors").read_bytes() == b"w" * 1002
 
 
+def test_a_resume_also_keeps_the_best_checkpoint(settings, tmp_path) -> None:
+    """grpo.metric_for_best_model: the job's best eval point's checkpoint is fetched beside the
+    newest (its final model may be that one's); a best step with no row is not."""
+    store = LocalStore(tmp_path / "bucket")
+    elsewhere = tmp_path / "other-worker"
+    store.put_folder(checkpoint_key(7, 2, 1), write_checkpoint(elsewhere / "a1", 2))
+    store.put_folder(checkpoint_key(7, 6, 2), write_checkpoint(elsewhere / "a2", 6))
+    local = checkpoint_dir(settings, 7)
+    assert fetch_resume_checkpoint(store, settings, 7, {2: 1, 6: 2}, best_step=2) == local / "step-6"
+    assert sorted(p.name for p in local.iterdir()) == ["step-2", "step-6"]
+    assert (local / "step-2" / "model.safetensors").read_bytes() == b"w" * 1002
+    assert fetch_resume_checkpoint(store, settings, 7, {6: 2}, best_step=2) == local / "step-6"
+    assert sorted(p.name for p in local.iterdir()) == ["step-6"]
+
+
 def test_retention_deletes_an_earlier_attempts_checkpoint_under_its_key(tmp_path: Path) -> None:
     store, reporter = LocalStore(tmp_path / "bucket"), Recorder()
     # attempt 1's, which attempt 2 resumed from

@@ -116,6 +116,18 @@ function valuesOf(trace, records) {
 // The records that hold a value for any of a chart's series.
 const charted = (series, records) => records.filter((r) => series.some(({y}) => y(r) !== null));
 
+// The layout's shapes and annotations marking each alert: a vertical dashed line at its step across
+// the plot (paper y), its rule written at the top.
+function alertMarks(alerts) {
+  return {
+    shapes: alerts.map(({step}) => ({type: "line", xref: "x", yref: "paper", x0: step, x1: step, y0: 0, y1: 1,
+      line: {color: "rgb(214,39,40)", width: 1, dash: "dash"}})),
+    annotations: alerts.map(({step, rule, action}) => ({x: step, xref: "x", y: 1, yref: "paper", yanchor: "bottom",
+      text: rule, hovertext: `${rule} (${action}) at step ${step}`, showarrow: false,
+      font: {size: 10, color: "rgb(214,39,40)"}})),
+  };
+}
+
 export class ChartSet {
   constructor(container, weight) {
     this.container = container;
@@ -128,6 +140,17 @@ export class ChartSet {
     this.tick = null;
     this.weight = weight;
     this.drawing = Promise.resolve();
+    this.alerts = []; // {step, rule, action}: a health rule's trip, a marker on every chart
+  }
+
+  // A health alert (its event's data): a dashed line at its step on every chart, named by its
+  // rule; charts drawn later get it too. In turn with the draws, like them.
+  markAlert(alert) {
+    if (this.alerts.some((a) => a.step === alert.step && a.rule === alert.rule)) return;
+    this.alerts.push({step: alert.step, rule: alert.rule, action: alert.action});
+    const marks = alertMarks(this.alerts);
+    this.drawing = this.drawing.then(() => Promise.all([...this.charts.values()].map(({div}) =>
+      Plotly.relayout(div, marks)))).catch(console.error);
   }
 
   // A new smoothing weight: every chart's lines are smoothed again from their raw values, in turn
@@ -194,7 +217,8 @@ export class ChartSet {
       x: records.map((r) => r.step), y: valuesOf(trace, records)}));
     const layout = {...LAYOUT, title: {text: chart.title, font: {size: 13}},
       showlegend: traces.filter((trace) => trace.showlegend !== false).length > 1,
-      xaxis: stepAxis(this.tick), yaxis: {...LAYOUT.yaxis, rangemode: chart.fromZero ? "tozero" : "normal"}};
+      xaxis: stepAxis(this.tick), yaxis: {...LAYOUT.yaxis, rangemode: chart.fromZero ? "tozero" : "normal"},
+      ...alertMarks(this.alerts)};
     await Plotly.newPlot(div, traces, layout, CONFIG);
     return entry;
   }

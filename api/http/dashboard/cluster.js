@@ -1,12 +1,13 @@
 // #/cluster: pools and their live workers (GPU model and memory, running job), each team's GPUs
-// against its quota and fair share, each team's GPU-hours per pool over the last 7 days, the
-// running jobs, and the queue in the scheduler's order with why each job waits. A member's key
-// sees its own team's jobs and GPU-hours only (the API scopes them).
+// against its quota and fair share, each team's GPU-hours per pool over the last 7 days and what
+// it has left of its GPU-hour budget this period, the running jobs, and the queue in the
+// scheduler's order with why each job waits. A member's key sees its own team's jobs, GPU-hours
+// and budget only (the API scopes them).
 
 import {api} from "./api.js";
 import {reasonText} from "./codes.js";
 import {el, fill, jobLink, notice, section, statusBadge, table} from "./dom.js";
-import {age, megabytes, number, placement} from "./format.js";
+import {age, megabytes, number, placement, time} from "./format.js";
 import {rememberTeams} from "./session.js";
 
 const REFRESH_MS = 3000;
@@ -29,6 +30,7 @@ export function mount(container) {
         section("pools", "Pools and workers", cluster.pools.map(poolView)),
         section("teams", "Teams", teamsTable(cluster.teams)),
         section("usage", `GPU-hours (last ${USAGE_DAYS} days)`, usageTable(usage)),
+        section("budgets", "GPU-hour budgets (this period)", budgetsTable(usage.budgets || [])),
         section("running", "Running", runningTable(cluster.running)),
         section("queue", "Queue", queueView(queue)));
       errors.set("");
@@ -106,6 +108,23 @@ function usageTable(usage) {
     {title: "GPU-seconds", className: "num", cell: (u) => String(Math.round(u.gpu_seconds))},
   ], usage.items, {empty: "No GPU use in this window that this key may see.",
     rowProps: (u) => ({dataset: {team: u.team, pool: u.pool}})});
+}
+
+// Each team's GPU-hour budget in its current calendar period (UTC) and what is left: at none
+// left, the scheduler pauses the team's jobs and the service refuses new ones until it renews.
+function budgetsTable(budgets) {
+  return table([
+    {title: "team", cell: (b) => b.team},
+    {title: "period", cell: (b) => b.period},
+    {title: "budget (GPU-hours)", className: "num",
+      cell: (b) => (b.gpu_hours_budget === null ? "no budget" : number(b.gpu_hours_budget, 3))},
+    {title: "used", className: "num", cell: (b) => number(b.used_gpu_hours, 3)},
+    {title: "left", className: "num", cell: (b) => number(b.left_gpu_hours, 3),
+      help: "At 0 the team's jobs are paused and new ones refused until the period renews or an admin "
+        + "raises the budget"},
+    {title: "renews", cell: (b) => time(b.period_end)},
+  ], budgets, {empty: "No team this key may see.",
+    rowProps: (b) => ({dataset: {budgetTeam: b.team, left: b.left_gpu_hours ?? ""}})});
 }
 
 function runningTable(running) {

@@ -5,7 +5,7 @@
 
 import {api} from "./api.js";
 import {ChartSet} from "./charts.js";
-import {errorText, reasonText} from "./codes.js";
+import {alertBadges, errorText, reasonText} from "./codes.js";
 import {el, fill, notice, progressBar, section, statusBadge} from "./dom.js";
 import {placement, time} from "./format.js";
 import {mountPlayground} from "./playground.js";
@@ -116,6 +116,7 @@ export function mount(container, {id}) {
       event: (event) => {
         events.add(event);
         if (event.type === "checkpoint") quietly(checkpoints.load());
+        if (event.type === "alert") charts.markAlert(event.data);
       },
       status: (current) => {
         render(current);
@@ -151,7 +152,9 @@ function jobHeader(job, render, onError) {
     ["started", time(job.started_at)],
     ["finished", time(job.finished_at)],
     ["latest checkpoint", job.latest_checkpoint || "–"],
-  ];
+    job.best ? ["best", `step ${job.best.step}: ${job.best.metric} ${formatValue(job.best.value)}`] : null,
+    (job.alerts || []).length ? ["alerts", alertBadges(job)] : null,
+  ].filter(Boolean);
   return [
     el("div", {className: "title"},
       el("h2", {}, job.name, " ", el("span", {className: "muted"}, `#${job.id}`)),
@@ -177,6 +180,8 @@ function jobStatusBadge(job) {
   return el("span", {className: `badge status-${job.status}-warnings`, dataset: {status: job.status},
     title: `${job.unscored_rows} row(s) the rewards could not score`}, label);
 }
+
+const formatValue = (value) => (typeof value === "number" ? Number(value.toPrecision(4)) : "–");
 
 function unscoredNote(job) {
   if (!job.unscored_rows) return null;

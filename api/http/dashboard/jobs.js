@@ -5,6 +5,7 @@
 // `eval_reward`); the duration is from its start to its end, or to now while it runs.
 
 import {api} from "./api.js";
+import {alertBadges} from "./codes.js";
 import {cancelButton, waitNote} from "./controls.js";
 import {el, fill, jobLink, notice, progressBar, section, statusBadge, table} from "./dom.js";
 import {age, number} from "./format.js";
@@ -118,7 +119,7 @@ export function mount(container) {
         el("button", {type: "button", className: "badge tag", dataset: {tag}, title: "List the jobs with this tag",
           onclick: () => { tagFilter.value = tag; firstPage(); }}, tag))},
       {title: "team", cell: (job) => teamName(job.team_id)},
-      {title: "status", cell: (job) => [statusBadge(job.status), waitNote(job)]},
+      {title: "status", cell: (job) => [statusBadge(job.status), waitNote(job), ...alertBadges(job)]},
       // A serving job (kind serve) trains no steps: it answers chat requests until idle.
       {title: "progress", cell: (job) => job.kind === "serve" ? "serving" : progressBar(job.last_step, job.max_steps)},
       {title: "reward", className: "num", cell: (job) => number(rewards.get(job.id)?.reward)},

@@ -3,10 +3,12 @@
 // a template to edit: model and data sources are `path:` names under the deployment's roots, so
 // they differ from one to the next. A team's own uploads (above the spec: uploads.js) go in as
 // `file:ID`. The service's 422 lists every invalid field; each is shown with its path in the spec.
-// A job's Clone opens it filled with that job's spec.
+// A job's Clone opens it filled with that job's spec. "Estimate GPU-hours" sends the spec as a
+// dry run: every check of a submit, nothing queued, and the job's GPU-hours estimated.
 
 import {api} from "./api.js";
 import {el, fill, jobLink} from "./dom.js";
+import {number} from "./format.js";
 import {mountRewardPicker} from "./reward_picker.js";
 import {mountEnvironmentTrial} from "./environment_trial.js";
 import {mountRewardTrial} from "./reward_trial.js";
@@ -56,10 +58,13 @@ export function mountSubmitForm(container, onSubmitted) {
   const result = el("div", {className: "submit-result", role: "status"});
   const rewards = el("div");
   const button = el("button", {type: "submit"}, "Submit");
+  const estimateButton = el("button", {type: "button", className: "estimate", onclick: () => estimate(),
+    title: "Check the spec as a submit would and estimate its GPU-hours; nothing is submitted"},
+  "Estimate GPU-hours");
   const form = el("form", {className: "submit-form", onsubmit: (event) => {
     event.preventDefault();
     submit();
-  }}, spec, rewards, el("div", {className: "toolbar"}, button,
+  }}, spec, rewards, el("div", {className: "toolbar"}, button, estimateButton,
     el("button", {type: "button", onclick: () => { spec.value = templateText(); fill(result); }},
       "Reset to template")), result);
   const uploads = el("div");
@@ -71,26 +76,60 @@ export function mountSubmitForm(container, onSubmitted) {
   mountRewardTrial(form, spec, errorList);
   mountEnvironmentTrial(form, spec, errorList);
 
-  async function submit() {
+  // The spec sent as a submit, or as its dry run (`query`); `control` is disabled meanwhile and
+  // `shown(answer)` puts the answer on the form.
+  async function send(control, query, shown) {
     fill(result);
     const parsed = parseSpec(spec.value);
     if (parsed.problem) {
       result.append(el("p", {className: "notice error"}, parsed.problem));
       return;
     }
-    button.disabled = true;
+    control.disabled = true;
     try {
-      const job = await api("/v1/jobs", {method: "POST", ...parsed.request});
+      shown(await api("/v1/jobs", {method: "POST", query, ...parsed.request}));
+    } catch (error) {
+      result.append(errorList(error));
+    } finally {
+      control.disabled = false;
+    }
+  }
+
+  function submit() {
+    return send(button, undefined, (job) => {
       result.append(el("p", {className: "notice info"}, "Submitted ", jobLink(job.id, `job #${job.id}`),
         ` (${job.name}), ${job.status}.`));
       if (job.warnings && job.warnings.length) result.append(warningList(job.warnings));
       onSubmitted(job);
-    } catch (error) {
-      result.append(errorList(error));
-    } finally {
-      button.disabled = false;
-    }
+    });
   }
+
+  // The submit's dry run (POST /v1/jobs?dry_run=true): every check it makes, and the GPU-hours.
+  function estimate() {
+    return send(estimateButton, {dry_run: "true"}, (answer) => {
+      result.append(estimateView(answer));
+      if (answer.warnings.length) result.append(warningList(answer.warnings));
+    });
+  }
+}
+
+// Tokens a step × steps over the pool's throughput (measured on its succeeded jobs, else the
+// deployment's default), and what the team has left of its budget this period.
+function estimateView({estimate, team_budget: budget}) {
+  const hours = estimate.gpu_hours === null ? "unknown until the job has loaded its dataset"
+    : `about ${number(estimate.gpu_hours, 4)} GPU-hours`;
+  const jobs = estimate.measured_jobs === 1 ? "its latest succeeded job" : `its ${estimate.measured_jobs} latest `
+    + "succeeded jobs";
+  const basis = estimate.basis === "measured" ? `measured on ${jobs}`
+    : "assumed: no job of this pool has succeeded yet";
+  const left = budget.gpu_hours_budget === null ? "no GPU-hour budget"
+    : `${number(budget.left_gpu_hours, 4)} of ${number(budget.gpu_hours_budget, 4)} GPU-hours left this `
+      + `${budget.period}`;
+  return el("div", {className: "notice info estimate", dataset: {gpuHours: estimate.gpu_hours ?? ""}},
+    el("p", {}, `Estimate: ${hours}: ${estimate.steps ?? "?"} steps of ${estimate.tokens_per_step} tokens `
+      + `at the pool's ${number(estimate.tokens_per_gpu_second, 0)} tokens per GPU-second, plus `
+      + `${number(estimate.startup_gpu_seconds, 1)} GPU-seconds of start-up a GPU (${basis}).`),
+    el("p", {}, `Team ${budget.team}: ${left}. Nothing was submitted.`));
 }
 
 function errorList(error) {

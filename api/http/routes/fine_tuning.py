@@ -1,7 +1,7 @@
 """``/v1/fine_tuning/jobs``: OpenAI's fine-tuning API (reinforcement method), so code written
 against the ``openai`` client (``base_url`` this service's ``/v1``, ``api_key`` a team's key) runs
 this service's own jobs. Another door to the same jobs, not a second kind of job: a create goes
-through every check and limit of ``POST /v1/jobs`` (:func:`api.http.routes.jobs.check_and_create`)
+through every check and limit of ``POST /v1/jobs`` (:func:`api.http.job_creation.check_and_create`)
 and a job made either way is seen both ways (``ftjob-7`` is job 7 of ``/v1/jobs``), cancel, pause
 and resume are ``/v1/jobs``' own, and another team's job is a 404. What maps to what is
 :mod:`api.openai_compat`'s; what a create carries beside its spec (the method as sent, metadata,
@@ -18,6 +18,7 @@ from starlette.datastructures import State
 from api.domain.errors import InvalidInput, NotFound
 from api.http.auth import Principal
 from api.http.deps import PrincipalDep, SessionDep, SettingsDep
+from api.http.job_creation import check_and_create
 from api.http.routes import jobs as job_routes
 from api.http.spec_intake import intake
 from api.http.views import events_for
@@ -99,8 +100,7 @@ def _create(settings: Settings, app_state: State, principal: Principal, body: Fi
         openai_jobs.record_request(session, job.id, asked.stored, created)
 
     try:
-        job, _ = job_routes.check_and_create(settings, app_state, principal, asked.spec, idempotency_key,
-                                             recorded)
+        job, _ = check_and_create(settings, app_state, principal, asked.spec, idempotency_key, recorded)
     except InvalidSpec as exc:
         raise in_openai_terms(exc) from None
     with session_scope(settings.database_url) as session:

@@ -3,7 +3,9 @@ check, call the store.
 
 Every way a job enters the queue (submit, clone, retry, resume) or changes class (PATCH) is
 admitted against its team's limits in the transaction that makes the change
-(:mod:`api.store.team_admission`): its members' highest priority class and the team's queue cap.
+(:mod:`api.store.team_admission`): its members' highest priority class, the team's queue cap and
+its GPU-hour budget; a retry or resume, against the job's own budget too (``max_gpu_hours``,
+which PATCH raises).
 Spec bodies are parsed and checked off the event loop (:mod:`api.http.spec_intake`), and so are
 the responses that carry specs (:func:`_json_off_loop`)."""
 
@@ -15,7 +17,6 @@ from typing import Annotated, Any, Literal, NamedTuple
 
 from fastapi import APIRouter, Header, Query, Request, status
 from redis.exceptions import RedisError
-from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import State
 from starlette.responses import Response as PlainResponse
@@ -29,35 +30,27 @@ from api.domain.serve_spec import refuse_for_serving
 from api.http.auth import Principal
 from api.http.deps import PrincipalDep, RedisDep, SessionDep, SettingsDep
 from api.http.error_responses import RETRY_AFTER_SECONDS
+from api.http.job_creation import check_and_create, rehearse
 from api.http.job_json import job_json, page_json
 from api.http.params import JobId, id_cursor
 from api.http.rate_limit import charge_answer
 from api.http.spec_intake import intake, parse_changes, parse_spec
-from api.http.submission import (
-    check_capabilities,
-    check_file_sources,
-    check_job_sources,
-    check_model_positions,
-    check_placement,
-    check_submission,
-    check_verifiers,
-    dataset_file_warnings,
-    with_dataset_files,
-)
+from api.http.submission import check_file_sources
 from api.http.views import job_for
 from api.limits.team_limits import check_priority
 from api.scheduling import liveness
+from api.schemas.estimates import JobDryRun
 from api.schemas.jobs import CloneDraft, JobRead, JobUpdate, Page
 from api.settings import Settings
 from api.storage import StorageError, open_store
-from api.store import bus, job_deletion
+from api.store import job_deletion
 from api.store import jobs as job_store
+from api.store.budgets import check_job_budget_left
 from api.store.db import session_scope
 from api.store.job_labels import set_labels
 from api.store.metric_series import with_eval_rewards
 from api.store.spec_pages import StoredSpecs, job_with_spec, with_specs
-from api.store.team_admission import admit, team_limits, with_team_priority
-from api.vocabulary import Heartbeat
+from api.store.team_admission import admit, team_limits
 from grpo_core.spec.spec_file import with_changes
 
 log = logging.getLogger(__name__)
@@ -67,6 +60,8 @@ JobStatus = Literal[JOB_STATUSES]  # type: ignore[valid-type]
 _ERRORS = {401: {"description": "Missing or wrong bearer token"}, 404: {"description": "No such job"}}
 _QUEUE_FULL = {409: {"description": "`queue_full`: the team has `max_queued_jobs` jobs waiting already"}}
 _PRIORITY = "; a member's priority above the team's `max_priority` is a 422 naming `priority`"
+_BUDGET = ("; a team that used its period's GPU-hours is a 422 `budget_exhausted` naming "
+           "`team.gpu_hours_budget`")
 _SPEC = {"$ref": "#/components/schemas/JobSpec"}  # api.http.openapi_bodies adds it to the components
 
 
@@ -75,12 +70,13 @@ _SPEC = {"$ref": "#/components/schemas/JobSpec"}  # api.http.openapi_bodies adds
     status_code=status.HTTP_201_CREATED,
     response_model=JobRead,
     responses={
-        200: {"model": JobRead, "description": "Replay: this Idempotency-Key was used with this same body"},
+        200: {"model": JobRead | JobDryRun, "description": "Replay: this Idempotency-Key was used with this "
+              "same body (the job); or the answer of `dry_run=true` (`dry_run: true`, nothing created)"},
         409: {"description": "This Idempotency-Key was used with a different body; or `queue_full`: the "
                              "team has `max_queued_jobs` jobs waiting already"},
         413: {"description": "Body over the configured limit"},
         422: {"description": "Invalid spec; `param` names the first bad field, `errors` lists all"
-                             + _PRIORITY},
+                             + _PRIORITY + _BUDGET},
     },
     # The body is read raw and parsed off the event loop (JSON, or YAML by its Content-Type).
     openapi_extra={"requestBody": {"required": True, "content": {
@@ -91,10 +87,20 @@ async def submit_job(
     settings: SettingsDep,
     request: Request,
     idempotency_key: Annotated[str | None, Header(min_length=1, max_length=255)] = None,
+    dry_run: Annotated[bool, Query(description=(
+        "Check everything a submit checks, team limits and budget included, and create nothing: the "
+        "answer (200) is the spec as it would be stored and the job's GPU-hours estimated from its shape "
+        "and its pool's measured throughput"))] = False,
 ) -> Any:
     """Queue a job. Retrying with the same ``Idempotency-Key`` and body returns the first job (200).
-    A spec without ``priority`` gets ``normal``, or the team's ``max_priority`` if that is lower."""
+    A spec without ``priority`` gets ``normal``, or the team's ``max_priority`` if that is lower.
+    With ``dry_run=true`` nothing is queued (the key is not looked at)."""
     raw = await request.body()
+    if dry_run:
+        rehearsed = await intake(request.app.state).run(_parse_and_rehearse, settings, request.app.state,
+                                                        principal, raw, request.headers.get("content-type"))
+        return PlainResponse(await run_in_threadpool(rehearsed.model_dump_json),
+                             media_type="application/json")
     job, created = await intake(request.app.state).run(
         _parse_check_and_create, settings, request.app.state, principal, raw,
         request.headers.get("content-type"), idempotency_key)
@@ -112,41 +118,9 @@ def _parse_check_and_create(settings: Settings, app_state: State, principal: Pri
     return check_and_create(settings, app_state, principal, parse_spec(raw, content_type), idempotency_key)
 
 
-def check_and_create(
-    settings: Settings,
-    app_state: State,
-    principal: Principal,
-    spec: JobSpec,
-    idempotency_key: str | None,
-    recorded: Callable[[Session, JobRead, bool], None] | None = None,
-) -> tuple[JobRead, bool]:
-    """Every check a submit makes, then the job written and admitted: ``(job, created)``. The
-    one way in for each door to jobs (this submit and clone, OpenAI's create in
-    :mod:`api.http.routes.fine_tuning`); ``recorded(session, job, created)``: what such a door
-    keeps beside the job, in the same transaction (also called on a replay, to check it)."""
-    # One threadpool hop for everything that blocks: the filesystem and Redis checks, then one
-    # transaction. A Redis outage while reading live workers is a 503, like any backend's.
-    team_id = principal.team_id
-    check_submission(spec, settings)
-    def live_workers() -> list[Heartbeat]:
-        return bus.live_workers(app_state.sync_redis, settings.redis_keys)
-
-    check_capabilities(spec, live_workers)
-    with session_scope(settings.database_url, publish=app_state.publish) as session:
-        check_placement(session, spec, settings, live_workers)
-        check_job_sources(session, spec, team_id, settings)
-        files = check_file_sources(session, spec, team_id)
-        spec = with_dataset_files(spec, files)
-        check_model_positions(session, spec, settings)
-        check_verifiers(session, spec, team_id)
-        spec = with_team_priority(session, team_id, spec, settings)
-        job, created = job_store.create_job(session, team_id, spec, idempotency_key,
-                                            dataset_file_warnings(spec, files))
-        if recorded is not None:
-            recorded(session, job, created)
-        if created:  # a replay queues nothing
-            admit(session, team_id, job.priority, settings, member=not principal.is_admin)
-        return job, created
+def _parse_and_rehearse(settings: Settings, app_state: State, principal: Principal, raw: bytes,
+                        content_type: str | None) -> JobDryRun:
+    return rehearse(settings, app_state, principal, parse_spec(raw, content_type))
 
 
 @router.get("", response_model=Page[JobRead], responses=_ERRORS)
@@ -234,21 +208,26 @@ def _job_with_spec(session: SessionDep, job_id: int, principal: Principal) -> tu
 
 
 @router.patch("/{job_id}", response_model=JobRead,
-              responses={**_ERRORS, 409: {"description": "A priority for a job that already finished"},
-                         422: {"description": "Not a priority class, or a bad tag (`param` `tags.N`) or "
-                                              "description; none of the three given" + _PRIORITY}})
+              responses={**_ERRORS, 409: {"description": "A priority or a budget for a job that already "
+                                                        "finished"},
+                         422: {"description": "Not a priority class, a bad budget, or a bad tag (`param` "
+                                              "`tags.N`) or description; none of them given" + _PRIORITY}})
 def update_job(job_id: JobId, update: JobUpdate, session: SessionDep, principal: PrincipalDep,
                settings: SettingsDep) -> JobRead:
     """Change a job's ``priority`` while it waits (its place in the queue moves at the
-    scheduler's next pass) or runs (which decides whether it may be preempted); its ``tags``
-    (all of them, replaced) and ``description`` in any status. A member may choose a priority up
-    to the team's ``max_priority``; an admin any class. Each change is made to the job's stored
-    spec too (a clone carries it). One transaction: a refused part changes nothing."""
+    scheduler's next pass) or runs (which decides whether it may be preempted), and its own
+    GPU-hour budget (``max_gpu_hours``, null: none) until it finishes (a job its budget paused
+    resumes once it is raised); its ``tags`` (all of them, replaced) and ``description`` in any
+    status. A member may choose a priority up to the team's ``max_priority``; an admin any class.
+    Each change is made to the job's stored spec too (a clone carries it). One transaction: a
+    refused part changes nothing."""
     job = job_store.get_job(session, job_id, principal.scope)  # another team's job is a 404 first
     if update.priority is not None:
         job = job_store.set_priority(session, job_id, update.priority, principal.scope)
         if not principal.is_admin:  # after the write; a refusal rolls back
             check_priority(update.priority, str(team_limits(session, job.team_id, settings).max_priority))
+    if "max_gpu_hours" in update.model_fields_set:
+        job = job_store.set_max_gpu_hours(session, job_id, update.max_gpu_hours, principal.scope)
     if changes := update.label_changes():
         set_labels(session, job_id, changes)
         job = job_store.get_job(session, job_id)
@@ -330,9 +309,13 @@ def pause_job(job_id: JobId, session: SessionDep, principal: PrincipalDep) -> Jo
 
 @router.post("/{job_id}/resume", response_model=JobRead,
              responses={**_ERRORS, 409: {"description": "The job is not paused; or `queue_full`"},
-                        422: {"description": "The job's priority is above the team's `max_priority`"}})
+                        422: {"description": "The job's priority is above the team's `max_priority`; or "
+                                             "`budget_exhausted`: the job used its `max_gpu_hours` (param "
+                                             "`resources.max_gpu_hours`: PATCH a higher one first)"
+                                             + _BUDGET}})
 def resume_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, settings: SettingsDep) -> JobRead:
-    """A paused job goes back to the queue; it continues from its checkpoint, each step once."""
+    """A paused job goes back to the queue; it continues from its checkpoint, each step once. A
+    job its own GPU-hour budget paused resumes only once that budget is raised."""
     return _admitted(session, principal, settings, job_store.resume(session, job_id, principal.scope))
 
 
@@ -340,7 +323,8 @@ def resume_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, sett
              responses={**_ERRORS, 409: {"description": "The job has not failed nor been cancelled; or "
                                                         "`queue_full`"},
                         422: {"description": "The job's priority is above the team's `max_priority`, "
-                                             "or a file it names was deleted"}})
+                                             "a file it names was deleted, or `budget_exhausted`: it used "
+                                             "its `max_gpu_hours`" + _BUDGET}})
 def retry_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, settings: SettingsDep) -> JobRead:
     """A failed or cancelled job goes back to the queue and continues from its last checkpoint
     (from the start without one), its error cleared, with a fresh attempt budget."""
@@ -352,9 +336,10 @@ def retry_job(job_id: JobId, session: SessionDep, principal: PrincipalDep, setti
 
 
 def _admitted(session: SessionDep, principal: Principal, settings: Settings, requeued: JobRead) -> JobRead:
-    """A job just put back in the queue, if its team's limits allow it (else the request's
-    transaction rolls the move back): a member may not requeue a job of a class above the
-    team's highest (one an admin raised, or from before the limit)."""
+    """A job just put back in the queue, if its team's limits and its own GPU-hour budget allow it
+    (else the request's transaction rolls the move back): a member may not requeue a job of a
+    class above the team's highest (one an admin raised, or from before the limit)."""
+    check_job_budget_left(session, requeued)
     admit(session, requeued.team_id, requeued.priority, settings, member=not principal.is_admin)
     return job_for(principal, requeued)
 

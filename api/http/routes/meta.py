@@ -93,7 +93,8 @@ def list_rewards() -> dict[str, list[dict[str, Any]]]:
 def list_codes() -> CodesRead:
     """What each ``pending_reason`` and ``error.code`` a job may show means, for a person: one
     table that every client shows, so none keeps its own copy."""
-    return CodesRead(pending_reasons=explanations.PENDING_REASONS, error_codes=explanations.ERROR_CODES)
+    return CodesRead(pending_reasons=explanations.PENDING_REASONS, error_codes=explanations.ERROR_CODES,
+                     alert_rules=explanations.ALERT_RULES)
 
 
 @catalog.get("/lifecycle", response_model=LifecycleRead)

@@ -1,6 +1,6 @@
 """``GET /v1/usage``: each team's GPU-seconds per pool over a window (default: the last 7 days),
-from the allocations the scheduler's dispatches recorded. A member sees its own team's rows; an
-admin sees every team's."""
+from the allocations the scheduler's dispatches recorded, and what each team has left of its
+GPU-hour budget this period. A member sees its own team's rows; an admin sees every team's."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from api.domain.errors import InvalidInput
-from api.http.deps import PrincipalDep, SessionDep
+from api.http.deps import PrincipalDep, SessionDep, SettingsDep
 from api.schemas.usage import SECONDS_PER_HOUR, UsageItem, UsageView
 from api.store import usage
+from api.store.budgets import budget_read, team_budgets
 from api.store.clock import db_now
 
 router = APIRouter(tags=["scheduling"])
@@ -53,7 +54,7 @@ def _utc(moment: datetime, param: str) -> datetime:
 
 @router.get("/usage", response_model=UsageView,
             responses={422: {"description": "A bad window; `param` names the parameter"}})
-def get_usage(session: SessionDep, principal: PrincipalDep,
+def get_usage(session: SessionDep, principal: PrincipalDep, settings: SettingsDep,
               since: Annotated[datetime | None, Query(description=f"Window start; {_TIME_HELP}")] = None,
               until: Annotated[datetime | None, Query(description=f"Window end, excluded (default now); "
                                                                   f"{_TIME_HELP}")] = None,
@@ -62,10 +63,13 @@ def get_usage(session: SessionDep, principal: PrincipalDep,
               ) -> UsageView:
     """GPU-seconds (and hours) each team used per pool in ``[since, until)``: every stretch of
     GPUs a job held, times how long of it lies in the window (a job still running counts up to
-    now). A member sees its own team's rows only."""
+    now); and each team's GPU-hour budget in its current period, what it used of it and what is
+    left (``budgets``, whatever the window). A member sees its own team's rows only."""
     now = db_now(session)
     start, end = usage_window(since, until, days, now)
     rows = usage.gpu_usage(session, start, end, now, principal.scope)
     items = [UsageItem(team=row.team, pool=row.pool, gpu_seconds=row.gpu_seconds,
                        gpu_hours=row.gpu_seconds / SECONDS_PER_HOUR) for row in rows]
-    return UsageView(since=start, until=end, items=items)
+    scope = None if principal.scope is None else [principal.scope]
+    budgets = [budget_read(budget) for budget in team_budgets(session, settings, now, scope)]
+    return UsageView(since=start, until=end, items=items, budgets=budgets)
