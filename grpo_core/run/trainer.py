@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from grpo_core.algorithm.evaluation import EvalInputs, EvalResult, evaluate
 from grpo_core.algorithm.experience import Experience, make_experience
@@ -245,9 +246,12 @@ class GRPOTrainer:
                 return self._halted(self.halted_by)
         path = self._checkpoint()
         self.callbacks.on_event("finished", f"finished at step {self.state.step}", {"step": self.state.step})
-        return TrainResult(self.state.step, False, path, best=self._best_checkpoint(),
-                           best_summary=self.best.summary() if self.best else None,
-                           early_stopped=self.early_stop)
+        return self._result(False, path, early_stopped=self.early_stop)
+
+    def _result(self, stopped: bool, path: Path | None, **ending: Any) -> TrainResult:
+        """How the run ended, with its best eval point's checkpoint when it keeps one."""
+        return TrainResult(self.state.step, stopped, path, best=self._best_checkpoint(),
+                           best_summary=self.best.summary() if self.best else None, **ending)
 
     def _best_checkpoint(self) -> Path | None:
         """The best eval point's checkpoint folder (it was saved when it became the best)."""
@@ -262,8 +266,7 @@ class GRPOTrainer:
         if alert is not None:
             self.callbacks.on_event("stopped", f"stopped at step {self.state.step} by the {alert.rule} rule "
                                     f"({alert.action})", {"step": self.state.step, "alert": alert.rule})
-        return TrainResult(self.state.step, True, path, alert=alert, best=self._best_checkpoint(),
-                           best_summary=self.best.summary() if self.best else None)
+        return self._result(True, path, alert=alert)
 
     def _warn_of_prompts_over_rows(self) -> None:
         """A round drawing more prompts than a loaded dataset's rows, told once when training
