@@ -223,7 +223,7 @@ def test_sampling_is_seeded_and_leaves_the_trainings_random_streams(models_root:
 def test_rows_past_the_budget_are_not_reached(models_root: Path, tiny_model_factory):
     judge = bind(models_root, "score_model", {"timeout_seconds": 2.0},
                  model=judge_source(models_root, tiny_model_factory, "llama"), input=INPUT)
-    assert judge.budget_seconds == RewardContext(timeout_seconds=2.0).own_budget_seconds() == 1.5
+    assert judge.budget_seconds == RewardContext(timeout_seconds=2.0).own_budget_seconds() == 1.0
     judge.budget_seconds = 0.0  # spent before the first batch
     scores = judge(ANSWERS, PROMPTS, answer=REFERENCES)
     assert list(scores) == [None] * len(ANSWERS)
