@@ -121,8 +121,9 @@ class Settings(BaseSettings):
         "and stop; then its process is ended (SIGTERM, then SIGKILL after `kill_grace_seconds`).")
     warm_job_process: bool = Field(
         True, description="Each worker keeps the next job's process started and past its imports (torch, "
-        "transformers, the core), so a dispatched job starts training seconds sooner; false starts each "
-        "job's process when the job arrives.")
+        "transformers, the core), and a job's ranks are forked from a server past them too, so a "
+        "dispatched job starts training seconds sooner; false starts each job's process when the job "
+        "arrives, and each rank as a fresh interpreter.")
     kill_grace_seconds: float = Field(
         10.0, gt=0, description="Between the SIGTERM and the SIGKILL that end a job's process.")
     fair_share_half_life_seconds: float = Field(

@@ -1,4 +1,5 @@
-"""How soon a dispatched job starts training: with the warm spare job process and without it.
+"""How soon a dispatched job starts training: with the warm spare job process and without it
+(and for a job of several devices, with its ranks forked from the rank server or started fresh).
 
 What is measured
     A real worker (Celery, one CPU slot) and scheduler on a throwaway Postgres database and Redis,
@@ -13,7 +14,11 @@ What is measured
     Models: ``tiny`` (the tests' tiny Llama, ~1M parameters) and ``realistic`` (the
     ~31M-parameter Qwen2-style model of ``core_vs_trl.py --preset realistic``), one step each.
 
-Run: ``.venv/bin/python benchmarks/job_start.py [--jobs 4] [--model tiny|realistic|both]``.
+    ``--gpus 2``: workers of two CPU slots and jobs of two devices, so each job trains on two
+    ranks (gloo). ``GRPO_WARM_JOB_PROCESS`` covers both: warm, the spare has started its rank
+    server and the ranks are forked from it; cold, a fresh job process starts fresh ranks.
+
+Run: ``.venv/bin/python benchmarks/job_start.py [--jobs 4] [--model tiny|realistic|both] [--gpus 2]``.
 """
 
 from __future__ import annotations
@@ -85,7 +90,7 @@ def _wait_done(database_url: str, job_id: int, timeout: float) -> None:
     raise TimeoutError(f"job {job_id} did not finish in {timeout} s")
 
 
-def measure(model: str, jobs: int, idle: float, logs: Path) -> dict[str, list[float]]:
+def measure(model: str, jobs: int, idle: float, logs: Path, gpus: int) -> dict[str, list[float]]:
     from api.domain.job_spec import JobSpec
     from api.store.db import session_scope
     from api.store.jobs import create_job
@@ -104,7 +109,7 @@ def measure(model: str, jobs: int, idle: float, logs: Path) -> dict[str, list[fl
         try:
             for name, warm in SETTINGS.items():
                 env = base | {"GRPO_POOL": pools[name], "GRPO_WARM_JOB_PROCESS": warm,
-                              "GRPO_WORKER_GPUS": "1"}
+                              "GRPO_WORKER_GPUS": str(gpus)}
                 command = ["-m", "celery", "-A", "worker.celery_app", "worker", "--pool", "prefork",
                            "--without-gossip", "--without-mingle", "--loglevel", "INFO",
                            "-n", f"{pools[name]}@%h"]
@@ -116,7 +121,8 @@ def measure(model: str, jobs: int, idle: float, logs: Path) -> dict[str, list[fl
             time.sleep(idle)  # both workers up, their first pool processes (and spare) started
             for index in range(2 * jobs):
                 name = list(SETTINGS)[index % 2]
-                spec = tiny_spec(f"start-{name}-{index}", pool=pools[name], max_steps=1)
+                spec = tiny_spec(f"start-{name}-{index}", pool=pools[name], max_steps=1,
+                                 resources={"pool": pools[name], "gpus": gpus})
                 spec["model"] = {"source": f"path:{folder.name}"}
                 with session_scope(database_url) as session:
                     job, _ = create_job(session, team, JobSpec.model_validate(spec))
@@ -138,6 +144,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=4, help="jobs per setting and model")
     parser.add_argument("--model", choices=["tiny", "realistic", "both"], default="both")
     parser.add_argument("--idle", type=float, default=15.0, help="seconds a worker is idle between jobs")
+    parser.add_argument("--gpus", type=int, default=1, help="devices (CPU slots) per worker and per job")
     parser.add_argument("--logs", type=Path, default=None)
     args = parser.parse_args()
     logs = args.logs or Path(tempfile.mkdtemp(prefix="job-start-"))
@@ -146,10 +153,10 @@ def main() -> int:
     models = ["tiny", "realistic"] if args.model == "both" else [args.model]
     rows = []
     for model in models:
-        results = measure(model, args.jobs, args.idle, logs)
+        results = measure(model, args.jobs, args.idle, logs, args.gpus)
         cold, warm = statistics.median(results["cold"]), statistics.median(results["warm"])
         rows.append((model, cold, warm, cold / warm, results))
-    print("\nmodel      dispatched -> first step (median s)   cold / warm")
+    print(f"\nmodel      dispatched -> first step (median s), {args.gpus} device(s) a job   cold / warm")
     print("           cold (fresh process)   warm (spare)")
     for model, cold, warm, ratio, results in rows:
         print(f"{model:<10} {cold:>8.2f}              {warm:>8.2f}       {ratio:.2f}x   "

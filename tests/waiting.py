@@ -41,3 +41,14 @@ def process_gone(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+def is_rank(process) -> bool:
+    """Whether a psutil process is a training rank (named so by grpo_core.run.launch), not the
+    stand-in torch's launcher started for it nor the rank server it was forked from."""
+    import psutil
+
+    try:
+        return process.name().startswith("grpo-rank-")
+    except psutil.NoSuchProcess:
+        return False

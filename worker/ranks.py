@@ -54,7 +54,8 @@ def train_on_ranks(job: JobRead, spec: JobSpec, settings: Settings, files: Attem
     hosts = None if part is None else meet(job, settings, part)
     try:
         args = (job, spec, settings, files, part)
-        [outcome, *_] = launch_ranks(train_rank, args, nproc, hang_timeout=hang_timeout, hosts=hosts)
+        [outcome, *_] = launch_ranks(train_rank, args, nproc, hang_timeout=hang_timeout, hosts=hosts,
+                                     warm=settings.warm_job_process)
     except RankFailed as exc:
         if exc.exception_type == _DATABASE_UNAVAILABLE:  # rank 0 lost the database: not the job's fault
             raise DatabaseUnavailable(exc.reason) from exc

@@ -40,16 +40,17 @@ from grpo_core.errors import SpecError
 from grpo_core.parallel.distributed import Ranks
 from grpo_core.parallel.placement import pick_device
 from grpo_core.rewards.verifier_endpoint import VerifierEndpoint
+from grpo_core.run import rank_server
 from grpo_core.run.host_group import HostGroup
-from grpo_core.run.lifetime import die_with_parent
 from grpo_core.run.local_run import run_local
-from grpo_core.run.processes import write_whole
+from grpo_core.run.processes import name_process, write_whole
 from grpo_core.run.rank_failures import (
     PeerLost,
     RankDied,
     RankFailed,
     qualified_name,
     rank_error,
+    record_rank_pid,
     write_report,
 )
 from grpo_core.run.trainer import TrainResult
@@ -102,7 +103,8 @@ def _train_rank(ranks: Ranks, spec: RunSpec, spec_dir: Path, output_dir: Path, r
 
 
 def launch_ranks(entry: Callable[..., T], args: Sequence[Any], nproc: int, *, device: str | None = None,
-                 hang_timeout: timedelta = DEFAULT_HANG_TIMEOUT, hosts: HostGroup | None = None) -> list[T]:
+                 hang_timeout: timedelta = DEFAULT_HANG_TIMEOUT, hosts: HostGroup | None = None,
+                 warm: bool = True) -> list[T]:
     """Run ``entry(ranks, *args)`` in ``nproc`` new processes, one per rank, and return each
     rank's value in rank order. ``entry`` must be a module-level function; it, ``args`` and its
     value travel pickled. Ranks train on ``device`` (default: CUDA when present, rank ``i`` on
@@ -113,7 +115,10 @@ def launch_ranks(entry: Callable[..., T], args: Sequence[Any], nproc: int, *, de
     With ``hosts``, these ``nproc`` ranks (``hosts.local_size``) are this host's share of a launch
     across hosts: every host calls this with its own :class:`HostGroup`, node 0 hosting the
     rendezvous at ``hosts.endpoint``; the values are this host's ranks', in local-rank order. When
-    this host's ranks fail only because a peer host went, the error is :class:`PeerLost`."""
+    this host's ranks fail only because a peer host went, the error is :class:`PeerLost`.
+
+    ``warm``: the ranks are forked from this thread's rank server, past their imports
+    (:mod:`grpo_core.run.rank_server`); else each is a fresh interpreter, as torchrun starts them."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -139,11 +144,17 @@ def launch_ranks(entry: Callable[..., T], args: Sequence[Any], nproc: int, *, de
         signals_to_handle=_HANDLED_SIGNALS,
         logs_specs=DefaultLogsSpecs(log_dir=str(folder / "elastic")),  # removed with the folder
     )
-    # Each rank is a fresh interpreter (the launcher's command form, as torchrun runs a script),
-    # not a multiprocessing child: the caller may be a process multiprocessing will not let have
-    # children (a Celery pool process is daemonic to it). The call goes through the folder.
+    # The agent starts commands, not multiprocessing children: the caller may be a process
+    # multiprocessing will not let have children (a Celery pool process is daemonic to it). Warm,
+    # each is a stand-in for a rank forked from this thread's rank server, past its imports
+    # (rank_server says why). The call goes through the folder.
     (folder / _CALL).write_bytes(pickle.dumps((entry, tuple(args), device, hang_timeout, hosts)))
-    command = ("-c", _BOOTSTRAP, json.dumps(sys.path), str(folder), str(os.getpid()))
+    path = json.dumps(sys.path)
+    if warm:
+        command = ("-S", "-c", _STAND_IN, rank_server.address([entry.__module__]), str(os.getpid()), path,
+                   f"{__name__}:rank_process", str(folder))
+    else:
+        command = ("-c", _FRESH, path, str(os.getpid()), str(folder))
     # The agent installs its own handlers for these (to take the ranks down before it exits) and
     # leaves them behind; the caller's come back afterwards.
     handlers = _current_handlers()
@@ -178,11 +189,15 @@ def _host_configs(hosts: HostGroup, hang_timeout: timedelta) -> dict[str, Any]:
     return {"is_host": hosts.is_host, "join_timeout": seconds, "read_timeout": seconds}
 
 
-# A rank's command: the launcher's import path first, so whatever it could import, the rank can.
-_BOOTSTRAP = (
-    "import json, sys; sys.path[:0] = json.loads(sys.argv[1]); "
-    "from grpo_core.run.launch import rank_process; rank_process(sys.argv[2], int(sys.argv[3]))"
-)
+# The stand-in's command: a bare interpreter (-S: not even site-packages) that finds this package
+# where the launcher found it.
+_STAND_IN = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r}); "
+             "from grpo_core.run.rank_client import main; main()")
+# A fresh rank's command: the launcher's import path first, so whatever it could import, the rank
+# can; dying with the launcher before its imports, which take seconds.
+_FRESH = ("import json, sys; sys.path[:0] = json.loads(sys.argv[1]); "
+          "from grpo_core.run.lifetime import die_with_parent; die_with_parent(int(sys.argv[2])); "
+          "from grpo_core.run.launch import rank_process; rank_process(sys.argv[3])")
 _CALL = "call.pkl"
 
 
@@ -190,14 +205,12 @@ def _value_file(local_rank: int) -> str:
     return f"value-{local_rank}.pkl"
 
 
-def rank_process(folder: str, parent_pid: int) -> None:
-    """One rank, in a process the launcher started (its local rank and the rendezvous in its
-    environment): run the launch's call and leave the value in ``folder``, or a report of what it
-    raised."""
-    # First: loading the call imports for seconds. The launch runs in the caller's thread and
-    # returns only once every rank has ended, so that thread outlives its ranks.
-    die_with_parent(parent_pid)
+def rank_process(folder: str) -> None:
+    """One rank, with the environment the launcher gave it (its local rank and the rendezvous):
+    forked from the rank server with its stand-in's, or a fresh interpreter. Run the launch's call
+    and leave the value in ``folder``, or a report of what it raised."""
     path, local_rank = Path(folder), int(os.environ["LOCAL_RANK"])
+    record_rank_pid(path, local_rank)
     rank = local_rank
     try:
         entry, args, device, hang_timeout, hosts = pickle.loads((path / _CALL).read_bytes())
@@ -206,6 +219,7 @@ def rank_process(folder: str, parent_pid: int) -> None:
         # every rank is a client of node 0's, so the process group takes any rank it is given.
         rank = hosts.rank_offset + local_rank if hosts else int(os.environ["RANK"])
         os.environ["RANK"] = str(rank)
+        name_process(f"grpo-rank-{rank}")  # what ps and psutil call it
         world_size = int(os.environ["WORLD_SIZE"])
         cuda = pick_device(device).type == "cuda"
         comm_device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")

@@ -7,11 +7,15 @@ Standard library only: the worker's supervisor imports it and never loads torch.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
+import sys
 from pathlib import Path
 
-__all__ = ["process_alive", "signal_name", "write_whole"]
+__all__ = ["name_process", "process_alive", "signal_name", "write_whole"]
+
+_PR_SET_NAME = 15  # <linux/prctl.h>
 
 
 def process_alive(pid: int) -> bool:
@@ -30,6 +34,13 @@ def process_alive(pid: int) -> bool:
         return True
     # The state letter follows the command name in parentheses, which may itself hold spaces.
     return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def name_process(name: str) -> None:
+    """Name this process as ``ps -o comm``, ``top`` and psutil show it (its first 15 bytes): a
+    process forked from a server is otherwise named by the server's command line."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
 
 
 def signal_name(number: int) -> str:

@@ -16,6 +16,7 @@ Three kinds of cause, in the order they win on one host:
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -109,6 +110,19 @@ def write_report(folder: Path, local_rank: int, rank: int, exc: Exception) -> No
     write_whole(folder / f"rank-{local_rank}.json", json.dumps(report).encode())
 
 
+def record_rank_pid(folder: Path, local_rank: int) -> None:
+    """The rank's own pid, which the launcher's failure records do not hold: they name the
+    stand-in the agent started for it (:mod:`grpo_core.run.rank_server`)."""
+    write_whole(folder / f"pid-{local_rank}", str(os.getpid()).encode())
+
+
+def rank_pid(folder: Path, local_rank: int) -> int | None:
+    try:
+        return int((folder / f"pid-{local_rank}").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def rank_error(exc: Any, folder: Path, rank_offset: int, across_hosts: bool) -> GRPOError:
     """The cause among this host's failed ranks (``exc``: torch's ChildFailedError; its failures
     name local ranks, this host's first being global rank ``rank_offset``). A rank that ended
@@ -120,7 +134,7 @@ def rank_error(exc: Any, folder: Path, rank_offset: int, across_hosts: bool) -> 
     died = [(local, f) for local, f in failures if local not in reports and f.exitcode != -TEARDOWN_SIGNAL]
     if died or not reports:
         local, failure = died[0] if died else failures[0]
-        return RankDied(rank_offset + local, failure.exitcode, failure.pid)
+        return RankDied(rank_offset + local, failure.exitcode, rank_pid(folder, local) or failure.pid)
     own = [r for r in reports.values() if not (across_hosts and r["communication"])]
     if not own:
         first = min(reports.values(), key=lambda r: r["time"])

@@ -20,6 +20,7 @@ from typing import Any
 import psutil
 import pytest
 from same_records import assert_same_record
+from waiting import is_rank
 
 from api.store.db import session_scope
 from api.store.dispatching import request_preempt
@@ -67,7 +68,7 @@ def gang_ranks(database_url: str, job_id: int, count: int = 2) -> list[psutil.Pr
     for event in events(database_url, job_id, "devices")[-count:]:
         try:
             children = psutil.Process(event.data["pid"]).children(recursive=True)
-            ranks += [p for p in children if "rank_process" in " ".join(p.cmdline())]
+            ranks += [p for p in children if is_rank(p)]
         except psutil.NoSuchProcess:
             return []
     return ranks if len(ranks) == count else []

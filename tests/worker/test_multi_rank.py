@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 import pytest
 from same_records import assert_same_record
-from waiting import process_gone
+from waiting import is_rank, process_gone
 
 from api.scheduling.scheduler import Scheduler
 from api.store.db import session_scope
@@ -52,7 +52,7 @@ def rank_processes(database_url: str, job_id: int, count: int = 2) -> list[psuti
     ``devices`` event names), once ``count`` of them run; else []."""
     try:
         job_process = psutil.Process(events(database_url, job_id, "devices")[-1].data["pid"])
-        ranks = [p for p in job_process.children(recursive=True) if "rank_process" in " ".join(p.cmdline())]
+        ranks = [p for p in job_process.children(recursive=True) if is_rank(p)]
     except (IndexError, psutil.NoSuchProcess):
         return []
     return ranks if len(ranks) == count else []
@@ -139,7 +139,7 @@ def test_a_worker_killed_mid_run_leaves_no_rank_behind_and_the_job_resumes(
     job_id = submit(two_rank_spec(tiny_spec, pool, grpo={"max_steps": STEPS}, checkpoint_every=3))
     wait_for(lambda: job_of(job_id).latest_checkpoint, 180, "a first checkpoint", processes, interval=0.02)
     ranks = wait_for(lambda: rank_processes(database_url, job_id), 30, "both ranks", processes)
-    job_process = ranks[0].parent()
+    job_process = psutil.Process(events(database_url, job_id, "devices")[-1].data["pid"])
     # The whole worker dies at once, as under the OOM killer: no process of it can clean up.
     for process in (psutil.Process(worker.pid), job_process):
         process.kill()
