@@ -123,8 +123,11 @@ def ask(folder):
     connection.connect("\\0" + sys.argv[1])
     request = {"target": "os:mkdir", "args": [folder], "environment": dict(os.environ),
                "cwd": os.getcwd(), "path": sys.path}
-    socket.send_fds(connection, [json.dumps(request).encode()], [0, 1, 2])
-    pid = connection.recv(64).decode()
+    try:  # a refused peer's connection is closed before its request is read
+        socket.send_fds(connection, [json.dumps(request).encode()], [0, 1, 2])
+        pid = connection.recv(64).decode()
+    except (BrokenPipeError, ConnectionResetError):
+        return ""
     return pid and [pid, connection.recv(64).decode()]  # the forked pid, then its exit status
 child = os.fork()
 if child == 0:  # the launcher's grandchild
@@ -157,11 +160,15 @@ def test_the_server_refuses_another_user_even_among_its_processes_children(tmp_p
             os.setgid(65534)
             os.setuid(65534)  # nobody
             connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            connection.connect("\0" + address)
+            connection.connect("\0" + address)  # the server listens: anything may connect
             request = {"target": "os:mkdir", "args": [str(tmp_path / "nobody")], "environment": {},
                        "cwd": "/", "path": sys.path}
-            socket.send_fds(connection, [json.dumps(request).encode()], [0, 1, 2])
-            os.write(writer, connection.recv(64) or b"refused")
+            try:  # closed before the request is read
+                socket.send_fds(connection, [json.dumps(request).encode()], [0, 1, 2])
+                answer = connection.recv(64)
+            except (BrokenPipeError, ConnectionResetError):
+                answer = b""
+            os.write(writer, answer or b"refused")
         finally:
             os._exit(0)
     os.close(writer)
