@@ -44,6 +44,7 @@ from grpo_core.run import rank_server
 from grpo_core.run.host_group import HostGroup
 from grpo_core.run.local_run import run_local
 from grpo_core.run.processes import name_process, write_whole
+from grpo_core.run.rank_client import FORWARDED_SIGNALS
 from grpo_core.run.rank_failures import (
     PeerLost,
     RankDied,
@@ -58,7 +59,7 @@ from grpo_core.spec.run_spec import RunSpec
 
 T = TypeVar("T")
 DEFAULT_HANG_TIMEOUT = timedelta(minutes=30)
-_HANDLED_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"
+_HANDLED_SIGNALS = ",".join(number.name for number in FORWARDED_SIGNALS)
 # What failed launches raise, importable from here as before.
 __all__ = ["HostGroup", "PeerLost", "RankDied", "RankFailed", "check_data_parallel", "launch_ranks",
            "rank_process", "run_data_parallel"]

@@ -13,7 +13,7 @@ import signal
 import sys
 from pathlib import Path
 
-__all__ = ["name_process", "process_alive", "signal_name", "write_whole"]
+__all__ = ["name_process", "parent_pid", "process_alive", "signal_name", "write_whole"]
 
 _PR_SET_NAME = 15  # <linux/prctl.h>
 
@@ -32,8 +32,21 @@ def process_alive(pid: int) -> bool:
         except PermissionError:  # someone else's process: alive
             return True
         return True
-    # The state letter follows the command name in parentheses, which may itself hold spaces.
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+    return _after_name(stat)[0] not in ("Z", "X")
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of ``pid``, from procfs; None when it is gone (or there is no procfs)."""
+    try:
+        return int(_after_name(Path(f"/proc/{pid}/stat").read_text())[1])
+    except OSError:
+        return None
+
+
+def _after_name(stat: str) -> list[str]:
+    """The fields of a ``/proc/PID/stat`` line after the command name (state, parent, ...): the
+    name comes in parentheses and may itself hold spaces."""
+    return stat.rpartition(")")[2].split()
 
 
 def name_process(name: str) -> None:

@@ -19,7 +19,8 @@ import sys
 
 from grpo_core.run.lifetime import die_with_parent
 
-_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+# The signals torch's elastic agent handles (it takes the ranks down on them): each reaches the rank.
+FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
 def main() -> None:
@@ -32,7 +33,7 @@ def main() -> None:
     socket.send_fds(server, [json.dumps(request).encode()], [0, 1, 2])
     # A signal before the rank's pid came ends this process, and the server kills the rank.
     rank = int(server.recv(64) or _rank_lost())
-    for number in _FORWARDED:
+    for number in FORWARDED_SIGNALS:
         signal.signal(number, lambda number, _frame: _forward(rank, number))
     status = server.recv(64)  # retried across the forwarded signals' handlers (PEP 475)
     if not status:
@@ -40,7 +41,7 @@ def main() -> None:
     status = int(status)
     if os.WIFSIGNALED(status):
         number = os.WTERMSIG(status)
-        if number in _FORWARDED:
+        if number in FORWARDED_SIGNALS:
             signal.signal(number, signal.SIG_DFL)
         os.kill(os.getpid(), number)
     sys.exit(os.waitstatus_to_exitcode(status))

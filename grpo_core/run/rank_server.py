@@ -48,6 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_core.run.lifetime import die_with_parent
+from grpo_core.run.processes import parent_pid
+from grpo_core.run.rank_client import FORWARDED_SIGNALS
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +57,6 @@ log = logging.getLogger(__name__)
 # with the stand-in's stdin, stdout and stderr attached.
 MAX_REQUEST_BYTES = 1 << 22
 _STREAMS = 3
-_HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
 @dataclass
@@ -90,9 +91,9 @@ def address(modules: list[str]) -> str:
                     server.process.returncode)
         server = None
     if server is not None and server.environment != environment:
-        changed = sorted(set(server.environment.items()) ^ set(environment.items()))
+        changed = {name for name, _ in set(server.environment.items()) ^ set(environment.items())}
         log.info("the environment changed since the rank server %s started (%s); starting another",
-                 server.process.pid, ", ".join(sorted({name for name, _ in changed})))
+                 server.process.pid, ", ".join(sorted(changed)))
         _stop(server)
         server = None
     if server is None:
@@ -198,7 +199,7 @@ class _Loop:
     def _receive(self, connection: socket.socket) -> tuple[dict, list[int]]:
         # Who is asking, before reading anything: no other process can make this one wait.
         peer_pid, peer_uid, _ = _peer(connection)
-        if peer_uid != os.getuid() or _parent_of(peer_pid) != self.owner:
+        if peer_uid != os.getuid() or parent_pid(peer_pid) != self.owner:
             raise ValueError(f"refused a request from pid {peer_pid}")
         message, streams, _, _ = socket.recv_fds(connection, MAX_REQUEST_BYTES, _STREAMS)
         try:
@@ -250,7 +251,7 @@ class _Loop:
             for target_fd, fd in enumerate(streams):
                 os.dup2(fd, target_fd)
             die_with_parent(server)
-            for number in _HANDLED_SIGNALS:  # as a fresh interpreter has them
+            for number in FORWARDED_SIGNALS:  # as a fresh interpreter has them
                 default = signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL
                 signal.signal(number, default)
             os.environ.clear()
@@ -276,11 +277,3 @@ class _Loop:
 def _peer(connection: socket.socket) -> tuple[int, int, int]:
     credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return struct.unpack("3i", credentials)
-
-
-def _parent_of(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rpartition(")")[2].split()[1])

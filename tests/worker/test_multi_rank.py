@@ -47,12 +47,16 @@ def metrics(database_url: str, job_id: int) -> list:
         return list_metrics(session, job_id)
 
 
+def job_process(database_url: str, job_id: int) -> psutil.Process:
+    """The process of the job's current attempt (its newest ``devices`` event names it)."""
+    return psutil.Process(events(database_url, job_id, "devices")[-1].data["pid"])
+
+
 def rank_processes(database_url: str, job_id: int, count: int = 2) -> list[psutil.Process]:
     """The rank processes of the job's current attempt (descendants of the process its newest
     ``devices`` event names), once ``count`` of them run; else []."""
     try:
-        job_process = psutil.Process(events(database_url, job_id, "devices")[-1].data["pid"])
-        ranks = [p for p in job_process.children(recursive=True) if is_rank(p)]
+        ranks = [p for p in job_process(database_url, job_id).children(recursive=True) if is_rank(p)]
     except (IndexError, psutil.NoSuchProcess):
         return []
     return ranks if len(ranks) == count else []
@@ -139,9 +143,8 @@ def test_a_worker_killed_mid_run_leaves_no_rank_behind_and_the_job_resumes(
     job_id = submit(two_rank_spec(tiny_spec, pool, grpo={"max_steps": STEPS}, checkpoint_every=3))
     wait_for(lambda: job_of(job_id).latest_checkpoint, 180, "a first checkpoint", processes, interval=0.02)
     ranks = wait_for(lambda: rank_processes(database_url, job_id), 30, "both ranks", processes)
-    job_process = psutil.Process(events(database_url, job_id, "devices")[-1].data["pid"])
     # The whole worker dies at once, as under the OOM killer: no process of it can clean up.
-    for process in (psutil.Process(worker.pid), job_process):
+    for process in (psutil.Process(worker.pid), job_process(database_url, job_id)):
         process.kill()
     wait_for(lambda: gone(ranks), 30, "the orphaned ranks to die with their parent", processes)
     assert job_of(job_id).status == "running"
