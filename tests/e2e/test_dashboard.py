@@ -178,8 +178,13 @@ def test_a_job_from_the_form_is_charted_live_with_its_samples(browser_page, keye
     page.click("[data-panel=job] button[data-action=clone]")  # the same spec, renamed, in the form
     page.wait_for_function("() => location.hash === '#/jobs'")
     page.click(".submit-form button[type=submit]")
-    page.click(".submit-result .notice a")
+    # The result box says what became of the submit: an error there is the failure to report.
+    result = page.wait_for_selector(".submit-result .notice")
+    assert "Submitted" in result.inner_text(), result.inner_text()
+    clone_id = int(result.query_selector("a").get_attribute("href").rsplit("/", 1)[1])
+    result.query_selector("a").click()
     page.wait_for_selector("[data-panel=job] h2:has-text('charted-2')")
+    keyed_stack.client("alpha").http.post(f"/v1/jobs/{clone_id}/cancel")  # the worker stays free
 
 
 def test_the_form_shows_the_fields_the_service_took_but_ignores(browser_page, keyed_stack, tiny_spec) -> None:
