@@ -12,7 +12,9 @@ GRPO):
   ``(N, T)``, whose attention reads their own prompt's keys and values (gathered by index, so
   autograd sums the G completions' gradients into the shared prompt positions, exactly the plain
   computation's sum over its G copies);
-* the first completion token is predicted by the prompt's last position, computed once too.
+* the first completion token is predicted by the prompt's last position, computed once too;
+* only real completion tokens go through the LM head (padding after a completion's end is never
+  scored; its log-prob is left at 0).
 
 The model's own modules run (embedding, norms, projections, MLPs, rotary embedding, LM head), as
 in :mod:`grpo_core.algorithm.decoders`, so LoRA adapters and autocast behave as in its forward;
@@ -163,5 +165,20 @@ def _shared_prompt_logprobs(
             prompt, completion = _layer(layer, state, prompt, completion)
     # Position t predicts token t + 1: the prompt's last position the first completion token.
     predicting = torch.cat([prompt[:, -1:].index_select(0, owner), completion[:, :-1]], dim=1)
-    logits = causal_lm.lm_head(inner.norm(predicting))
-    return selective_log_softmax_and_entropy(logits, rows.completion_ids, temperature, with_entropy)
+    real = rows.completion_mask.bool()
+    if bool(real.all()):
+        logits = causal_lm.lm_head(inner.norm(predicting))
+        return selective_log_softmax_and_entropy(logits, rows.completion_ids, temperature, with_entropy)
+    # The padding after a completion's end is never scored: only real positions go through the LM
+    # head and the log-softmax, the largest part of a pass on a large vocabulary. GRPO's G rows of a
+    # prompt end at very different lengths, so often half the positions are padding.
+    logits = causal_lm.lm_head(inner.norm(predicting[real])).unsqueeze(0)
+    logp, entropy = selective_log_softmax_and_entropy(
+        logits, rows.completion_ids[real].unsqueeze(0), temperature, with_entropy)
+    return _at(real, logp[0]), None if entropy is None else _at(real, entropy[0])
+
+
+def _at(real: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``values (K,)`` of the real positions laid out as ``real (N, T)``, zero at the padding
+    (which every loss and metric masks out); gradients flow back to ``values``."""
+    return values.new_zeros(real.shape).masked_scatter(real, values)

@@ -74,6 +74,21 @@ def test_each_prompt_once_gives_the_plain_forwards_logprobs_and_gradients(family
     _same_as_plain(model, _rows())
 
 
+def test_only_the_completions_real_tokens_reach_the_lm_head() -> None:
+    model = _model(FAMILIES["llama-gqa"]())
+    rows = _rows()
+    seen: list[int] = []
+    hook = model.lm_head.register_forward_hook(lambda _m, args, _out: seen.append(args[0][..., 0].numel()))
+    try:
+        logp, entropy = rollout_logprobs(model, rows, with_entropy=True)
+    finally:
+        hook.remove()
+    real = rows.completion_mask.bool()
+    assert not real.all() and seen == [int(real.sum())]  # the padding never went through it
+    assert (logp[~real] == 0).all() and (entropy[~real] == 0).all()
+    assert (logp[real] < 0).all()
+
+
 def test_with_lora_adapters_and_activation_checkpointing() -> None:
     from peft import LoraConfig, get_peft_model
 
