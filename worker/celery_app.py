@@ -94,7 +94,7 @@ def _warm_the_next_job_process(**_: object) -> None:
     """Each pool process runs one job (``worker_max_tasks_per_child``) and is replaced when it
     ends: the new one starts its job's process now, so it is past its imports when the job comes."""
     settings = get_settings()
-    prepare_spare(settings.warm_job_process, ranks=device_count(settings) > 1)
+    prepare_spare(settings.warm_job_process)
 
 
 @signals.worker_process_shutdown.connect

@@ -35,18 +35,20 @@ def main(folder: str, parent_pid: int) -> None:
     attempt(folder)
 
 
-def warm(parent_pid: int, ranks: bool = False) -> None:
-    """The supervisor's spare (:mod:`worker.warm_spare`): import what every attempt imports (and
-    with ``ranks``, start the server its ranks will be forked from), then wait for an attempt on
-    stdin (one JSON line: its folder, its working directory and the job's devices) and run it. A
-    closed stdin ends it without an attempt."""
+def warm(parent_pid: int) -> None:
+    """The supervisor's spare (:mod:`worker.warm_spare`): import what every attempt imports, fork
+    the server its ranks will be forked from, then wait for an attempt on stdin (one JSON line: its
+    folder, its working directory and the job's devices) and run it. A closed stdin ends it without
+    an attempt."""
     die_with_parent(parent_pid)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s job-process %(message)s")
     warm_imports()
-    if ranks:
-        from grpo_core.run import rank_server
+    from grpo_core.run import rank_server
 
-        rank_server.address(["worker.ranks"])  # it imports while this process waits
+    # Forked past the imports above, before anything computes: it costs a fork, not the ~2 s of
+    # imports a fresh server pays, so every spare has one, for a multi-device job and for its share
+    # of a job spanning hosts alike.
+    rank_server.address(["worker.ranks"], fork=True)
     line = sys.stdin.readline()
     waiting_in = os.getcwd()
     if line:
@@ -110,6 +112,6 @@ def watch_supervisor(files, lease_seconds: float) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "--warm":
-        warm(int(sys.argv[2]), "--ranks" in sys.argv[3:])
+        warm(int(sys.argv[2]))
     else:
         main(sys.argv[1], int(sys.argv[2]))

@@ -79,10 +79,10 @@ def start_job_process(attempt_folder: Path, workdir: Path, warm: bool) -> subpro
     return subprocess.Popen(command, start_new_session=True, cwd=workdir, env=environment)
 
 
-def prepare_spare(warm: bool, ranks: bool = False) -> None:
-    """Start the next attempt's spare unless one is alive (a no-op unless ``warm``); with ``ranks``
-    (a worker with several devices) it also starts its rank server, so a multi-device job's ranks
-    are forked past their imports too (:mod:`grpo_core.run.rank_server`)."""
+def prepare_spare(warm: bool) -> None:
+    """Start the next attempt's spare unless one is alive (a no-op unless ``warm``); it forks its
+    rank server once past its imports, so the ranks of a job on several devices or hosts are forked
+    past them too (:mod:`grpo_core.run.rank_server`)."""
     global _spare
     if not warm:
         return
@@ -92,7 +92,7 @@ def prepare_spare(warm: bool, ranks: bool = False) -> None:
         folder = Path(tempfile.mkdtemp(prefix="grpo-spare-"))
         environment = job_environment()
         process = subprocess.Popen(
-            [sys.executable, "-m", "worker.job_process", "--warm", str(os.getpid()), *(["--ranks"] * ranks)],
+            [sys.executable, "-m", "worker.job_process", "--warm", str(os.getpid())],
             stdin=subprocess.PIPE, text=True, start_new_session=True, cwd=folder, env=environment)
         _spare = _Spare(process, threading.get_ident(), environment, folder)
         log.info("warm spare job process %s started", process.pid)

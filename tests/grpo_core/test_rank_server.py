@@ -174,3 +174,27 @@ def test_the_server_refuses_another_user_even_among_its_processes_children(tmp_p
     os.close(writer)
     os.waitpid(child, 0)
     assert os.read(reader, 64) == b"refused" and not (tmp_path / "nobody").exists()
+
+
+def test_a_process_past_its_imports_forks_its_server_which_forks_working_ranks():
+    # As a warm spare does: imports, no computation, then a server forked from it (no second
+    # interpreter importing all of it again), whose ranks compute.
+    code = ("import json, os, sys, psutil; from worker.job_process import warm_imports; warm_imports(); "
+            "from grpo_core.run import rank_server; from grpo_core.run.launch import launch_ranks; "
+            "rank_server.address(['worker.ranks'], fork=True); server = rank_server.server_pid(); "
+            "sys.path.insert(0, os.path.join(os.getcwd(), 'tests', 'grpo_core')); "
+            "from test_rank_server import describe; "
+            "ranks = launch_ranks(describe, (), 2, device='cpu'); "
+            "print(json.dumps({'me': os.getpid(), 'server': server, 'same': rank_server.server_pid(), "
+            "'ranks': ranks, 'name': psutil.Process(server).name(), "
+            "'forked': psutil.Process(server).cmdline() == psutil.Process().cmdline()}))")
+    repo = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(repo / "tests")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["server"] == found["same"] and found["server"] != found["me"]
+    assert found["forked"] and found["name"] == rank_server.SERVER_NAME  # not a second interpreter
+    assert [(r["rank"], r["name"]) for r in found["ranks"]] == [(0, "grpo-rank-0"), (1, "grpo-rank-1")]
+    assert all(r["parent"] == found["server"] and r["computed"] for r in found["ranks"]), found
+    wait_until(lambda: process_gone(found["server"]), 30, "the server to end with its process")

@@ -18,6 +18,7 @@ from waiting import process_gone, wait_until
 
 from api.store.db import session_scope
 from api.store.telemetry import list_events
+from grpo_core.run import rank_server
 from worker import warm_spare
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,7 +29,9 @@ def spares_under(pid: int) -> list[psutil.Process]:
     found = []
     for child in psutil.Process(pid).children(recursive=True):
         try:
-            if "--warm" in child.cmdline() and "worker.job_process" in child.cmdline():
+            # A rank server forked from a spare has its command line, under a name of its own.
+            if ("--warm" in child.cmdline() and "worker.job_process" in child.cmdline()
+                    and child.name() != rank_server.SERVER_NAME):
                 found.append(child)
         except psutil.NoSuchProcess:
             continue
