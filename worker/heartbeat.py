@@ -301,7 +301,7 @@ class JobLease(_Ticker):
         super().__init__(settings.heartbeat_seconds, f"grpo-lease-{job_id}")
         # A gang's host other than node 0 renews its own row's lease; node 0 renews the job's.
         self._renew = renew_host_lease if gang_host else renew_lease
-        self.database_url = settings.database_url
+        self.database_url, self.lease_seconds = settings.database_url, settings.lease_seconds
         self.job_id, self.worker_id, self.client, self.devices = job_id, worker_id, client, devices
         self.busy_key = settings.redis_keys.busy(worker_id)
         # Short, so a killed child's mark vanishes about as fast as a dead worker's heartbeat.
@@ -323,7 +323,9 @@ class JobLease(_Ticker):
                 log.warning("job %s: could not tell its process of the lease: %s", self.job_id, exc)
         try:
             with session_scope(self.database_url) as session:
-                still_ours, asked = self._renew(session, self.job_id, self.worker_id)
+                # Frozen before its commit (a stopped worker), it holds the job's row no longer
+                # than the lease, or the reaper's requeue would wait on it as long.
+                still_ours, asked = self._renew(session, self.job_id, self.worker_id, self.lease_seconds)
         except SQLAlchemyError as exc:  # if this lasts, the lease expires and the answer is "lost"
             log.warning("lease renewal of job %s failed: %s", self.job_id, exc)
             return

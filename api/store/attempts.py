@@ -45,10 +45,24 @@ def _stop_in(row: Row[Any]) -> StopRequest | None:
     return stop_requested(cancel_requested=bool(row[0]), status=row[1], preempt_requested=bool(row[2]))
 
 
-def renew_lease(session: Session, job_id: int, worker_id: str) -> tuple[bool, StopRequest | None]:
+def release_if_frozen(session: Session, lease_seconds: float | None) -> None:
+    """A transaction that locks a job's row and is then left idle for longer than the lease (its
+    process frozen between the write and the commit: a paused VM, a stopped worker) is ended by
+    Postgres, which releases the lock: otherwise the reaper's requeue of that job, and with it the
+    scheduler's whole tick, would wait for as long as the process stays frozen. The thawed
+    process's commit then fails, as any lost connection does. None: no bound (the caller's own)."""
+    if lease_seconds is not None and session.get_bind().dialect.name == "postgresql":
+        idle_ms = max(1000, int(lease_seconds * 1000))
+        session.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {idle_ms}"))
+
+
+def renew_lease(session: Session, job_id: int, worker_id: str,
+                lease_seconds: float | None = None) -> tuple[bool, StopRequest | None]:
     """``(still_ours, the stop the job is asked for)``; a worker that lost its lease must stop.
     Stamped with the database's clock, which the reaper compares it with: a worker whose own clock
-    is off neither loses its job nor keeps a dead one."""
+    is off neither loses its job nor keeps a dead one. ``lease_seconds``: see
+    :func:`release_if_frozen` (the renewal locks the job's row until its commit)."""
+    release_if_frozen(session, lease_seconds)
     stmt = (
         update(Job)
         .where(Job.id == job_id, Job.worker_id == worker_id, Job.status.in_(ACTIVE_STATUSES))
@@ -70,11 +84,13 @@ def still_held(session: Session, job_id: int, worker_id: str, dispatched_at: dat
         and as_utc(held.dispatched_at) == as_utc(dispatched_at)
 
 
-def renew_host_lease(session: Session, job_id: int, worker_id: str) -> tuple[bool, StopRequest | None]:
+def renew_host_lease(session: Session, job_id: int, worker_id: str,
+                     lease_seconds: float | None = None) -> tuple[bool, StopRequest | None]:
     """A gang host's (not node 0's) lease renewal, its row of ``job_hosts``: ``(still_ours, the stop
     the job is asked for)``, as :func:`renew_lease` answers node 0. Its place is gone once the job
     stopped holding GPUs (requeued, ended): the host must end its part at once. While node 0 has
     not claimed yet the job is still ``dispatched``, and the place holds."""
+    release_if_frozen(session, lease_seconds)
     renewed = session.execute(
         update(JobHost)
         .where(joined_host(job_id, worker_id), job_held(job_id))
@@ -250,15 +266,10 @@ def attempt_lease_left(session: Session, job_id: int, worker_id: str, attempt: i
     requeue or an ending all refuse it); else the seconds its lease has left on the database's
     clock (0 or less: expired, though nobody has taken the job over yet). The job's row is locked
     until the transaction ends, so a row written in the same transaction is published only while
-    the attempt owns the job: the requeue or claim that would take it waits for the commit.
-
-    A process frozen while it holds that lock (a paused VM, between this check and its commit)
-    would hold it for as long as it stays frozen, and the reaper's requeue with it: Postgres ends
-    a session left idle in this transaction for longer than the lease, which releases the lock
-    (the thawed process's commit then fails, and its retry finds the attempt stale)."""
-    if session.get_bind().dialect.name == "postgresql":
-        idle_ms = max(1000, int(lease_seconds * 1000))
-        session.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {idle_ms}"))
+    the attempt owns the job: the requeue or claim that would take it waits for the commit. A
+    process frozen before that commit holds the lock no longer than the lease
+    (:func:`release_if_frozen`; the thawed process's retry finds the attempt stale)."""
+    release_if_frozen(session, lease_seconds)
     row = session.execute(
         select(_JOBS.c.heartbeat_at)
         .where(_JOBS.c.id == job_id, _JOBS.c.attempt == attempt, _JOBS.c.status.in_(ACTIVE_STATUSES),

@@ -193,3 +193,28 @@ def test_a_fenced_write_frozen_before_its_commit_holds_the_job_no_longer_than_th
                                            max_attempts=5)
     assert time.monotonic() - started < 8
     assert is_transient(woke.value)  # retried by the writer, whose next check finds the attempt stale
+
+
+def test_a_lease_renewal_frozen_before_its_commit_holds_the_job_no_longer_than_the_lease(
+        database_url, submit, tiny_spec):
+    # The chaos test's stopped supervisor, caught between its renewal's update and its commit: the
+    # row lock it holds would stall the reaper's requeue, and the scheduler's tick with it, for as
+    # long as it stays stopped.
+    import time
+
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    from api.store.attempts import renew_lease
+
+    job_id = submit(tiny_spec("frozen-renewal"))
+    dispatch_and_claim(database_url, job_id, "w1")
+    started = time.monotonic()
+    with pytest.raises(DBAPIError):  # the frozen renewal's commit, once it wakes
+        with session_scope(database_url) as frozen:
+            assert renew_lease(frozen, job_id, "w1", 1.0)[0]
+            with session_scope(database_url) as reaper:
+                reaper.execute(text("SET LOCAL lock_timeout = 10000"))  # fails, not hangs, without the fix
+                assert requeue_after_fault(reaper, job_id, worker_id="w1", message="lease expired", data={},
+                                           max_attempts=5)
+    assert time.monotonic() - started < 8
