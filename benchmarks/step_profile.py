@@ -10,6 +10,7 @@ Run: ``.venv/bin/python benchmarks/step_profile.py --preset long-prompt [--beta 
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -22,12 +23,12 @@ from _bench_sides import side_build  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
-    rows = 30
-    if "--rows" in argv:
-        at = argv.index("--rows")
-        rows = int(argv[at + 1])
-        argv = argv[:at] + argv[at + 2:]
-    args = core_vs_trl.parse_args([*argv, "--steps", "1"])
+    # --rows is this script's own; everything else is core_vs_trl's (preset, beta, warmup...).
+    own = argparse.ArgumentParser(add_help=False)
+    own.add_argument("--rows", type=int, default=30, help="operators in the printed table")
+    known, rest = own.parse_known_args(argv)
+    rows = known.rows
+    args = core_vs_trl.parse_args([*rest, "--steps", "1"])
     import torch
 
     from grpo_core.run.callbacks import TrainerCallback

@@ -171,7 +171,9 @@ def _fork(listener: socket.socket, modules: list[str], path: list[str]) -> _Fork
             os.chdir("/")  # as a started server does
             # Nor does it hold the launcher's stdin (a spare's is the pipe its attempt comes on: a
             # write there must fail once the spare is gone).
-            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            nothing = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(nothing, 0)
+            os.close(nothing)
             _serve(listener.fileno(), owner, modules, path)
         finally:
             os._exit(1)
